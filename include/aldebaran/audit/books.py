@@ -1,0 +1,320 @@
+"""Per-order books, partitioned into shards by key, versioned by micro-batch id.
+
+Each micro-batch, every shard task (one Python call per shard, see aldebaran.audit.engine):
+  1. gets the shard's books at version batch_id-1: from this Python worker's cache, caught up by
+     replaying the durable deltas it missed (cost O(books changed since), not O(books open)); or,
+     cold, from the latest snapshot plus deltas;
+  2. applies the batch's events to the books they touch, in Kafka order, asking the rules;
+  3. expires books whose time is up (event time, with a processing-time fallback for idle streams);
+  4. writes the delta of version batch_id (changed books + dropped ones) durably, and every
+     `snapshot_every` batches a full snapshot; only then returns the alerts.
+
+A re-executed batch (task retry, or a restart after a crash before Spark committed the batch) loads
+version batch_id-1 again and rewrites the same delta: state and alerts converge. Deltas live under
+the query's checkpoint directory (local path or s3://), so the books survive a restart with it and a
+task may run on any executor of a cluster.
+"""
+
+from __future__ import annotations
+
+import gzip
+import heapq
+import json
+import logging
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Protocol
+
+from aldebaran import events
+from aldebaran.audit.rules import Alert, Book, EventRow, Rule, render
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^(delta|snapshot)-(\d{12})\.json\.gz$")
+
+
+# --- durable files ----------------------------------------------------------------------------
+class Files(Protocol):
+    def put(self, name: str, data: bytes) -> None: ...
+    def get(self, name: str) -> bytes: ...
+    def names(self) -> list[str]: ...
+    def delete(self, name: str) -> None: ...
+
+
+class LocalFiles:
+    def __init__(self, root: str) -> None:
+        self.root = Path(root)
+
+    def put(self, name: str, data: bytes) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".{name}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.root / name)  # atomic: a reader sees the old or the new file, whole
+
+    def get(self, name: str) -> bytes:
+        return (self.root / name).read_bytes()
+
+    def names(self) -> list[str]:
+        return sorted(p.name for p in self.root.glob("*.json.gz")) if self.root.exists() else []
+
+    def delete(self, name: str) -> None:
+        (self.root / name).unlink(missing_ok=True)
+
+
+class S3Files:
+    def __init__(self, uri: str) -> None:
+        from aldebaran.objectstore import ObjectStore
+        from aldebaran.settings import ObjectStoreSettings, load
+
+        bucket, _, prefix = uri.split("://", 1)[1].partition("/")
+        self.store = ObjectStore(load(ObjectStoreSettings, bucket=bucket))
+        self.prefix = prefix.rstrip("/") + "/"
+
+    def put(self, name: str, data: bytes) -> None:
+        self.store.put(self.prefix + name, data, content_type="application/gzip")
+
+    def get(self, name: str) -> bytes:
+        return self.store.get(self.prefix + name).body
+
+    def names(self) -> list[str]:
+        return sorted(o["Key"][len(self.prefix):] for o in self.store.list(self.prefix))
+
+    def delete(self, name: str) -> None:
+        self.store.delete(self.prefix + name)
+
+
+def files_for(root: str) -> Files:
+    if root.startswith(("s3://", "s3a://")):
+        return S3Files(root)
+    return LocalFiles(root.removeprefix("file://"))
+
+
+# --- serialisation -----------------------------------------------------------------------------
+def encode_book(book: Book) -> dict:
+    return asdict(book)
+
+
+def decode_book(data: dict) -> Book:
+    return Book(**data)
+
+
+def _dump(records: dict) -> bytes:
+    return gzip.compress(json.dumps(records, separators=(",", ":")).encode(), compresslevel=1)
+
+
+def _load(data: bytes) -> dict:
+    return json.loads(gzip.decompress(data))
+
+
+# --- one shard -----------------------------------------------------------------------------------
+@dataclass
+class Shard:
+    version: int = -1
+    books: dict[str, Book] = field(default_factory=dict)
+    clock_ms: int = 0  # the shard's event-time clock: the largest event time applied
+    expiry: list[tuple[int, str]] = field(default_factory=list)  # heap of (event-time deadline, order)
+    fallback: list[tuple[int, str]] = field(default_factory=list)  # heap of (processing deadline, order)
+
+    def index(self, book: Book, ttl_ms: int, grace_ms: int) -> None:
+        heapq.heappush(self.expiry, (book.first_ts + ttl_ms, book.order_id))
+        heapq.heappush(self.fallback, (book.first_seen_ms + ttl_ms + grace_ms, book.order_id))
+
+    def reindex(self, ttl_ms: int, grace_ms: int) -> None:
+        self.expiry, self.fallback = [], []
+        for book in self.books.values():
+            self.expiry.append((book.first_ts + ttl_ms, book.order_id))
+            self.fallback.append((book.first_seen_ms + ttl_ms + grace_ms, book.order_id))
+        heapq.heapify(self.expiry)
+        heapq.heapify(self.fallback)
+
+
+@dataclass
+class Config:
+    state_root: str  # <checkpoint>/books
+    rules: list[Rule]
+    ttl_ms: int = 10 * 60 * 1000
+    grace_ms: int = 60 * 1000  # processing-time fallback: ttl + grace after a book was opened
+    snapshot_every: int = 20
+    keep_snapshots: int = 2
+
+
+@dataclass
+class Outcome:
+    alerts: list[dict]
+    open_books: int
+    opened: int
+    expired: int
+    applied: int
+    duplicates: int
+    state_ms: float
+
+
+_CACHE: dict[tuple[str, int], Shard] = {}
+
+
+class ShardStore:
+    """Load, update and persist one shard's books at a given version."""
+
+    def __init__(self, config: Config, shard_id: int) -> None:
+        self.config = config
+        self.shard_id = shard_id
+        self.files = files_for(f"{config.state_root.rstrip('/')}/shard-{shard_id:04d}")
+
+    def _versions(self) -> tuple[list[int], list[int]]:
+        deltas, snaps = [], []
+        for name in self.files.names():
+            m = _NAME.match(name)
+            if m:
+                (deltas if m.group(1) == "delta" else snaps).append(int(m.group(2)))
+        return sorted(deltas), sorted(snaps)
+
+    def load(self, version: int) -> Shard:
+        """The shard's state after batch `version` (-1: empty)."""
+        key = (self.config.state_root, self.shard_id)
+        cached = _CACHE.get(key)
+        if cached is not None and cached.version == version:
+            return cached
+        if cached is not None and cached.version < version:
+            try:
+                self._replay(cached, range(cached.version + 1, version + 1))
+                return cached
+            except FileNotFoundError:
+                log.info("shard %d: cache at %d cannot catch up to %d, reloading", self.shard_id, cached.version, version)
+        shard = self._load_cold(version)
+        _CACHE[key] = shard
+        return shard
+
+    def _load_cold(self, version: int) -> Shard:
+        shard = Shard()
+        if version < 0:
+            return shard
+        deltas, snaps = self._versions()
+        base = max((s for s in snaps if s <= version), default=None)
+        if base is not None:
+            data = _load(self.files.get(f"snapshot-{base:012d}.json.gz"))
+            shard.books = {o: decode_book(b) for o, b in data["books"].items()}
+            shard.clock_ms = data["clock_ms"]
+            shard.version = base
+        needed = range(shard.version + 1, version + 1)
+        missing = [v for v in needed if v not in set(deltas)]
+        if missing:
+            raise FileNotFoundError(
+                f"books shard {self.shard_id}: versions {missing[:5]}... missing under {self.config.state_root} "
+                f"(state and checkpoint out of step?)"
+            )
+        self._replay(shard, needed)
+        shard.reindex(self.config.ttl_ms, self.config.grace_ms)
+        return shard
+
+    def _replay(self, shard: Shard, versions: Iterable[int]) -> None:
+        for v in versions:
+            data = _load(self.files.get(f"delta-{v:012d}.json.gz"))
+            for order_id, raw in data["books"].items():
+                if raw is None:
+                    shard.books.pop(order_id, None)
+                else:
+                    is_new = order_id not in shard.books
+                    book = decode_book(raw)
+                    shard.books[order_id] = book
+                    if is_new:
+                        shard.index(book, self.config.ttl_ms, self.config.grace_ms)
+            shard.clock_ms = max(shard.clock_ms, data["clock_ms"])
+            shard.version = v
+
+    def apply(self, batch_id: int, rows: Iterable[EventRow], now_ms: int | None = None) -> Outcome:
+        """Apply one batch's events (already in Kafka order) and persist version `batch_id`."""
+        t0 = time.perf_counter()
+        now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        shard = self.load(batch_id - 1)
+        if shard.version != batch_id - 1:
+            raise RuntimeError(f"shard {self.shard_id}: loaded version {shard.version}, wanted {batch_id - 1}")
+        changed: dict[str, Book | None] = {}
+        alerts: list[dict] = []
+        applied = duplicates = opened = 0
+        rules = self.config.rules
+
+        for ev in rows:
+            book = shard.books.get(ev.order_id)
+            if book is None:
+                book = Book(order_id=ev.order_id, first_ts=ev.event_ts, first_seen_ms=now_ms)
+                shard.books[ev.order_id] = book
+                shard.index(book, self.config.ttl_ms, self.config.grace_ms)
+                opened += 1
+            if ev.event_id in book.seen:
+                duplicates += 1
+                continue
+            book.seen.append(ev.event_id)
+            applied += 1
+            if ev.kind == events.REQUEST:
+                book.request = {"event_id": ev.event_id, "shares": ev.shares, "client": ev.client,
+                                "stock": ev.stock, "ts": ev.event_ts}
+            else:
+                book.purchased += ev.shares
+                book.purchase_count += 1
+                if book.first_purchase is None:
+                    book.first_purchase = {"event_id": ev.event_id, "ts": ev.event_ts,
+                                           "client": ev.client, "stock": ev.stock}
+            shard.clock_ms = max(shard.clock_ms, ev.event_ts)
+            for rule in rules:
+                self._fire(book, rule, rule.on_event(book, ev), alerts, now_ms)
+            changed[ev.order_id] = book
+
+        expired = self._expire(shard, now_ms, changed, alerts)
+        shard.version = batch_id
+        # Durable first: the delta (and maybe a snapshot) is written before any alert leaves.
+        self.files.put(
+            f"delta-{batch_id:012d}.json.gz",
+            _dump({"books": {o: (encode_book(b) if b is not None else None) for o, b in changed.items()},
+                   "clock_ms": shard.clock_ms}),
+        )
+        if self.config.snapshot_every and batch_id % self.config.snapshot_every == 0 and batch_id > 0:
+            self._snapshot(shard)
+        return Outcome(alerts, len(shard.books), opened, expired, applied, duplicates,
+                       (time.perf_counter() - t0) * 1000)
+
+    @staticmethod
+    def _fire(book: Book, rule: Rule, alert: Alert | None, out: list[dict], now_ms: int) -> None:
+        if alert is None or alert.kind in book.fired:
+            return
+        book.fired.append(alert.kind)
+        out.append(render(book, alert, rule.name, now_ms))
+
+    def _expire(self, shard: Shard, now_ms: int, changed: dict, alerts: list[dict]) -> int:
+        due: set[str] = set()
+        ttl, grace = self.config.ttl_ms, self.config.grace_ms
+        deadlines = ((shard.expiry, shard.clock_ms, lambda b: b.first_ts + ttl),
+                     (shard.fallback, now_ms, lambda b: b.first_seen_ms + ttl + grace))
+        for heap, clock, deadline_of in deadlines:
+            while heap and heap[0][0] <= clock:
+                _, order_id = heapq.heappop(heap)
+                book = shard.books.get(order_id)
+                # A heap entry may be stale (its book expired and the order re-opened since).
+                if book is not None and deadline_of(book) <= clock:
+                    due.add(order_id)
+        for order_id in sorted(due):
+            book = shard.books.pop(order_id)
+            for rule in self.config.rules:
+                self._fire(book, rule, rule.on_expire(book), alerts, now_ms)
+            changed[order_id] = None
+        return len(due)
+
+    def _snapshot(self, shard: Shard) -> None:
+        self.files.put(
+            f"snapshot-{shard.version:012d}.json.gz",
+            _dump({"books": {o: encode_book(b) for o, b in shard.books.items()}, "clock_ms": shard.clock_ms}),
+        )
+        deltas, snaps = self._versions()
+        keep = snaps[-self.config.keep_snapshots:]
+        if len(keep) == self.config.keep_snapshots:
+            oldest = keep[0]
+            for s in snaps[: -self.config.keep_snapshots]:
+                self.files.delete(f"snapshot-{s:012d}.json.gz")
+            for d in deltas:
+                if d <= oldest:
+                    self.files.delete(f"delta-{d:012d}.json.gz")

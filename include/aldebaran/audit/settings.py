@@ -1,0 +1,68 @@
+"""Auditor settings: every option has an env var (ALDEBARAN_AUDIT_*) and a CLI flag (--option-name)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from aldebaran import events
+
+
+class AuditorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ALDEBARAN_AUDIT_", extra="ignore")
+
+    checkpoint: str = Field(
+        "s3a://aldebaran/checkpoints/auditor",
+        min_length=1,
+        description="checkpoint location: a local path or s3a://bucket/prefix (state and offsets)",
+    )
+    rules: str = Field("overfill", description="comma-separated audit rules (overfill, mismatch)")
+    starting_offsets: str = Field("earliest", description="Kafka startingOffsets for a new checkpoint")
+    ending_offsets: str | None = Field(None, description="Kafka endingOffsets (bounded runs only)")
+    max_offsets_per_trigger: int | None = Field(200_000, ge=1, description="Kafka maxOffsetsPerTrigger")
+    fail_on_data_loss: bool = Field(False, description="Kafka failOnDataLoss")
+    trigger: Literal["processing-time", "available-now"] = Field(
+        "processing-time", description="processing-time: run forever; available-now: drain what is there, stop"
+    )
+    trigger_interval: str = Field("0 seconds", description="micro-batch interval for processing-time")
+    shards: int = Field(2, ge=1, le=4096, description="book shards (state partitions)")
+    ttl_seconds: float = Field(600.0, gt=0, description="a book expires this long after its first event")
+    idle_grace_seconds: float = Field(
+        60.0, ge=0, description="idle-stream fallback: also expire ttl+grace after a book was opened (processing time)"
+    )
+    idle_ticks: bool = Field(
+        True, description="union a 1 row/s tick stream so an idle stream still runs batches and expires books"
+    )
+    snapshot_every: int = Field(20, ge=1, description="full state snapshot every N batches")
+    max_message_bytes: int = Field(events.MAX_MESSAGE_BYTES, ge=64, description="larger messages go to the DLQ")
+    max_id_length: int = Field(events.MAX_ID_LENGTH, ge=1, description="longer ids go to the DLQ")
+    max_shares: int = Field(events.MAX_SHARES, ge=1, description="larger #shares go to the DLQ")
+    archive_prefix: str = Field("archive/alerts", description="object-store prefix of the alert archive")
+    master: str = Field("local[2]", description="Spark master when run outside spark-submit")
+    query_name: str = Field("auditor", pattern=r"^[A-Za-z0-9_-]+$", description="streaming query name")
+    timeout_seconds: float | None = Field(None, gt=0, description="stop after this long (tests, demos)")
+
+    @field_validator("rules")
+    @classmethod
+    def _rules(cls, value: str) -> str:
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        if not names:
+            raise ValueError("at least one rule is required")
+        return ",".join(names)
+
+    def rule_names(self) -> list[str]:
+        return self.rules.split(",")
+
+    def uses_s3a(self) -> bool:
+        return self.checkpoint.startswith("s3a://")
+
+
+def add_cli_flags(parser: argparse.ArgumentParser) -> None:
+    for name, field in AuditorSettings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        env = f"ALDEBARAN_AUDIT_{name.upper()}"
+        help_text = f"{field.description} [env {env}; default {field.default}]"
+        parser.add_argument(flag, dest=name, default=None, help=help_text)

@@ -1,0 +1,171 @@
+"""`aldebaran` — the platform's one command line.
+
+    aldebaran services up|down|status|kill [NAME ...]   local Kafka, MinIO, Airflow (+ Spark cluster)
+    aldebaran auditor run|status                       the streaming auditor
+    aldebaran dispatch run                             deliver alerts to the configured channels
+    aldebaran deliveries stats|list|show               inspect the delivery ledger
+    aldebaran loadgen                                  produce trades in the original publisher's mix
+    aldebaran demo                                     the end-to-end demo (make demo)
+
+Every subcommand loads the git-ignored .env first (generated credentials); real environment
+variables win over it. `aldebaran SUBCOMMAND --help` documents each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from aldebaran import envfile
+from aldebaran.exceptions import AldebaranError
+
+log = logging.getLogger("aldebaran")
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    for noisy in ("botocore", "boto3", "urllib3", "py4j", "s3transfer"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+# --- services ----------------------------------------------------------------------------
+def cmd_services(args: argparse.Namespace) -> int:
+    from aldebaran import services
+
+    names = tuple(args.names) or None
+    if args.action == "up":
+        envfile.load_env(create=True)
+        wanted = names or services.CORE + (services.CLUSTER if args.cluster else ())
+        services.up(wanted)
+        _print_status(services.status(wanted))
+    elif args.action == "down":
+        services.down(names or services.CORE + services.CLUSTER)
+    elif args.action == "kill":
+        for name in names or ():
+            services.get(name).kill()
+    else:
+        _print_status(services.status(names or services.CORE + services.CLUSTER))
+    return 0
+
+
+def _print_status(rows) -> None:
+    header = f"{'service':<16} {'pid':>7}  {'running':<8} {'healthy':<8} {'address':<24} log"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r.name:<16} {r.pid or '-':>7}  {'yes' if r.running else 'no':<8} "
+            f"{'yes' if r.healthy else 'no':<8} {r.address:<24} {r.log}"
+        )
+
+
+# --- auditor -----------------------------------------------------------------------------
+def cmd_auditor(args: argparse.Namespace) -> int:
+    from aldebaran.audit import job
+    from aldebaran.audit.settings import AuditorSettings
+    from aldebaran.settings import load
+
+    overrides = {k: v for k, v in vars(args).items() if k in AuditorSettings.model_fields and v is not None}
+    settings = load(AuditorSettings, **overrides)
+    if args.action == "run":
+        job.run(settings)
+    else:
+        job.print_status(settings)
+    return 0
+
+
+# --- dispatch ----------------------------------------------------------------------------
+def cmd_dispatch(args: argparse.Namespace) -> int:
+    from aldebaran.delivery import dispatcher
+
+    stats = dispatcher.run_once(
+        channels=args.channel or None, max_alerts=args.max_alerts, idle_timeout=args.idle_timeout
+    )
+    print(stats.summary())
+    return 0
+
+
+def cmd_deliveries(args: argparse.Namespace) -> int:
+    from aldebaran.delivery import tools
+
+    return tools.main(args)
+
+
+def cmd_loadgen(args: argparse.Namespace) -> int:
+    from aldebaran import loadgen
+
+    loadgen.main(args)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from aldebaran import demo
+
+    return demo.main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="aldebaran", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("services", help="start/stop/inspect the local services")
+    s.add_argument("action", choices=["up", "down", "status", "kill"])
+    s.add_argument("names", nargs="*", help="services (default: minio kafka airflow; down/status: all)")
+    s.add_argument("--cluster", action="store_true", help="with `up`: also a Spark master and two workers")
+    s.set_defaults(func=cmd_services)
+
+    a = sub.add_parser("auditor", help="run the streaming auditor or show its heartbeat")
+    a.add_argument("action", choices=["run", "status"])
+    from aldebaran.audit.settings import add_cli_flags
+
+    add_cli_flags(a)
+    a.set_defaults(func=cmd_auditor)
+
+    d = sub.add_parser("dispatch", help="deliver waiting alerts to every configured channel, then exit")
+    d.add_argument("--channel", action="append", help="channel name (repeatable; default: all configured)")
+    d.add_argument("--max-alerts", type=int, default=None, help="stop after this many alerts")
+    d.add_argument("--idle-timeout", type=float, default=5.0, help="stop after this many seconds without alerts")
+    d.set_defaults(func=cmd_dispatch)
+
+    dl = sub.add_parser("deliveries", help="inspect the delivery ledger")
+    from aldebaran.delivery.tools import add_arguments
+
+    add_arguments(dl)
+    dl.set_defaults(func=cmd_deliveries)
+
+    lg = sub.add_parser("loadgen", help="produce trades to Kafka")
+    from aldebaran.loadgen import add_arguments as loadgen_args
+
+    loadgen_args(lg)
+    lg.set_defaults(func=cmd_loadgen)
+
+    dm = sub.add_parser("demo", help="run the end-to-end demo on the running services")
+    dm.add_argument("--orders", type=int, default=300, help="random orders in the original publisher's mix")
+    dm.add_argument("--seed", type=int, default=7)
+    dm.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose)
+    envfile.load_env()
+    try:
+        return args.func(args) or 0
+    except AldebaranError as exc:
+        log.error("%s", exc)
+        return 2
+    except KeyboardInterrupt:
+        log.warning("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

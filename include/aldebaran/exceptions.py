@@ -1,0 +1,38 @@
+"""The package's exceptions. Low-level errors (botocore, confluent-kafka, subprocess) are translated
+into these at the boundary, with enough context to act on."""
+
+
+class AldebaranError(Exception):
+    """Base class of every error the package raises on purpose."""
+
+
+class ConfigError(AldebaranError):
+    """A setting is missing or invalid. The message names the setting (its env var / CLI flag)."""
+
+
+class ServiceError(AldebaranError):
+    """A local service failed to start, stop or become healthy. The message names its log file."""
+
+
+class SetupError(AldebaranError):
+    """Something `make setup` installs is missing (venv, jars, MinIO binary)."""
+
+
+class ObjectStoreError(AldebaranError):
+    """The object store could not be reached or answered unexpectedly."""
+
+
+class AlreadyExists(ObjectStoreError):
+    """A conditional create (If-None-Match: *) found the key already present: someone else owns it."""
+
+
+class PreconditionFailed(ObjectStoreError):
+    """A conditional update (If-Match: <etag>) lost the race: the object changed since it was read."""
+
+
+class NotFound(ObjectStoreError):
+    """The key does not exist."""
+
+
+class AuditorError(AldebaranError):
+    """The streaming auditor could not start or stopped with an error."""

@@ -1,0 +1,133 @@
+"""Producing and consuming with confluent-kafka (librdkafka): the load generator, the auditor's
+alert sink, the dispatcher and the tests all go through here."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Iterable, Iterator
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from aldebaran.exceptions import AldebaranError
+from aldebaran.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+
+def producer(settings: KafkaSettings, **extra) -> Producer:
+    conf = {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "enable.idempotence": True,  # no duplicates from producer retries; acks=all
+        "linger.ms": 5,
+        "batch.num.messages": 10000,
+        "queue.buffering.max.messages": 1_000_000,
+        "compression.type": "lz4",
+        "message.max.bytes": settings.max_message_bytes,
+        "log_level": 3,
+    }
+    conf.update(extra)
+    return Producer(conf)
+
+
+def produce_all(p: Producer, topic: str, records: Iterable[tuple[bytes | str | None, bytes | str]],
+                headers=None) -> int:
+    """Produce (key, value) records and flush; raise if any delivery failed."""
+    errors: list = []
+
+    def on_delivery(err, _msg):
+        if err is not None:
+            errors.append(err)
+
+    n = 0
+    for key, value in records:
+        while True:
+            try:
+                p.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
+                break
+            except BufferError:
+                p.poll(0.05)
+        n += 1
+        if n % 10000 == 0:
+            p.poll(0)
+    remaining = p.flush(60)
+    if remaining or errors:
+        raise AldebaranError(f"producing to {topic}: {remaining} undelivered, errors: {errors[:3]}")
+    return n
+
+
+class AlertSink:
+    """The auditor's alert writer: key = alert_id, idempotent producer, flushed per batch."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+        self._producer: Producer | None = None
+
+    def send(self, alerts: list[tuple[str, str]]) -> None:
+        if self._producer is None:
+            self._producer = producer(self.settings, **{"linger.ms": 1})
+        produce_all(self._producer, self.settings.alerts_topic, alerts)
+
+
+def consumer(settings: KafkaSettings, group: str, **extra) -> Consumer:
+    conf = {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "log_level": 3,
+    }
+    conf.update(extra)
+    return Consumer(conf)
+
+
+def read_topic(settings: KafkaSettings, topic: str, timeout: float = 10.0, idle: float = 2.0) -> list:
+    """Read a whole topic from the beginning (no group commit): tests and reports."""
+    c = consumer(settings, group=f"aldebaran-reader-{time.time_ns()}")
+    meta = c.list_topics(topic, timeout=10).topics.get(topic)
+    if meta is None or meta.error is not None:
+        c.close()
+        raise AldebaranError(f"topic {topic} not found")
+    parts = [TopicPartition(topic, p, 0) for p in meta.partitions]
+    ends = {}
+    for tp in parts:
+        lo, hi = c.get_watermark_offsets(tp, timeout=10)
+        ends[tp.partition] = hi
+    c.assign([TopicPartition(topic, p, 0) for p, hi in ends.items() if hi > 0])
+    out, done = [], {p for p, hi in ends.items() if hi == 0}
+    deadline = time.monotonic() + timeout
+    while len(done) < len(ends) and time.monotonic() < deadline:
+        msg = c.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                done.add(msg.partition())
+                continue
+            raise KafkaException(msg.error())
+        out.append(msg)
+        if msg.offset() + 1 >= ends[msg.partition()]:
+            done.add(msg.partition())
+    c.close()
+    return out
+
+
+def end_offsets(settings: KafkaSettings, topic: str) -> dict[int, int]:
+    c = consumer(settings, group="aldebaran-offsets")
+    try:
+        meta = c.list_topics(topic, timeout=10).topics[topic]
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in meta.partitions}
+    finally:
+        c.close()
+
+
+def iter_messages(c: Consumer, timeout: float) -> Iterator:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        msg = c.poll(0.5)
+        if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):
+            continue
+        if msg.error():
+            raise KafkaException(msg.error())
+        yield msg

@@ -1,0 +1,68 @@
+"""Where things live: the work tree, the run directory (service data, logs, PID files) and the
+download cache that `make setup` fills (keyed by version, outside the work tree)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from functools import cache
+from pathlib import Path
+
+from aldebaran.exceptions import SetupError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_dir() -> Path:
+    """Service data, logs and PID files (ALDEBARAN_RUN_DIR, default <work tree>/.run)."""
+    return Path(os.environ.get("ALDEBARAN_RUN_DIR", ROOT / ".run")).resolve()
+
+
+def cache_dir() -> Path:
+    """Download/build cache shared by every clone on this machine (ALDEBARAN_CACHE)."""
+    return Path(os.environ.get("ALDEBARAN_CACHE", Path.home() / ".cache" / "aldebaran"))
+
+
+def env_file() -> Path:
+    """The git-ignored .env with generated credentials (ALDEBARAN_ENV_FILE, default <work tree>/.env)."""
+    return Path(os.environ.get("ALDEBARAN_ENV_FILE", ROOT / ".env"))
+
+
+@cache
+def versions() -> dict[str, str]:
+    """setup/versions.env, shared with scripts/setup.sh."""
+    out = {}
+    for line in (ROOT / "setup" / "versions.env").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+def jar_dir(name: str) -> Path:
+    """The directory of one Maven-resolved jar set (setup/maven/<name>.xml), as setup.sh names it."""
+    pom = ROOT / "setup" / "maven" / f"{name}.xml"
+    key = hashlib.sha256(pom.read_bytes()).hexdigest()[:12]
+    path = cache_dir() / "jars" / f"{name}-{key}"
+    if not (path / ".complete").exists():
+        raise SetupError(f"jar set {name!r} is not installed at {path}: run `make setup`")
+    return path
+
+
+def jars(name: str) -> list[Path]:
+    return sorted(jar_dir(name).glob("*.jar"))
+
+
+def minio_binary() -> Path:
+    path = cache_dir() / "minio" / versions()["MINIO_VERSION"] / "bin" / "minio"
+    if not path.exists():
+        raise SetupError(f"MinIO is not built at {path}: run `make setup`")
+    return path
+
+
+def venv_bin(tool: str) -> Path:
+    """A console script of the active virtualenv (the one running this code)."""
+    import sys
+
+    return Path(sys.executable).parent / tool

@@ -1,0 +1,117 @@
+"""Airflow 3 standalone on 127.0.0.1:8080: SQLite, LocalExecutor, the repo's dags/ and plugins/.
+
+`airflow standalone` stops its components only on KeyboardInterrupt: SIGTERM kills the parent and
+orphans the scheduler, api-server, dag-processor and triggerer. So it is started in its own session
+with SIGINT restored (services.base) and stopped with SIGINT to the whole process group.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+
+from aldebaran import paths
+from aldebaran.exceptions import ConfigError
+from aldebaran.services.base import Service
+from aldebaran.settings import KafkaSettings, ObjectStoreSettings, load
+
+log = logging.getLogger(__name__)
+
+
+def connections_env() -> dict[str, str]:
+    """AIRFLOW_CONN_* for the platform's connections, derived from the Aldebaran settings.
+
+    A variable already present in the environment (a real deployment's secret) wins.
+    """
+    kafka = load(KafkaSettings)
+    s3 = load(ObjectStoreSettings)
+    aws: dict = {"conn_type": "aws", "extra": {"region_name": s3.region}}
+    if s3.access_key and s3.secret_key:
+        aws["login"] = s3.access_key.get_secret_value()
+        aws["password"] = s3.secret_key.get_secret_value()
+    if s3.endpoint():
+        aws["extra"]["endpoint_url"] = s3.endpoint()
+    conns = {
+        "AIRFLOW_CONN_AWS_DEFAULT": aws,
+        "AIRFLOW_CONN_KAFKA_DEFAULT": {
+            "conn_type": "kafka",
+            "extra": {"bootstrap.servers": kafka.bootstrap_servers, "group.id": "aldebaran-airflow"},
+        },
+        "AIRFLOW_CONN_SPARK_DEFAULT": {
+            "conn_type": "spark",
+            "host": os.environ.get("ALDEBARAN_SPARK_MASTER", "local[*]"),
+            "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"},
+        },
+    }
+    return {k: json.dumps(v) for k, v in conns.items() if k not in os.environ}
+
+
+class Airflow(Service):
+    name = "airflow"
+    address = "127.0.0.1:8080"
+    start_timeout = 300.0
+    stop_timeout = 60.0
+    stop_signal = signal.SIGINT
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.host = os.environ.get("ALDEBARAN_AIRFLOW_HOST", "127.0.0.1")
+        self.port = int(os.environ.get("ALDEBARAN_AIRFLOW_PORT", "8080"))
+        self.address = f"{self.host}:{self.port}"
+        self.passwords = self.home / "passwords.json"
+
+    def environment(self) -> dict[str, str]:
+        password = os.environ.get("ALDEBARAN_AIRFLOW_ADMIN_PASSWORD")
+        if not password:
+            raise ConfigError(
+                "ALDEBARAN_AIRFLOW_ADMIN_PASSWORD must be set to start Airflow "
+                "(`aldebaran services up` generates it into .env)"
+            )
+        env = dict(os.environ)
+        # standalone runs its components as `airflow ...` from PATH: put this venv first.
+        env["PATH"] = f"{paths.venv_bin('airflow').parent}{os.pathsep}{env.get('PATH', '')}"
+        env.update(connections_env())
+        env.update(
+            {
+                "AIRFLOW_HOME": str(self.home),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(paths.ROOT / "dags"),
+                "AIRFLOW__CORE__PLUGINS_FOLDER": str(paths.ROOT / "plugins"),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": os.environ.get("ALDEBARAN_AIRFLOW_PARALLELISM", "4"),
+                "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "4",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+                "AIRFLOW__API__HOST": self.host,
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__API__BASE_URL": f"http://{self.address}",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://{self.address}/execution/",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords),
+                "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+                "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            }
+        )
+        return env
+
+    def prepare(self) -> None:
+        # The admin password comes from .env, never from Airflow's generator or a default.
+        self.passwords.write_text(json.dumps({"admin": os.environ["ALDEBARAN_AIRFLOW_ADMIN_PASSWORD"]}))
+        os.chmod(self.passwords, 0o600)
+
+    def command(self) -> list[str]:
+        return [str(paths.venv_bin("airflow")), "standalone"]
+
+    def healthy(self) -> bool:
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://{self.address}/api/v2/monitor/health", timeout=3) as resp:
+                body = json.loads(resp.read())
+        except (OSError, ValueError):
+            return False
+        return all(
+            body.get(part, {}).get("status") == "healthy" for part in ("metadatabase", "scheduler", "dag_processor")
+        )

@@ -1,0 +1,80 @@
+"""Typed settings shared by every part of the platform.
+
+Each field is read from an environment variable named in its description (pydantic-settings; the
+git-ignored .env is loaded first by :func:`aldebaran.envfile.load_env`). A missing or invalid
+setting fails at start with :class:`ConfigError` naming the variable, never later in the hot path.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from pydantic import Field, SecretStr, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from aldebaran.exceptions import ConfigError
+
+S = TypeVar("S", bound=BaseSettings)
+
+TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
+
+
+class KafkaSettings(BaseSettings):
+    """The Kafka cluster and the platform's topics."""
+
+    model_config = SettingsConfigDict(env_prefix="ALDEBARAN_KAFKA_", extra="ignore")
+
+    bootstrap_servers: str = Field(
+        "127.0.0.1:9092", min_length=1, description="ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS: host:port[,host:port]"
+    )
+    partitions: int = Field(2, ge=1, le=1024, description="ALDEBARAN_KAFKA_PARTITIONS: partitions of new topics")
+    trades_topic: str = Field("trades", pattern=TOPIC_PATTERN, description="ALDEBARAN_KAFKA_TRADES_TOPIC")
+    alerts_topic: str = Field("alerts", pattern=TOPIC_PATTERN, description="ALDEBARAN_KAFKA_ALERTS_TOPIC")
+    dlq_topic: str = Field("trades.dlq", pattern=TOPIC_PATTERN, description="ALDEBARAN_KAFKA_DLQ_TOPIC")
+    max_message_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, description="ALDEBARAN_KAFKA_MAX_MESSAGE_BYTES: largest message the topics take"
+    )
+
+    def topics(self) -> list[str]:
+        return [self.trades_topic, self.alerts_topic, self.dlq_topic]
+
+
+class ObjectStoreSettings(BaseSettings):
+    """S3 or MinIO: checkpoints, the alert archive, heartbeats and delivery records."""
+
+    model_config = SettingsConfigDict(env_prefix="ALDEBARAN_S3_", extra="ignore")
+
+    endpoint_url: str | None = Field(
+        "http://127.0.0.1:9000",
+        description="ALDEBARAN_S3_ENDPOINT_URL: MinIO/S3 endpoint; empty for AWS S3's regional endpoint",
+    )
+    bucket: str = Field(
+        "aldebaran", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", description="ALDEBARAN_S3_BUCKET"
+    )
+    region: str = Field("us-east-1", min_length=1, description="ALDEBARAN_S3_REGION")
+    access_key: SecretStr | None = Field(
+        None, description="ALDEBARAN_S3_ACCESS_KEY: empty to use the AWS default credential chain"
+    )
+    secret_key: SecretStr | None = Field(None, description="ALDEBARAN_S3_SECRET_KEY")
+
+    def endpoint(self) -> str | None:
+        return self.endpoint_url or None
+
+
+def env_var_of(cls: type[BaseSettings], field: str) -> str:
+    prefix = cls.model_config.get("env_prefix", "") or ""
+    return f"{prefix}{field}".upper()
+
+
+def load(cls: type[S], **overrides) -> S:
+    """Instantiate settings, translating validation errors into one ConfigError naming each variable."""
+    try:
+        return cls(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            value = err.get("input")
+            shown = "" if "secret" in field or "password" in field else f" (got {value!r})"
+            problems.append(f"{env_var_of(cls, field)}: {err['msg']}{shown}")
+        raise ConfigError("invalid settings: " + "; ".join(problems)) from None
