@@ -94,9 +94,16 @@ def session(app: str = "aldebaran", master: str | None = None, conf: dict[str, s
             s3a: bool = False, shuffle_partitions: int = 2):
     """Build (or reuse) a SparkSession with the connector jars on the classpath."""
     apply_spark_env()
+    import logging
+
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName(app).master(master or os.environ.get("ALDEBARAN_SPARK_MASTER", "local[2]"))
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines outlive pytest's log capture
+
+    builder = SparkSession.builder.appName(app)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # Not under spark-submit: choose the master here. Under spark-submit, --master decides.
+        builder = builder.master(master or os.environ.get("ALDEBARAN_SPARK_MASTER", "local[2]"))
     for key, value in {**base_conf(shuffle_partitions, s3a), **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

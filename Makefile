@@ -1,0 +1,37 @@
+# Aldebaran — developer entry points. `make help` lists them.
+SHELL := /bin/bash
+VENV  := .venv
+ALD   := $(VENV)/bin/aldebaran
+
+.PHONY: help setup up up-cluster down status demo test test-unit clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+setup:  ## install everything (venv, Kafka/Spark jars, MinIO) into ~/.cache/aldebaran; idempotent
+	@bash scripts/setup.sh
+
+up: setup  ## start Kafka, MinIO and Airflow on 127.0.0.1 (credentials generated into .env)
+	@$(ALD) services up
+
+up-cluster: setup  ## also start a Spark standalone master and two workers
+	@$(ALD) services up --cluster
+
+down:  ## stop every service started by `make up`
+	@if [ -x $(ALD) ]; then $(ALD) services down; fi
+
+status:  ## one line per service
+	@$(ALD) services status
+
+demo: setup  ## the platform end to end on local defaults (leaves services running; `make down` stops them)
+	@$(ALD) services up
+	@$(ALD) demo
+
+test: setup  ## the whole suite against real services (started, then stopped even on failure)
+	@bash scripts/test.sh $(PYTEST_ARGS)
+
+test-unit: setup  ## only the fast tests (no services)
+	@$(VENV)/bin/pytest tests/unit tests/dags -q $(PYTEST_ARGS)
+
+clean: down  ## stop services and delete local service data (.run)
+	rm -rf .run

@@ -1,0 +1,1 @@
+"""Alert delivery: exactly once per channel through keyed delivery records (the ledger)."""

@@ -1,0 +1,38 @@
+"""Aldebaran's streaming auditor: the spark-submit entry point (argument parsing only).
+
+    spark-submit --master 'local[2]' \
+        --jars "$(ls ~/.cache/aldebaran/jars/spark-kafka-*/*.jar | paste -sd,)" \
+        spark_apps/auditor.py --checkpoint s3a://aldebaran/checkpoints/auditor --rules overfill,mismatch
+
+Every option also reads its ALDEBARAN_AUDIT_* environment variable (`--help` lists them); Kafka and
+object-store settings come from ALDEBARAN_KAFKA_* / ALDEBARAN_S3_*. The logic is aldebaran.audit.job.
+"""
+
+import argparse
+import logging
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from aldebaran import envfile
+    from aldebaran.audit import job
+    from aldebaran.audit.settings import AuditorSettings, add_cli_flags
+    from aldebaran.exceptions import AldebaranError
+    from aldebaran.settings import load
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_cli_flags(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    envfile.load_env()
+    try:
+        settings = load(AuditorSettings, **{k: v for k, v in vars(args).items() if v is not None})
+        job.run(settings)
+    except AldebaranError as exc:
+        logging.getLogger("aldebaran").error("%s", exc)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

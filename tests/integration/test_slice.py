@@ -1,0 +1,88 @@
+"""The thin end-to-end slice on real Kafka, Spark and MinIO: the challenge's example → exactly one
+OVERFILL for order 1 on `alerts` → exactly one delivery record for the `log` channel."""
+
+from __future__ import annotations
+
+import json
+
+from aldebaran import events, kafka_io, loadgen
+from aldebaran.audit import job
+from aldebaran.audit.settings import AuditorSettings
+from aldebaran.delivery.backends import S3Backend
+from aldebaran.delivery.channels import LogChannel
+from aldebaran.delivery.dispatcher import Dispatcher
+from aldebaran.delivery.ledger import DELIVERED, Ledger
+from aldebaran.audit.rules import alert_id as alert_id_of
+from aldebaran.settings import load
+
+
+def _run_auditor(spark, checkpoint, **extra):
+    settings = load(AuditorSettings, checkpoint=checkpoint, trigger="available-now", query_name="slice",
+                    archive_prefix=extra.pop("archive_prefix", "tests/archive"), **extra)
+    return job.run(settings, spark=spark)
+
+
+def test_challenge_example_end_to_end(spark, kafka_topics, store, s3_prefix, checkpoint, tmp_path, unique):
+    recs = list(loadgen.records(iter(loadgen.CHALLENGE_EXAMPLE)))
+    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic,
+                         [(r.key, r.value) for r in recs[:3]])
+    _run_auditor(spark, checkpoint, archive_prefix=f"{s3_prefix}/archive")
+
+    alerts = [json.loads(m.value()) for m in kafka_io.read_topic(kafka_topics, kafka_topics.alerts_topic)]
+    assert [(a["kind"], a["order_id"], a["requested"], a["purchased"], a["trigger_event_id"]) for a in alerts] == [
+        ("OVERFILL", "1", 100, 120, "3")
+    ]
+    assert alerts[0]["alert_id"] == alert_id_of("OVERFILL", "1")
+
+    # The third purchase of 10 arrives later: the auditor resumes from its checkpoint, no new alert.
+    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic, [(recs[3].key, recs[3].value)])
+    _run_auditor(spark, checkpoint, archive_prefix=f"{s3_prefix}/archive")
+    assert len(kafka_io.read_topic(kafka_topics, kafka_topics.alerts_topic)) == 1
+
+    # The archive holds the same alert.
+    archived = [json.loads(o) for o in _archive_lines(store, f"{s3_prefix}/archive/slice/")]
+    assert [a["alert_id"] for a in archived] == [alerts[0]["alert_id"]]
+
+    # Dispatch to the log channel: one delivery record in MinIO, DELIVERED, one line in the log.
+    log_file = tmp_path / "alerts.jsonl"
+    ledger = Ledger(S3Backend(store), prefix=f"{s3_prefix}/deliveries")
+    dispatcher = Dispatcher(ledger, [LogChannel("log", log_file)], kafka=kafka_topics, group=f"g-{unique}")
+    stats = dispatcher.run_once(idle_timeout=2.0)
+    assert stats.sent == {"log": 1}
+    records = ledger.records("log")
+    assert [(r.alert_id, r.state) for r in records] == [(alerts[0]["alert_id"], DELIVERED)]
+    assert len(log_file.read_text().splitlines()) == 1
+
+    # The same alert again on the topic (at-least-once) is not delivered twice.
+    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.alerts_topic,
+                         [(alerts[0]["alert_id"], json.dumps(alerts[0]))])
+    again = Dispatcher(ledger, [LogChannel("log", log_file)], kafka=kafka_topics, group=f"g2-{unique}").run_once(idle_timeout=2.0)
+    assert again.sent == {} and again.already == {"log": 2}  # the original and its repeat: both suppressed
+    assert len(log_file.read_text().splitlines()) == 1
+
+
+def test_malformed_input_goes_to_the_dlq_with_reason_and_offset(spark, kafka_topics, checkpoint, s3_prefix):
+    good = events.encode(events.request("9", 10))
+    bad = [b"{not json", b'{"id": "p1", "initial_order_id": "9", "#shares": 0}', b"\xff\xfe"]
+    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic,
+                         [(b"k", v) for v in [good, *bad]])
+    last = _run_auditor(spark, checkpoint, archive_prefix=f"{s3_prefix}/archive")
+    assert last["dlq"] == 3 and last["applied"] == 1
+
+    dlq = kafka_io.read_topic(kafka_topics, kafka_topics.dlq_topic)
+    by_value = {m.value(): dict(m.headers()) for m in dlq}
+    assert set(by_value) == set(bad)  # the original bytes, unchanged
+    assert by_value[bad[0]]["aldebaran.reason_code"] == b"invalid_json"
+    assert by_value[bad[1]]["aldebaran.reason_code"] == b"shares_out_of_range"
+    assert by_value[bad[2]]["aldebaran.reason_code"] == b"invalid_utf8"
+    for headers in by_value.values():
+        assert headers["aldebaran.source.topic"] == kafka_topics.trades_topic.encode()
+        assert int(headers["aldebaran.source.offset"]) >= 0
+        assert int(headers["aldebaran.source.partition"]) >= 0
+
+
+def _archive_lines(store, prefix):
+    out = []
+    for obj in store.list(prefix):
+        out += [l for l in store.get(obj["Key"]).body.decode().splitlines() if l]
+    return out
