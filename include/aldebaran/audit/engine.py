@@ -127,6 +127,7 @@ class BatchWriter:
             snapshot_every=settings.snapshot_every,
         )
         self.last: dict = {}
+        self.recent: dict[int, dict] = {}  # batch id → figures, for the heartbeat listener
 
     def __call__(self, batch_df, batch_id: int) -> None:
         from pyspark.sql import functions as F
@@ -169,6 +170,9 @@ class BatchWriter:
                 "state_ms_max": max((s.state_ms for s in stats), default=0.0),
                 "batch_ms": (time.perf_counter() - t0) * 1000,
             }
+            self.recent[batch_id] = self.last
+            for old in [b for b in self.recent if b < batch_id - 20]:
+                del self.recent[old]
             log.info("batch %d: %s", batch_id, json.dumps(self.last))
             if self.on_batch:
                 self.on_batch(self.last)

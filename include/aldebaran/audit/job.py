@@ -63,8 +63,13 @@ def build_query(spark, settings: AuditorSettings, on_batch=None):
     if settings.idle_ticks and settings.trigger == "processing-time":
         parsed = parsed.unionByName(tick_source(spark, parsed.columns))
 
-    archive = Archive(ObjectStore(load(ObjectStoreSettings)), settings.archive_prefix, settings.query_name)
+    store = ObjectStore(load(ObjectStoreSettings))
+    archive = Archive(store, settings.archive_prefix, settings.query_name)
     writer = BatchWriter(settings, kafka, archive, on_batch=on_batch)
+    from aldebaran.audit.heartbeat import make_listener
+
+    listener = make_listener(store, settings.query_name, lambda batch_id: writer.recent.get(batch_id))
+    spark.streams.addListener(listener)
     stream = (
         parsed.writeStream.queryName(settings.query_name)
         .option("checkpointLocation", settings.checkpoint.rstrip("/") + "/spark")
@@ -74,7 +79,11 @@ def build_query(spark, settings: AuditorSettings, on_batch=None):
         stream = stream.trigger(availableNow=True)
     else:
         stream = stream.trigger(processingTime=settings.trigger_interval)
-    return stream.start(), writer
+    try:
+        return stream.start(), writer, listener
+    except Exception:
+        spark.streams.removeListener(listener)
+        raise
 
 
 def run(settings: AuditorSettings, spark=None, on_batch=None) -> dict:
@@ -86,7 +95,7 @@ def run(settings: AuditorSettings, spark=None, on_batch=None) -> dict:
         shuffle_partitions=settings.shards,
     )
     spark.conf.set("spark.sql.adaptive.enabled", "false")  # shard id = shuffle partition id
-    query, writer = build_query(spark, settings, on_batch=on_batch)
+    query, writer, listener = build_query(spark, settings, on_batch=on_batch)
     log.info("auditor %s started (checkpoint %s, rules %s)", settings.query_name, settings.checkpoint, settings.rules)
     t0 = time.monotonic()
     try:
@@ -99,6 +108,7 @@ def run(settings: AuditorSettings, spark=None, on_batch=None) -> dict:
     finally:
         exc = query.exception()
         query.stop()
+        spark.streams.removeListener(listener)
     if exc is not None:
         raise AuditorError(f"auditor query {settings.query_name} failed: {exc}")
     log.info("auditor %s stopped after %.1fs", settings.query_name, time.monotonic() - t0)
@@ -106,5 +116,28 @@ def run(settings: AuditorSettings, spark=None, on_batch=None) -> dict:
 
 
 def print_status(settings: AuditorSettings) -> None:
-    print(json.dumps({"query": settings.query_name, "checkpoint": settings.checkpoint,
-                      "note": "heartbeat publishing arrives with the observability work"}, indent=2))
+    """`aldebaran auditor status`: the latest heartbeat and its age."""
+    from aldebaran.audit.heartbeat import heartbeat_key, read
+    from aldebaran.objectstore import ObjectStore
+
+    store = ObjectStore(load(ObjectStoreSettings))
+    hb = read(store, settings.query_name)
+    if hb is None:
+        print(f"no heartbeat at {store.uri(heartbeat_key(settings.query_name))}: the auditor has not run yet")
+        return
+    age = time.time() - hb["updated_at_ms"] / 1000
+    books = hb.get("books") or {}
+    print(f"auditor {hb.get('query')}: {hb.get('status')} — last heartbeat {age:.1f}s ago "
+          f"(host {hb.get('host')}, pid {hb.get('pid')})")
+    rows = [
+        ("batch", hb.get("batch_id")), ("input rows", hb.get("input_rows")),
+        ("input rows/s", hb.get("input_rows_per_second")), ("processed rows/s", hb.get("processed_rows_per_second")),
+        ("batch duration ms", hb.get("batch_duration_ms")), ("open books", books.get("open_books")),
+        ("alerts (batch)", books.get("alerts")), ("dlq (batch)", books.get("dlq")),
+        ("expired (batch)", books.get("expired")), ("duplicates (batch)", books.get("duplicates")),
+    ]
+    for name, value in rows:
+        if value is not None:
+            print(f"  {name:<20} {value if not isinstance(value, float) else round(value, 1)}")
+    if hb.get("error"):
+        print(f"  error: {hb['error'][:500]}")

@@ -1,0 +1,109 @@
+"""The auditor's heartbeat: a StreamingQueryListener that publishes, per micro-batch, Spark's progress
+merged with the books' own figures, as one JSON object in the object store
+(``heartbeats/auditor/<query>.json``) and as a log line. The supervisor and the health DAG read it;
+`aldebaran auditor status` prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+
+from aldebaran.objectstore import ObjectStore, safe_segment
+
+log = logging.getLogger(__name__)
+
+PREFIX = "heartbeats/auditor"
+
+
+def heartbeat_key(query_name: str) -> str:
+    return f"{PREFIX}/{safe_segment(query_name, 'query name')}.json"
+
+
+def build(progress: dict, books: dict | None, status: str) -> dict:
+    """One heartbeat record from a StreamingQueryProgress (as JSON) and the BatchWriter's figures."""
+    state_ops = progress.get("stateOperators") or []
+    sources = progress.get("sources") or []
+    return {
+        "query": progress.get("name"),
+        "query_id": progress.get("id"),
+        "run_id": progress.get("runId"),
+        "status": status,
+        "batch_id": progress.get("batchId"),
+        "progress_timestamp": progress.get("timestamp"),
+        "updated_at_ms": int(time.time() * 1000),
+        "input_rows": progress.get("numInputRows"),
+        "input_rows_per_second": progress.get("inputRowsPerSecond"),
+        "processed_rows_per_second": progress.get("processedRowsPerSecond"),
+        "batch_duration_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
+        "duration_ms": progress.get("durationMs"),
+        "kafka_end_offsets": [s.get("endOffset") for s in sources if "Kafka" in (s.get("description") or "")],
+        "spark_state_rows": sum(op.get("numRowsTotal", 0) for op in state_ops),
+        "spark_state_memory_bytes": sum(op.get("memoryUsedBytes", 0) for op in state_ops),
+        "books": books or {},
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
+
+
+def make_listener(store: ObjectStore, query_name: str, books_by_batch):
+    """A listener publishing heartbeats for the query named `query_name` (others are ignored)."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    key = heartbeat_key(query_name)
+
+    class HeartbeatListener(StreamingQueryListener):
+        query_id: str | None = None
+
+        def _publish(self, record: dict) -> None:
+            try:
+                store.put(key, json.dumps(record, separators=(",", ":")).encode())
+            except Exception as exc:  # noqa: BLE001 - a heartbeat must never kill the query
+                log.warning("heartbeat not published to %s: %s", store.uri(key), exc)
+
+        def onQueryStarted(self, event) -> None:
+            if event.name == query_name:
+                self.query_id = str(event.id)
+                self._publish({"query": query_name, "query_id": str(event.id), "run_id": str(event.runId),
+                               "status": "started", "updated_at_ms": int(time.time() * 1000),
+                               "host": socket.gethostname(), "pid": os.getpid()})
+
+        def onQueryProgress(self, event) -> None:
+            progress = json.loads(event.progress.json)
+            if progress.get("name") != query_name:
+                return
+            record = build(progress, books_by_batch(progress.get("batchId")), "running")
+            log.info("heartbeat %s", json.dumps({k: record[k] for k in (
+                "batch_id", "input_rows", "processed_rows_per_second", "batch_duration_ms")} | {
+                "open_books": record["books"].get("open_books"), "alerts": record["books"].get("alerts"),
+                "dlq": record["books"].get("dlq")}))
+            self._publish(record)
+
+        def onQueryIdle(self, event) -> None:
+            if event.name == query_name:
+                self._publish({"query": query_name, "query_id": str(event.id), "run_id": str(event.runId),
+                               "status": "idle", "updated_at_ms": int(time.time() * 1000),
+                               "host": socket.gethostname(), "pid": os.getpid()})
+
+        def onQueryTerminated(self, event) -> None:
+            # Terminated events carry no name; the id tells ours from other queries in this session.
+            if str(event.id) != self.query_id:
+                return
+            self._publish({"query": query_name, "query_id": str(event.id), "run_id": str(event.runId),
+                           "status": "failed" if event.exception else "stopped",
+                           "error": (event.exception or "")[:2000],
+                           "updated_at_ms": int(time.time() * 1000), "host": socket.gethostname(), "pid": os.getpid()})
+
+    return HeartbeatListener()
+
+
+def read(store: ObjectStore, query_name: str) -> dict | None:
+    from aldebaran.exceptions import NotFound
+
+    try:
+        return store.get(heartbeat_key(query_name)).json()
+    except NotFound:
+        return None
