@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from aldebaran import events, kafka_io, loadgen
-from aldebaran.audit import job
+from aldebaran.audit import heartbeat, job
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.delivery.backends import S3Backend
 from aldebaran.delivery.channels import LogChannel
@@ -17,7 +17,8 @@ from aldebaran.settings import load
 
 
 def _run_auditor(spark, checkpoint, **extra):
-    settings = load(AuditorSettings, checkpoint=checkpoint, trigger="available-now", query_name="slice",
+    extra.setdefault("query_name", "slice")
+    settings = load(AuditorSettings, checkpoint=checkpoint, trigger="available-now",
                     archive_prefix=extra.pop("archive_prefix", "tests/archive"), **extra)
     return job.run(settings, spark=spark)
 
@@ -26,7 +27,7 @@ def test_challenge_example_end_to_end(spark, kafka_topics, store, s3_prefix, che
     recs = list(loadgen.records(iter(loadgen.CHALLENGE_EXAMPLE)))
     kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic,
                          [(r.key, r.value) for r in recs[:3]])
-    _run_auditor(spark, checkpoint, archive_prefix=f"{s3_prefix}/archive")
+    _run_auditor(spark, checkpoint, archive_prefix=f"{s3_prefix}/archive", query_name=f"slice-{unique}")
 
     alerts = [json.loads(m.value()) for m in kafka_io.read_topic(kafka_topics, kafka_topics.alerts_topic)]
     assert [(a["kind"], a["order_id"], a["requested"], a["purchased"], a["trigger_event_id"]) for a in alerts] == [
@@ -36,11 +37,16 @@ def test_challenge_example_end_to_end(spark, kafka_topics, store, s3_prefix, che
 
     # The third purchase of 10 arrives later: the auditor resumes from its checkpoint, no new alert.
     kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic, [(recs[3].key, recs[3].value)])
-    _run_auditor(spark, checkpoint, archive_prefix=f"{s3_prefix}/archive")
+    _run_auditor(spark, checkpoint, archive_prefix=f"{s3_prefix}/archive", query_name=f"slice-{unique}")
     assert len(kafka_io.read_topic(kafka_topics, kafka_topics.alerts_topic)) == 1
 
+    # The heartbeat tells the supervisor what happened; then it was stopped cleanly.
+    beat = heartbeat.read(store, f"slice-{unique}")
+    assert beat["status"] == "stopped" and beat["query"] == f"slice-{unique}"
+    store.delete(heartbeat.heartbeat_key(f"slice-{unique}"))
+
     # The archive holds the same alert.
-    archived = [json.loads(o) for o in _archive_lines(store, f"{s3_prefix}/archive/slice/")]
+    archived = [json.loads(o) for o in _archive_lines(store, f"{s3_prefix}/archive/slice-{unique}/")]
     assert [a["alert_id"] for a in archived] == [alerts[0]["alert_id"]]
 
     # Dispatch to the log channel: one delivery record in MinIO, DELIVERED, one line in the log.

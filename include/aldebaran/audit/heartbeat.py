@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 
 from aldebaran.objectstore import ObjectStore, safe_segment
@@ -57,6 +58,7 @@ def make_listener(store: ObjectStore, query_name: str, books_by_batch):
 
     class HeartbeatListener(StreamingQueryListener):
         query_id: str | None = None
+        terminated = threading.Event()  # set once our query's terminated event was handled
 
         def _publish(self, record: dict) -> None:
             try:
@@ -96,8 +98,11 @@ def make_listener(store: ObjectStore, query_name: str, books_by_batch):
                            "status": "failed" if event.exception else "stopped",
                            "error": (event.exception or "")[:2000],
                            "updated_at_ms": int(time.time() * 1000), "host": socket.gethostname(), "pid": os.getpid()})
+            self.terminated.set()
 
-    return HeartbeatListener()
+    listener = HeartbeatListener()
+    listener.terminated = threading.Event()
+    return listener
 
 
 def read(store: ObjectStore, query_name: str) -> dict | None:

@@ -108,6 +108,8 @@ def run(settings: AuditorSettings, spark=None, on_batch=None) -> dict:
     finally:
         exc = query.exception()
         query.stop()
+        # Events are delivered asynchronously: let the listener see the end before detaching it.
+        listener.terminated.wait(10)
         spark.streams.removeListener(listener)
     if exc is not None:
         raise AuditorError(f"auditor query {settings.query_name} failed: {exc}")
