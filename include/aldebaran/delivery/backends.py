@@ -3,6 +3,7 @@
 - ``create(key, body)``: store only if absent, return an etag; AlreadyExists otherwise.
 - ``replace(key, body, etag)``: store only if the current etag is `etag`; PreconditionFailed otherwise.
 - ``get(key)``: (body, etag); NotFound if absent.  ``list(prefix)``: keys under a prefix, sorted.
+- ``put(key, body)`` / ``delete(key)``: unconditional (index markers only, never delivery records).
 
 S3Backend maps these to PutObject with If-None-Match: * / If-Match (works on AWS S3 and MinIO).
 LocalBackend serves one machine without an object store: O_EXCL create, and compare-and-swap by
@@ -26,6 +27,8 @@ class Backend(Protocol):
     def replace(self, key: str, body: bytes, etag: str) -> str: ...
     def get(self, key: str) -> tuple[bytes, str]: ...
     def list(self, prefix: str) -> Iterator[str]: ...
+    def put(self, key: str, body: bytes) -> None: ...
+    def delete(self, key: str) -> None: ...
     def describe(self) -> str: ...
 
 
@@ -46,6 +49,12 @@ class S3Backend:
     def list(self, prefix: str) -> Iterator[str]:
         for obj in self.store.list(prefix):
             yield obj["Key"]
+
+    def put(self, key: str, body: bytes) -> None:
+        self.store.put(key, body)
+
+    def delete(self, key: str) -> None:
+        self.store.delete(key)
 
     def describe(self) -> str:
         return self.store.uri()
@@ -112,10 +121,20 @@ class LocalBackend:
         if not directory.exists():
             return
         for path in sorted(directory.rglob("*")):
-            if path.is_file():
+            if path.is_file() and not path.name.startswith("."):
                 key = str(path.relative_to(self.root))
                 if key.startswith(prefix):
                     yield key
+
+    def put(self, key: str, body: bytes) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(body)
+        os.replace(tmp, path)
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
 
     def describe(self) -> str:
         return f"file://{self.root}"

@@ -11,6 +11,12 @@ is a compare-and-swap on its ETag (If-Match), so exactly one worker wins each st
                                  └▶ IN_DOUBT            if it cannot (SMS): never re-sent automatically
 
 A lost race (AlreadyExists / PreconditionFailed) is normal: another worker owns that delivery.
+
+Records that need attention later are also listed in a small index beside the records
+(``<prefix>-index/<retry|dead|in_doubt>/<channel>/<alert_id>``): the sweeper finds due retries and
+stranded claims there without listing every record ever written, and stats/UI count them cheaply.
+A marker is written before the record leaves the index's state and removed after it, so a crash in
+between leaves an extra marker (harmless: the sweeper re-checks the record), never a missing one.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ class Record:
     receipt: dict | None = None
     delivered_at: float | None = None
     error: str | None = None
+    indexed: bool = False  # listed in the retry index (removed again once final)
     history: list = field(default_factory=list)
 
     def to_bytes(self) -> bytes:
@@ -97,6 +104,22 @@ class Ledger:
 
     def key(self, channel: str, alert_id: str) -> str:
         return f"{self.prefix}/{safe_segment(channel, 'channel')}/{safe_segment(alert_id, 'alert id')}.json"
+
+    def index_key(self, kind: str, channel: str, alert_id: str) -> str:
+        return f"{self.prefix}-index/{kind}/{safe_segment(channel, 'channel')}/{safe_segment(alert_id, 'alert id')}"
+
+    def _mark(self, kind: str, record: "Record") -> None:
+        if kind == RETRY.lower():
+            record.indexed = True
+        self.backend.put(self.index_key(kind, record.channel, record.alert_id), b"")
+
+    def _unmark(self, kind: str, record: "Record") -> None:
+        self.backend.delete(self.index_key(kind, record.channel, record.alert_id))
+
+    def indexed(self, kind: str, channel: str) -> list[str]:
+        """Alert ids listed in one index (retry, dead, in_doubt) of a channel."""
+        prefix = f"{self.prefix}-index/{kind}/{safe_segment(channel, 'channel')}/"
+        return [k[len(prefix):] for k in self.backend.list(prefix)]
 
     # --- reads ---------------------------------------------------------------------------------
     def get(self, channel: str, alert_id: str) -> tuple[Record, str] | None:
@@ -157,9 +180,13 @@ class Ledger:
                 record.state = IN_DOUBT
                 record.error = f"lease of {record.owner} expired at attempt {record.attempt}: a send may have happened"
                 record.updated_at = now
+                record.lease_until = None
                 record.note(now, "lease expired on a channel that cannot deduplicate")
-                self._swap(record, etag, self.key(channel, alert_id), lost_ok=True)
+                self._mark(IN_DOUBT.lower(), record)
+                if self._swap(record, etag, self.key(channel, alert_id), lost_ok=True):
+                    self._unmark(RETRY.lower(), record)
                 return None
+            self._mark(RETRY.lower(), record)  # rescued work stays findable if this worker dies too
             note = f"rescued from {record.owner} (lease expired)"
         else:
             return None
@@ -177,10 +204,13 @@ class Ledger:
     def delivered(self, claim: Claim, receipt: dict) -> Record:
         r = claim.record
         now = self.clock()
+        was_indexed, r.indexed = r.indexed, False
         r.state, r.receipt, r.delivered_at, r.updated_at = DELIVERED, receipt, now, now
         r.lease_until, r.error = None, None
         r.note(now, "delivered")
         claim.etag = self._swap(r, claim.etag, claim.key)
+        if was_indexed:
+            self._unmark(RETRY.lower(), r)
         return r
 
     def failed(self, claim: Claim, error: str, permanent: bool = False) -> Record:
@@ -190,28 +220,59 @@ class Ledger:
         if permanent or r.attempt >= self.max_attempts:
             r.state = DEAD
             r.note(now, "permanent failure" if permanent else f"gave up after {r.attempt} attempts")
+            self._mark(DEAD.lower(), r)
+            claim.etag = self._swap(r, claim.etag, claim.key)
+            self._unmark(RETRY.lower(), r)
         else:
             r.state = RETRY
             delay = min(self.backoff_max, self.backoff_base * 2 ** (r.attempt - 1))
-            r.next_at = now + delay * random.uniform(0.5, 1.0)  # full jitter on the upper half
+            r.next_at = now + delay * random.uniform(0.5, 1.0)  # jitter over the upper half of the backoff
             r.note(now, f"retry in {r.next_at - now:.1f}s")
+            self._mark(RETRY.lower(), r)
+            claim.etag = self._swap(r, claim.etag, claim.key)
+        return r
+
+    def in_doubt(self, claim: Claim, error: str) -> Record:
+        """The send may or may not have reached a provider that cannot deduplicate: never resend."""
+        r = claim.record
+        now = self.clock()
+        r.state, r.error, r.updated_at, r.lease_until = IN_DOUBT, error[:500], now, None
+        r.note(now, "outcome unknown on a channel that cannot deduplicate")
+        self._mark(IN_DOUBT.lower(), r)
         claim.etag = self._swap(r, claim.etag, claim.key)
+        self._unmark(RETRY.lower(), r)
         return r
 
     def resolve(self, channel: str, alert_id: str, outcome: str, reason: str, who: str) -> Record:
-        """An operator settles an IN_DOUBT (or DEAD) delivery by hand; the reason is recorded."""
+        """An operator settles an IN_DOUBT or DEAD delivery by hand; the reason is recorded.
+
+        DELIVERED: it did reach the recipient (checked with the provider). DEAD: give up.
+        RETRY: send again, with a fresh set of attempts (only after making sure it did not arrive).
+        """
         if outcome not in (DELIVERED, DEAD, RETRY):
             raise ValueError(f"outcome must be DELIVERED, DEAD or RETRY, not {outcome!r}")
+        if not reason.strip():
+            raise ValueError("a reason is required")
         got = self.get(channel, alert_id)
         if got is None:
             raise NotFound(f"no delivery record for {channel}/{alert_id}")
         record, etag = got
+        if record.state not in (IN_DOUBT, DEAD):
+            raise ValueError(f"{channel}/{alert_id} is {record.state}: only IN_DOUBT or DEAD can be resolved by hand")
+        previous = record.state
         now = self.clock()
-        record.state, record.updated_at = outcome, now
+        record.state, record.updated_at, record.lease_until, record.owner = outcome, now, None, who
         if outcome == RETRY:
-            record.next_at = now
-        record.note(now, f"resolved by {who}: {reason}")
+            record.next_at, record.attempt, record.error = now, 0, None
+            self._mark(RETRY.lower(), record)
+        elif outcome == DELIVERED:
+            record.delivered_at = record.delivered_at or now
+        record.note(now, f"resolved {previous} → {outcome} by {who}: {reason}")
         self._swap(record, etag, self.key(channel, alert_id))
+        if outcome != previous:
+            self._unmark(previous.lower(), record)
+        if outcome == DEAD:
+            self._mark(DEAD.lower(), record)
         return record
 
     def _swap(self, record: Record, etag: str, key: str, lost_ok: bool = False) -> str | None:
@@ -223,27 +284,42 @@ class Ledger:
             raise LostLease(f"{key} changed under {record.owner}") from None
 
     # --- stats ----------------------------------------------------------------------------------
-    def stats(self, channel: str) -> dict:
+    def stats(self, channel: str, detail: bool = True) -> dict:
+        """Per-channel figures. Counts come from key listings and the small index; only the
+        records in the retry index are read (for in-flight vs waiting and the oldest age)."""
         now = self.clock()
-        counts = {s: 0 for s in STATES}
-        oldest_pending = None
-        in_flight = 0
-        for r in self.records(channel):
-            counts[r.state] += 1
-            if r.state == CLAIMED and (r.lease_until or 0) > now:
-                in_flight += 1
-            if r.state in (CLAIMED, RETRY):
-                age = now - r.created_at
-                oldest_pending = age if oldest_pending is None else max(oldest_pending, age)
+        total = sum(1 for _ in self.backend.list(f"{self.prefix}/{safe_segment(channel, 'channel')}/"))
+        retry_ids = self.indexed(RETRY.lower(), channel)
+        dead = len(self.indexed(DEAD.lower(), channel))
+        in_doubt = len(self.indexed(IN_DOUBT.lower(), channel))
+        retrying = in_flight = 0
+        oldest = None
+        if detail:
+            for alert_id in retry_ids:
+                got = self.get(channel, alert_id)
+                if got is None:
+                    continue
+                r = got[0]
+                if r.state == RETRY:
+                    retrying += 1
+                elif r.state == CLAIMED and (r.lease_until or 0) > now:
+                    in_flight += 1
+                if r.state in (RETRY, CLAIMED):
+                    age = now - r.created_at
+                    oldest = age if oldest is None else max(oldest, age)
+        else:
+            retrying = len(retry_ids)
         return {
             "channel": channel,
-            "pending": counts[CLAIMED] + counts[RETRY] - in_flight,
+            "records": total,
+            "pending": retrying,
             "in_flight": in_flight,
-            "delivered": counts[DELIVERED],
-            "retrying": counts[RETRY],
-            "dead": counts[DEAD],
-            "in_doubt": counts[IN_DOUBT],
-            "oldest_pending_age_s": round(oldest_pending, 1) if oldest_pending is not None else None,
+            "delivered": max(0, total - len(retry_ids) - dead - in_doubt),
+            "retrying": retrying,
+            "dead": dead,
+            "in_doubt": in_doubt,
+            "oldest_pending_age_s": round(oldest, 1) if oldest is not None else None,
             "lease_seconds": self.lease_seconds,
+            "rescue_interval_s": self.lease_seconds,
             "max_attempts": self.max_attempts,
         }
