@@ -4,10 +4,19 @@ Each micro-batch, every shard task (one Python call per shard, see aldebaran.aud
   1. gets the shard's books at version batch_id-1: from this Python worker's cache, caught up by
      replaying the durable deltas it missed (cost O(books changed since), not O(books open)); or,
      cold, from the latest snapshot plus deltas;
-  2. applies the batch's events to the books they touch, in Kafka order, asking the rules;
-  3. expires books whose time is up (event time, with a processing-time fallback for idle streams);
+  2. applies the batch's events to the books they touch, in Kafka order, asking the rules. Event-time
+     expiry is checked before every event: the shard's clock (the largest event time seen) first
+     takes the event's time into account, and every book with first_ts + ttl <= clock expires before
+     the event is applied. So an event at or past its book's deadline opens a new book, and the
+     alerts do not depend on where the stream was cut into micro-batches (a replay that batches
+     differently gives the same alerts; aldebaran.reference is the model);
+  3. at the end of the batch, expires books whose time is up on the event clock or on the
+     processing-time fallback for idle streams (first seen + ttl + grace);
   4. writes the delta of version batch_id (changed books + dropped ones) durably, and every
      `snapshot_every` batches a full snapshot; only then returns the alerts.
+
+If the batch fails part-way (its input iterator or a write raises), this worker's cached copy of the
+shard is dropped: the retry reloads version batch_id-1 rather than half-applied books.
 
 A re-executed batch (task retry, or a restart after a crash before Spark committed the batch) loads
 version batch_id-1 again and rewrites the same delta: state and alerts converge. Deltas live under
@@ -80,7 +89,13 @@ class S3Files:
         self.store.put(self.prefix + name, data, content_type="application/gzip")
 
     def get(self, name: str) -> bytes:
-        return self.store.get(self.prefix + name).body
+        from aldebaran.exceptions import NotFound
+
+        try:
+            return self.store.get(self.prefix + name).body
+        except NotFound as exc:
+            # The same error as LocalFiles: ShardStore.load falls back to a cold load on it.
+            raise FileNotFoundError(f"{exc}") from exc
 
     def names(self) -> list[str]:
         return sorted(o["Key"][len(self.prefix):] for o in self.store.list(self.prefix))
@@ -140,8 +155,18 @@ class Config:
     rules: list[Rule]
     ttl_ms: int = 10 * 60 * 1000
     grace_ms: int = 60 * 1000  # processing-time fallback: ttl + grace after a book was opened
-    snapshot_every: int = 20
+    snapshot_every: int = 20  # 0: never
     keep_snapshots: int = 2
+
+    def __post_init__(self) -> None:
+        from aldebaran.exceptions import ConfigError
+
+        if self.ttl_ms <= 0 or self.grace_ms < 0 or self.snapshot_every < 0:
+            raise ConfigError(f"books: ttl_ms > 0, grace_ms >= 0 and snapshot_every >= 0 required, got {self}")
+        if self.keep_snapshots < 2:
+            # Deltas up to the oldest kept snapshot are deleted; with a single snapshot, the batch that
+            # wrote it could not be re-executed (version batch_id - 1 would be gone).
+            raise ConfigError(f"books: keep_snapshots must be at least 2, got {self.keep_snapshots}")
 
 
 @dataclass
@@ -202,7 +227,8 @@ class ShardStore:
             shard.clock_ms = data["clock_ms"]
             shard.version = base
         needed = range(shard.version + 1, version + 1)
-        missing = [v for v in needed if v not in set(deltas)]
+        present = set(deltas)
+        missing = [v for v in needed if v not in present]
         if missing:
             raise FileNotFoundError(
                 f"books shard {self.shard_id}: versions {missing[:5]}... missing under {self.config.state_root} "
@@ -219,10 +245,11 @@ class ShardStore:
                 if raw is None:
                     shard.books.pop(order_id, None)
                 else:
-                    is_new = order_id not in shard.books
+                    old = shard.books.get(order_id)
                     book = decode_book(raw)
                     shard.books[order_id] = book
-                    if is_new:
+                    # A new book, or one that expired and re-opened within that batch: index it.
+                    if old is None or (old.first_ts, old.first_seen_ms) != (book.first_ts, book.first_seen_ms):
                         shard.index(book, self.config.ttl_ms, self.config.grace_ms)
             shard.clock_ms = max(shard.clock_ms, data["clock_ms"])
             shard.version = v
@@ -234,12 +261,28 @@ class ShardStore:
         shard = self.load(batch_id - 1)
         if shard.version != batch_id - 1:
             raise RuntimeError(f"shard {self.shard_id}: loaded version {shard.version}, wanted {batch_id - 1}")
+        try:
+            return self._apply(shard, batch_id, rows, now_ms, t0)
+        except BaseException:
+            # The cached shard may hold part of this batch: the retry must start from batch_id-1.
+            _CACHE.pop((self.config.state_root, self.shard_id), None)
+            raise
+
+    def _apply(self, shard: Shard, batch_id: int, rows: Iterable[EventRow], now_ms: int, t0: float) -> Outcome:
         changed: dict[str, Book | None] = {}
         alerts: list[dict] = []
-        applied = duplicates = opened = 0
+        applied = duplicates = opened = expired = 0
         rules = self.config.rules
+        ttl = self.config.ttl_ms
+        expiry = shard.expiry
 
         for ev in rows:
+            # Event-time expiry before the event: the clock counts every valid event (duplicates too).
+            if ev.event_ts > shard.clock_ms:
+                shard.clock_ms = ev.event_ts
+            if expiry and expiry[0][0] <= shard.clock_ms:
+                expired += self._expire(shard, [(expiry, shard.clock_ms, lambda b: b.first_ts + ttl)],
+                                        changed, alerts, now_ms)
             book = shard.books.get(ev.order_id)
             if book is None:
                 book = Book(order_id=ev.order_id, first_ts=ev.event_ts, first_seen_ms=now_ms)
@@ -260,12 +303,14 @@ class ShardStore:
                 if book.first_purchase is None:
                     book.first_purchase = {"event_id": ev.event_id, "ts": ev.event_ts,
                                            "client": ev.client, "stock": ev.stock}
-            shard.clock_ms = max(shard.clock_ms, ev.event_ts)
             for rule in rules:
                 self._fire(book, rule, rule.on_event(book, ev), alerts, now_ms)
             changed[ev.order_id] = book
 
-        expired = self._expire(shard, now_ms, changed, alerts)
+        grace = self.config.grace_ms
+        expired += self._expire(shard, [(shard.expiry, shard.clock_ms, lambda b: b.first_ts + ttl),
+                                        (shard.fallback, now_ms, lambda b: b.first_seen_ms + ttl + grace)],
+                                changed, alerts, now_ms)
         shard.version = batch_id
         # Durable first: the delta (and maybe a snapshot) is written before any alert leaves.
         self.files.put(
@@ -285,11 +330,9 @@ class ShardStore:
         book.fired.append(alert.kind)
         out.append(render(book, alert, rule.name, now_ms))
 
-    def _expire(self, shard: Shard, now_ms: int, changed: dict, alerts: list[dict]) -> int:
+    def _expire(self, shard: Shard, deadlines, changed: dict, alerts: list[dict], now_ms: int) -> int:
+        """Drop the books due on any of `deadlines` [(heap, clock, deadline_of)], asking the rules first."""
         due: set[str] = set()
-        ttl, grace = self.config.ttl_ms, self.config.grace_ms
-        deadlines = ((shard.expiry, shard.clock_ms, lambda b: b.first_ts + ttl),
-                     (shard.fallback, now_ms, lambda b: b.first_seen_ms + ttl + grace))
         for heap, clock, deadline_of in deadlines:
             while heap and heap[0][0] <= clock:
                 _, order_id = heapq.heappop(heap)

@@ -229,10 +229,17 @@ class ChannelWorker:
     def run(self, stop: threading.Event, idle_timeout: float, max_alerts: int | None) -> None:
         from aldebaran.kafka_io import consumer
 
-        c = consumer(self.kafka, self.group, **{"enable.partition.eof": False})
-        c.subscribe([self.kafka.alerts_topic])
-        seen = 0
+        # A short session: when a dispatcher dies, its partitions move to a live one within ~10 s.
+        c = consumer(self.kafka, self.group, **{"enable.partition.eof": False, "session.timeout.ms": 10000,
+                                                "heartbeat.interval.ms": 2000})
         last_data = time.monotonic()
+
+        def on_assign(consumer_, partitions) -> None:
+            nonlocal last_data
+            last_data = time.monotonic()  # the idle clock starts once there is something to read
+
+        c.subscribe([self.kafka.alerts_topic], on_assign=on_assign)
+        seen = 0
         last_sweep = 0.0
         try:
             with ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"send-{self.channel.name}") as pool:

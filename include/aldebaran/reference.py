@@ -1,0 +1,172 @@
+"""The audit semantics (../shared/BRIEF.md §2) as a deliberately simple, independent reference model.
+
+Written from the brief, not from the auditor's code (aldebaran.audit.books / rules / rulebook): one
+loop over the messages in order, one plain dict of books, no heaps, no files, no batches. Tests and
+the demo hold the auditor to it: the same input must give the same alerts. It shares only the
+contract-level helpers with the auditor: :func:`aldebaran.events.validate` (which messages are
+valid) and :func:`aldebaran.audit.rules.alert_id` (the id of an alert is a function of its kind and
+order id).
+
+Semantics, precisely:
+
+- Invalid messages (``events.validate``) never reach a book.
+- Event time = the message's ``ts`` if present, else its Kafka timestamp (the second element of a
+  ``(value, kafka_ts)`` pair; a bare ``bytes`` value without ``ts`` counts as time 0).
+- One book per order id (request ``id`` = purchase ``initial_order_id``, compared as strings).
+- **Expiry is per event on an event-time clock**, so the result does not depend on how the stream is
+  cut into micro-batches: the clock is the largest event time of any valid event seen so far
+  (duplicates included). Before a message is applied, the clock takes its event time into account
+  and every book with ``first_ts + ttl <= clock`` expires (in order-id order) — so an event at or past
+  its own book's deadline opens a new book. At the end of the input, books due at the final clock
+  expire too; books not yet due stay open and say nothing. (The auditor expires the same books at
+  the end of each micro-batch as well; nothing is applied between that and the next event's check,
+  so it is the same result.) The processing-time fallback for idle streams is not modelled: it is
+  the one place where wall-clock time may legitimately change the outcome.
+- At expiry a book that saw purchases but never a request gives one ORPHAN (trigger: its first
+  purchase); then its state is gone. A later event for that order opens a new book, which may alert
+  again — with the same alert id, since ids are f(kind, order id).
+- Within a book an event id seen before is ignored (counts once), whatever it carries. A request's
+  id is its order id, so a second request for an order is such a duplicate: the first wins.
+- OVERFILL (rule ``overfill``): once per book, after the first event that leaves the book with a
+  known request and purchased > requested (equal is not over). If purchases came first, that event
+  is the request.
+- MISMATCH (rule ``mismatch``): once per book, after the first event that leaves the book with a
+  known request and at least one purchase whose client or stock — where the purchase carries one —
+  differs from the request's. Purchases that came before the request count (the trigger is then the
+  request).
+- An alert's ``requested``/``purchased``/``purchase_count`` are the book's at the moment it fires.
+
+The original publisher's mix (one request of 50–100 shares, four purchases of
+``int(limit / 2 * random())`` each, a 0-share purchase being invalid) is
+:func:`aldebaran.loadgen.original_mix`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Union
+
+from aldebaran import events
+from aldebaran.audit.rules import EventRow, alert_id
+
+DEFAULT_TTL_MS = 10 * 60 * 1000
+
+Message = Union[bytes, tuple[bytes, int]]  # a Kafka message value, optionally with its Kafka timestamp (ms)
+
+#: The fields a test compares an auditor alert with the reference's on.
+KEY_FIELDS = ("alert_id", "kind", "order_id", "requested", "purchased", "purchase_count", "trigger_event_id")
+
+
+@dataclass
+class _Book:
+    order_id: str
+    first_ts: int
+    seen: set[str] = field(default_factory=set)
+    request: events.Event | None = None
+    request_ts: int | None = None
+    purchases: list[tuple[events.Event, int]] = field(default_factory=list)  # (purchase, its event time)
+    fired: set[str] = field(default_factory=set)
+
+    @property
+    def purchased(self) -> int:
+        return sum(p.shares for p, _ in self.purchases)
+
+
+def valid_events(messages: Iterable[Message]) -> list[tuple[events.Event, int]]:
+    """The valid events of the input, in order, each with its event time."""
+    out = []
+    for message in messages:
+        value, kafka_ts = (message, 0) if isinstance(message, (bytes, bytearray)) else message
+        ev = events.validate(bytes(value))
+        if isinstance(ev, events.Invalid):
+            continue
+        out.append((ev, ev.ts if ev.ts is not None else kafka_ts))
+    return out
+
+
+def auditor_rows(messages: Iterable[Message]) -> list[EventRow]:
+    """What the JVM parse hands the books for these messages: valid events only, in order, with the
+    event time resolved (``ts`` else the Kafka timestamp). For tests that drive the books directly."""
+    return [EventRow(ev.kind, ev.event_id, ev.order_id, ev.shares, ev.client, ev.stock, ts)
+            for ev, ts in valid_events(messages)]
+
+
+def expected_alerts(
+    messages: Iterable[Message],
+    *,
+    ttl_ms: int = DEFAULT_TTL_MS,
+    rules: Iterable[str] = ("overfill",),
+) -> list[dict]:
+    """The alerts the auditor must emit for these messages, in the order the model emits them.
+
+    An alert id may appear more than once (an order whose book expired and re-opened); compare as a
+    multiset, e.g. ``sorted(key(a) for a in alerts)``.
+    """
+    rules = set(rules)
+    unknown = rules - {"overfill", "mismatch"}
+    if unknown:
+        raise ValueError(f"the reference model knows the rules overfill and mismatch, not {sorted(unknown)}")
+    books: dict[str, _Book] = {}
+    alerts: list[dict] = []
+    clock: int | None = None
+
+    def emit(book: _Book, kind: str, trigger_id: str | None, trigger_ts: int | None) -> None:
+        book.fired.add(kind)
+        request = book.request
+        first = book.purchases[0][0] if book.purchases else None
+        alerts.append({
+            "alert_id": alert_id(kind, book.order_id),
+            "kind": kind,
+            "order_id": book.order_id,
+            "client": request.client if request else (first.client if first else None),
+            "stock": request.stock if request else (first.stock if first else None),
+            "requested": request.shares if request else None,
+            "purchased": book.purchased,
+            "purchase_count": len(book.purchases),
+            "trigger_event_id": trigger_id,
+            "trigger_event_ts": trigger_ts,
+        })
+
+    def expire_due() -> None:
+        for order_id in sorted(o for o, b in books.items() if b.first_ts + ttl_ms <= clock):
+            book = books.pop(order_id)
+            if "overfill" in rules and book.request is None and book.purchases:
+                first, first_ts = book.purchases[0]
+                emit(book, "ORPHAN", first.event_id, first_ts)
+
+    for ev, ts in valid_events(messages):
+        clock = ts if clock is None else max(clock, ts)
+        expire_due()
+        book = books.get(ev.order_id)
+        if book is None:
+            book = books[ev.order_id] = _Book(ev.order_id, first_ts=ts)
+        if ev.event_id in book.seen:
+            continue
+        book.seen.add(ev.event_id)
+        if ev.kind == events.REQUEST:
+            if book.request is None:  # first wins (a second one has the same id, so it never gets here)
+                book.request, book.request_ts = ev, ts
+        else:
+            book.purchases.append((ev, ts))
+        request = book.request
+        if request is None:
+            continue
+        if "overfill" in rules and "OVERFILL" not in book.fired and book.purchased > request.shares:
+            emit(book, "OVERFILL", ev.event_id, ts)
+        if "mismatch" in rules and "MISMATCH" not in book.fired and any(
+            (p.client is not None and p.client != request.client) or (p.stock is not None and p.stock != request.stock)
+            for p, _ in book.purchases
+        ):
+            emit(book, "MISMATCH", ev.event_id, ts)
+
+    if clock is not None:
+        expire_due()
+    return alerts
+
+
+def key(alert: dict) -> tuple:
+    """The comparison key of an alert (auditor's or reference's)."""
+    return tuple(alert[f] for f in KEY_FIELDS)
+
+
+__all__ = ["DEFAULT_TTL_MS", "KEY_FIELDS", "Message", "auditor_rows", "expected_alerts", "key", "valid_events"]

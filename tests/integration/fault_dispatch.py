@@ -1,0 +1,41 @@
+"""Failure injection for the dispatch tests: a dispatcher whose channel SIGKILLs its own process right
+after a successful send and before the delivery record says DELIVERED.
+
+    python tests/integration/fault_dispatch.py <ledger prefix> <consumer group> <lease seconds>
+
+Channels come from ALDEBARAN_CHANNELS / AIRFLOW_CONN_ALDEBARAN_* as in production.
+"""
+
+import os
+import signal
+import sys
+
+
+class KillAfterSendFaultInjection:
+    """Wraps a real channel; the process dies between the send and its record."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.can_dedupe = inner.can_dedupe
+
+    def send(self, alert: dict, idempotency_key: str) -> dict:
+        self.inner.send(alert, idempotency_key)
+        os.kill(os.getpid(), signal.SIGKILL)
+        raise AssertionError("unreachable")
+
+
+def main() -> None:
+    from aldebaran.delivery.backends import S3Backend
+    from aldebaran.delivery.channels import configured_channels
+    from aldebaran.delivery.dispatcher import Dispatcher
+    from aldebaran.delivery.ledger import Ledger
+
+    prefix, group, lease = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    ledger = Ledger(S3Backend(), prefix=prefix, lease_seconds=lease)
+    channels = [KillAfterSendFaultInjection(c) for c in configured_channels()]
+    Dispatcher(ledger, channels, group=group, concurrency=1).run_once(idle_timeout=20)
+
+
+if __name__ == "__main__":
+    main()

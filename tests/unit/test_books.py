@@ -1,0 +1,258 @@
+"""Durability and versioning of the books (aldebaran.audit.books) on local files.
+
+A "restart" is simulated by clearing ``books._CACHE`` (a new Python worker has no cache and loads
+the shard from its snapshot + deltas); a "second worker" by putting an older copy of the shard in the
+cache. The uninterrupted run is itself checked against the reference model.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+
+from aldebaran import events, reference
+from aldebaran.audit import books
+from aldebaran.audit.books import Config, ShardStore, encode_book
+from aldebaran.audit.rules import EventRow, resolve
+from aldebaran.exceptions import ConfigError, NotFound
+
+TTL = 200
+NOW = 5_000_000
+RULES = ("overfill", "mismatch")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    books._CACHE.clear()
+    yield
+    books._CACHE.clear()
+
+
+def messages(orders: int = 60, seed: int = 1) -> list[bytes]:
+    """The original publisher's mix with event times 10 ms apart, plus orphans (request dropped),
+    late requests, redelivered purchases and the odd mismatched stock. 0-share purchases are invalid."""
+    rng = random.Random(seed)
+    out: list[dict] = []
+    for o in range(orders):
+        order_id = f"o{o}"
+        limit = rng.randint(50, 100)
+        evts = [events.request(order_id, limit, "Goldman", "AAPL")]
+        for k in range(4):
+            evts.append(events.purchase(f"{order_id}-p{k}", order_id, int(limit / 2 * rng.random()), "Goldman",
+                                        "MSFT" if o % 11 == 5 and k == 2 else "AAPL"))
+        if o % 7 == 3:
+            evts = evts[1:]
+        elif o % 5 == 1:
+            evts = evts[1:] + evts[:1]
+        if o % 4 == 0:
+            evts.append(dict(evts[-1]))
+        out.extend(evts)
+    for i, e in enumerate(out):
+        e["ts"] = i * 10
+    out.append(events.request("flush", 1, ts=len(out) * 10 + 10 * TTL))  # every book is due after this
+    return [events.encode(e) for e in out]
+
+
+def batches(msgs: list[bytes], size: int = 13) -> list[list[EventRow]]:
+    rows = reference.auditor_rows(msgs)
+    return [rows[i:i + size] for i in range(0, len(rows), size)]
+
+
+def store_at(root, snapshot_every: int = 20) -> ShardStore:
+    return ShardStore(Config(str(root), resolve(list(RULES)), ttl_ms=TTL, grace_ms=60_000,
+                             snapshot_every=snapshot_every), 0)
+
+
+def state(root) -> dict:
+    shard = books._CACHE[(str(root), 0)]
+    return {"version": shard.version, "clock_ms": shard.clock_ms,
+            "books": {o: encode_book(b) for o, b in sorted(shard.books.items())}}
+
+
+def keys(alerts: list[dict]) -> list[tuple]:
+    return sorted(reference.key(a) for a in alerts)
+
+
+def run(root, bs, snapshot_every: int = 20) -> tuple[list[list[dict]], list[dict]]:
+    """Uninterrupted: the alerts of each batch and the state after each batch."""
+    store = store_at(root, snapshot_every)
+    alerts, states = [], []
+    for i, rows in enumerate(bs):
+        alerts.append(store.apply(i, rows, now_ms=NOW).alerts)
+        states.append(copy.deepcopy(state(root)))
+    return alerts, states
+
+
+@pytest.fixture(scope="module")
+def msgs() -> list[bytes]:
+    return messages()
+
+
+def test_uninterrupted_run_matches_the_reference(tmp_path, msgs):
+    alerts, _ = run(tmp_path, batches(msgs))
+    got = keys([a for batch in alerts for a in batch])
+    assert got == keys(reference.expected_alerts(msgs, ttl_ms=TTL, rules=RULES))
+    kinds = {k[1] for k in got}
+    assert kinds == {"OVERFILL", "ORPHAN", "MISMATCH"}
+
+
+@pytest.mark.parametrize("restart_at", [1, 5, 19, 20, 21])
+def test_state_survives_a_restart(tmp_path, msgs, restart_at):
+    bs = batches(msgs)
+    expected_alerts, expected_states = run(tmp_path / "straight", bs)
+    root = tmp_path / "restarted"
+    store = store_at(root)
+    for i, rows in enumerate(bs):
+        if i == restart_at:
+            books._CACHE.clear()  # a new process: nothing in memory
+            store = store_at(root)
+        assert keys(store.apply(i, rows, now_ms=NOW).alerts) == keys(expected_alerts[i]), f"batch {i}"
+        assert state(root) == expected_states[i]
+
+
+@pytest.mark.parametrize("cache", ["cleared", "ahead"])
+def test_reexecuted_batch_converges(tmp_path, msgs, cache):
+    bs = batches(msgs)
+    expected_alerts, expected_states = run(tmp_path / "straight", bs)
+    root = tmp_path / "retried"
+    store = store_at(root)
+    for i, rows in enumerate(bs):
+        first = store.apply(i, rows, now_ms=NOW).alerts
+        if i % 3 == 1:  # the batch runs again (task retry / restart before Spark committed it)
+            if cache == "cleared":
+                books._CACHE.clear()
+            again = store.apply(i, rows, now_ms=NOW).alerts
+            assert keys(again) == keys(first)
+        assert keys(first) == keys(expected_alerts[i]), f"batch {i}"
+        assert state(root) == expected_states[i]
+
+
+def test_batch_that_failed_midway_is_retried_from_its_start(tmp_path):
+    """A task that dies inside the batch (e.g. a shuffle fetch failure while reading its rows) must
+    not leave half-applied books in the worker's cache for the retry: the alert would be lost."""
+    store = store_at(tmp_path)
+    rows = [EventRow("PR", "1", "1", 100, "Sendence", "AAPL", 0),
+            EventRow("P", "2", "1", 90, "Sendence", "AAPL", 1),
+            EventRow("P", "3", "1", 30, "Sendence", "AAPL", 2),
+            EventRow("P", "4", "1", 10, "Sendence", "AAPL", 3)]
+
+    def failing(after: int):
+        for i, row in enumerate(rows):
+            if i == after:
+                raise RuntimeError("fetch failed")
+            yield row
+
+    with pytest.raises(RuntimeError, match="fetch failed"):
+        store.apply(0, failing(after=3), now_ms=NOW)
+    retried = store.apply(0, rows, now_ms=NOW).alerts
+    assert [(a["kind"], a["order_id"], a["purchased"], a["trigger_event_id"]) for a in retried] == [
+        ("OVERFILL", "1", 120, "3")]
+    # The same after a failed batch on top of existing state.
+    with pytest.raises(RuntimeError):
+        store.apply(1, failing(after=0), now_ms=NOW)
+    assert store.apply(1, [EventRow("P", "5", "1", 1, None, None, 4)], now_ms=NOW).alerts == []
+    assert state(tmp_path)["books"]["1"]["purchased"] == 131
+
+
+def test_snapshots_and_cleanup_reload_correctly(tmp_path, msgs):
+    bs = batches(msgs, size=5)
+    assert len(bs) > 40
+    expected_alerts, expected_states = run(tmp_path / "straight", bs)
+    root = tmp_path / "snap"
+    alerts, states = run(root, bs, snapshot_every=3)
+    assert [keys(a) for a in alerts] == [keys(a) for a in expected_alerts]
+    assert states == expected_states
+
+    shard_dir = root / "shard-0000"
+    snaps = sorted(int(p.name[9:21]) for p in shard_dir.glob("snapshot-*.json.gz"))
+    deltas = sorted(int(p.name[6:18]) for p in shard_dir.glob("delta-*.json.gz"))
+    last = len(bs) - 1
+    assert len(snaps) == 2 and snaps[-1] == last - last % 3
+    assert deltas == list(range(snaps[0] + 1, last + 1))  # older deltas were cleaned up
+    assert not list(shard_dir.glob(".*.tmp"))
+
+    # Every version still reachable loads cold to the state the run had.
+    for v in range(snaps[0], last + 1):
+        books._CACHE.clear()
+        store_at(root, 3).load(v)
+        assert state(root) == expected_states[v], f"version {v}"
+
+    # Re-executing the batch that wrote the newest snapshot (cold) still works after the cleanup.
+    books._CACHE.clear()
+    again = store_at(root, 3).apply(snaps[-1], bs[snaps[-1]], now_ms=NOW).alerts
+    assert keys(again) == keys(expected_alerts[snaps[-1]])
+
+
+def test_stale_worker_cache_falls_back_to_a_cold_load(tmp_path, msgs):
+    """A worker whose cache is older than the oldest delta kept cannot catch up by replaying deltas."""
+    bs = batches(msgs, size=5)
+    expected_alerts, expected_states = run(tmp_path / "straight", bs)
+    root = tmp_path / "two-workers"
+    store = store_at(root, 3)
+    stale = None
+    for i, rows in enumerate(bs[:-1]):
+        store.apply(i, rows, now_ms=NOW)
+        if i == 2:
+            stale = copy.deepcopy(books._CACHE[(str(root), 0)])
+    assert not (root / "shard-0000" / "delta-000000000003.json.gz").exists()
+    books._CACHE[(str(root), 0)] = stale  # the next task runs on the worker that saw version 2
+    last = len(bs) - 1
+    assert keys(store.apply(last, bs[last], now_ms=NOW).alerts) == keys(expected_alerts[last])
+    assert state(root) == expected_states[last]
+
+
+def test_worker_catching_up_indexes_a_book_reopened_within_a_batch(tmp_path):
+    """Order 1 expires and re-opens inside batch 1. A worker that was at version 0 replays delta 1:
+    the re-opened book must still expire on time."""
+    store = store_at(tmp_path)
+    store.apply(0, [EventRow("P", "2", "1", 5, "C", "S", 0)], now_ms=NOW)
+    behind = copy.deepcopy(books._CACHE[(str(tmp_path), 0)])
+    alerts = store.apply(1, [EventRow("P", "3", "1", 7, "C", "S", TTL)], now_ms=NOW).alerts
+    assert [(a["kind"], a["purchased"], a["trigger_event_id"]) for a in alerts] == [("ORPHAN", 5, "2")]
+    books._CACHE[(str(tmp_path), 0)] = behind
+    assert store.apply(2, [EventRow("PR", "9", "9", 1, "C", "S", TTL + 10)], now_ms=NOW).alerts == []
+    alerts = store.apply(3, [EventRow("PR", "10", "10", 1, "C", "S", 2 * TTL)], now_ms=NOW).alerts
+    assert [(a["kind"], a["order_id"], a["purchased"], a["trigger_event_id"]) for a in alerts] == [
+        ("ORPHAN", "1", 7, "3")]
+
+
+def test_missing_delta_is_a_clear_error(tmp_path):
+    store = ShardStore(Config(str(tmp_path), resolve(["overfill"]), ttl_ms=TTL, snapshot_every=0), 0)
+    for i in range(5):
+        store.apply(i, [EventRow("PR", f"o{i}", f"o{i}", 1, "C", "S", i)], now_ms=NOW)
+    (tmp_path / "shard-0000" / "delta-000000000002.json.gz").unlink()
+    books._CACHE.clear()
+    with pytest.raises(FileNotFoundError, match=r"versions \[2\].*" + str(tmp_path)):
+        store.apply(5, [], now_ms=NOW)
+
+
+def test_loading_a_version_that_was_never_written_is_a_clear_error(tmp_path):
+    store = store_at(tmp_path)
+    store.apply(0, [], now_ms=NOW)
+    books._CACHE.clear()
+    with pytest.raises(FileNotFoundError, match=r"versions \[1, 2\]"):
+        store.apply(3, [], now_ms=NOW)
+
+
+class MissingKeyStoreFake:
+    """Failure-path fake of aldebaran.objectstore.ObjectStore: every key is missing."""
+
+    def get(self, key: str):
+        raise NotFound(f"s3://fake/{key} not found")
+
+
+def test_s3_files_report_a_missing_key_as_file_not_found():
+    # The cache catch-up falls back to a cold load on FileNotFoundError, whatever the backend.
+    files = books.S3Files.__new__(books.S3Files)
+    files.store, files.prefix = MissingKeyStoreFake(), "ckpt/books/shard-0000/"
+    with pytest.raises(FileNotFoundError, match="delta-000000000001"):
+        files.get("delta-000000000001.json.gz")
+
+
+def test_keeping_a_single_snapshot_is_rejected(tmp_path):
+    # With one snapshot kept, the deltas before it are gone and a re-executed snapshot batch cannot
+    # reload version batch_id - 1.
+    with pytest.raises(ConfigError, match="keep_snapshots"):
+        Config(str(tmp_path), resolve(["overfill"]), keep_snapshots=1)
