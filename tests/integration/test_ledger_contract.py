@@ -117,3 +117,20 @@ class TestLocalLedger(LedgerContract):
     @pytest.fixture
     def backend(self, tmp_path):
         return LocalBackend(tmp_path / "ledger")
+
+
+@pytest.mark.usefixtures("services_up")
+def test_operator_resolves_an_in_doubt_delivery_with_a_reason(store, s3_prefix):
+    clock = Clock()
+    ledger = Ledger(S3Backend(store), prefix=f"{s3_prefix}/deliveries", lease_seconds=5, clock=clock)
+    ledger.claim("sms", ALERT, "w1")
+    clock.now += 6
+    assert ledger.reclaim("sms", ALERT["alert_id"], "w2", can_dedupe=False) is None
+    assert ledger.indexed("in_doubt", "sms") == [ALERT["alert_id"]]
+    with pytest.raises(ValueError):
+        ledger.resolve("sms", ALERT["alert_id"], DELIVERED, "   ", "ops")  # a reason is required
+    record = ledger.resolve("sms", ALERT["alert_id"], DELIVERED, "provider log shows SM123", "ops")
+    assert record.state == DELIVERED and "provider log shows SM123" in record.history[-1]["note"]
+    assert ledger.indexed("in_doubt", "sms") == []
+    with pytest.raises(ValueError):
+        ledger.resolve("sms", ALERT["alert_id"], DEAD, "again", "ops")  # only IN_DOUBT/DEAD can be resolved
