@@ -3,7 +3,6 @@ every DAG has tags, retries >= 2 and catchup off, with no heavy imports at parse
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,13 +13,13 @@ ROOT = Path(__file__).resolve().parents[2]
 DAG_FILES = sorted(p for p in (ROOT / "dags").glob("*.py") if not p.name.startswith("_"))
 
 
-@pytest.fixture(scope="module")
-def dagbag():
-    os.environ.setdefault("AIRFLOW_HOME", str(ROOT / ".run" / "airflow-test-home"))
-    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-    from airflow.models.dagbag import DagBag
-
-    return DagBag(dag_folder=str(ROOT / "dags"))
+# Heavy modules a DAG may import at parse time, and why. Everything else stays inside task bodies.
+ALLOWED_AT_PARSE = {
+    # The AssetWatcher's trigger (the Kafka provider's AwaitMessageTrigger) must be built at parse
+    # time, and the provider imports confluent-kafka at module level.
+    "alert_dispatch.py": {"confluent_kafka"},
+}
+HEAVY = ("pyspark", "boto3", "botocore", "confluent_kafka", "pandas")
 
 
 def test_dags_folder_exists():
@@ -47,9 +46,10 @@ def test_dag_policy(dagbag):
 
 @pytest.mark.parametrize("path", DAG_FILES, ids=lambda p: p.name)
 def test_no_heavy_imports_at_parse_time(path):
+    allowed = ALLOWED_AT_PARSE.get(path.name, set())
     code = (
         "import sys, runpy; runpy.run_path(sys.argv[1]);"
-        "heavy = [m for m in ('pyspark', 'boto3', 'botocore', 'confluent_kafka', 'pandas') if m in sys.modules];"
+        f"heavy = [m for m in {HEAVY!r} if m in sys.modules and m not in {sorted(allowed)!r}];"
         "print(','.join(heavy)); sys.exit(1 if heavy else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)

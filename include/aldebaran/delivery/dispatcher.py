@@ -334,6 +334,7 @@ class Dispatcher:
 def default_ledger(backend: Backend | None = None) -> Ledger:
     return Ledger(
         backend or S3Backend(),
+        prefix=os.environ.get("ALDEBARAN_DELIVERY_PREFIX", "deliveries"),
         lease_seconds=float(os.environ.get("ALDEBARAN_DELIVERY_LEASE_SECONDS", "60")),
         max_attempts=int(os.environ.get("ALDEBARAN_DELIVERY_MAX_ATTEMPTS", "5")),
     )

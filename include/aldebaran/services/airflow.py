@@ -39,6 +39,12 @@ def connections_env() -> dict[str, str]:
             "conn_type": "kafka",
             "extra": {"bootstrap.servers": kafka.bootstrap_servers, "group.id": "aldebaran-airflow"},
         },
+        # The alert watcher's own group: it only wakes the dispatch DAG, the dispatcher reads alerts itself.
+        "AIRFLOW_CONN_KAFKA_ALERTS_WATCHER": {
+            "conn_type": "kafka",
+            "extra": {"bootstrap.servers": kafka.bootstrap_servers, "group.id": "aldebaran-alert-watcher",
+                      "auto.offset.reset": "latest", "enable.auto.commit": False},
+        },
         "AIRFLOW_CONN_SPARK_DEFAULT": {
             "conn_type": "spark",
             "host": os.environ.get("ALDEBARAN_SPARK_MASTER", "local[*]"),

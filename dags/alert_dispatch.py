@@ -1,0 +1,73 @@
+"""
+### alert_dispatch — deliver every alert to every configured channel, exactly once
+
+**Triggered by new alerts** (Airflow 3 event-driven scheduling: an Asset whose AssetWatcher runs the
+Kafka provider's `AwaitMessageTrigger` on the alerts topic, in its own consumer group) **or every
+5 minutes** (sweeps expired leases and due retries even when no alert arrives).
+
+The watcher is only a wake-up signal: one run drains what is waiting, in batches, through the
+dispatcher's own consumer group per channel (`aldebaran-dispatcher-<channel>`), so a burst of 100k
+alerts means a few runs, not 100k. One mapped task per channel (`ALDEBARAN_CHANNELS`; channel
+`<name>` is the connection `aldebaran_<name>`), so a failing SMS provider never holds back the webhook.
+
+Exactly once per channel comes from the delivery records in S3/MinIO (`deliveries/<channel>/<alert_id>.json`,
+conditional writes); see `aldebaran deliveries stats` or the Aldebaran page in the Airflow UI.
+The same logic runs outside Airflow as `aldebaran dispatch`.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import pendulum
+
+# The watcher's trigger is the provider's own class and must exist at parse time; it imports
+# confluent-kafka (the one heavy import this DAG allows, see tests/dags/test_dag_integrity.py).
+from airflow.providers.apache.kafka.triggers.await_message import AwaitMessageTrigger
+from airflow.sdk import Asset, AssetOrTimeSchedule, AssetWatcher, CronTriggerTimetable, dag, task
+
+ALERTS_TOPIC = os.environ.get("ALDEBARAN_KAFKA_ALERTS_TOPIC", "alerts")
+
+new_alerts = Asset(
+    name="aldebaran_alerts",
+    watchers=[
+        AssetWatcher(
+            name="aldebaran_alerts_watcher",
+            trigger=AwaitMessageTrigger(
+                topics=[ALERTS_TOPIC],
+                apply_function="aldebaran.delivery.wakeup.wake_up",
+                kafka_config_id="kafka_alerts_watcher",
+                poll_interval=1,
+            ),
+        )
+    ],
+)
+
+
+@dag(
+    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("*/5 * * * *", timezone="UTC"), assets=new_alerts),
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    doc_md=__doc__,
+    tags=["aldebaran", "delivery"],
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=20), "owner": "aldebaran"},
+)
+def alert_dispatch():
+    @task
+    def channels() -> list[str]:
+        from aldebaran.delivery.airflow_tasks import channel_names
+
+        return channel_names()
+
+    @task(max_active_tis_per_dagrun=4)
+    def dispatch(channel: str) -> dict:
+        from aldebaran.delivery.airflow_tasks import dispatch_channel
+
+        return dispatch_channel(channel)
+
+    dispatch.expand(channel=channels())
+
+
+alert_dispatch()
