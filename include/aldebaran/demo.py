@@ -116,6 +116,11 @@ def main(args: argparse.Namespace) -> int:
     for r in sorted(records, key=lambda r: r.alert.get("order_id") != "1")[:3]:
         print(f"     {ledger.key('log', r.alert_id)}  {r.state} attempt={r.attempt} order={r.alert['order_id']}")
     delivered_lines = log_path.read_text().splitlines() if log_path.exists() else []
+    from aldebaran.delivery.tools import STAT_COLUMNS, format_table, with_backlog
+
+    print("   `aldebaran deliveries stats --prefix demo/deliveries`:")
+    table = format_table([with_backlog(ledger.stats("log"), group="aldebaran-demo-dispatcher")], STAT_COLUMNS)
+    print("\n".join("     " + line for line in table.splitlines()))
 
     expected = reference.expected_alerts([events.encode(e) for e in evts] + MALFORMED)
     got_keys = sorted((a["kind"], a["order_id"]) for a in alerts)

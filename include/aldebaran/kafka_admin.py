@@ -54,3 +54,32 @@ def partition_count(settings: KafkaSettings, topic: str) -> int:
     if t is None or t.error is not None:
         raise AldebaranError(f"topic {topic} does not exist on {settings.bootstrap_servers}")
     return len(t.partitions)
+
+
+def consumer_lag(settings: KafkaSettings, group: str, topic: str) -> dict:
+    """Committed offsets vs log end per partition of `topic` for consumer `group`.
+
+    Returns {"lag": total, "partitions": {p: lag}, "committed": bool}; a group that never committed
+    lags by the whole retained log.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": group,
+                  "enable.auto.commit": False, "log_level": 3})
+    try:
+        meta = c.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None:
+            raise AldebaranError(f"topic {topic} not found on {settings.bootstrap_servers}")
+        parts = [TopicPartition(topic, p) for p in meta.partitions]
+        committed = c.committed(parts, timeout=10)
+        out, any_committed = {}, False
+        for tp in committed:
+            low, high = c.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)
+            if tp.offset >= 0:
+                any_committed = True
+                out[tp.partition] = max(0, high - tp.offset)
+            else:
+                out[tp.partition] = max(0, high - low)
+        return {"lag": sum(out.values()), "partitions": out, "committed": any_committed}
+    finally:
+        c.close()

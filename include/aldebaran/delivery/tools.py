@@ -16,7 +16,7 @@ import json
 from aldebaran.delivery.dispatcher import default_ledger
 from aldebaran.delivery.ledger import DEAD, DELIVERED, IN_DOUBT, RETRY, STATES
 
-STAT_COLUMNS = ["channel", "records", "pending", "in_flight", "delivered", "retrying", "dead", "in_doubt",
+STAT_COLUMNS = ["channel", "records", "backlog", "pending", "in_flight", "delivered", "retrying", "dead", "in_doubt",
                 "oldest_pending_age_s", "lease_seconds", "max_attempts"]
 
 
@@ -29,6 +29,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outcome", choices=[DELIVERED, DEAD], help="resolve: what really happened")
     p.add_argument("--reason", help="retry/resolve: why (recorded in the record's history)")
     p.add_argument("--prefix", default="deliveries", help="ledger key prefix in the bucket")
+
+
+def with_backlog(stats: dict, group: str | None = None) -> dict:
+    """Add the channel's backlog: alerts on the topic its consumer group has not settled yet."""
+    from aldebaran.delivery.dispatcher import GROUP
+    from aldebaran.exceptions import AldebaranError
+    from aldebaran.kafka_admin import consumer_lag
+    from aldebaran.settings import KafkaSettings, load
+
+    kafka = load(KafkaSettings)
+    try:
+        lag = consumer_lag(kafka, f"{group or GROUP}-{stats['channel']}", kafka.alerts_topic)["lag"]
+    except AldebaranError:
+        lag = None
+    return {**stats, "backlog": lag, "pending": (stats["pending"] + lag) if lag is not None else stats["pending"]}
 
 
 def format_table(rows: list[dict], columns: list[str]) -> str:
@@ -51,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
                     lease_seconds=base.lease_seconds, max_attempts=base.max_attempts)
     channels = [args.channel] if args.channel else ledger.channels()
     if args.action == "stats":
-        rows = [ledger.stats(c) for c in channels]
+        rows = [with_backlog(ledger.stats(c)) for c in channels]
         print(format_table(rows, STAT_COLUMNS) if rows else "(no delivery records yet)")
         return 0
     if args.action == "list":
