@@ -198,6 +198,20 @@ def test_idle_stream_expires_on_processing_time(tmp_path):
     assert a.last.open_books == 0
 
 
+def test_fallback_waits_while_the_event_clock_moves(tmp_path):
+    """An auditor restarted after an outage catches up on a backlog: processing time is far past
+    every book's fallback deadline, but the event clock is moving, so only event time expires books."""
+    a = Auditor(tmp_path)
+    assert a.batch(pr(1, 100, ts=0), now_ms=10_000) == []
+    late = 10_000 + 100 * TTL  # the restart, much later in processing time
+    # The backlog continues within the ttl in event time: the request is still open, the overfill fires.
+    alerts = a.batch(p(2, 1, 90, ts=100), p(3, 1, 30, ts=200), now_ms=late)
+    assert [summary(x) for x in alerts] == [("OVERFILL", "1", 100, 120, 2, "3")]
+    # Once the event clock has stood still for the grace, the fallback expires what is left.
+    assert a.batch(now_ms=late + GRACE - 1) == []
+    assert a.batch(now_ms=late + GRACE) == [] and a.last.open_books == 0
+
+
 # --- MISMATCH --------------------------------------------------------------------------------------
 def test_mismatch_is_off_unless_selected(tmp_path):
     a = Auditor(tmp_path)

@@ -11,7 +11,8 @@ Each micro-batch, every shard task (one Python call per shard, see aldebaran.aud
      alerts do not depend on where the stream was cut into micro-batches (a replay that batches
      differently gives the same alerts; aldebaran.reference is the model);
   3. at the end of the batch, expires books whose time is up on the event clock or on the
-     processing-time fallback for idle streams (first seen + ttl + grace);
+     processing-time fallback for idle streams (first seen + ttl + grace, applied only while the
+     shard's event clock has not moved for `grace`, so catching up after a restart is unaffected);
   4. writes the delta of version batch_id (changed books + dropped ones) durably, and every
      `snapshot_every` batches a full snapshot; only then returns the alerts.
 
@@ -133,6 +134,7 @@ class Shard:
     version: int = -1
     books: dict[str, Book] = field(default_factory=dict)
     clock_ms: int = 0  # the shard's event-time clock: the largest event time applied
+    clock_moved_ms: int = 0  # processing time at which that clock last moved forward
     expiry: list[tuple[int, str]] = field(default_factory=list)  # heap of (event-time deadline, order)
     fallback: list[tuple[int, str]] = field(default_factory=list)  # heap of (processing deadline, order)
 
@@ -225,6 +227,7 @@ class ShardStore:
             data = _load(self.files.get(f"snapshot-{base:012d}.json.gz"))
             shard.books = {o: decode_book(b) for o, b in data["books"].items()}
             shard.clock_ms = data["clock_ms"]
+            shard.clock_moved_ms = data.get("clock_moved_ms", 0)
             shard.version = base
         needed = range(shard.version + 1, version + 1)
         present = set(deltas)
@@ -252,6 +255,7 @@ class ShardStore:
                     if old is None or (old.first_ts, old.first_seen_ms) != (book.first_ts, book.first_seen_ms):
                         shard.index(book, self.config.ttl_ms, self.config.grace_ms)
             shard.clock_ms = max(shard.clock_ms, data["clock_ms"])
+            shard.clock_moved_ms = max(shard.clock_moved_ms, data.get("clock_moved_ms", 0))
             shard.version = v
 
     def apply(self, batch_id: int, rows: Iterable[EventRow], now_ms: int | None = None) -> Outcome:
@@ -280,6 +284,7 @@ class ShardStore:
             # Event-time expiry before the event: the clock counts every valid event (duplicates too).
             if ev.event_ts > shard.clock_ms:
                 shard.clock_ms = ev.event_ts
+                shard.clock_moved_ms = now_ms
             if expiry and expiry[0][0] <= shard.clock_ms:
                 expired += self._expire(shard, [(expiry, shard.clock_ms, lambda b: b.first_ts + ttl)],
                                         changed, alerts, now_ms)
@@ -308,15 +313,19 @@ class ShardStore:
             changed[ev.order_id] = book
 
         grace = self.config.grace_ms
-        expired += self._expire(shard, [(shard.expiry, shard.clock_ms, lambda b: b.first_ts + ttl),
-                                        (shard.fallback, now_ms, lambda b: b.first_seen_ms + ttl + grace)],
-                                changed, alerts, now_ms)
+        deadlines = [(shard.expiry, shard.clock_ms, lambda b: b.first_ts + ttl)]
+        # The processing-time fallback only when this shard's event clock has stalled for longer than
+        # the grace: an idle stream still expires its books, while an auditor catching up on a
+        # backlog after a restart (event clock moving) keeps expiring on event time only.
+        if now_ms - shard.clock_moved_ms >= grace:
+            deadlines.append((shard.fallback, now_ms, lambda b: b.first_seen_ms + ttl + grace))
+        expired += self._expire(shard, deadlines, changed, alerts, now_ms)
         shard.version = batch_id
         # Durable first: the delta (and maybe a snapshot) is written before any alert leaves.
         self.files.put(
             f"delta-{batch_id:012d}.json.gz",
             _dump({"books": {o: (encode_book(b) if b is not None else None) for o, b in changed.items()},
-                   "clock_ms": shard.clock_ms}),
+                   "clock_ms": shard.clock_ms, "clock_moved_ms": shard.clock_moved_ms}),
         )
         if self.config.snapshot_every and batch_id % self.config.snapshot_every == 0 and batch_id > 0:
             self._snapshot(shard)
@@ -350,7 +359,8 @@ class ShardStore:
     def _snapshot(self, shard: Shard) -> None:
         self.files.put(
             f"snapshot-{shard.version:012d}.json.gz",
-            _dump({"books": {o: encode_book(b) for o, b in shard.books.items()}, "clock_ms": shard.clock_ms}),
+            _dump({"books": {o: encode_book(b) for o, b in shard.books.items()}, "clock_ms": shard.clock_ms,
+                   "clock_moved_ms": shard.clock_moved_ms}),
         )
         deltas, snaps = self._versions()
         keep = snaps[-self.config.keep_snapshots:]
