@@ -1,0 +1,188 @@
+"""The deliveries plugin's FastAPI app in-process (TestClient), on a local-directory ledger, with
+Airflow's auth dependency overridden: escaping of hostile values, input validation, no work at import.
+The same app against the real Airflow and MinIO: tests/integration/test_plugin.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN = ROOT / "plugins" / "aldebaran_deliveries.py"
+HOSTILE_ORDER = "<script>alert('order')</script>"
+HOSTILE_CLIENT = '"><img src=x onerror=alert(1)>'
+
+
+@pytest.fixture(scope="module")
+def plugin():
+    # Importing Airflow reads (and on first use writes) AIRFLOW_HOME: keep it inside the work tree.
+    os.environ.setdefault("AIRFLOW_HOME", str(ROOT / ".run" / "airflow-test-home"))
+    spec = importlib.util.spec_from_file_location("aldebaran_deliveries", PLUGIN)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class FakeUser:
+    """Stands in for the Airflow user the overridden auth dependency would return."""
+
+    def get_name(self) -> str:
+        return "unit-tester"
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    from aldebaran.delivery.backends import LocalBackend
+    from aldebaran.delivery.dispatcher import default_ledger
+
+    return default_ledger(LocalBackend(tmp_path / "ledger"))
+
+
+@pytest.fixture
+def app(plugin, ledger):
+    app = plugin.create_app()
+    app.dependency_overrides[plugin.ledger_backend] = lambda: ledger.backend
+    return app
+
+
+@pytest.fixture
+def client(plugin, app):
+    from fastapi.testclient import TestClient
+
+    app.dependency_overrides[plugin.authorization()] = FakeUser
+    return TestClient(app, follow_redirects=False)
+
+
+def alert(alert_id: str, order_id: str = "o-1", client: str = "Sendence") -> dict:
+    return {"alert_id": alert_id, "kind": "OVERFILL", "order_id": order_id, "client": client, "stock": "AAPL",
+            "requested": 100, "purchased": 120}
+
+
+def test_hostile_values_are_escaped_on_the_overview_and_the_detail_page(client, ledger):
+    claim = ledger.claim("sms", alert("a1", HOSTILE_ORDER, HOSTILE_CLIENT), "w1")
+    ledger.in_doubt(claim, "provider said <b>maybe</b>")
+
+    overview = client.get("/deliveries/")
+    detail = client.get("/deliveries/sms/a1")
+
+    for resp in (overview, detail):
+        assert resp.status_code == 200
+        assert "<script" not in resp.text and "<img" not in resp.text and "<b>" not in resp.text
+        assert "&lt;script&gt;alert(&#x27;order&#x27;)&lt;/script&gt;" in resp.text
+        assert "default-src 'none'" in resp.headers["content-security-policy"]
+    assert '<a href="sms/a1"><code>a1</code></a>' in overview.text
+    assert "provider said &lt;b&gt;maybe&lt;/b&gt;" in overview.text
+    assert "&quot;&gt;&lt;img src=x onerror=alert(1)&gt;" in detail.text  # the alert table and the JSON
+
+
+def test_overview_lists_attention_and_latest_records_with_links(client, ledger):
+    for i in range(3):
+        ledger.delivered(ledger.claim("webhook", alert(f"ok{i}"), "w1"), {"status": 200})
+    ledger.failed(ledger.claim("webhook", alert("gone"), "w1"), "410 Gone", permanent=True)
+    ledger.failed(ledger.claim("webhook", alert("later"), "w1"), "503 Service Unavailable")
+
+    page = client.get("/deliveries/", params={"limit": 2}).text
+
+    assert '<h3 class="attention-dead">Dead: 1</h3>' in page
+    assert '<h3 class="attention-retry">Retrying / in flight: 1</h3>' in page
+    assert '<a href="webhook/gone?limit=2">' in page and '<a href="webhook/later?limit=2">' in page
+    assert "<h3>Latest 2 records</h3>" in page
+
+
+def test_stats_endpoint_reports_each_channel(client, ledger):
+    ledger.delivered(ledger.claim("log", alert("x1"), "w1"), {"line": 1})
+    ledger.failed(ledger.claim("log", alert("x2"), "w1"), "disk full", permanent=True)
+
+    body = client.get("/api/deliveries/stats").json()
+
+    assert body["ledger"] == "deliveries"
+    [log] = body["channels"]
+    assert (log["channel"], log["records"], log["delivered"], log["dead"], log["in_doubt"]) == ("log", 2, 1, 1, 0)
+
+
+def test_detail_of_a_missing_record_is_404(client):
+    resp = client.get("/deliveries/log/nope", headers={"accept": "text/html"})
+    assert resp.status_code == 404 and "no delivery record for log/nope" in resp.text
+
+
+@pytest.mark.parametrize("path", ["/deliveries/log/a..b", "/deliveries/-log/a1", "/deliveries/log/%3Cscript%3E"])
+def test_unsafe_path_segments_are_rejected(client, path):
+    resp = client.get(path, headers={"accept": "text/html"})
+    assert resp.status_code == 400
+    assert "<script>" not in resp.text
+
+
+@pytest.mark.parametrize(
+    "prefix", ["checkpoints", "archive/alerts", "../deliveries", "a/../deliveries", "/deliveries", "a/b/c/d/deliveries"]
+)
+def test_only_delivery_ledgers_can_be_chosen(client, prefix):
+    assert client.get("/api/deliveries/stats", params={"ledger": prefix}).status_code == 400
+    assert client.get("/deliveries/", params={"ledger": prefix}).status_code == 400
+
+
+def test_another_ledger_prefix_is_carried_in_the_links(client, ledger):
+    from aldebaran.delivery.ledger import Ledger
+
+    other = Ledger(ledger.backend, prefix="tests/t1/deliveries")
+    other.delivered(other.claim("log", alert("y1"), "w1"), {})
+
+    page = client.get("/deliveries/", params={"ledger": "tests/t1/deliveries"}).text
+
+    assert '<a href="log/y1?ledger=tests%2Ft1%2Fdeliveries">' in page
+    assert client.get("/deliveries/log/y1", params={"ledger": "tests/t1/deliveries"}).status_code == 200
+    assert client.get("/deliveries/log/y1").status_code == 404  # not in the default ledger
+
+
+def test_without_credentials_airflow_get_user_refuses(plugin, app):
+    from fastapi.testclient import TestClient
+
+    client = TestClient(app)  # no override: Airflow's own get_user runs
+    for path in ("/api/deliveries/stats", "/deliveries/"):
+        resp = client.get(path)
+        assert resp.status_code == 401 and resp.json() == {"detail": "Not authenticated"}
+
+
+def test_importing_the_plugin_does_no_work():
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('aldebaran_deliveries', {str(PLUGIN)!r})\n"
+        "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+        "heavy = ['boto3', 'fastapi', 'airflow.api_fastapi.core_api.security', 'aldebaran.delivery.ledger']\n"
+        "print([m for m in heavy if m in sys.modules])\n"
+    )
+    env = {**os.environ, "AIRFLOW_HOME": os.environ.get("AIRFLOW_HOME", str(ROOT / ".run" / "airflow-test-home"))}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+class UnreachableBackend:
+    """Failure-path fake: an object store that cannot be reached."""
+
+    def list(self, prefix):
+        from aldebaran.exceptions import ObjectStoreError
+
+        raise ObjectStoreError(f"object store http://127.0.0.1:9 unreachable for s3://aldebaran/{prefix}")
+
+    def get(self, key):
+        self.list(key)
+
+    def describe(self) -> str:
+        return "s3://aldebaran/"
+
+
+def test_an_unreachable_object_store_is_a_503_that_names_it(plugin, client, app):
+    app.dependency_overrides[plugin.ledger_backend] = UnreachableBackend
+
+    page = client.get("/deliveries/", headers={"accept": "text/html"})
+    detail = client.get("/deliveries/log/a1", headers={"accept": "text/html"})
+    stats = client.get("/api/deliveries/stats")
+
+    assert page.status_code == detail.status_code == stats.status_code == 503
+    assert "unreachable for s3://aldebaran/deliveries/" in page.text
+    assert stats.json()["detail"].startswith("delivery ledger unavailable: object store http://127.0.0.1:9 unreachable")
