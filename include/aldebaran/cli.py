@@ -5,6 +5,7 @@
     aldebaran dispatch run                             deliver alerts to the configured channels
     aldebaran deliveries stats|list|show               inspect the delivery ledger
     aldebaran loadgen                                  produce trades in the original publisher's mix
+    aldebaran bench dispatch                           deliveries/s and alert→delivered latency
     aldebaran demo                                     the end-to-end demo (make demo)
 
 Every subcommand loads the git-ignored .env first (generated credentials); real environment
@@ -103,6 +104,18 @@ def cmd_loadgen(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    import json
+
+    from aldebaran.bench import dispatch, machine
+
+    result = {"machine": machine.describe(),
+              "command": "aldebaran bench dispatch " + " ".join(sys.argv[3:])}
+    result["dispatch"] = dispatch.run(alerts=args.alerts, concurrency=args.concurrency, repeats=args.repeats)
+    print(json.dumps(result, indent=2))
+    return 0 if result["dispatch"]["all_correct"] else 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from aldebaran import demo
 
@@ -144,6 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     loadgen_args(lg)
     lg.set_defaults(func=cmd_loadgen)
+
+    b = sub.add_parser("bench", help="benchmarks (figures with machine, versions and date)")
+    b.add_argument("which", choices=["dispatch"])
+    b.add_argument("--alerts", type=int, default=5000)
+    b.add_argument("--concurrency", type=int, default=32, help="concurrent sends per channel")
+    b.add_argument("--repeats", type=int, default=3, help="runs; the median is reported")
+    b.set_defaults(func=cmd_bench)
 
     dm = sub.add_parser("demo", help="run the end-to-end demo on the running services")
     dm.add_argument("--orders", type=int, default=300, help="random orders in the original publisher's mix")
