@@ -2,8 +2,8 @@
 
     aldebaran services up|down|status|kill [NAME ...]   local Kafka, MinIO, Airflow (+ Spark cluster)
     aldebaran auditor run|status                       the streaming auditor
-    aldebaran dispatch run                             deliver alerts to the configured channels
-    aldebaran deliveries stats|list|show               inspect the delivery ledger
+    aldebaran dispatch [--channel NAME]                deliver waiting alerts to the configured channels
+    aldebaran deliveries stats|list|show|retry|resolve inspect and settle the delivery ledger
     aldebaran loadgen                                  produce trades in the original publisher's mix
     aldebaran bench dispatch                           deliveries/s and alert→delivered latency
     aldebaran demo                                     the end-to-end demo (make demo)

@@ -4,6 +4,20 @@ Pure DataFrame → DataFrame, column expressions only (no Python UDF): the JSON 
 Spark's VARIANT (`try_parse_json`), whose exact JSON types (`schema_of_variant`) let us tell an
 integer from a float or a string as the contract requires. The checks and reason codes mirror
 :func:`aldebaran.events.validate`, the reference validator; tests hold the two to the same verdicts.
+
+Two gaps of the variant parser are closed here:
+
+- It stops after the first JSON value and ignores what follows (``{...} x``, ``{...}{}``). A flat
+  object (the trade format: no ``[``, a single ``}``, which ends the message but for whitespace)
+  cannot be followed by anything, and is parsed as is. Any other message is parsed wrapped as
+  ``[<message>,<h>]`` with ``h`` = xxhash64 of the message: it is one JSON value followed by whitespace
+  only iff the array parses and its second element is ``h`` (trailing content would have to contain
+  its own hash). The wrapper costs one nesting level: hence ``events.MAX_JSON_DEPTH``, which a flat
+  object never nears.
+- It keeps a float literal that has an integral value (``100.0``, ``-0.0``) as a DECIMAL of scale 0,
+  like an integer beyond BIGINT, and an integer literal beyond DECIMAL(38) as a DOUBLE, like ``1e40``.
+  For those rare types only, the field's literal is read again (`get_json_object`, which keeps an
+  integer literal's digits) to tell an integer from a float.
 """
 
 from __future__ import annotations
@@ -32,20 +46,37 @@ def parse_events(kafka_df, limits: Limits = Limits()):
     from pyspark.sql import Column
     from pyspark.sql import functions as F
 
-    # Stage 1: parse once. Stage 2: extract each field once (as a variant, its JSON type, its text).
-    # Later stages only reference these columns, so the JSON is never re-parsed per check.
+    # Stage 1: parse once (`_p`: the message, or [message, _h] unless it is a flat object; see the module
+    # docstring). Stage 2: the message's value `_v` and whether it is valid JSON. Stage 3: extract each
+    # field once (as a variant, its JSON type, its text). Later stages only reference these columns, so
+    # the JSON is never re-parsed per check.
+    ws = F.lit(" \t\n\r")
+    text = F.col("_text")
+    flat_object = (F.ltrim(text, ws).startswith("{") & ~text.contains("[")
+                   & (F.instr(text, "}") == F.length(F.rtrim(text, ws))))
     staged = kafka_df.select(
         "key", "value", "topic", "partition", "offset",
         (F.unix_micros(F.col("timestamp")) / 1000).cast("long").alias("kafka_ts"),
         F.col("value").cast("string").alias("_text"),
-    ).select("*", F.try_parse_json("_text").alias("_v"))
-    fields = {"id": "$.id", "oid": "$.initial_order_id", "shares": "$['#shares']",
-              "client": "$.client", "stock": "$.stock", "ts": "$.ts"}
+    ).select("*", F.coalesce(flat_object, F.lit(False)).alias("_flat"))
+    flat = F.col("_flat")
+    staged = staged.select("*", F.when(~flat, F.xxhash64("_text")).alias("_h")).select(
+        "*", F.try_parse_json(F.when(flat, text).otherwise(
+            F.concat(F.lit("["), text, F.lit(","), F.col("_h").cast("string"), F.lit("]")))).alias("_p"),
+    )
+    p = F.col("_p")
     staged = staged.select(
-        "*", *[F.try_variant_get("_v", path, "variant").alias(f"_{name}_v") for name, path in fields.items()]
+        "*",
+        F.when(flat, p).otherwise(F.try_variant_get(p, "$[0]", "variant")).alias("_v"),
+        (p.isNotNull() & (flat | F.try_variant_get(p, "$[1]", "bigint").eqNullSafe(F.col("_h")))).alias("_json"),
+    )
+    keys = {"id": "id", "oid": "initial_order_id", "shares": "#shares", "client": "client", "stock": "stock",
+            "ts": "ts"}
+    staged = staged.select(
+        "*", *[F.try_variant_get("_v", f"$['{key}']", "variant").alias(f"_{name}_v") for name, key in keys.items()]
     ).select(
         "*",
-        *[F.schema_of_variant(f"_{name}_v").alias(f"_{name}_t") for name in fields],
+        *[F.schema_of_variant(f"_{name}_v").alias(f"_{name}_t") for name in keys],
         *[F.try_variant_get(f"_{name}_v", "$", "string").alias(f"_{name}_s") for name in ("id", "oid", "client", "stock")],
         F.try_variant_get("_shares_v", "$", "bigint").alias("_shares"),
         F.try_variant_get("_ts_v", "$", "bigint").alias("_ts"),
@@ -57,14 +88,24 @@ def parse_events(kafka_df, limits: Limits = Limits()):
     def absent(name: str) -> Column:
         return t(name).isNull() | (t(name) == F.lit("VOID"))
 
-    def is_int_id(typ: Column) -> Column:
-        return (typ == F.lit("BIGINT")) | typ.rlike(r"^DECIMAL\(\d+,0\)$")
+    def integer_literal(name: str) -> Column:
+        """Whether the field was written as an integer: for DECIMAL(p,0) and DOUBLE values only (see above);
+        evaluated lazily, inside CASE/AND, so ordinary messages never re-read their text."""
+        literal = F.get_json_object(F.col("_text"), f"$['{keys[name]}']")
+        return literal.rlike(r"^-?[0-9]+$")
+
+    def integral_type(name: str) -> Column:
+        return t(name).rlike(r"^DECIMAL\(\d+,0\)$") | (t(name) == F.lit("DOUBLE"))
+
+    def is_int_id(name: str) -> Column:
+        # A DOUBLE id is never accepted: an integer that needs one is beyond DECIMAL(38) (events.MAX_INT_ID).
+        return (t(name) == F.lit("BIGINT")) | (t(name).rlike(r"^DECIMAL\(\d+,0\)$") & integer_literal(name))
 
     def id_checks(field: str, name: str) -> list[tuple[Column, str, Column]]:
         s = F.col(f"_{name}_s")
         return [
             (absent(name), "missing_field", F.lit(f"'{field}' is required")),
-            (~((t(name) == F.lit("STRING")) | is_int_id(t(name))), "ill_typed_field",
+            (~((t(name) == F.lit("STRING")) | is_int_id(name)), "ill_typed_field",
              F.concat(F.lit(f"'{field}' must be a string or an integer, got "), _json_name(t(name)))),
             (F.length(s) == 0, "invalid_id", F.lit(f"'{field}' is empty")),
             (F.length(s) > limits.max_id_length, "invalid_id",
@@ -72,7 +113,7 @@ def parse_events(kafka_df, limits: Limits = Limits()):
             (s.rlike(r"[\x00-\x1f\x7f]"), "invalid_id", F.lit(f"'{field}' contains control characters")),
         ]
 
-    text, v = F.col("_text"), F.col("_v")
+    v = F.col("_v")
     is_purchase = ~absent("oid")
     shares = F.col("_shares")
     checks: list[tuple[Column, str, Column]] = [
@@ -80,15 +121,15 @@ def parse_events(kafka_df, limits: Limits = Limits()):
         (F.length(F.col("value")) > limits.max_message_bytes, "message_too_large",
          F.concat(F.length(F.col("value")).cast("string"), F.lit(f" bytes > {limits.max_message_bytes}"))),
         (~F.is_valid_utf8(text), "invalid_utf8", F.lit("message is not valid UTF-8")),
-        (v.isNull(), "invalid_json", F.lit("message is not valid JSON")),
-        (~F.ltrim(text, F.lit(" \t\n\r")).startswith("{"), "not_an_object",
+        (~F.col("_json"), "invalid_json", F.lit("message is not valid JSON")),
+        (~F.ltrim(text, ws).startswith("{"), "not_an_object",
          F.concat(F.lit("message is a JSON "), _json_name(F.schema_of_variant(v)), F.lit(", not an object"))),
         *id_checks("id", "id"),
         *[(is_purchase & cond, code, msg) for cond, code, msg in id_checks("initial_order_id", "oid")],
         (absent("shares"), "missing_field", F.lit("'#shares' is required")),
         (t("shares").isin("STRING", "BOOLEAN") | t("shares").startswith("OBJECT") | t("shares").startswith("ARRAY"),
          "ill_typed_field", F.concat(F.lit("'#shares' must be an integer, got "), _json_name(t("shares")))),
-        (t("shares").rlike(r"^DECIMAL\(\d+,0\)$"), "shares_out_of_range",
+        (integral_type("shares") & integer_literal("shares"), "shares_out_of_range",
          F.lit(f"'#shares' must be between 1 and {limits.max_shares}")),
         (t("shares") != F.lit("BIGINT"), "shares_not_integer", F.lit("'#shares' is not an integer")),
         ((shares < 1) | (shares > limits.max_shares), "shares_out_of_range",
