@@ -23,8 +23,8 @@ MAX_INT_ID = 10**38
 # Jackson with its default StreamReadConstraints) rejects, and so does this module:
 # - a number literal of more than 1000 digits (sign, point and exponent marker not counted);
 # - an object key longer than 50,000 UTF-16 code units (a character beyond U+FFFF counts twice);
-# - nesting deeper than 1000 levels, less one for the array the JVM side wraps each message in to
-#   detect trailing content (aldebaran.audit.parse): at most 999 levels here;
+# - nesting deeper than 1000 levels, less one for the array the JVM side wraps a message in to detect
+#   trailing content (aldebaran.audit.parse; all but flat objects): at most 999 levels here;
 # - strings with an unpaired UTF-16 surrogate escape ("\ud800"): not Unicode, so never text downstream;
 # - NaN, Infinity, -Infinity (not JSON). A number that overflows (1e400) is valid JSON: it parses.
 MAX_JSON_DEPTH = 999
@@ -126,7 +126,7 @@ def _not_json(literal: str):
 _DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_not_json)
 _LONG_DECODER = json.JSONDecoder(object_pairs_hook=_checked_object, parse_constant=_not_json,
                                  parse_int=_checked_int, parse_float=_checked_float)
-# Below this many brackets nesting cannot go deeper than Python's default recursion limit allows.
+# Up to this many brackets, nesting stays well within Python's default recursion limit: no depth scan.
 _SHALLOW = 200
 _TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{]|[\]}]', re.DOTALL)
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
