@@ -108,9 +108,24 @@ class LedgerContract:
 
 @pytest.mark.usefixtures("services_up")
 class TestS3Ledger(LedgerContract):
+    """The hot path through aldebaran.s3lite (static credentials, as configured here)."""
+
     @pytest.fixture
     def backend(self, store, s3_prefix):
-        return S3Backend(store)
+        backend = S3Backend(store)
+        assert backend.fast is not None
+        return backend
+
+
+@pytest.mark.usefixtures("services_up")
+class TestS3LedgerBoto3(LedgerContract):
+    """The same contract through boto3 (the path used with the AWS default credential chain)."""
+
+    @pytest.fixture
+    def backend(self, store, s3_prefix):
+        backend = S3Backend(store)
+        backend.fast = None
+        return backend
 
 
 class TestLocalLedger(LedgerContract):

@@ -33,16 +33,33 @@ class Backend(Protocol):
 
 
 class S3Backend:
+    """The ledger on S3/MinIO. With static credentials the hot path (conditional PUTs, GET, DELETE)
+    goes through aldebaran.s3lite (the same S3 REST calls, without boto3's per-call overhead);
+    listings, and everything when credentials come from the AWS default chain, use boto3."""
+
     def __init__(self, store: ObjectStore | None = None) -> None:
         self.store = store or ObjectStore()
+        s = self.store.settings
+        self.fast = None
+        if s.access_key and s.secret_key:
+            from aldebaran.s3lite import S3Lite
+
+            self.fast = S3Lite(s.endpoint(), s.bucket, s.region, s.access_key.get_secret_value(),
+                               s.secret_key.get_secret_value())
 
     def create(self, key: str, body: bytes) -> str:
+        if self.fast:
+            return self.fast.put(key, body, if_none_match=True)
         return self.store.create(key, body)
 
     def replace(self, key: str, body: bytes, etag: str) -> str:
+        if self.fast:
+            return self.fast.put(key, body, if_match=etag)
         return self.store.replace(key, body, etag)
 
     def get(self, key: str) -> tuple[bytes, str]:
+        if self.fast:
+            return self.fast.get(key)
         obj = self.store.get(key)
         return obj.body, obj.etag
 
@@ -51,10 +68,16 @@ class S3Backend:
             yield obj["Key"]
 
     def put(self, key: str, body: bytes) -> None:
-        self.store.put(key, body)
+        if self.fast:
+            self.fast.put(key, body)
+        else:
+            self.store.put(key, body)
 
     def delete(self, key: str) -> None:
-        self.store.delete(key)
+        if self.fast:
+            self.fast.delete(key)
+        else:
+            self.store.delete(key)
 
     def describe(self) -> str:
         return self.store.uri()

@@ -34,6 +34,20 @@ logger.log.level = warn
 """
 
 
+
+def new_cluster_id() -> str:
+    """A random KRaft cluster id (URL-safe base64 of a UUID, 22 characters).
+
+    Like Kafka's own ``Uuid.randomUuid()``, ids starting with ``-`` are drawn
+    again: ``kafka-storage format -t -abc...`` parses the id as an option and
+    fails with "argument --cluster-id/-t: expected one argument" (this broke
+    a CI run, roughly one start in 64).
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
 class Kafka(Service):
     name = "kafka"
     start_timeout = 90.0
@@ -93,7 +107,7 @@ class Kafka(Service):
             )
         )
         if not (self.data / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+            cluster_id = new_cluster_id()
             log.info("kafka: formatting KRaft storage in %s (cluster id %s)", self.data, cluster_id)
             self._run_tool(
                 ["kafka.tools.StorageTool", "format", "--standalone", "-t", cluster_id, "-c", str(self.config)]
