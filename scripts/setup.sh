@@ -3,7 +3,7 @@
 #
 # Everything downloaded or built lives under $ALDEBARAN_CACHE (default ~/.cache/aldebaran), keyed by
 # version, so a second run (or a fresh clone on the same machine) only verifies:
-#   venv/<hash of requirements.txt+constraints.txt>/   Python virtualenv with the pins; .venv links to it
+#   venv/<hash of pins+python+tree path>/             Python virtualenv with the pins; .venv links to it
 #   jars/<pom name>-<hash of the pom>/                  Maven-resolved jar sets (setup/maven/*.xml)
 #   minio/<version>/bin/minio                          MinIO server built with `go install`
 set -euo pipefail
@@ -44,7 +44,10 @@ check_tools() {
 
 python_venv() {
   local key dir
-  key=$(short_hash "$ROOT/requirements.txt" "$ROOT/constraints.txt" <(echo "$("$PYTHON" -V)"))
+  # Keyed by the pins, the interpreter and this work tree's path: the venv holds an editable
+  # install of this tree, so two clones on one machine must not share (and steal) one venv.
+  # pip's own download cache is shared, so a second clone's venv takes ~100 s, not ~3 min.
+  key=$(short_hash "$ROOT/requirements.txt" "$ROOT/constraints.txt" <(echo "$("$PYTHON" -V) $(realpath "$ROOT")"))
   dir="$CACHE/venv/$key"
   if [ -f "$dir/.complete" ] && "$dir/bin/python" -c 'import sys' 2>/dev/null; then
     echo "    cached: $dir"
