@@ -36,3 +36,15 @@ class NotFound(ObjectStoreError):
 
 class AuditorError(AldebaranError):
     """The streaming auditor could not start or stopped with an error."""
+
+
+class LeaseHeld(AldebaranError):
+    """Another live auditor holds the checkpoint's lease: two auditors must never share a checkpoint."""
+
+
+class LeaseLost(AldebaranError):
+    """This auditor's checkpoint lease was taken over, revoked or could not be renewed in time."""
+
+
+class PlatformUnhealthy(AldebaranError):
+    """A platform health check failed; the message lists every problem found."""

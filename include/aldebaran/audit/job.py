@@ -27,7 +27,29 @@ def kafka_source(spark, settings: AuditorSettings, kafka: KafkaSettings):
     )
     if settings.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
-    return reader.load()
+    return bounded(reader.load(), settings.ending_offsets, kafka.trades_topic)
+
+
+def bounded(source, ending_offsets: str | None, topic: str):
+    """Streaming Kafka reads have no endingOffsets: a bounded replay keeps the rows before the end
+    instead (Spark's JSON form ``{"<topic>": {"<partition>": <offset>}}``, -1 = no bound; a partition
+    not listed is not read)."""
+    if not ending_offsets or ending_offsets.strip() == "latest":
+        return source
+    from pyspark.sql import functions as F
+
+    try:
+        ends = {int(p): int(o) for p, o in json.loads(ending_offsets)[topic].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise AuditorError(
+            f"ALDEBARAN_AUDIT_ENDING_OFFSETS: expected 'latest' or {{\"{topic}\": {{\"<partition>\": <offset>}}}}, "
+            f"got {ending_offsets!r} ({exc})"
+        ) from None
+    keep = F.lit(False)
+    for partition, end in sorted(ends.items()):
+        here = F.col("partition") == F.lit(partition)
+        keep = keep | (here if end < 0 else here & (F.col("offset") < F.lit(end)))
+    return source.where(keep)
 
 
 def tick_source(spark, parsed_columns: list[str]):
@@ -51,7 +73,7 @@ def tick_source(spark, parsed_columns: list[str]):
     return ticks.select(*cols)
 
 
-def build_query(spark, settings: AuditorSettings, on_batch=None):
+def build_query(spark, settings: AuditorSettings, on_batch=None, guard=None):
     from aldebaran.audit.archive import Archive
     from aldebaran.audit.rules import resolve
     from aldebaran.objectstore import ObjectStore
@@ -73,7 +95,7 @@ def build_query(spark, settings: AuditorSettings, on_batch=None):
     stream = (
         parsed.writeStream.queryName(settings.query_name)
         .option("checkpointLocation", settings.checkpoint.rstrip("/") + "/spark")
-        .foreachBatch(writer)
+        .foreachBatch(writer if guard is None else _guarded(writer, guard))
     )
     if settings.trigger == "available-now":
         stream = stream.trigger(availableNow=True)
@@ -86,6 +108,16 @@ def build_query(spark, settings: AuditorSettings, on_batch=None):
         raise
 
 
+def _guarded(writer, guard):
+    """foreachBatch that calls `guard()` first: no batch is written once the lease is not ours."""
+
+    def batch(batch_df, batch_id: int) -> None:
+        guard()
+        writer(batch_df, batch_id)
+
+    return batch
+
+
 def run(settings: AuditorSettings, spark=None, on_batch=None) -> dict:
     """Run the auditor until it stops (available-now), the timeout passes, or it is interrupted."""
     from aldebaran import spark as sparkmod
@@ -95,7 +127,21 @@ def run(settings: AuditorSettings, spark=None, on_batch=None) -> dict:
         shuffle_partitions=settings.shards,
     )
     spark.conf.set("spark.sql.adaptive.enabled", "false")  # shard id = shuffle partition id
-    query, writer, listener = build_query(spark, settings, on_batch=on_batch)
+    lease = None
+    if settings.lease_seconds:  # never two auditors on one checkpoint (aldebaran.platform.lease)
+        from aldebaran.objectstore import ObjectStore
+        from aldebaran.platform.lease import acquire
+
+        lease = acquire(ObjectStore(load(ObjectStoreSettings)), settings.checkpoint, settings.query_name,
+                        settings.lease_seconds, wait_seconds=settings.lease_wait_seconds)
+    try:
+        query, writer, listener = build_query(spark, settings, on_batch=on_batch,
+                                              guard=lease.check if lease else None)
+    except BaseException:
+        if lease:
+            lease.release()
+        raise
+    keeper = lease.keep(alive=lambda: _active(query), on_lost=lambda _why: query.stop()) if lease else None
     log.info("auditor %s started (checkpoint %s, rules %s)", settings.query_name, settings.checkpoint, settings.rules)
     t0 = time.monotonic()
     try:
@@ -111,10 +157,25 @@ def run(settings: AuditorSettings, spark=None, on_batch=None) -> dict:
         # Events are delivered asynchronously: let the listener see the end before detaching it.
         listener.terminated.wait(10)
         spark.streams.removeListener(listener)
+        if keeper:
+            keeper.stop()
+            lease.release()
+    if lease and lease.lost:
+        raise AuditorError(f"auditor {settings.query_name} stopped: {lease.lost}")
     if exc is not None:
         raise AuditorError(f"auditor query {settings.query_name} failed: {exc}")
     log.info("auditor %s stopped after %.1fs", settings.query_name, time.monotonic() - t0)
     return writer.last
+
+
+def _active(query) -> bool:
+    """Is the query still running? False too when its JVM is gone (py4j cannot reach it)."""
+    from py4j.protocol import Py4JError
+
+    try:
+        return bool(query.isActive)
+    except (Py4JError, ConnectionError, OSError):
+        return False
 
 
 def print_status(settings: AuditorSettings) -> None:

@@ -44,6 +44,12 @@ class AuditorSettings(BaseSettings):
     master: str = Field("local[2]", description="Spark master when run outside spark-submit")
     query_name: str = Field("auditor", pattern=r"^[A-Za-z0-9_-]+$", description="streaming query name")
     timeout_seconds: float | None = Field(None, gt=0, description="stop after this long (tests, demos)")
+    lease_seconds: float = Field(
+        30.0, ge=0, description="checkpoint lease ttl in the object store (renewed every ttl/3); 0 disables the lease"
+    )
+    lease_wait_seconds: float = Field(
+        0.0, ge=0, description="at start, wait this long for another auditor's lease on the checkpoint to end"
+    )
 
     @field_validator("rules")
     @classmethod

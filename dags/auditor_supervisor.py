@@ -1,0 +1,89 @@
+"""
+### auditor_supervisor — keep the streaming auditor alive
+
+**Every minute** (one run at a time): is the auditor healthy? Unhealthy means its driver process is
+gone, its query terminated, nobody holds its checkpoint lease, or its heartbeat shows no progress for
+longer than `stale_after_seconds`. Then it is restarted on the **same checkpoint**, so it resumes
+where it stopped: with exponential backoff between the restarts of one incident, and a page through
+the alert channels (one operational alert per incident) after `page_after_restarts` restarts.
+
+Tasks: `assess` (lease + heartbeat + local driver processes → none / wait / restart) → `page` (only
+when due) and `prepare_restart` (short-circuit: stops what is left of the old auditor, breaks the
+lease of a dead holder, revokes a remote one) → `submit_auditor` (the Spark provider's
+SparkSubmitOperator, master and deploy mode from the `spark_default` connection; the driver is
+started detached and the task returns once the new auditor holds the lease and its query started).
+
+Never two auditors on one checkpoint: the auditor itself takes a lease object in the object store
+(conditional create, renewed with If-Match every ttl/3) and refuses to start, or stops, without it.
+State: `supervisor/auditor/<query>.json`; the heartbeat: `heartbeats/auditor/<query>.json`
+(`aldebaran auditor status`). Logic: `aldebaran.platform.supervisor`. Pause this DAG to keep a stopped
+auditor stopped.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pendulum
+from airflow.sdk import CronTriggerTimetable, Param, dag, task
+
+from aldebaran.platform.spark_submit import AuditorSubmitOperator
+
+
+@dag(
+    schedule=CronTriggerTimetable("* * * * *", timezone="UTC"),
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    doc_md=__doc__,
+    tags=["aldebaran", "platform", "auditor"],
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=20), "owner": "aldebaran"},
+    params={
+        "query_name": Param(None, type=["null", "string"], pattern=r"^[A-Za-z0-9_-]*$",
+                            description="Streaming query name of the auditor (its heartbeat and state are keyed by "
+                                        "it). Empty: ALDEBARAN_AUDIT_QUERY_NAME, default 'auditor'."),
+        "checkpoint": Param(None, type=["null", "string"],
+                            description="The auditor's checkpoint (s3a://bucket/prefix or a local path); a restart "
+                                        "resumes from it. Empty: ALDEBARAN_AUDIT_CHECKPOINT."),
+        "stale_after_seconds": Param(None, type=["null", "number"], minimum=1,
+                                     description="No heartbeat for longer than this = unhealthy. Empty: "
+                                                 "ALDEBARAN_SUPERVISOR_STALE_AFTER_SECONDS (120)."),
+        "start_timeout_seconds": Param(None, type=["null", "number"], minimum=1,
+                                       description="A (re)started auditor must hold its lease and report 'started' "
+                                                   "within this. Empty: ALDEBARAN_SUPERVISOR_START_TIMEOUT_SECONDS (180)."),
+        "page_after_restarts": Param(None, type=["null", "integer"], minimum=1,
+                                     description="Page the alert channels once an incident needed this many restarts. "
+                                                 "Empty: ALDEBARAN_SUPERVISOR_PAGE_AFTER_RESTARTS (3)."),
+    },
+)
+def auditor_supervisor():
+    @task
+    def assess(params=None) -> dict:
+        from aldebaran.platform.supervisor import assess_from_params
+
+        return assess_from_params(params)
+
+    @task
+    def page(decision: dict) -> dict:
+        from aldebaran.platform.supervisor import page_if_needed
+
+        return page_if_needed(decision)
+
+    @task.short_circuit
+    def prepare_restart(decision: dict) -> bool:
+        from aldebaran.platform.supervisor import prepare_restart as prepare
+
+        return prepare(decision)
+
+    decision = assess()
+    page(decision)
+    submit = AuditorSubmitOperator(
+        task_id="submit_auditor",
+        decision=decision,
+        conn_id="spark_default",
+        retry_exponential_backoff=True,
+    )
+    prepare_restart(decision) >> submit
+
+
+auditor_supervisor()

@@ -1,0 +1,229 @@
+"""Platform health: what the `platform_health` DAG checks, records and fails on.
+
+Checks (each independent: one failing probe never hides the others):
+
+- **kafka** — the broker answers (metadata within ``ALDEBARAN_HEALTH_TIMEOUT_SECONDS``) and the
+  platform's topics exist;
+- **auditor_lag** — trades on the topic the auditor has not read yet: log end offsets minus the end
+  offsets of its last micro-batch (Spark's Kafka source keeps its offsets in the checkpoint, not in a
+  consumer group, so they come from the auditor's heartbeat);
+- **dispatch_lag** — per channel, alerts its dispatcher's consumer group
+  (``aldebaran-dispatcher-<channel>``) has not settled;
+- **object_store** — MinIO/S3 answers for the bucket;
+- **auditor_progress** — the heartbeat exists, its query is not terminated, and its last progress is
+  younger than ``ALDEBARAN_HEALTH_MAX_PROGRESS_AGE_SECONDS``;
+- **deliveries** — per channel, DEAD and IN_DOUBT delivery records (operators must settle them:
+  ``aldebaran deliveries list --state IN_DOUBT``) and those waiting to be retried.
+
+Every run writes one record, ``<prefix>/runs/<run id>.json``, and ``<prefix>/latest.json``; then
+fails naming every problem if there is one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+
+from aldebaran.exceptions import AldebaranError, PlatformUnhealthy
+from aldebaran.platform.settings import HealthSettings
+
+log = logging.getLogger(__name__)
+
+
+def _offsets(end_offsets, topic: str) -> dict[int, int] | None:
+    """The auditor's processed end offsets for `topic` from its heartbeat (Spark progress format)."""
+    for item in end_offsets or []:
+        if isinstance(item, str):
+            try:
+                item = json.loads(item)
+            except ValueError:
+                continue
+        if isinstance(item, dict) and topic in item:
+            return {int(p): int(o) for p, o in item[topic].items()}
+    return None
+
+
+def check_kafka(kafka, timeout: float) -> dict:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    t0 = time.monotonic()
+    try:
+        meta = AdminClient({"bootstrap.servers": kafka.bootstrap_servers, "log_level": 0}).list_topics(timeout=timeout)
+    except KafkaException as exc:
+        return {"ok": False, "problem": f"Kafka {kafka.bootstrap_servers} unreachable: {exc}"}
+    missing = [t for t in kafka.topics() if t not in meta.topics]
+    out = {"ok": not missing, "brokers": len(meta.brokers), "ms": round((time.monotonic() - t0) * 1000, 1)}
+    if missing:
+        out["problem"] = f"Kafka {kafka.bootstrap_servers}: topic(s) missing: {', '.join(missing)}"
+    return out
+
+
+def check_auditor_lag(kafka, heartbeat: dict | None, limit: int) -> dict:
+    from confluent_kafka import KafkaException
+
+    from aldebaran.kafka_io import end_offsets
+
+    try:
+        ends = end_offsets(kafka, kafka.trades_topic)
+    except (KafkaException, KeyError, AldebaranError) as exc:
+        return {"ok": False, "problem": f"auditor lag unknown: end offsets of {kafka.trades_topic}: {exc}"}
+    done = _offsets((heartbeat or {}).get("kafka_end_offsets"), kafka.trades_topic)
+    if done is None:
+        total = sum(ends.values())
+        return {"ok": total == 0, "lag": None, "topic_end": ends,
+                **({} if total == 0 else {"problem": f"auditor lag unknown: no processed offsets for "
+                                                     f"{kafka.trades_topic} in its heartbeat ({total} trades on the topic)"})}
+    lag = sum(max(0, end - done.get(p, 0)) for p, end in ends.items())
+    out = {"ok": lag <= limit, "lag": lag, "limit": limit}
+    if lag > limit:
+        out["problem"] = (f"auditor lags {lag} trades behind {kafka.trades_topic} "
+                          f"(limit {limit}, ALDEBARAN_HEALTH_MAX_AUDITOR_LAG)")
+    return out
+
+
+def check_dispatch_lag(kafka, channels: list[str], limit: int) -> dict:
+    from confluent_kafka import KafkaException
+
+    from aldebaran.delivery.dispatcher import GROUP
+    from aldebaran.kafka_admin import consumer_lag
+
+    out: dict = {"ok": True, "channels": {}}
+    problems = []
+    for channel in channels:
+        group = f"{GROUP}-{channel}"
+        try:
+            lag = consumer_lag(kafka, group, kafka.alerts_topic)
+        except (KafkaException, AldebaranError) as exc:
+            problems.append(f"dispatch lag of {channel} unknown: {exc}")
+            continue
+        out["channels"][channel] = {"group": group, "lag": lag["lag"], "committed": lag["committed"]}
+        if lag["lag"] > limit:
+            problems.append(f"channel {channel}: {lag['lag']} alerts not dispatched yet (group {group}, limit {limit}, "
+                            "ALDEBARAN_HEALTH_MAX_DISPATCH_BACKLOG)")
+    if problems:
+        out.update(ok=False, problem="; ".join(problems))
+    return out
+
+
+def check_object_store(store) -> dict:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    t0 = time.monotonic()
+    try:
+        store.client.head_bucket(Bucket=store.bucket)
+    except (BotoCoreError, ClientError) as exc:
+        return {"ok": False, "problem": f"object store {store.settings.endpoint() or 'AWS S3'} bucket {store.bucket}: {exc}"}
+    return {"ok": True, "ms": round((time.monotonic() - t0) * 1000, 1)}
+
+
+def check_auditor_progress(store, query: str, heartbeat: dict | None, max_age: float, now: float) -> dict:
+    from aldebaran.audit.heartbeat import heartbeat_key
+
+    uri = store.uri(heartbeat_key(query))
+    if heartbeat is None:
+        return {"ok": False, "problem": f"auditor {query!r}: no heartbeat at {uri} — is it running? "
+                                        "(the auditor_supervisor DAG starts it)"}
+    age = now - float(heartbeat.get("updated_at_ms") or 0) / 1000
+    out = {"ok": True, "status": heartbeat.get("status"), "age_seconds": round(age, 1),
+           "batch_id": heartbeat.get("batch_id")}
+    if heartbeat.get("status") in ("failed", "stopped"):
+        out.update(ok=False, problem=f"auditor {query!r}: query {heartbeat.get('status')} {age:.0f}s ago "
+                                     f"{str(heartbeat.get('error') or '')[:300]}".rstrip())
+    elif age > max_age:
+        out.update(ok=False, problem=f"auditor {query!r}: last progress {age:.0f}s ago at {uri} (limit {max_age:.0f}s, "
+                                     "ALDEBARAN_HEALTH_MAX_PROGRESS_AGE_SECONDS)")
+    return out
+
+
+def check_deliveries(channels: list[str], settings: HealthSettings) -> dict:
+    from aldebaran.delivery.dispatcher import default_ledger
+
+    ledger = default_ledger()
+    out: dict = {"ok": True, "channels": {}}
+    problems = []
+    for channel in channels:
+        stats = ledger.stats(channel, detail=False)
+        out["channels"][channel] = {k: stats[k] for k in ("records", "delivered", "retrying", "dead", "in_doubt")}
+        if stats["dead"] > settings.max_dead:
+            problems.append(f"channel {channel}: {stats['dead']} DEAD deliveries (limit {settings.max_dead}, "
+                            f"ALDEBARAN_HEALTH_MAX_DEAD; see `aldebaran deliveries list --channel {channel} --state DEAD`)")
+        if stats["in_doubt"] > settings.max_in_doubt:
+            problems.append(f"channel {channel}: {stats['in_doubt']} IN_DOUBT deliveries need an operator (limit "
+                            f"{settings.max_in_doubt}, ALDEBARAN_HEALTH_MAX_IN_DOUBT; see `aldebaran deliveries "
+                            f"list --channel {channel} --state IN_DOUBT`)")
+    if problems:
+        out.update(ok=False, problem="; ".join(problems))
+    return out
+
+
+def check(run_id: str, query_name: str | None = None, overrides: dict | None = None) -> dict:
+    """Run every check, write the health record, return it (the verdict is :func:`raise_if_unhealthy`)."""
+    from aldebaran.audit import heartbeat as hbmod
+    from aldebaran.audit.settings import AuditorSettings
+    from aldebaran.delivery.channels import channel_names
+    from aldebaran.exceptions import ObjectStoreError
+    from aldebaran.objectstore import ObjectStore
+    from aldebaran.settings import KafkaSettings, load
+
+    settings = load(HealthSettings, **{k: v for k, v in (overrides or {}).items() if v not in (None, "")})
+    query = load(AuditorSettings, query_name=query_name or None).query_name
+    kafka = load(KafkaSettings)
+    store = ObjectStore()
+    now = time.time()
+    channels = channel_names()
+
+    checks: dict[str, dict] = {"object_store": check_object_store(store)}
+    heartbeat = None
+    if checks["object_store"]["ok"]:
+        try:
+            heartbeat = hbmod.read(store, query)
+        except ObjectStoreError as exc:
+            checks["object_store"] = {"ok": False, "problem": f"heartbeat unreadable: {exc}"}
+    checks["kafka"] = check_kafka(kafka, settings.timeout_seconds)
+    if checks["kafka"]["ok"]:
+        checks["auditor_lag"] = check_auditor_lag(kafka, heartbeat, settings.max_auditor_lag)
+        checks["dispatch_lag"] = check_dispatch_lag(kafka, channels, settings.max_dispatch_backlog)
+    if checks["object_store"]["ok"]:
+        checks["auditor_progress"] = check_auditor_progress(store, query, heartbeat,
+                                                            settings.max_progress_age_seconds, now)
+        checks["deliveries"] = check_deliveries(channels, settings)
+
+    problems = [c["problem"] for c in checks.values() if not c["ok"]]
+    record = {"run_id": run_id, "at": now, "at_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+              "healthy": not problems, "problems": problems, "auditor_query": query, "channels": channels,
+              "checks": checks}
+    if checks["object_store"]["ok"]:
+        body = json.dumps(record, indent=1, default=str).encode()
+        prefix = settings.prefix.strip("/")
+        run_key = f"{prefix}/runs/{time.strftime('%Y-%m-%d', time.gmtime(now))}/{_segment(run_id)}.json"
+        store.put(run_key, body)
+        store.put(f"{prefix}/latest.json", body)
+        record["record_uri"] = store.uri(run_key)
+    else:
+        record["record_uri"] = None  # nowhere to write it: the log and the failure carry it
+    level = logging.INFO if not problems else logging.ERROR
+    log.log(level, "platform %s: %s", "healthy" if not problems else "UNHEALTHY",
+            json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "problem"} for k, v in checks.items()}, default=str))
+    for problem in problems:
+        log.error("  problem: %s", problem)
+    return record
+
+
+def check_from_params(run_id: str, params: dict) -> dict:
+    """The DAG's Params → :func:`check` (empty = the ALDEBARAN_HEALTH_* setting)."""
+    given = {k: v for k, v in dict(params).items() if v not in ("", None)}
+    return check(run_id, given.get("query_name"), {k: given[k] for k in HealthSettings.model_fields if k in given})
+
+
+def raise_if_unhealthy(record: dict) -> None:
+    if record["problems"]:
+        where = f" (record {record['record_uri']})" if record.get("record_uri") else ""
+        raise PlatformUnhealthy(f"platform unhealthy — {len(record['problems'])} problem(s){where}:\n- "
+                                + "\n- ".join(record["problems"]))
+
+
+def _segment(run_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=-]", "_", run_id)[:200] or "run"

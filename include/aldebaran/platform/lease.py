@@ -1,0 +1,237 @@
+"""The checkpoint lease: never two auditors on one checkpoint.
+
+One object per checkpoint in the object store, ``leases/auditor/<sha256(checkpoint)[:32]>.json``:
+
+    {"checkpoint", "query", "state": held|released|revoked|broken, "generation", "owner",
+     "host", "pid", "acquired_at", "renewed_at", "expires_at", "ttl_seconds", "note"}
+
+- **Acquire** (auditor start): conditional create (``If-None-Match: *``); if the object exists and is
+  free (released, broken, or expired — a revoked lease is free once its grace has passed), take it over
+  with ``If-Match: <etag>`` and the next generation. Two auditors racing for a free lease: exactly one
+  conditional write wins. A live lease held by someone else → :class:`LeaseHeld`, naming the holder.
+- **Renew** (a keeper thread in the auditor, every ttl/3, only while the query is active):
+  ``If-Match`` on the etag of our own last write. Any other write in between (a takeover, a
+  revocation by the supervisor) makes it fail → :class:`LeaseLost` → the auditor stops its query.
+- **Check** (before every micro-batch): the auditor refuses to write a batch once its lease is no
+  longer known to be valid (lost, or not renewed for a whole ttl) — a paused auditor cannot
+  overlap with its successor by more than the batch it is already in.
+- **Release** (clean stop): ``If-Match`` to ``released``.
+- **Break** (supervisor, only for a holder it saw dead — a local pid that no longer exists):
+  ``If-Match`` to ``broken``, free at once. **Revoke** (supervisor, a holder alive but unhealthy on a
+  host it cannot signal): ``If-Match`` to ``revoked``, free after one ttl of grace — the holder's next
+  renewal fails and it stops itself well before that.
+
+Times are wall-clock epoch seconds of the writer; holders and the supervisor are assumed to have
+clocks within a small fraction of the ttl of each other (NTP), the usual condition of a lease.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable
+
+from aldebaran.exceptions import AlreadyExists, LeaseHeld, LeaseLost, NotFound, ObjectStoreError, PreconditionFailed
+from aldebaran.objectstore import ObjectStore
+
+log = logging.getLogger(__name__)
+
+PREFIX = "leases/auditor"
+HELD, RELEASED, REVOKED, BROKEN = "held", "released", "revoked", "broken"
+
+
+def lease_key(checkpoint: str) -> str:
+    digest = hashlib.sha256(checkpoint.rstrip("/").encode()).hexdigest()[:32]
+    return f"{PREFIX}/{digest}.json"
+
+
+def _iso(epoch: float | None) -> str:
+    if epoch is None:
+        return "?"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def is_free(record: dict, now: float) -> bool:
+    """A lease anyone may take: released or broken at once; held or revoked once it expired."""
+    if record.get("state") in (RELEASED, BROKEN):
+        return True
+    return float(record.get("expires_at") or 0) <= now
+
+
+def describe(record: dict | None, now: float | None = None) -> str:
+    if record is None:
+        return "no lease"
+    now = time.time() if now is None else now
+    left = float(record.get("expires_at") or 0) - now
+    when = f"expires in {left:.0f}s" if left > 0 else f"expired {-left:.0f}s ago"
+    return (f"lease gen {record.get('generation')} {record.get('state')} by {record.get('host')}:{record.get('pid')} "
+            f"(query {record.get('query')}), {when} ({_iso(record.get('expires_at'))})")
+
+
+def read(store: ObjectStore, checkpoint: str) -> tuple[dict, str] | None:
+    try:
+        obj = store.get(lease_key(checkpoint))
+    except NotFound:
+        return None
+    return obj.json(), obj.etag
+
+
+@dataclass
+class Lease:
+    """A lease this process holds."""
+
+    store: ObjectStore
+    checkpoint: str
+    record: dict
+    etag: str
+    lost: str | None = None  # why it was lost, once it was
+
+    @property
+    def key(self) -> str:
+        return lease_key(self.checkpoint)
+
+    def _write(self, changes: dict) -> None:
+        record = {**self.record, **changes}
+        self.etag = self.store.replace(self.key, json.dumps(record).encode(), self.etag)
+        self.record = record
+
+    def renew(self) -> None:
+        """Extend the lease by one ttl; LeaseLost if anyone else wrote it since our last write."""
+        if self.lost:
+            raise LeaseLost(self.lost)
+        now = time.time()
+        ttl = float(self.record["ttl_seconds"])
+        try:
+            self._write({"renewed_at": now, "expires_at": now + ttl})
+        except PreconditionFailed:
+            current = read(self.store, self.checkpoint)
+            self.lost = (f"lease on checkpoint {self.checkpoint} lost: now "
+                         f"{describe(current[0] if current else None, now)}")
+            raise LeaseLost(self.lost) from None
+
+    def check(self) -> None:
+        """Raise LeaseLost unless this lease is still known to be ours (called before each batch)."""
+        if self.lost:
+            raise LeaseLost(self.lost)
+        if float(self.record["expires_at"]) <= time.time():
+            self.lost = (f"lease on checkpoint {self.checkpoint} not renewed since "
+                         f"{_iso(self.record.get('renewed_at'))}: it expired, another auditor may have it")
+            raise LeaseLost(self.lost)
+
+    def release(self) -> None:
+        if self.lost:
+            return
+        try:
+            self._write({"state": RELEASED, "expires_at": time.time(), "note": "released on stop"})
+        except (PreconditionFailed, ObjectStoreError) as exc:
+            log.warning("lease %s not released (%s): it will expire at %s", self.key, exc,
+                        _iso(self.record.get("expires_at")))
+
+    def keep(self, alive: Callable[[], bool], on_lost: Callable[[str], None],
+             interval: float | None = None) -> "Keeper":
+        keeper = Keeper(self, alive, on_lost, interval or max(0.5, float(self.record["ttl_seconds"]) / 3))
+        keeper.start()
+        return keeper
+
+
+class Keeper(threading.Thread):
+    """Renews a lease every `interval` while `alive()`; calls `on_lost(reason)` once if it is lost."""
+
+    def __init__(self, lease: Lease, alive: Callable[[], bool], on_lost: Callable[[str], None],
+                 interval: float) -> None:
+        super().__init__(name="aldebaran-lease-keeper", daemon=True)
+        self.lease, self.alive, self.on_lost, self.interval = lease, alive, on_lost, interval
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.wait(self.interval):
+            if not self.alive():
+                return  # the query ended: nothing to keep (the auditor releases on its way out)
+            try:
+                self.lease.renew()
+            except LeaseLost as exc:
+                log.error("%s: stopping this auditor", exc)
+                self.on_lost(str(exc))
+                return
+            except ObjectStoreError as exc:
+                # Keep trying until the lease would have expired; check() refuses batches after that.
+                left = float(self.lease.record["expires_at"]) - time.time()
+                log.warning("lease renewal failed (%s); %.0fs left on the lease", exc, left)
+                if left <= 0:
+                    self.lease.lost = f"lease on {self.lease.checkpoint} expired while the object store was unreachable"
+                    self.on_lost(self.lease.lost)
+                    return
+
+    def stop(self) -> None:
+        self.halt.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout=10)
+
+
+def acquire(store: ObjectStore, checkpoint: str, query: str, ttl_seconds: float,
+            wait_seconds: float = 0.0, poll: float = 1.0) -> Lease:
+    """Take the checkpoint's lease, waiting up to `wait_seconds` for a live holder's lease to end."""
+    key = lease_key(checkpoint)
+    owner = uuid.uuid4().hex
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        now = time.time()
+        fresh = {"checkpoint": checkpoint.rstrip("/"), "query": query, "state": HELD, "owner": owner,
+                 "host": socket.gethostname(), "pid": os.getpid(), "acquired_at": now, "renewed_at": now,
+                 "expires_at": now + ttl_seconds, "ttl_seconds": ttl_seconds, "note": None}
+        try:
+            etag = store.create(key, json.dumps({**fresh, "generation": 1}).encode())
+            lease = Lease(store, checkpoint, {**fresh, "generation": 1}, etag)
+            log.info("checkpoint lease taken: %s (%s)", store.uri(key), describe(lease.record, now))
+            return lease
+        except AlreadyExists:
+            pass
+        current = read(store, checkpoint)
+        if current is None:
+            continue  # deleted in between: try the create again
+        record, etag = current
+        if is_free(record, now):
+            taken = {**fresh, "generation": int(record.get("generation") or 0) + 1}
+            try:
+                new_etag = store.replace(key, json.dumps(taken).encode(), etag)
+            except PreconditionFailed:
+                continue  # someone else moved first: look again
+            log.info("checkpoint lease taken over from %s: %s", describe(record, now), store.uri(key))
+            return Lease(store, checkpoint, taken, new_etag)
+        if time.monotonic() >= deadline:
+            raise LeaseHeld(
+                f"checkpoint {checkpoint} is in use: {describe(record, now)} ({store.uri(key)}). Two auditors must "
+                "never share a checkpoint: stop the other one, or wait for its lease to expire "
+                "(ALDEBARAN_AUDIT_LEASE_WAIT_SECONDS waits for it)"
+            )
+        time.sleep(min(poll, max(0.05, deadline - time.monotonic())))
+
+
+def end(store: ObjectStore, checkpoint: str, state: str, note: str, grace_seconds: float = 0.0) -> dict | None:
+    """Supervisor side: mark the current lease `broken` (holder known dead) or `revoked` (free after
+    `grace_seconds`), with If-Match so a renewal in between wins. Returns the record written, or None."""
+    if state not in (BROKEN, REVOKED):
+        raise ValueError(f"a lease is ended as {BROKEN} or {REVOKED}, not {state!r}")
+    current = read(store, checkpoint)
+    if current is None:
+        return None
+    record, etag = current
+    if record.get("state") in (RELEASED, BROKEN):
+        return record
+    now = time.time()
+    ended = {**record, "state": state, "note": note,
+             "expires_at": min(float(record.get("expires_at") or now), now + grace_seconds)}
+    try:
+        store.replace(lease_key(checkpoint), json.dumps(ended).encode(), etag)
+    except PreconditionFailed:
+        log.warning("lease on %s changed while ending it (%s): left as it is", checkpoint, note)
+        return None
+    log.warning("lease on %s %s: %s", checkpoint, state, note)
+    return ended

@@ -1,0 +1,82 @@
+"""AuditorSubmitOperator: the Spark provider's SparkSubmitOperator, for a job that must outlive its task.
+
+What the provider offers (apache-spark 6.3.4 on Airflow 3.3): ``SparkSubmitOperator`` builds the
+spark-submit command from the ``spark_default`` connection (master, deploy mode, binary) and its own
+arguments, then — in client mode — runs spark-submit and blocks until the application ends; in
+cluster mode (standalone driver, YARN with ``yarn_track_via_rm_api``, Kubernetes with
+``track_driver_via_k8s_api``) it is *resumable*: ``durable=True`` persists the driver/application id
+in the task state store, so a retried task re-attaches to the running driver instead of submitting
+a second one, and polls it until it finishes.
+
+That is the right shape for bounded jobs (the replay DAG uses the operator as it is). A streaming
+auditor never finishes, though, and a task that blocks on it forever cannot also check its health, so
+this subclass keeps the provider's command building (connection, conf, jars, masking) and replaces
+only the waiting:
+
+- client mode (``local[*]``, or ``spark://`` with the driver here — Spark standalone cannot run a
+  Python application's driver in cluster mode): spark-submit is started detached in its own session,
+  its pid and log file are recorded in the supervisor state;
+- cluster mode (YARN / Kubernetes): the provider's own ``submit_job`` submits and returns the
+  driver/application id without waiting; that id is recorded.
+
+In both cases the task then waits until the new auditor holds the checkpoint lease and its query has
+started (its heartbeat), and fails with the tail of the spark-submit output if it exits first.
+Health afterwards is judged by the next supervisor run from the lease and the heartbeat, which work
+the same wherever the driver runs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from aldebaran import paths
+
+AUDITOR_APP = str(paths.ROOT / "spark_apps" / "auditor.py")
+
+
+class AuditorSubmitOperator(SparkSubmitOperator):
+    """Submit the streaming auditor described by `decision` (the supervisor's assess output) and
+    return once it has started. `decision` is templated, so an XComArg may be passed."""
+
+    template_fields = (*SparkSubmitOperator.template_fields, "decision")
+    ui_color = "#f4a460"
+
+    def __init__(self, *, decision: Any, application: str = AUDITOR_APP, name: str = "aldebaran-auditor",
+                 durable: bool = False, **kwargs: Any) -> None:
+        # durable=False: the provider's resumable path (re-attach on retry) is for drivers this task
+        # waits on; here a retry is a new decision of the supervisor, never a blind re-attach.
+        super().__init__(application=application, name=name, durable=durable, **kwargs)
+        self.decision = decision
+
+    def execute(self, context: Any) -> dict:
+        from aldebaran import spark as sparkmod
+        from aldebaran.platform import supervisor
+
+        decision = self.decision
+        self.application_args = list(decision["auditor_args"])
+        if not self.jars:
+            self.jars = ",".join(sparkmod.connector_jars(s3a=decision["checkpoint"].startswith("s3a://")))
+        self._hook = self._get_hook()
+        hook = self._hook
+        submitted_at = time.time()
+        if hook._connection.get("deploy_mode") == "cluster":
+            external_id = self.submit_job(context)
+            supervisor.record_submission(decision, None, None, submitted_at, external_id=external_id)
+            return supervisor.wait_started(decision, submitted_at)
+
+        command = hook._build_spark_submit_command(self.application)
+        env = {**sparkmod.spark_env(), **{k: str(v) for k, v in (self.env_vars or {}).items()}}
+        # The pyspark wheel's spark-submit sits next to this interpreter.
+        env["PATH"] = f"{paths.venv_bin('spark-submit').parent}{os.pathsep}{env.get('PATH', '')}"
+        proc, log_path = supervisor.launch(command, env, decision["query_name"])
+        self.log.info("spark-submit started detached: pid %d, log %s", proc.pid, log_path)
+        supervisor.record_submission(decision, proc.pid, str(log_path), submitted_at)
+        return supervisor.wait_started(decision, submitted_at, proc, log_path)
+
+    def on_kill(self) -> None:
+        # Killing this task must not kill the auditor it started: the supervisor decides about that.
+        self.log.info("task killed; the auditor it submitted keeps running (the supervisor watches it)")
