@@ -1,0 +1,101 @@
+"""The checkpoint lease against real MinIO: one holder at a time, renewals fenced by If-Match,
+takeover only when free, a revoked or broken lease stops its holder."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from aldebaran.exceptions import LeaseHeld, LeaseLost
+from aldebaran.platform import lease as leases
+
+
+@pytest.fixture
+def cp(s3_prefix):
+    return f"s3a://aldebaran/{s3_prefix}/checkpoint"
+
+
+@pytest.fixture
+def cleanup(store, cp):
+    yield
+    store.delete(leases.lease_key(cp))
+
+
+def test_second_auditor_is_refused_while_the_first_holds_the_lease(store, cp, cleanup):
+    first = leases.acquire(store, cp, "q1", ttl_seconds=30)
+    with pytest.raises(LeaseHeld, match="in use: lease gen 1 held by .* \\(query q1\\)"):
+        leases.acquire(store, cp, "q2", ttl_seconds=30)
+    first.renew()
+    first.check()
+    first.release()
+    second = leases.acquire(store, cp, "q2", ttl_seconds=30)  # released: free at once
+    assert second.record["generation"] == 2 and second.record["query"] == "q2"
+    second.release()
+
+
+def test_expired_lease_is_taken_over_and_the_old_holder_cannot_renew(store, cp, cleanup):
+    old = leases.acquire(store, cp, "old", ttl_seconds=1)
+    time.sleep(1.2)
+    with pytest.raises(LeaseLost, match="expired"):
+        old.check()  # not renewed for a whole ttl: no more batches
+    new = leases.acquire(store, cp, "new", ttl_seconds=30)
+    assert new.record["generation"] == 2
+    old.lost = None  # even if it thought it still held it, its next renewal is fenced by If-Match
+    with pytest.raises(LeaseLost, match="lost: now lease gen 2 held"):
+        old.renew()
+    new.release()
+
+
+def test_acquire_waits_for_a_lease_to_end(store, cp, cleanup):
+    holder = leases.acquire(store, cp, "a", ttl_seconds=30)
+    threading.Timer(1.0, holder.release).start()
+    t0 = time.monotonic()
+    waiter = leases.acquire(store, cp, "b", ttl_seconds=30, wait_seconds=20, poll=0.2)
+    assert 0.8 < time.monotonic() - t0 < 20
+    assert waiter.record["query"] == "b"
+    waiter.release()
+
+
+def test_racing_acquirers_exactly_one_wins(store, cp, cleanup):
+    results: list = []
+
+    def contender(i: int) -> None:
+        try:
+            results.append(leases.acquire(store, cp, f"c{i}", ttl_seconds=30))
+        except LeaseHeld as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=contender, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [r for r in results if isinstance(r, leases.Lease)]
+    assert len(winners) == 1 and len(results) == 6
+    winners[0].release()
+
+
+def test_revoked_lease_stops_the_keeper_and_is_free_after_its_grace(store, cp, cleanup):
+    holder = leases.acquire(store, cp, "hung", ttl_seconds=3)
+    lost = threading.Event()
+    keeper = holder.keep(alive=lambda: True, on_lost=lambda why: lost.set(), interval=0.2)
+    ended = leases.end(store, cp, leases.REVOKED, "test revokes it", grace_seconds=1.0)
+    assert ended["state"] == leases.REVOKED
+    assert lost.wait(5), "the holder did not notice the revocation"
+    keeper.stop()
+    with pytest.raises(LeaseLost):
+        holder.check()
+    with pytest.raises(LeaseHeld):
+        leases.acquire(store, cp, "next", ttl_seconds=30)  # still within the grace
+    time.sleep(1.1)
+    nxt = leases.acquire(store, cp, "next", ttl_seconds=30)
+    assert nxt.record["generation"] == 2
+    nxt.release()
+
+
+def test_broken_lease_is_free_at_once(store, cp, cleanup):
+    leases.acquire(store, cp, "dead", ttl_seconds=300)
+    leases.end(store, cp, leases.BROKEN, "holder pid gone")
+    assert leases.acquire(store, cp, "next", ttl_seconds=30).record["generation"] == 2
