@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV  := .venv
 ALD   := $(VENV)/bin/aldebaran
 
-.PHONY: help setup up up-cluster down status demo test test-unit clean
+.PHONY: help setup up up-cluster down status demo test test-unit chaos clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -32,6 +32,10 @@ test: setup  ## the whole suite against real services (started, then stopped eve
 
 test-unit: setup  ## only the fast tests (no services)
 	@$(VENV)/bin/pytest tests/unit tests/dags -q $(PYTEST_ARGS)
+
+chaos: setup  ## reliability campaigns, full size (~30 min; shared services up; tables into docs/reliability.md)
+	@$(ALD) services up
+	@$(ALD) chaos all $(CHAOS_ARGS)
 
 clean: down  ## stop services and delete local service data (.run)
 	rm -rf .run

@@ -7,6 +7,7 @@
     aldebaran loadgen                                  produce trades in the original publisher's mix
     aldebaran bench dispatch                           deliveries/s and alert→delivered latency
     aldebaran demo                                     the end-to-end demo (make demo)
+    aldebaran chaos kill-auditor|kill-dispatch|outages|fuzz|all   reliability campaigns (make chaos)
 
 Every subcommand loads the git-ignored .env first (generated credentials); real environment
 variables win over it. `aldebaran SUBCOMMAND --help` documents each.
@@ -116,6 +117,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0 if result["dispatch"]["all_correct"] else 1
 
 
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from aldebaran.chaos import cli as chaos_cli
+
+    return chaos_cli.main(args)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from aldebaran import demo
 
@@ -169,6 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--orders", type=int, default=300, help="random orders in the original publisher's mix")
     dm.add_argument("--seed", type=int, default=7)
     dm.set_defaults(func=cmd_demo)
+
+    ch = sub.add_parser("chaos", help="reliability campaigns: kill, outage and bad-input (make chaos)")
+    from aldebaran.chaos.cli import add_arguments as chaos_args
+
+    chaos_args(ch)
+    ch.set_defaults(func=cmd_chaos)
     return p
 
 

@@ -1,0 +1,149 @@
+"""`aldebaran chaos kill-auditor`: SIGKILL the auditor at random moments of a replay, restart it from its
+checkpoint, then dispatch everything to a counting webhook receiver and compare with the reference.
+
+    1. the original publisher's mix (`events` messages, seeded) is produced to a fresh trades topic:
+       the replay is a backlog the auditor drains in bounded micro-batches (maxOffsetsPerTrigger);
+    2. the auditor runs as `aldebaran auditor run` (processing-time trigger, s3a:// checkpoint on
+       MinIO); after each batch the restarted auditor commits, the campaign waits a random moment and
+       SIGKILLs its whole process group (driver and Spark JVM), then restarts it — `kills` times;
+    3. once the checkpoint covers the topic's end offsets the auditor is stopped cleanly;
+    4. the alerts topic (at-least-once: repeats counted, then removed by alert id as the dispatcher does)
+       is compared with aldebaran.reference.expected_alerts on the same messages;
+    5. the dispatcher delivers the topic to a local webhook receiver (HMAC-checked, counting requests
+       per Idempotency-Key): every expected alert exactly once, nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import secrets
+import time
+
+from aldebaran import kafka_io, loadgen, reference
+from aldebaran.chaos.common import (
+    AuditorProcess, CampaignResult, ChaosError, Workspace, auditor_args, caught_up, compare_alerts, committed,
+    topic_alerts, wait_for,
+)
+
+log = logging.getLogger(__name__)
+
+TTL_SECONDS = 86_400.0  # no book expires during a campaign: the comparison is about crashes, not expiry
+
+
+def produce_mix(ws: Workspace, events: int, seed: int) -> list[bytes]:
+    """The original publisher's mix, keyed by order id, onto the workspace's trades topic."""
+    recs = list(loadgen.records(loadgen.original_mix(max(1, events // 5), seed)))
+    t0 = time.monotonic()
+    kafka_io.produce_all(kafka_io.producer(ws.kafka), ws.kafka.trades_topic, [(r.key, r.value) for r in recs])
+    log.info("produced %d events to %s in %.1fs", len(recs), ws.kafka.trades_topic, time.monotonic() - t0)
+    return [r.value for r in recs]
+
+
+def dispatch_to_webhook(ws: Workspace, expected_ids: set[str], idle_timeout: float = 10.0) -> dict:
+    """Deliver the workspace's alerts topic to a counting webhook receiver; count what arrived."""
+    from aldebaran.delivery.backends import S3Backend
+    from aldebaran.delivery.channels import WebhookChannel
+    from aldebaran.delivery.dispatcher import Dispatcher
+    from aldebaran.delivery.ledger import Ledger
+    from aldebaran.delivery.receivers import WebhookReceiver
+
+    secret = secrets.token_urlsafe(24)
+    with WebhookReceiver(secret) as receiver:
+        channel = WebhookChannel("webhook", receiver.url + "/alerts", secret, timeout=10)
+        ledger = Ledger(S3Backend(ws.store), prefix=f"{ws.prefix}/deliveries")
+        stats = Dispatcher(ledger, [channel], kafka=ws.kafka, group=f"chaos-{ws.name}",
+                           concurrency=32).run_once(idle_timeout=idle_timeout)
+        accepted = set(receiver.accepted)
+        sent_more_than_once = sorted(k for k, n in receiver.requests_per_key.items() if n > 1)
+        return {
+            "dispatch": {"sent": stats.sent, "already_recorded": stats.already, "failed": stats.failed,
+                         "malformed": stats.malformed, "seconds": round(stats.seconds, 1)},
+            "receiver_accepted": len(accepted),
+            "receiver_statuses": dict(receiver.statuses),
+            "bad_signatures": receiver.rejected_signatures,
+            "missing": sorted(expected_ids - accepted),
+            "extra": sorted(accepted - expected_ids),
+            "sent_more_than_once": sent_more_than_once,
+        }
+
+
+def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "full", s3a: bool = True,
+        kill_delay: tuple[float, float] = (0.2, 3.0), max_offsets: int | None = None,
+        workspace: Workspace | None = None, cleanup: bool = True, dispatch: bool = True,
+        step_timeout: float = 300.0) -> CampaignResult:
+    t0 = time.monotonic()
+    ws = workspace or Workspace.create("kill-auditor", s3a=s3a)
+    result = CampaignResult("kill-auditor", mode, runs=0, faults=0, lost=0, duplicated=0)
+    failures: list[str] = []
+    rng = random.Random(seed)
+    auditor: AuditorProcess | None = None
+    try:
+        values = produce_mix(ws, events, seed)
+        expected = reference.expected_alerts(values, ttl_ms=int(TTL_SECONDS * 1000))
+        ends = kafka_io.end_offsets(ws.kafka, ws.kafka.trades_topic)
+        # Small enough batches that the backlog outlasts the kills: about 3 batches per kill.
+        per_trigger = max_offsets or max(200, len(values) // (kills * 3 + 3))
+        auditor = AuditorProcess(ws.env(), auditor_args(ws, max_offsets=per_trigger, ttl_seconds=TTL_SECONDS),
+                                 ws.logs / "auditor.log")
+        mid_stream = 0
+        killed_at: float | None = None
+        auditor.start()
+        while True:
+            before = committed(ws)[0]
+            wait_for(lambda: committed(ws)[0] > before or not auditor.alive(), step_timeout, 0.5,
+                     "a batch committed by the (re)started auditor")
+            if not auditor.alive():
+                failures.append(f"auditor exited by itself (rc {auditor.returncode()}): {auditor.tail(5)}")
+                auditor.start()
+                continue
+            if killed_at is not None:
+                result.recovery_s.append(time.monotonic() - killed_at)
+            if mid_stream >= kills:
+                break
+            if caught_up(ws, ends):
+                failures.append(f"the backlog was drained after {mid_stream} kills (wanted {kills}): "
+                                "use more events or a smaller --max-offsets")
+                break
+            time.sleep(rng.uniform(*kill_delay))
+            if caught_up(ws, ends):
+                continue  # a kill now would not be mid-stream; the loop ends above
+            auditor.kill()
+            killed_at = time.monotonic()
+            mid_stream += 1
+            log.info("kill %d/%d (batches committed so far: %d)", mid_stream, kills, committed(ws)[0])
+            auditor.start()
+        wait_for(lambda: caught_up(ws, ends) or not auditor.alive(), step_timeout * 3, 1.0, "auditor caught up")
+        rc = auditor.stop()
+        if rc not in (0, None):
+            failures.append(f"final clean stop exited {rc}: {auditor.tail(5)}")
+        result.runs, result.faults = auditor.starts, mid_stream
+
+        verdict = compare_alerts(topic_alerts(ws.kafka), expected)
+        result.details["events"] = len(values)
+        result.details["max_offsets_per_trigger"] = per_trigger
+        result.details["batches_committed"] = committed(ws)[0]
+        result.details["alerts_topic"] = verdict.summary()
+        result.details["checkpoint"] = ws.checkpoint
+        if not verdict.ok:
+            failures.append(f"alerts topic differs from the reference: {verdict.summary()}")
+        result.lost = len(verdict.missing)
+        if dispatch:
+            delivered = dispatch_to_webhook(ws, {a["alert_id"] for a in expected})
+            result.details["webhook"] = {k: (len(v) if isinstance(v, list) else v) for k, v in delivered.items()}
+            result.lost = len(delivered["missing"])
+            result.duplicated = len(delivered["sent_more_than_once"])
+            if delivered["extra"]:
+                failures.append(f"{len(delivered['extra'])} alerts delivered that the reference does not expect")
+        result.details["failures"] = failures
+        return result.finish(t0)
+    except ChaosError as exc:
+        failures.append(str(exc))
+        result.details["failures"] = failures
+        result.lost = -1  # unknown: the campaign did not finish
+        return result.finish(t0)
+    finally:
+        if auditor is not None and auditor.alive():
+            auditor.kill()
+        if workspace is None and cleanup:
+            ws.cleanup()

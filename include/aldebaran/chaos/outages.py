@@ -1,0 +1,160 @@
+"""`aldebaran chaos outages`: stop Kafka (30 s) and MinIO (60 s) in the middle of a stream and restart them.
+
+The shared services are never touched: the campaign starts its own Kafka and MinIO (the same service
+classes as `aldebaran services up`) under a private run directory on other ports (19092/19093, 19000),
+points the auditor at them through ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS / ALDEBARAN_S3_ENDPOINT_URL, and
+stops them by PID at the end.
+
+Per scenario:
+    1. half of the original mix is produced; the auditor (s3a:// checkpoint on the private MinIO) starts
+       and commits a first batch;
+    2. the service is stopped for `down` seconds (MinIO: the other half is produced meanwhile). If the
+       auditor dies of it, the campaign acts as its supervisor: restarts it, with a 5 s back-off;
+    3. the service is started again (Kafka: the other half is produced now); recovery time = from the
+       service being healthy again to the auditor's next committed batch;
+    4. once caught up, the auditor stops cleanly and its alerts are compared with the reference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+from aldebaran import kafka_io, loadgen, paths, reference
+from aldebaran.chaos.common import (
+    AuditorProcess, CampaignResult, ChaosError, Workspace, auditor_args, caught_up, compare_alerts, committed,
+    topic_alerts, wait_for,
+)
+
+log = logging.getLogger(__name__)
+
+TTL_SECONDS = 86_400.0
+PRIVATE_PORTS = {"kafka": 19092, "kafka_controller": 19093, "minio": 19000}
+
+
+@contextlib.contextmanager
+def private_services(run_dir: Path | None = None) -> Iterator[dict]:
+    """A Kafka and a MinIO of our own (own run dir, own ports); this process's environment points at
+    them while the context is open. Yields {"kafka": Kafka, "minio": MinIO}."""
+    from aldebaran.services.kafka import Kafka
+    from aldebaran.services.minio import MinIO
+
+    run_dir = run_dir or Path(tempfile.mkdtemp(prefix="chaos-private-", dir=paths.run_dir()))
+    overrides = {
+        "ALDEBARAN_RUN_DIR": str(run_dir),
+        "ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{PRIVATE_PORTS['kafka']}",
+        "ALDEBARAN_S3_ENDPOINT_URL": f"http://127.0.0.1:{PRIVATE_PORTS['minio']}",
+        "ALDEBARAN_KAFKA_HEAP": "-Xmx512m",
+    }
+    saved = {k: os.environ.get(k) for k in overrides}
+    os.environ.update(overrides)
+    started = []
+    try:
+        kafka, minio = Kafka(), MinIO()
+        kafka.controller_port = PRIVATE_PORTS["kafka_controller"]
+        for svc in (minio, kafka):
+            if svc.healthy() and not svc.running():
+                raise ChaosError(f"port {svc.address} is taken by something else: cannot start a private {svc.name}")
+            svc.start()
+            started.append(svc)
+        log.info("private services up under %s: kafka %s, minio %s", run_dir, kafka.address, minio.address)
+        yield {"kafka": kafka, "minio": minio}
+    finally:
+        for svc in reversed(started):
+            svc.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def scenario(service, down: float, events: int, seed: int) -> dict:
+    ws = Workspace.create(f"outage-{service.name}", s3a=True)
+    recs = list(loadgen.records(loadgen.original_mix(max(2, events // 5), seed)))
+    half = len(recs) // 2
+    half -= half % 5  # whole orders on each side
+    values = [r.value for r in recs]
+    expected = reference.expected_alerts(values, ttl_ms=int(TTL_SECONDS * 1000))
+
+    def produce(part) -> None:
+        kafka_io.produce_all(kafka_io.producer(ws.kafka), ws.kafka.trades_topic, [(r.key, r.value) for r in part])
+
+    auditor = AuditorProcess(ws.env(), auditor_args(ws, max_offsets=max(200, events // 10), ttl_seconds=TTL_SECONDS),
+                             ws.logs / "auditor.log")
+    deaths: list[str] = []
+    last_start = [0.0]
+
+    def supervise() -> None:
+        if not auditor.alive() and time.monotonic() - last_start[0] > 5:
+            deaths.append(f"rc {auditor.returncode()}")
+            log.info("auditor exited (rc %s); supervisor restarts it", auditor.returncode())
+            auditor.start()
+            last_start[0] = time.monotonic()
+
+    try:
+        produce(recs[:half])
+        auditor.start()
+        last_start[0] = time.monotonic()
+        wait_for(lambda: committed(ws)[0] > 0, 300, 0.5, "first batch", on_tick=supervise)
+        service.stop()
+        t_down = time.monotonic()
+        log.info("%s stopped for %.0fs", service.name, down)
+        if service.name == "minio":
+            produce(recs[half:])
+        while time.monotonic() - t_down < down:
+            supervise()
+            time.sleep(1)
+        service.start()
+        t_up = time.monotonic()
+        n_up = committed(ws)[0]
+        if service.name == "kafka":
+            produce(recs[half:])
+        recovery = wait_for(lambda: auditor.alive() and committed(ws)[0] > n_up, 600, 0.5,
+                            f"a batch after {service.name} came back", on_tick=supervise)
+        ends = kafka_io.end_offsets(ws.kafka, ws.kafka.trades_topic)
+        wait_for(lambda: caught_up(ws, ends), 600, 1.0, "auditor caught up", on_tick=supervise)
+        rc = auditor.stop()
+        verdict = compare_alerts(topic_alerts(ws.kafka), expected)
+        return {"scenario": f"{service.name} stopped {down:.0f} s", "runs": auditor.starts, "faults": 1,
+                "lost": len(verdict.missing),
+                "duplicated": f"{verdict.duplicates_raw} repeats on the topic, 0 after dedup by alert id",
+                "recovery": f"{recovery:.1f} s (service healthy {t_up - t_down:.0f} s after stop → next batch)",
+                "recovery_s": recovery, "auditor_restarts": len(deaths), "auditor_exits": deaths,
+                "final_rc": rc, "alerts_topic": verdict.summary(), "ok": verdict.ok, "events": len(values)}
+    finally:
+        if auditor.alive():
+            auditor.kill()
+        if service.running():
+            ws.cleanup()
+
+
+def run(events: int = 200_000, kafka_down: float = 30.0, minio_down: float = 60.0, seed: int = 1,
+        mode: str = "full", which: tuple[str, ...] = ("kafka", "minio")) -> CampaignResult:
+    t0 = time.monotonic()
+    result = CampaignResult("outages", mode, runs=0, faults=0, lost=0, duplicated=0)
+    failures: list[str] = []
+    try:
+        with private_services() as svcs:
+            for name in which:
+                down = kafka_down if name == "kafka" else minio_down
+                row = scenario(svcs[name], down, events, seed)
+                result.rows.append(row)
+                result.runs += row["runs"]
+                result.faults += 1
+                result.lost += row["lost"]
+                result.recovery_s.append(row["recovery_s"])
+                if not row["ok"]:
+                    failures.append(f"{row['scenario']}: alerts differ from the reference: {row['alerts_topic']}")
+    except ChaosError as exc:
+        failures.append(str(exc))
+        result.lost = -1
+    result.rows.append({"scenario": "Airflow scheduler killed", "runs": 0, "faults": 0, "lost": "–",
+                        "duplicated": "–", "recovery": "not run: see the note below the table"})
+    result.details = {"scenarios": [{k: v for k, v in r.items()} for r in result.rows], "failures": failures}
+    return result.finish(t0)
