@@ -96,6 +96,8 @@ class Airflow(Service):
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords),
                 "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
+                # Its default is 0.0.0.0; every service binds to the loopback address only.
+                "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST": self.host,
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             }
