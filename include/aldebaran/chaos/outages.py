@@ -5,14 +5,13 @@ classes as `aldebaran services up`) under a private run directory on other ports
 points the auditor at them through ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS / ALDEBARAN_S3_ENDPOINT_URL, and
 stops them by PID at the end.
 
-Per scenario:
-    1. half of the original mix is produced; the auditor (s3a:// checkpoint on the private MinIO) starts
-       and commits a first batch;
-    2. the service is stopped for `down` seconds (MinIO: the other half is produced meanwhile). If the
-       auditor dies of it, the campaign acts as its supervisor: restarts it, with a 5 s back-off;
-    3. the service is started again (Kafka: the other half is produced now); recovery time = from the
-       service being healthy again to the auditor's next committed batch;
-    4. once caught up, the auditor stops cleanly and its alerts are compared with the reference.
+One auditor run (s3a:// checkpoint on the private MinIO) goes through the outages in turn:
+    1. a first part of the original mix is produced; the auditor starts and commits a first batch;
+    2. per outage: the service is stopped for `down` seconds (MinIO: the next part is produced meanwhile).
+       If the auditor dies of it, the campaign acts as its supervisor: restarts it, 5 s back-off;
+       the service is started again (Kafka: the next part is produced now); recovery time = from the
+       service being healthy again to the auditor's next committed batch; then it catches up;
+    3. the auditor stops cleanly and its alerts are compared with the reference.
 """
 
 from __future__ import annotations
@@ -74,11 +73,13 @@ def private_services(run_dir: Path | None = None) -> Iterator[dict]:
                 os.environ[k] = v
 
 
-def scenario(service, down: float, events: int, seed: int) -> dict:
-    ws = Workspace.create(f"outage-{service.name}", s3a=True)
+def scenario(outages: list[tuple[object, float]], events: int, seed: int) -> list[dict]:
+    """One auditor run through several outages in turn: [(service, seconds down), ...] → a row per outage."""
+    ws = Workspace.create("outages", s3a=True)
     recs = list(loadgen.records(loadgen.original_mix(max(2, events // 5), seed)))
-    half = len(recs) // 2
-    half -= half % 5  # whole orders on each side
+    parts = len(outages) + 1
+    cut = [len(recs) * i // parts // 5 * 5 for i in range(parts)] + [len(recs)]  # whole orders per part
+    chunks = [recs[cut[i]:cut[i + 1]] for i in range(parts)]
     values = [r.value for r in recs]
     expected = reference.expected_alerts(values, ttl_ms=int(TTL_SECONDS * 1000))
 
@@ -97,40 +98,47 @@ def scenario(service, down: float, events: int, seed: int) -> dict:
             auditor.start()
             last_start[0] = time.monotonic()
 
+    rows = []
     try:
-        produce(recs[:half])
+        produce(chunks[0])
         auditor.start()
         last_start[0] = time.monotonic()
-        wait_for(lambda: committed(ws)[0] > 0, 300, 0.5, "first batch", on_tick=supervise)
-        service.stop()
-        t_down = time.monotonic()
-        log.info("%s stopped for %.0fs", service.name, down)
-        if service.name == "minio":
-            produce(recs[half:])
-        while time.monotonic() - t_down < down:
-            supervise()
-            time.sleep(1)
-        service.start()
-        t_up = time.monotonic()
-        n_up = committed(ws)[0]
-        if service.name == "kafka":
-            produce(recs[half:])
-        recovery = wait_for(lambda: auditor.alive() and committed(ws)[0] > n_up, 600, 0.5,
-                            f"a batch after {service.name} came back", on_tick=supervise)
-        ends = kafka_io.end_offsets(ws.kafka, ws.kafka.trades_topic)
-        wait_for(lambda: caught_up(ws, ends), 600, 1.0, "auditor caught up", on_tick=supervise)
+        wait_for(lambda: committed(ws)[0] > 0, 600, 0.5, "first batch", on_tick=supervise)
+        for (service, down), chunk in zip(outages, chunks[1:]):
+            deaths_before = len(deaths)
+            service.stop()
+            t_down = time.monotonic()
+            log.info("%s stopped for %.0fs", service.name, down)
+            if service.name != "kafka":
+                produce(chunk)  # the stream goes on while the object store is away
+            while time.monotonic() - t_down < down:
+                supervise()
+                time.sleep(1)
+            service.start()
+            t_up = time.monotonic()
+            n_up = committed(ws)[0]
+            if service.name == "kafka":
+                produce(chunk)
+            recovery = wait_for(lambda: auditor.alive() and committed(ws)[0] > n_up, 600, 0.5,
+                                f"a batch after {service.name} came back", on_tick=supervise)
+            ends = kafka_io.end_offsets(ws.kafka, ws.kafka.trades_topic)
+            wait_for(lambda: caught_up(ws, ends), 600, 1.0, "auditor caught up", on_tick=supervise)
+            rows.append({"scenario": f"{service.name} stopped {down:.0f} s", "faults": 1,
+                         "recovery": f"{recovery:.1f} s (from {service.name} healthy again, {t_up - t_down:.0f} s "
+                                     "after the stop, to the next committed batch)",
+                         "recovery_s": recovery, "auditor_restarts": len(deaths) - deaths_before})
         rc = auditor.stop()
         verdict = compare_alerts(topic_alerts(ws.kafka), expected)
-        return {"scenario": f"{service.name} stopped {down:.0f} s", "runs": auditor.starts, "faults": 1,
-                "lost": len(verdict.missing),
-                "duplicated": f"{verdict.duplicates_raw} repeats on the topic, 0 after dedup by alert id",
-                "recovery": f"{recovery:.1f} s (service healthy {t_up - t_down:.0f} s after stop → next batch)",
-                "recovery_s": recovery, "auditor_restarts": len(deaths), "auditor_exits": deaths,
-                "final_rc": rc, "alerts_topic": verdict.summary(), "ok": verdict.ok, "events": len(values)}
+        for row in rows:  # one stream through all outages: the alert verdict is the run's
+            row.update({"runs": auditor.starts, "lost": len(verdict.missing),
+                        "duplicated": f"{verdict.duplicates_raw} repeats on the topic, 0 after dedup by alert id",
+                        "auditor_exits": deaths, "final_rc": rc, "alerts_topic": verdict.summary(),
+                        "ok": verdict.ok, "events": len(values)})
+        return rows
     finally:
         if auditor.alive():
             auditor.kill()
-        if service.running():
+        if all(service.running() for service, _ in outages):
             ws.cleanup()
 
 
@@ -141,16 +149,15 @@ def run(events: int = 200_000, kafka_down: float = 30.0, minio_down: float = 60.
     failures: list[str] = []
     try:
         with private_services() as svcs:
-            for name in which:
-                down = kafka_down if name == "kafka" else minio_down
-                row = scenario(svcs[name], down, events, seed)
+            plan = [(svcs[name], kafka_down if name == "kafka" else minio_down) for name in which]
+            for row in scenario(plan, events, seed):
                 result.rows.append(row)
-                result.runs += row["runs"]
                 result.faults += 1
-                result.lost += row["lost"]
                 result.recovery_s.append(row["recovery_s"])
                 if not row["ok"]:
                     failures.append(f"{row['scenario']}: alerts differ from the reference: {row['alerts_topic']}")
+            if result.rows:
+                result.runs, result.lost = result.rows[0]["runs"], result.rows[0]["lost"]
     except ChaosError as exc:
         failures.append(str(exc))
         result.lost = -1

@@ -1,0 +1,60 @@
+"""Shortened reliability campaigns (aldebaran.chaos) on the real services: the same code `make chaos` runs
+at full size, with few faults and small data. The kill-auditor campaign's short variant is
+tests/integration/test_auditor_recovery.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from aldebaran.chaos import fuzz, kill_dispatch, outages
+
+log = logging.getLogger(__name__)
+
+
+def test_kill_dispatch_workers_mid_batch_and_between_send_and_record(services_up):
+    result = kill_dispatch.run(alerts=300, kills=4, seed=3, mode="short", self_kill_probability=0.05)
+    log.info("kill-dispatch (short): %s", json.dumps(result.details))
+    d = result.details
+    assert d["failures"] == []
+    assert d["kills"]["between_send_and_record"] >= 1 and d["kills"]["external_mid_batch"] >= 1
+    # Idempotent channel: every alert accepted exactly once, nothing missing.
+    assert d["webhook"]["accepted"] == 300 and d["webhook"]["statuses"].get("201") == 300
+    assert d["webhook"]["lost"] == 0 and d["webhook"]["bad_signatures"] == 0
+    # SMS: never a text twice; each alert DELIVERED or IN_DOUBT (for an operator), none lost.
+    assert d["sms"]["texts_sent_twice"] == 0 and d["sms"]["lost"] == 0
+    assert d["sms"]["delivered"] + d["sms"]["in_doubt"] == 300
+    assert d["sms"]["in_doubt"] >= 1  # a kill between an SMS send and its record leaves one in doubt
+    assert (result.lost, result.duplicated) == (0, 0)
+
+
+def test_fuzzed_hostile_input_through_the_real_auditor_dispatcher_and_settings(services_up, spark):
+    result = fuzz.run(payloads=500, orders=200, big=1, seed=4, mode="short", spark=spark)
+    d = result.details
+    log.info("fuzz (short): %s", json.dumps(d, default=str)[:3000])
+    trades = d["trades"]
+    assert trades["crash"] is None
+    assert trades["payloads"] == 501 and trades["dlq_records"] == 501  # 500 generated + one 10 MB message
+    assert (trades["missing_from_dlq"], trades["unexpected_in_dlq"], trades["dlq_without_reason"]) == (0, 0, 0)
+    assert trades["reason_differs_from_reference"] == 0, trades["reason_examples"]
+    assert trades["reason_codes"].get("message_too_large") == 1 and len(trades["reason_codes"]) >= 6
+    assert trades["alerts_ok"] and trades["alerts"]["expected"] > 0
+    alerts = d["alerts"]
+    assert alerts["malformed_seen"] == alerts["malformed_sent"] == alerts["dead_letters"]
+    assert alerts["dead_letters_without_reason"] == 0 and alerts["keys_outside_prefix"] == []
+    assert alerts["good_delivered"] == alerts["good_sent"] and alerts["good_delivered_once"]
+    assert d["settings"]["not_named"] == [] and d["settings"]["cases"] >= 14
+    assert d["failures"] == []
+
+
+def test_kafka_and_minio_outages_on_private_services(services_up):
+    """A private Kafka and MinIO (own ports and run dir; the shared ones are not touched), each stopped for a
+    few seconds mid-stream and restarted: the auditor recovers and its alerts equal the reference."""
+    result = outages.run(events=5_000, kafka_down=5.0, minio_down=5.0, seed=5, mode="short")
+    log.info("outages (short): %s", json.dumps(result.details, default=str)[:3000])
+    assert result.details["failures"] == []
+    scenarios = [r for r in result.rows if r["faults"]]
+    assert [r["scenario"] for r in scenarios] == ["kafka stopped 5 s", "minio stopped 5 s"]
+    for r in scenarios:
+        assert r["ok"] and r["lost"] == 0 and r["alerts_topic"]["extra"] == 0
+        assert r["recovery_s"] > 0
