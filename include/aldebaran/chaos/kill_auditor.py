@@ -4,13 +4,15 @@ checkpoint, then dispatch everything to a counting webhook receiver and compare 
     1. the original publisher's mix (`events` messages, seeded) is produced to a fresh trades topic:
        the replay is a backlog the auditor drains in bounded micro-batches (maxOffsetsPerTrigger);
     2. the auditor runs as `aldebaran auditor run` (processing-time trigger, s3a:// checkpoint on
-       MinIO); after each batch the restarted auditor commits, the campaign waits a random moment and
-       SIGKILLs its whole process group (driver and Spark JVM), then restarts it — `kills` times;
+       MinIO); the campaign SIGKILLs its whole process group (driver and Spark JVM) and restarts it,
+       `kills` times, alternately a random moment after a batch the restarted auditor committed, and a
+       random moment 5-45 s into a restart (JVM start, recovery, the re-executed batch);
     3. once the checkpoint covers the topic's end offsets the auditor is stopped cleanly;
     4. the alerts topic (at-least-once: repeats counted, then removed by alert id as the dispatcher does)
        is compared with aldebaran.reference.expected_alerts on the same messages;
-    5. the dispatcher delivers the topic to a local webhook receiver (HMAC-checked, counting requests
-       per Idempotency-Key): every expected alert exactly once, nothing else.
+    5. meanwhile (from the start, as in production) the dispatcher delivers the topic to a local webhook
+       receiver (HMAC-checked, counting requests per Idempotency-Key): every expected alert exactly
+       once, nothing else.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 import random
 import secrets
+import threading
 import time
 
 from aldebaran import kafka_io, loadgen, reference
@@ -40,44 +43,78 @@ def produce_mix(ws: Workspace, events: int, seed: int) -> list[bytes]:
     return [r.value for r in recs]
 
 
-def dispatch_to_webhook(ws: Workspace, expected_ids: set[str], idle_timeout: float = 10.0) -> dict:
-    """Deliver the workspace's alerts topic to a counting webhook receiver; count what arrived."""
-    from aldebaran.delivery.backends import S3Backend
-    from aldebaran.delivery.channels import WebhookChannel
-    from aldebaran.delivery.dispatcher import Dispatcher
-    from aldebaran.delivery.ledger import Ledger
-    from aldebaran.delivery.receivers import WebhookReceiver
+class WebhookDispatch:
+    """The dispatcher, running alongside the campaign, delivering the workspace's alerts topic to a local
+    counting webhook receiver (HMAC-checked, requests counted per Idempotency-Key)."""
 
-    secret = secrets.token_urlsafe(24)
-    with WebhookReceiver(secret) as receiver:
-        channel = WebhookChannel("webhook", receiver.url + "/alerts", secret, timeout=10)
+    def __init__(self, ws: Workspace) -> None:
+        from aldebaran.delivery.backends import S3Backend
+        from aldebaran.delivery.channels import WebhookChannel
+        from aldebaran.delivery.dispatcher import Dispatcher
+        from aldebaran.delivery.ledger import Ledger
+        from aldebaran.delivery.receivers import WebhookReceiver
+
+        secret = secrets.token_urlsafe(24)
+        self.receiver = WebhookReceiver(secret).start()
+        channel = WebhookChannel("webhook", self.receiver.url + "/alerts", secret, timeout=10)
         ledger = Ledger(S3Backend(ws.store), prefix=f"{ws.prefix}/deliveries")
-        stats = Dispatcher(ledger, [channel], kafka=ws.kafka, group=f"chaos-{ws.name}",
-                           concurrency=32).run_once(idle_timeout=idle_timeout)
-        accepted = set(receiver.accepted)
-        sent_more_than_once = sorted(k for k, n in receiver.requests_per_key.items() if n > 1)
+        self.dispatcher = Dispatcher(ledger, [channel], kafka=ws.kafka, group=f"chaos-{ws.name}", concurrency=32)
+        self.stop = threading.Event()
+        self.stats = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="chaos-dispatch", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.stats = self.dispatcher.run_once(idle_timeout=10**9, stop=self.stop)
+        except BaseException as exc:  # noqa: BLE001 - reported by finish()
+            self.error = exc
+
+    def start(self) -> "WebhookDispatch":
+        self.thread.start()
+        return self
+
+    def finish(self, expected_ids: set[str], quiet_seconds: float = 30.0) -> dict:
+        """Wait until every expected alert arrived, or nothing new arrived for `quiet_seconds`; then count."""
+        last, since = -1, time.monotonic()
+        while time.monotonic() - since < quiet_seconds and self.thread.is_alive():
+            n = len(self.receiver.accepted)
+            if n >= len(expected_ids) and expected_ids <= set(self.receiver.accepted):
+                time.sleep(2)  # let repeats still on the topic come through, to be counted
+                break
+            if n != last:
+                last, since = n, time.monotonic()
+            time.sleep(1)
+        self.stop.set()
+        self.thread.join(120)
+        self.receiver.stop()
+        accepted = set(self.receiver.accepted)
+        stats = self.stats
         return {
-            "dispatch": {"sent": stats.sent, "already_recorded": stats.already, "failed": stats.failed,
-                         "malformed": stats.malformed, "seconds": round(stats.seconds, 1)},
+            "dispatch": None if stats is None else {
+                "sent": stats.sent, "already_recorded": stats.already, "failed": stats.failed,
+                "malformed": stats.malformed, "seconds": round(stats.seconds, 1)},
+            "dispatcher_error": None if self.error is None else repr(self.error)[:300],
             "receiver_accepted": len(accepted),
-            "receiver_statuses": dict(receiver.statuses),
-            "bad_signatures": receiver.rejected_signatures,
+            "receiver_statuses": dict(self.receiver.statuses),
+            "bad_signatures": self.receiver.rejected_signatures,
             "missing": sorted(expected_ids - accepted),
             "extra": sorted(accepted - expected_ids),
-            "sent_more_than_once": sent_more_than_once,
+            "sent_more_than_once": sorted(k for k, n in self.receiver.requests_per_key.items() if n > 1),
         }
 
 
 def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "full", s3a: bool = True,
         kill_delay: tuple[float, float] = (0.2, 3.0), max_offsets: int | None = None,
         workspace: Workspace | None = None, cleanup: bool = True, dispatch: bool = True,
-        step_timeout: float = 300.0) -> CampaignResult:
+        step_timeout: float = 900.0) -> CampaignResult:
     t0 = time.monotonic()
     ws = workspace or Workspace.create("kill-auditor", s3a=s3a)
     result = CampaignResult("kill-auditor", mode, runs=0, faults=0, lost=0, duplicated=0)
     failures: list[str] = []
     rng = random.Random(seed)
     auditor: AuditorProcess | None = None
+    delivery: WebhookDispatch | None = None
     try:
         values = produce_mix(ws, events, seed)
         expected = reference.expected_alerts(values, ttl_ms=int(TTL_SECONDS * 1000))
@@ -88,8 +125,27 @@ def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "fu
                                  ws.logs / "auditor.log")
         mid_stream = 0
         killed_at: float | None = None
+        if dispatch:  # delivering while the auditor is being killed, as in production
+            delivery = WebhookDispatch(ws).start()
         auditor.start()
+        kinds = {"after_a_batch": 0, "during_restart": 0}
         while True:
+            if 0 < mid_stream < kills and mid_stream % 2 == 1:
+                # Every other kill lands while the auditor is restarting: somewhere in its first 5-45 s
+                # (JVM start, checkpoint and books recovery, the re-executed batch).
+                moment = rng.uniform(5.0, 45.0)
+                started = time.monotonic()
+                while time.monotonic() - started < moment and auditor.alive():
+                    time.sleep(0.2)
+                if not caught_up(ws, ends) and auditor.alive():
+                    auditor.kill()
+                    killed_at = time.monotonic()
+                    mid_stream += 1
+                    kinds["during_restart"] += 1
+                    log.info("kill %d/%d %.0fs into a restart (batches committed: %d)", mid_stream, kills, moment,
+                             committed(ws)[0])
+                    auditor.start()
+                    continue
             before = committed(ws)[0]
             wait_for(lambda: committed(ws)[0] > before or not auditor.alive(), step_timeout, 0.5,
                      "a batch committed by the (re)started auditor")
@@ -99,6 +155,7 @@ def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "fu
                 continue
             if killed_at is not None:
                 result.recovery_s.append(time.monotonic() - killed_at)
+                killed_at = None
             if mid_stream >= kills:
                 break
             if caught_up(ws, ends):
@@ -111,7 +168,8 @@ def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "fu
             auditor.kill()
             killed_at = time.monotonic()
             mid_stream += 1
-            log.info("kill %d/%d (batches committed so far: %d)", mid_stream, kills, committed(ws)[0])
+            kinds["after_a_batch"] += 1
+            log.info("kill %d/%d after a batch (batches committed so far: %d)", mid_stream, kills, committed(ws)[0])
             auditor.start()
         wait_for(lambda: caught_up(ws, ends) or not auditor.alive(), step_timeout * 3, 1.0, "auditor caught up")
         rc = auditor.stop()
@@ -121,6 +179,7 @@ def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "fu
 
         verdict = compare_alerts(topic_alerts(ws.kafka), expected)
         result.details["events"] = len(values)
+        result.details["kills"] = kinds
         result.details["max_offsets_per_trigger"] = per_trigger
         result.details["batches_committed"] = committed(ws)[0]
         result.details["alerts_topic"] = verdict.summary()
@@ -128,11 +187,14 @@ def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "fu
         if not verdict.ok:
             failures.append(f"alerts topic differs from the reference: {verdict.summary()}")
         result.lost = len(verdict.missing)
-        if dispatch:
-            delivered = dispatch_to_webhook(ws, {a["alert_id"] for a in expected})
+        if delivery is not None:
+            delivered = delivery.finish({a["alert_id"] for a in expected})
+            delivery = None
             result.details["webhook"] = {k: (len(v) if isinstance(v, list) else v) for k, v in delivered.items()}
             result.lost = len(delivered["missing"])
             result.duplicated = len(delivered["sent_more_than_once"])
+            if delivered["dispatcher_error"]:
+                failures.append(f"dispatcher failed: {delivered['dispatcher_error']}")
             if delivered["extra"]:
                 failures.append(f"{len(delivered['extra'])} alerts delivered that the reference does not expect")
         result.details["failures"] = failures
@@ -145,5 +207,8 @@ def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "fu
     finally:
         if auditor is not None and auditor.alive():
             auditor.kill()
+        if delivery is not None:
+            delivery.stop.set()
+            delivery.receiver.stop()
         if workspace is None and cleanup:
             ws.cleanup()
