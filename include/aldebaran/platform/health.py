@@ -196,12 +196,12 @@ def check(run_id: str, query_name: str | None = None, overrides: dict | None = N
               "healthy": not problems, "problems": problems, "auditor_query": query, "channels": channels,
               "checks": checks}
     if checks["object_store"]["ok"]:
-        body = json.dumps(record, indent=1, default=str).encode()
         prefix = settings.prefix.strip("/")
         run_key = f"{prefix}/runs/{time.strftime('%Y-%m-%d', time.gmtime(now))}/{_segment(run_id)}.json"
+        record["record_uri"] = store.uri(run_key)
+        body = json.dumps(record, indent=1, default=str).encode()
         store.put(run_key, body)
         store.put(f"{prefix}/latest.json", body)
-        record["record_uri"] = store.uri(run_key)
     else:
         record["record_uri"] = None  # nowhere to write it: the log and the failure carry it
     level = logging.INFO if not problems else logging.ERROR
