@@ -1,8 +1,9 @@
 """
 ### trades_replay — re-run the audit over a range of the trades topic (replay / backfill)
 
-**Triggered from the UI** (or `airflow dags trigger trades_replay --conf '{...}'`; a date range by
-`airflow dags backfill`, whose logical dates the range Params can template). `plan` resolves the
+**Triggered from the UI** (or `airflow dags trigger trades_replay --conf '{...}'`); a backfill of a
+date range is a run with `start`/`end` set to times (the DAG has no schedule, so Airflow's own
+`dags backfill` does not apply). `plan` resolves the
 range once into exact per-partition offsets; `replay_audit` runs the auditor as a **bounded job**
 (`Trigger.AvailableNow`) with the Spark provider's SparkSubmitOperator (`spark_default`), on a
 **fresh checkpoint of its own** (never the live auditor's); `report` logs what was new.
