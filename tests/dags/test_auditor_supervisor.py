@@ -54,6 +54,8 @@ def supervised(kafka_topics, store, s3_prefix, tmp_path, monkeypatch, unique):
         "ALDEBARAN_AUDIT_ARCHIVE_PREFIX": f"{s3_prefix}/archive",
         "ALDEBARAN_AUDIT_MAX_OFFSETS_PER_TRIGGER": "200",  # a backlog spans batches: the kill lands mid-stream
         "ALDEBARAN_SUPERVISOR_STATE_PREFIX": f"{s3_prefix}/supervisor",
+        # If this test process dies before its teardown, the detached auditor still stops by itself.
+        "ALDEBARAN_AUDIT_TIMEOUT_SECONDS": "900",
         "ALDEBARAN_CHANNELS": "log",
         "AIRFLOW_CONN_ALDEBARAN_LOG": json.dumps({"conn_type": "log", "extra": {"path": str(tmp_path / "pages.jsonl")}}),
         "ALDEBARAN_DELIVERY_PREFIX": f"{s3_prefix}/deliveries",

@@ -42,7 +42,7 @@ def test_replay_yields_the_live_alerts_and_no_new_deliveries(airflow_db, dagbag,
     }.items():
         monkeypatch.setenv(key, value)
     producer = kafka_io.producer(kafka_topics)
-    in_range = list(loadgen.records(loadgen.original_mix(80, seed=11)))
+    in_range = list(loadgen.records(loadgen.original_mix(50, seed=11)))
     kafka_io.produce_all(producer, kafka_topics.trades_topic, [(r.key, r.value) for r in in_range])
     range_end = kafka_io.end_offsets(kafka_topics, kafka_topics.trades_topic)
 
@@ -59,7 +59,7 @@ def test_replay_yields_the_live_alerts_and_no_new_deliveries(airflow_db, dagbag,
     assert dispatcher.run_once(idle_timeout=2.0).sent == {"log": len(live)}
 
     # Trades past the range's end: the replay must not see them.
-    later = list(loadgen.records(loadgen.original_mix(40, seed=12)))
+    later = list(loadgen.records(loadgen.original_mix(20, seed=12)))
     kafka_io.produce_all(producer, kafka_topics.trades_topic, [(r.key, r.value) for r in later])
 
     run = dagbag.dags["trades_replay"].test(run_conf={
