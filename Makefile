@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV  := .venv
 ALD   := $(VENV)/bin/aldebaran
 
-.PHONY: help setup up up-cluster down status demo test test-unit chaos clean
+.PHONY: help setup up up-cluster down status demo test test-unit chaos clean bench bench-quick
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -32,6 +32,12 @@ test: setup  ## the whole suite against real services (started, then stopped eve
 
 test-unit: setup  ## only the fast tests (no services)
 	@$(VENV)/bin/pytest tests/unit tests/dags -q $(PYTEST_ARGS)
+
+bench: setup  ## capacity benchmarks, full size (shared services up; tables + plots into docs/benchmarks.md, docs/img/)
+	@$(ALD) bench all
+
+bench-quick: setup  ## every benchmark small (< 5 min), asserts correctness only (report under .run/bench/quick)
+	@$(ALD) bench all --quick
 
 chaos: setup  ## reliability campaigns, full size (~30 min; shared services up; tables into docs/reliability.md)
 	@$(ALD) services up

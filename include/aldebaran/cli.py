@@ -6,6 +6,7 @@
     aldebaran deliveries stats|list|show|retry|resolve inspect and settle the delivery ledger
     aldebaran loadgen                                  produce trades in the original publisher's mix
     aldebaran bench dispatch                           deliveries/s and alert→delivered latency
+    aldebaran bench all [--quick]                      drain, latency, books, churn, dispatch → docs/benchmarks.md
     aldebaran demo                                     the end-to-end demo (make demo)
     aldebaran chaos kill-auditor|kill-dispatch|outages|fuzz|all   reliability campaigns (make chaos)
 
@@ -108,6 +109,10 @@ def cmd_loadgen(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
+    if args.which == "all":
+        from aldebaran.bench import suite
+
+        return suite.main(args)
     from aldebaran.bench import dispatch, machine
 
     result = {"machine": machine.describe(),
@@ -166,7 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
     lg.set_defaults(func=cmd_loadgen)
 
     b = sub.add_parser("bench", help="benchmarks (figures with machine, versions and date)")
-    b.add_argument("which", choices=["dispatch"])
+    b.add_argument("which", choices=["dispatch", "all"])
+    b.add_argument("--quick", action="store_true", help="all: everything small (< 5 min), correctness only")
+    b.add_argument("--out", default=None, help="all: report directory (default docs/, or .run/bench/quick with --quick)")
+    b.add_argument("--sections", default=None, help="all: comma-separated subset of drain,latency,books,churn,dispatch")
     b.add_argument("--alerts", type=int, default=5000)
     b.add_argument("--concurrency", type=int, default=32, help="concurrent sends per channel")
     b.add_argument("--repeats", type=int, default=3, help="runs; the median is reported")

@@ -1,0 +1,605 @@
+"""The measurements behind `aldebaran bench all` and the capacity_test DAG, each on its own topics
+and checkpoint, each checked against the reference model (aldebaran.reference):
+
+- :func:`drain`: preload a backlog, then the auditor (Trigger.AvailableNow) catches up; in the same
+  run, on the same topic, the ceilings: :func:`spark_batch` (plain Spark batch, same JVM parse +
+  aggregate), :func:`kafka_consume` (Kafka's ConsumerPerformance tool) and :func:`python_peer`
+  (single-threaded confluent-kafka consumer auditing in a dict).
+- :func:`latency`: the auditor in micro-batch mode, trades produced at steady rates, trade → alert
+  from Kafka timestamps.
+- :func:`books`: throughput and memory (RSS of the Spark JVM and its Python workers) with N open books.
+- :func:`churn`: books opened and closed (expired) per second, with a short TTL on event time.
+
+The auditor is a black box here: ``aldebaran.audit.job.run(settings, spark=...)``; batch figures
+come from Spark's own StreamingQueryListener progress (rows, trigger execution time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import json
+import logging
+import os
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+from aldebaran import loadgen
+from aldebaran.loadgen import Mix, Record
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+
+
+# --- plumbing -------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def bench_topics(tag: str, partitions: int = 2):
+    """Fresh trades/alerts/DLQ topics for one measurement, exported through ALDEBARAN_KAFKA_*."""
+    from aldebaran import kafka_admin
+    from aldebaran.settings import KafkaSettings, load
+
+    names = {"trades_topic": f"bench-{tag}-trades", "alerts_topic": f"bench-{tag}-alerts",
+             "dlq_topic": f"bench-{tag}-dlq"}
+    saved = {f: os.environ.get(f"ALDEBARAN_KAFKA_{f.upper()}") for f in names}
+    for f, topic in names.items():
+        os.environ[f"ALDEBARAN_KAFKA_{f.upper()}"] = topic
+    settings = load(KafkaSettings)
+    kafka_admin.ensure_topics(settings, partitions=partitions)
+    try:
+        yield settings
+    finally:
+        kafka_admin.delete_topics(settings, settings.topics())
+        for f, value in saved.items():
+            if value is None:
+                os.environ.pop(f"ALDEBARAN_KAFKA_{f.upper()}", None)
+            else:
+                os.environ[f"ALDEBARAN_KAFKA_{f.upper()}"] = value
+
+
+def tag() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1)))))
+    return ordered[k]
+
+
+class MemorySampler:
+    """Peak RSS of this process's children (the Spark JVM and its Python workers), sampled."""
+
+    def __init__(self, interval: float = 0.5) -> None:
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="bench-memory")
+
+    @staticmethod
+    def current() -> int:
+        import psutil
+
+        total = 0
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                total += child.memory_info().rss
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.current())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "MemorySampler":
+        self.baseline = self.current()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.current())
+
+
+def make_progress_listener(query_name: str):
+    """A StreamingQueryListener keeping (numInputRows, triggerExecution ms) of every batch of one query."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Progress(StreamingQueryListener):
+        def __init__(self) -> None:
+            self.batches: list[tuple[int, float]] = []
+
+        def onQueryStarted(self, event) -> None:
+            pass
+
+        def onQueryProgress(self, event) -> None:
+            p = json.loads(event.progress.json)
+            if p.get("name") == query_name and p.get("numInputRows"):
+                self.batches.append((p["numInputRows"], (p.get("durationMs") or {}).get("triggerExecution", 0)))
+
+        def onQueryIdle(self, event) -> None:
+            pass
+
+        def onQueryTerminated(self, event) -> None:
+            pass
+
+    return Progress()
+
+
+def sustained_rate(batches: list[tuple[int, float]]) -> float:
+    """Rows / summed batch time, after the first (warm-up) batch when there are several."""
+    use = batches[1:] if len(batches) > 2 else batches
+    rows = sum(r for r, _ in use)
+    ms = sum(m for _, m in use)
+    return rows / (ms / 1000) if ms else float("nan")
+
+
+def auditor_settings(tagname: str, checkpoint: str, **overrides):
+    from aldebaran.audit.settings import AuditorSettings
+    from aldebaran.settings import load
+
+    base = {"checkpoint": checkpoint, "query_name": f"bench_{tagname}", "archive_prefix": f"bench/{tagname}/archive",
+            "starting_offsets": "earliest", "master": "local[2]", "trigger": "available-now"}
+    return load(AuditorSettings, **{**base, **overrides})
+
+
+def run_auditor(spark, settings) -> dict:
+    """Run the auditor to completion (available-now); rows and time per batch from Spark's progress."""
+    from aldebaran.audit import job
+
+    listener = make_progress_listener(settings.query_name)
+    spark.streams.addListener(listener)
+    t0 = time.monotonic()
+    try:
+        job.run(settings, spark=spark)
+        wall = time.monotonic() - t0
+        time.sleep(1.0)  # listener events are asynchronous
+    finally:
+        spark.streams.removeListener(listener)
+    return {"wall_s": wall, "batches": list(listener.batches)}
+
+
+def alert_key(a: dict) -> tuple:
+    from aldebaran import reference
+
+    return reference.key(a)
+
+
+def compare(got: list[dict], expected: list[dict]) -> dict:
+    g, e = Counter(map(alert_key, got)), Counter(map(alert_key, expected))
+    return {"correct": g == e, "alerts": sum(g.values()), "expected": sum(e.values()),
+            "missing": sum((e - g).values()), "extra": sum((g - e).values())}
+
+
+def read_alerts(kafka) -> list[dict]:
+    from aldebaran import kafka_io
+
+    return [json.loads(m.value()) for m in kafka_io.read_topic(kafka, kafka.alerts_topic, timeout=120)]
+
+
+CLOCK_ORDER = "__bench_clock__"
+
+
+def expected_grouped(pairs: Iterable[tuple[bytes, bytes, int]], ttl_ms: int, keys_per_group: int = 500) -> list[dict]:
+    """The reference model's alerts for (key, value, Kafka ts) messages, computed over groups of orders.
+
+    aldebaran.reference is deliberately simple: it scans every open book at every event, O(events ×
+    open books), too slow for a benchmark's hundreds of thousands of open books. Its result is
+    the same when computed per group of orders, provided event times never decrease along the stream
+    (checked; otherwise the model runs over the whole stream): books interact only through the event
+    clock, which then equals each event's own time, and each group gets one extra request (order
+    ``__bench_clock__``, never an alert) at the stream's last time, so its final clock is the stream's.
+    Messages of one key always belong to one group; alerts are compared as multisets."""
+    from aldebaran import events, reference
+
+    by_key: dict[bytes, list[tuple[bytes, int]]] = {}
+    everything: list[tuple[bytes, int]] = []
+    last = None
+    monotone = True
+    for key, value, ts in pairs:
+        if last is not None and ts < last:
+            monotone = False
+        last = ts if last is None else max(last, ts)
+        by_key.setdefault(key, []).append((value, ts))
+        everything.append((value, ts))
+    if last is None:
+        return []
+    if not monotone:
+        log.warning("event times decrease along the stream: reference model over the whole stream (slow)")
+        return reference.expected_alerts(everything, ttl_ms=ttl_ms)
+    del everything
+    clock = (events.encode(events.request(CLOCK_ORDER, 1)), last)
+    out: list[dict] = []
+    keys = list(by_key)
+    for i in range(0, len(keys), keys_per_group):
+        group = [m for k in keys[i:i + keys_per_group] for m in by_key[k]]
+        out += reference.expected_alerts(group + [clock], ttl_ms=ttl_ms)
+    return out
+
+
+def expected_of(recs: Iterable[Record], stamps: Iterable[int] | None = None, ttl_ms: int = 600_000) -> list[dict]:
+    """Reference alerts for records as produced: their own ts, or the stamps `send` returned."""
+    if stamps is None:
+        return expected_grouped(((r.key, r.value, r.ts or 0) for r in recs), ttl_ms)
+    return expected_grouped(((r.key, r.value, t) for r, t in zip(recs, stamps)), ttl_ms)
+
+
+def expected_chunked(recs: Iterable[Record], ttl_ms: int, chunk: int = 400_000) -> list[dict]:
+    """Reference alerts for a long stream whose orders never expire in the run, in chunks cut at order
+    boundaries (no state crosses one when nothing expires): memory stays bounded for millions of books.
+    Interleaved orders are fine: a chunk is only cut where the key changes and the cut is checked —
+    every key of the next chunk must be new."""
+    out: list[dict] = []
+    buf: list[Record] = []
+    done: set[bytes] = set()
+    for r in recs:
+        if len(buf) >= chunk and r.key != buf[-1].key and r.key not in done:
+            keys = {b.key for b in buf}
+            out += expected_of(buf, ttl_ms=ttl_ms)
+            done |= keys
+            buf = []
+        if r.key in done:  # a key of a closed chunk came back: cannot cut here; fall back to one pass
+            raise ValueError("expected_chunked: orders straddle a chunk boundary; use expected_of")
+        buf.append(r)
+    if buf:
+        out += expected_of(buf, ttl_ms=ttl_ms)
+    return out
+
+
+@dataclass
+class Backlog:
+    """A deterministic, re-creatable stream of timestamped records (regenerated, never held)."""
+
+    mix: Mix
+    start_ms: int
+    events_per_second: float
+    tail: list[Record] = field(default_factory=list)
+
+    def records(self) -> Iterator[Record]:
+        yield from loadgen.with_timestamps(loadgen.mix_records(self.mix), self.start_ms, self.events_per_second)
+        yield from self.tail
+
+
+# --- drain and its ceilings -------------------------------------------------------------------------
+def spark_batch(spark, kafka) -> dict:
+    """The ceiling: a plain Spark batch job, same JVM parse, then dedupe + aggregate per order."""
+    from pyspark.sql import functions as F
+
+    from aldebaran import events
+    from aldebaran.audit.parse import parse_events
+
+    t0 = time.monotonic()
+    raw = (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+           .option("subscribe", kafka.trades_topic).option("startingOffsets", "earliest")
+           .option("endingOffsets", "latest").load())
+    valid = parse_events(raw).where(F.col("reason_code").isNull())
+    books = (valid.dropDuplicates(["order_id", "event_id"]).groupBy("order_id").agg(
+        F.max(F.when(F.col("kind") == events.REQUEST, F.col("shares"))).alias("requested"),
+        F.sum(F.when(F.col("kind") == events.PURCHASE, F.col("shares"))).alias("purchased"),
+        F.count(F.lit(1)).alias("events")))
+    over = books.where(F.col("requested").isNotNull() & (F.col("purchased") > F.col("requested")))
+    stats = over.agg(F.count(F.lit(1)).alias("n")).collect()  # noqa: F841 - forces the whole job once
+    overfilled = {r.order_id for r in over.select("order_id").collect()}
+    seconds = time.monotonic() - t0
+    rows = raw.count()
+    return {"seconds": seconds, "messages": rows, "overfilled": overfilled}
+
+
+def kafka_consume(kafka, messages: int) -> dict:
+    """Kafka's own consumer perf tool (org.apache.kafka.tools.ConsumerPerformance) over the topic."""
+    from aldebaran import paths
+    from aldebaran.exceptions import AldebaranError
+    from aldebaran.services.kafka import Kafka
+
+    java = Kafka().java()
+    cmd = [java, "-Xmx512m", "-cp", f"{paths.jar_dir('kafka-broker')}/*", "org.apache.kafka.tools.ConsumerPerformance",
+           "--bootstrap-server", kafka.bootstrap_servers, "--topic", kafka.trades_topic,
+           "--num-records", str(messages), "--group", f"bench-perf-{tag()}", "--timeout", "60000"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    lines = [l for l in proc.stdout.splitlines() if l.count(",") >= 5 and not l.startswith("start.time")]
+    if proc.returncode != 0 or not lines:
+        raise AldebaranError(f"ConsumerPerformance failed ({proc.returncode}): {proc.stdout[-800:]} {proc.stderr[-800:]}")
+    header = [h.strip() for h in next(l for l in proc.stdout.splitlines() if l.startswith("start.time")).split(",")]
+    values = dict(zip(header, (v.strip() for v in lines[-1].split(","))))
+    return {"messages": int(values["data.consumed.in.nMsg"]), "msgs_per_s": float(values["nMsg.sec"]),
+            "fetch_msgs_per_s": float(values["fetch.nMsg.sec"]), "mb_per_s": float(values["MB.sec"]),
+            "command": " ".join(cmd[:1] + ["-cp", "<kafka-broker jars>"] + cmd[4:])}
+
+
+def python_peer(kafka, ttl_ms: int) -> dict:
+    """The peer a user might write by hand: one confluent-kafka consumer, json.loads, a dict of books
+    (same event id once, first request wins, OVERFILL once, ORPHAN at event-time expiry)."""
+    from confluent_kafka import KafkaError, TopicPartition
+
+    from aldebaran import kafka_io
+    from aldebaran.audit.rules import alert_id
+
+    c = kafka_io.consumer(kafka, group=f"bench-peer-{tag()}", **{"fetch.max.bytes": 52428800})
+    meta = c.list_topics(kafka.trades_topic, timeout=10).topics[kafka.trades_topic]
+    ends = {p: c.get_watermark_offsets(TopicPartition(kafka.trades_topic, p), timeout=10)[1] for p in meta.partitions}
+    c.assign([TopicPartition(kafka.trades_topic, p, 0) for p in ends])
+    books: dict[str, list] = {}  # order → [requested, purchased, count, seen, fired, first_ts, client, stock, first_p]
+    heap: list[tuple[int, str]] = []
+    alerts: list[dict] = []
+    clock = -1
+    n = 0
+    done = {p for p, end in ends.items() if end == 0}
+    t0 = time.monotonic()
+
+    def emit(kind: str, order: str, b: list, trigger: str) -> None:
+        alerts.append({"alert_id": alert_id(kind, order), "kind": kind, "order_id": order, "requested": b[0],
+                       "purchased": b[1], "purchase_count": b[2], "trigger_event_id": trigger})
+
+    while len(done) < len(ends):
+        for msg in c.consume(10_000, timeout=1.0):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    done.add(msg.partition())
+                    continue
+                raise RuntimeError(str(err))
+            n += 1
+            if msg.offset() + 1 >= ends[msg.partition()]:
+                done.add(msg.partition())
+            try:
+                e = json.loads(msg.value())
+            except ValueError:
+                continue
+            if not isinstance(e, dict):
+                continue
+            eid, oid, shares = e.get("id"), e.get("initial_order_id"), e.get("#shares")
+            if (not isinstance(eid, (str, int)) or isinstance(eid, bool) or not isinstance(shares, int)
+                    or isinstance(shares, bool) or shares < 1):
+                continue
+            is_p = oid is not None
+            if is_p and (not isinstance(oid, (str, int)) or isinstance(oid, bool)):
+                continue
+            if not is_p and not (isinstance(e.get("client"), str) and isinstance(e.get("stock"), str)):
+                continue
+            ts = e["ts"] if isinstance(e.get("ts"), int) else msg.timestamp()[1]
+            order, eid = str(oid if is_p else eid), str(eid)
+            clock = max(clock, ts)
+            while heap and heap[0][0] <= clock:
+                _, old = heapq.heappop(heap)
+                b = books.pop(old)
+                if b[0] is None and b[2]:
+                    emit("ORPHAN", old, b, b[8])
+            b = books.get(order)
+            if b is None:
+                b = books[order] = [None, 0, 0, set(), False, ts, None, None, None]
+                heapq.heappush(heap, (ts + ttl_ms, order))
+            if eid in b[3]:
+                continue
+            b[3].add(eid)
+            if is_p:
+                b[1] += shares
+                b[2] += 1
+                if b[8] is None:
+                    b[8] = eid
+            elif b[0] is None:
+                b[0] = shares
+            if not b[4] and b[0] is not None and b[1] > b[0]:
+                b[4] = True
+                emit("OVERFILL", order, b, eid)
+    while heap and heap[0][0] <= clock:
+        _, old = heapq.heappop(heap)
+        b = books.pop(old)
+        if b[0] is None and b[2]:
+            emit("ORPHAN", old, b, b[8])
+    seconds = time.monotonic() - t0
+    c.close()
+    return {"seconds": seconds, "messages": n, "alerts": alerts}
+
+
+def drain(spark, backlog: Backlog, repeats: int = 1, ttl_s: float = 600.0, max_offsets: int = 200_000,
+          ceilings: bool = True) -> dict:
+    """Preload the backlog, then the auditor's catch-up rate (median of `repeats` fresh checkpoints),
+    and the ceilings over the same topic, all checked against the reference model."""
+    t = tag()
+    with bench_topics(t) as kafka:
+        sent = loadgen.send(backlog.records(), kafka.trades_topic, total=None, progress_every=500_000)
+        expected = expected_of(backlog.records(), ttl_ms=int(ttl_s * 1000))
+        runs = []
+        for r in range(repeats):
+            with tempfile.TemporaryDirectory(prefix="bench-ckpt-") as ckpt:
+                settings = auditor_settings(f"{t}_{r}", ckpt, ttl_seconds=ttl_s, max_offsets_per_trigger=max_offsets,
+                                            idle_ticks=False)
+                with MemorySampler() as mem:
+                    res = run_auditor(spark, settings)
+            got = read_alerts(kafka)
+            check = compare(got, expected)
+            runs.append({"wall_s": res["wall_s"], "batches": len(res["batches"]),
+                         "overall_eps": sent.count / res["wall_s"], "sustained_eps": sustained_rate(res["batches"]),
+                         "peak_rss_mib": mem.peak / MIB, **check})
+            log.info("drain run %d/%d: %s", r + 1, repeats, runs[-1])
+            if r + 1 < repeats:  # the next run needs an empty alerts topic to compare
+                from aldebaran import kafka_admin
+
+                kafka_admin.delete_topics(kafka, [kafka.alerts_topic])
+                time.sleep(1.0)
+                kafka_admin.ensure_topics(kafka, [kafka.alerts_topic])
+        out = {"events": sent.count, "produce_eps": sent.rate, "runs": runs,
+               "auditor_eps": statistics.median(x["sustained_eps"] for x in runs),
+               "auditor_overall_eps": statistics.median(x["overall_eps"] for x in runs),
+               "correct": all(x["correct"] for x in runs), "expected_alerts": len(expected)}
+        if ceilings:
+            exp_over = {a["order_id"] for a in expected if a["kind"] == "OVERFILL"}
+            sb = [spark_batch(spark, kafka) for _ in range(repeats)]
+            out["spark_batch"] = {"eps": statistics.median(x["messages"] / x["seconds"] for x in sb),
+                                  "correct": all(x["overfilled"] == exp_over for x in sb)}
+            kc = [kafka_consume(kafka, sent.count) for _ in range(repeats)]
+            out["kafka_consume"] = {"eps": statistics.median(x["msgs_per_s"] for x in kc),
+                                    "correct": all(x["messages"] == sent.count for x in kc),
+                                    "command": kc[0]["command"]}
+            py = [python_peer(kafka, ttl_ms=int(ttl_s * 1000)) for _ in range(repeats)]
+            out["python_peer"] = {"eps": statistics.median(x["messages"] / x["seconds"] for x in py),
+                                  "correct": all(compare(x["alerts"], expected)["correct"] for x in py)}
+            for name in ("spark_batch", "kafka_consume", "python_peer"):
+                out[name]["auditor_ratio"] = out["auditor_eps"] / out[name]["eps"]
+        return out
+
+
+# --- latency ------------------------------------------------------------------------------------------
+class AlertCollector(threading.Thread):
+    """Reads the alerts topic from the start; keeps (alert, Kafka timestamp of the alert record)."""
+
+    def __init__(self, kafka) -> None:
+        super().__init__(daemon=True, name="bench-alerts")
+        self.kafka = kafka
+        self.alerts: list[tuple[dict, int]] = []
+        self.stop_event = threading.Event()
+        self.lock = threading.Lock()
+
+    def run(self) -> None:
+        from confluent_kafka import TopicPartition
+
+        from aldebaran import kafka_io
+
+        c = kafka_io.consumer(self.kafka, group=f"bench-lat-{tag()}", **{"enable.partition.eof": False})
+        topic = self.kafka.alerts_topic
+        meta = c.list_topics(topic, timeout=10).topics[topic]
+        c.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+        try:
+            while not self.stop_event.is_set():
+                for msg in c.consume(1000, timeout=0.2):
+                    if msg.error() is None:
+                        with self.lock:
+                            self.alerts.append((json.loads(msg.value()), msg.timestamp()[1]))
+        finally:
+            c.close()
+
+    def snapshot(self) -> list[tuple[dict, int]]:
+        with self.lock:
+            return list(self.alerts)
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, interval: float = 0.25) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def latency(spark, rates: list[int], duration_s: float, mix: Mix | None = None, catch_up_s: float = 180.0) -> dict:
+    """The auditor in micro-batch mode (processing-time trigger, 0 s interval); trades produced at each
+    rate for `duration_s`, stamped as sent; latency = alert record's Kafka timestamp − its trigger's."""
+    from aldebaran.audit import job
+
+    mix = mix or Mix(overfill_fraction=0.5, open_orders=100, duplicate_fraction=0.01, malformed_fraction=0.001)
+    t = tag()
+    segments = []
+    with bench_topics(t) as kafka, tempfile.TemporaryDirectory(prefix="bench-ckpt-") as ckpt:
+        settings = auditor_settings(t, ckpt, trigger="processing-time", trigger_interval="0 seconds",
+                                    timeout_seconds=3600)
+        collector = AlertCollector(kafka)
+        collector.start()
+        runner = threading.Thread(target=job.run, args=(settings,), kwargs={"spark": spark}, daemon=True,
+                                  name="bench-auditor")
+        runner.start()
+        all_recs: list[Record] = []
+        all_stamps: list[int] = []
+        try:
+            per_order = mix.purchases_per_order + 1
+            plan = [("warmup", 200, 200 * per_order)] + [(f"r{rate}", rate, int(rate * duration_s)) for rate in rates]
+            for i, (name, rate, n_events) in enumerate(plan):
+                seg_mix = Mix(**{**mix.__dict__, "orders": max(1, n_events // per_order), "id_prefix": f"{name}-",
+                                 "seed": mix.seed + i})
+                recs = list(loadgen.mix_records(seg_mix))
+                sent = loadgen.send(recs, kafka.trades_topic, rate=rate, stamp_now=True, progress_every=0)
+                all_recs += recs
+                all_stamps += sent.timestamps
+                exp = expected_of(recs, sent.timestamps)
+                prefix = f"{name}-"
+                ok = _wait(lambda: sum(1 for a, _ in collector.snapshot() if a["order_id"].startswith(prefix)) >= len(exp),
+                           catch_up_s)
+                lat = [ts - a["trigger_event_ts"] for a, ts in collector.snapshot()
+                       if a["order_id"].startswith(prefix) and a["kind"] == "OVERFILL"]
+                seg = {"rate": rate, "events": sent.count, "achieved_rate": sent.rate, "alerts": len(lat),
+                       "caught_up": ok, "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95),
+                       "p99_ms": percentile(lat, 99), "max_ms": max(lat) if lat else float("nan"),
+                       "load_avg": os.getloadavg()[0]}
+                log.info("latency %s: %s", name, seg)
+                if name != "warmup":
+                    segments.append(seg)
+                if not runner.is_alive():
+                    raise RuntimeError("the auditor stopped during the latency run (see its log above)")
+        finally:
+            for q in spark.streams.active:
+                if q.name == settings.query_name:
+                    q.stop()
+            runner.join(60)
+            time.sleep(1.0)
+            collector.stop_event.set()
+            collector.join(10)
+        got = [a for a, _ in collector.snapshot()]
+        check = compare(got, expected_of(all_recs, all_stamps))
+    return {"segments": segments, "duration_s": duration_s, **check}
+
+
+# --- books and churn ----------------------------------------------------------------------------------
+def books(spark, sizes: list[int], ttl_s: float = 3600.0, seed: int = 11) -> dict:
+    """N open books: N orders (request + one purchase, 10% overfilled), all within the TTL; the drain's
+    sustained events/s, the last batches' rate (with ~N books open) and peak RSS of the Spark processes."""
+    rows = []
+    for n in sizes:
+        mix = Mix(orders=n, purchases_per_order=1, overfill_fraction=0.1, open_orders=1, seed=seed, id_prefix=f"b{n}-")
+        # All events within a tenth of the TTL of event time: every book stays open to the end.
+        backlog = Backlog(mix, int(time.time() * 1000), events_per_second=max(1000.0, 2 * n / (ttl_s / 10)))
+        t = tag()
+        with bench_topics(t) as kafka:
+            sent = loadgen.send(backlog.records(), kafka.trades_topic, progress_every=1_000_000, total=2 * n)
+            with tempfile.TemporaryDirectory(prefix="bench-ckpt-") as ckpt:
+                settings = auditor_settings(t, ckpt, ttl_seconds=ttl_s, idle_ticks=False)
+                with MemorySampler() as mem:
+                    res = run_auditor(spark, settings)
+            check = compare(read_alerts(kafka), expected_chunked(backlog.records(), ttl_ms=int(ttl_s * 1000)))
+        last = res["batches"][-3:] if len(res["batches"]) > 3 else res["batches"]
+        rows.append({"books": n, "events": sent.count, "sustained_eps": sustained_rate(res["batches"]),
+                     "last_batches_eps": sum(r for r, _ in last) / (sum(m for _, m in last) / 1000 or float("nan")),
+                     "peak_rss_mib": mem.peak / MIB, "baseline_rss_mib": mem.baseline / MIB,
+                     "wall_s": res["wall_s"], "load_avg": os.getloadavg()[0], **check})
+        log.info("books %d: %s", n, rows[-1])
+    return {"rows": rows, "correct": all(r["correct"] for r in rows)}
+
+
+def churn(spark, orders: int, ttl_s: float = 60.0, event_rate: float = 20_000.0, seed: int = 13) -> dict:
+    """Books opened and closed per second: orders (request + 2 purchases; 20% orphans) spread on event
+    time so that ~ttl × order rate books are open; a tail of flush requests past the last deadline
+    expires every book of the body on every shard. A batch spans ≤ ttl/3 of event time, so no
+    book expires before its own events are in (micro-batch boundaries cannot change the result)."""
+    mix = Mix(orders=orders, purchases_per_order=2, overfill_fraction=0.3, orphan_fraction=0.2, open_orders=100,
+              seed=seed, id_prefix="c-")
+    start = int(time.time() * 1000)
+    body_events = sum(1 for _ in loadgen.mix_records(mix))
+    last_ts = start + int((body_events - 1) * 1000 / event_rate)
+    from aldebaran import events
+
+    flush_ts = last_ts + int(ttl_s * 1000) + 1
+    tail = [Record(f"flush-{i}".encode(), events.encode(events.request(f"flush-{i}", 1)), flush_ts) for i in range(256)]
+    backlog = Backlog(mix, start, event_rate, tail)
+    max_offsets = max(1000, int(event_rate * ttl_s / 3))
+    t = tag()
+    with bench_topics(t) as kafka:
+        sent = loadgen.send(backlog.records(), kafka.trades_topic, progress_every=500_000)
+        with tempfile.TemporaryDirectory(prefix="bench-ckpt-") as ckpt:
+            settings = auditor_settings(t, ckpt, ttl_seconds=ttl_s, max_offsets_per_trigger=max_offsets,
+                                        idle_ticks=False)
+            res = run_auditor(spark, settings)
+        check = compare(read_alerts(kafka), expected_of(backlog.records(), ttl_ms=int(ttl_s * 1000)))
+    body_share = body_events / sent.count
+    busy_s = sum(m for _, m in res["batches"]) / 1000
+    return {"orders": orders, "events": sent.count, "ttl_s": ttl_s, "open_books_approx": int(ttl_s * event_rate / 3),
+            "books_per_s": orders / res["wall_s"], "books_per_s_busy": orders / (busy_s * body_share) if busy_s else float("nan"),
+            "wall_s": res["wall_s"], "batches": len(res["batches"]), "load_avg": os.getloadavg()[0], **check}

@@ -1,0 +1,129 @@
+"""`aldebaran bench all [--quick]` (make bench / make bench-quick) and the capacity_test DAG: every
+measurement of aldebaran.bench.harness plus the dispatch benchmark, one report.
+
+    aldebaran bench all            # full: writes docs/benchmarks.md (its capacity section) + docs/img/*.png
+    aldebaran bench all --quick    # everything small (< 5 min); asserts correctness only; report under .run/bench/
+
+The report keeps every other section of docs/benchmarks.md (see aldebaran.bench.report).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from aldebaran.loadgen import Mix
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Config:
+    """What one suite run measures. `full()` is the report's configuration, `quick()` the smoke run."""
+
+    drain_orders: int = 600_000  # × 5 events (original-like custom mix) = 3M events
+    drain_repeats: int = 2
+    rates: list[int] = field(default_factory=lambda: [5_000, 20_000, 50_000, 100_000])
+    latency_seconds: float = 20.0
+    book_sizes: list[int] = field(default_factory=lambda: [100_000, 1_000_000, 10_000_000])
+    churn_orders: int = 300_000
+    dispatch_alerts: int = 5_000
+    dispatch_repeats: int = 3
+    mix: Mix = field(default_factory=lambda: Mix(overfill_fraction=0.5, purchase_first=0.05, duplicate_fraction=0.01,
+                                                 malformed_fraction=0.001, open_orders=1000))
+    sections: tuple[str, ...] = ("drain", "latency", "books", "churn", "dispatch")
+    quick: bool = False
+
+    @classmethod
+    def full(cls) -> "Config":
+        return cls()
+
+    @classmethod
+    def quick_config(cls) -> "Config":
+        return cls(drain_orders=20_000, drain_repeats=1, rates=[1_000, 5_000], latency_seconds=4.0,
+                   book_sizes=[5_000, 20_000], churn_orders=10_000, dispatch_alerts=300, dispatch_repeats=1, quick=True)
+
+    def describe(self) -> dict:
+        out = asdict(self)
+        out["mix"] = asdict(self.mix)
+        return out
+
+
+def run(config: Config, spark=None) -> dict:
+    """Run the configured measurements; returns the results (with machine and per-section load average)."""
+    from aldebaran.bench import dispatch, harness, machine
+
+    results: dict = {"machine": machine.describe(), "config": config.describe(),
+                     "command": "aldebaran " + " ".join(sys.argv[1:]) if sys.argv and "aldebaran" in sys.argv[0] else None}
+    needs_spark = any(s in config.sections for s in ("drain", "latency", "books", "churn"))
+    own_spark = False
+    if spark is None and needs_spark:
+        from pyspark.sql import SparkSession
+
+        from aldebaran import spark as sparkmod
+
+        # Reuse a session this process already has (a test's, a task's); stop only one we started.
+        own_spark = SparkSession.getActiveSession() is None
+        spark = sparkmod.session("aldebaran-bench", master="local[2]", shuffle_partitions=2,
+                                 conf={"spark.sql.adaptive.enabled": "false", "spark.driver.memory": "4g"})
+    t_all = time.monotonic()
+    try:
+        for section in config.sections:
+            t0, load0 = time.monotonic(), os.getloadavg()
+            log.info("bench: %s (load average %.2f %.2f %.2f)", section, *load0)
+            if section == "drain":
+                backlog = harness.Backlog(Mix(**{**asdict(config.mix), "orders": config.drain_orders}),
+                                          int(time.time() * 1000), events_per_second=20_000.0)
+                out = harness.drain(spark, backlog, repeats=config.drain_repeats)
+            elif section == "latency":
+                out = harness.latency(spark, config.rates, config.latency_seconds, mix=config.mix)
+            elif section == "books":
+                out = harness.books(spark, config.book_sizes)
+            elif section == "churn":
+                out = harness.churn(spark, config.churn_orders)
+            elif section == "dispatch":
+                import inspect
+
+                extra = {"steady_rates": ()} if config.quick and "steady_rates" in inspect.signature(dispatch.run).parameters else {}
+                out = dispatch.run(alerts=config.dispatch_alerts, repeats=config.dispatch_repeats, **extra)
+                out["correct"] = out["all_correct"]
+            else:
+                raise ValueError(f"unknown bench section {section!r}")
+            out["seconds"] = time.monotonic() - t0
+            out["load_avg_start"] = list(load0)
+            out["load_avg_end"] = list(os.getloadavg())
+            results[section] = out
+            log.info("bench: %s done in %.0fs, correct=%s", section, out["seconds"], out.get("correct"))
+    finally:
+        if own_spark:
+            spark.stop()
+    results["seconds"] = time.monotonic() - t_all
+    results["correct"] = all(results[s].get("correct") for s in config.sections if s in results)
+    return results
+
+
+def main(args) -> int:
+    """`aldebaran bench all [--quick] [--out DIR] [--sections a,b]`: run, write the report, exit 1 if any
+    run's alerts differ from the reference model."""
+    from aldebaran import paths
+    from aldebaran.bench import report
+
+    config = Config.quick_config() if args.quick else Config.full()
+    if args.sections:
+        config.sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
+    out = Path(args.out) if args.out else (paths.run_dir() / "bench" / "quick" if args.quick else paths.ROOT / "docs")
+    results = run(config)
+    results["command"] = "aldebaran bench all" + (" --quick" if args.quick else "") + (
+        f" --sections {args.sections}" if args.sections else "")
+    written = report.write(results, out)
+    log.info("report: %s", written["markdown"])
+    if not results["correct"]:
+        bad = [s for s in config.sections if not results[s].get("correct")]
+        log.error("bench: alerts differ from the reference model in: %s", ", ".join(bad))
+        return 1
+    log.info("bench: every run's alerts equal the reference model's")
+    return 0
