@@ -44,8 +44,8 @@ class Config:
 
     @classmethod
     def quick_config(cls) -> "Config":
-        return cls(drain_orders=20_000, drain_repeats=1, rates=[1_000, 5_000], latency_seconds=4.0,
-                   book_sizes=[5_000, 20_000], churn_orders=10_000, dispatch_alerts=300, dispatch_repeats=1, quick=True)
+        return cls(drain_orders=5_000, drain_repeats=1, rates=[500, 2_000], latency_seconds=3.0,
+                   book_sizes=[2_000, 10_000], churn_orders=3_000, dispatch_alerts=200, dispatch_repeats=1, quick=True)
 
     def describe(self) -> dict:
         out = asdict(self)
