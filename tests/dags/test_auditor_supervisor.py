@@ -129,7 +129,10 @@ def test_supervisor_restarts_a_killed_auditor_which_resumes_from_its_checkpoint(
     assert third.state == "success"
     assert _ti_state(third, "submit_auditor") == "skipped"
     assert store.get(state_key).json()["submit"]["pid"] == state["submit"]["pid"]
-    health = dagbag.dags["platform_health"].test()
+    # Every Param given: dag.test() on the session's shared DAG object keeps an earlier run's conf.
+    health = dagbag.dags["platform_health"].test(run_conf={
+        "query_name": query, "max_progress_age_seconds": None, "max_auditor_lag": None,
+        "max_dispatch_backlog": None, "max_dead": None, "max_in_doubt": None})
     assert health.state == "success"
     record = store.get(f"{s3_prefix}/health/latest.json").json()
     assert record["healthy"] and record["checks"]["auditor_lag"]["lag"] == 0, record

@@ -28,7 +28,7 @@ def test_missing_and_stale_heartbeats_fail_the_run_naming_the_problem(airflow_db
                                                                       s3_prefix, unique):
     dag = dagbag.dags["platform_health"]
     ghost = f"ghost-{unique}"
-    run = dag.test(run_conf={"query_name": ghost})
+    run = dag.test(run_conf={"query_name": ghost, "max_progress_age_seconds": None})
     assert run.state == "failed"
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states == {"check": "success", "verdict": "failed"}

@@ -63,7 +63,8 @@ def test_replay_yields_the_live_alerts_and_no_new_deliveries(airflow_db, dagbag,
     kafka_io.produce_all(producer, kafka_topics.trades_topic, [(r.key, r.value) for r in later])
 
     run = dagbag.dags["trades_replay"].test(run_conf={
-        "start": "earliest", "end": json.dumps({str(p): o for p, o in range_end.items()})})
+        "start": "earliest", "end": json.dumps({str(p): o for p, o in range_end.items()}),
+        "topic": None, "rules": None, "checkpoint_root": None})
     assert run.state == "success"
     plan, summary = _xcom(run, "plan"), _xcom(run, "report")
     assert plan["messages"] == len(in_range) and plan["checkpoint"].startswith(str(tmp_path / "replays"))

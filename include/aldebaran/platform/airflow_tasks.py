@@ -7,7 +7,7 @@ from __future__ import annotations
 def health_verdict(record: dict) -> None:
     """Fail the health run naming every problem. AirflowFailException: a retry a minute later would
     only repeat the verdict; the next scheduled run checks again."""
-    from airflow.exceptions import AirflowFailException
+    from airflow.sdk.exceptions import AirflowFailException
 
     from aldebaran.exceptions import PlatformUnhealthy
     from aldebaran.platform.health import raise_if_unhealthy
