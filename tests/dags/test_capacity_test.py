@@ -13,6 +13,9 @@ TINY = {
     "drain_orders": 300,
     "churn_orders": 300,
     "dispatch_alerts": 20,
+    # Under 2 minutes on a busy 2-core box: the streaming auditor (latency), a bounded one (books) and
+    # dispatch; drain and churn run the same harness code in `make bench-quick`.
+    "sections": ["latency", "books", "dispatch"],
     "mix": {"overfill_fraction": 0.5, "duplicate_fraction": 0.05, "malformed_fraction": 0.02, "open_orders": 20,
             "purchase_first": 0.2, "seed": 3},
 }
@@ -35,11 +38,11 @@ def test_capacity_test_dag_measures_and_stores_a_correct_report(airflow_db, dagb
     out = _xcom(run, "measure")
     try:
         assert out["correct"] is True
-        assert set(out["sections"]) == {"drain", "latency", "books", "churn", "dispatch"}
+        assert set(out["sections"]) == {"latency", "books", "dispatch"}
         assert all(s["correct"] for s in out["sections"].values()), out["sections"]
         assert "## Capacity" in out["markdown"] and "Correct" in out["markdown"]
-        keys = {o["Key"] for o in store.list(f"reports/capacity/")}
-        for name in ("markdown", "drain", "latency", "books"):
+        keys = {o["Key"] for o in store.list("reports/capacity/")}
+        for name in ("markdown", "latency", "books"):
             key = out["objects"][name].split(f"{store.bucket}/", 1)[1]
             assert key in keys, f"{name} not stored at {key}"
         png = store.get(out["objects"]["latency"].split(f"{store.bucket}/", 1)[1]).body

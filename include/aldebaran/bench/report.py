@@ -87,6 +87,9 @@ def plots(results: dict, img_dir: Path) -> dict[str, Path]:
         ax2 = ax.twinx()
         ax2.plot(xs, [r["peak_rss_mib"] / 1024 for r in rows], marker="s", color="#2980b9", label="peak RSS (GiB)")
         ax2.set_ylabel("peak RSS of Spark JVM + Python workers (GiB)")
+        ax.set_ylim(bottom=0)
+        ax2.set_ylim(bottom=0)
+        ax2.ticklabel_format(axis="y", useOffset=False, style="plain")
         ax.set_title(f"Open books: throughput and memory ({stamp})", fontsize=9)
         fig.legend(loc="upper center", bbox_to_anchor=(0.5, 0.88))
         fig.tight_layout()
@@ -181,12 +184,15 @@ def markdown(results: dict, images: dict[str, Path], img_rel: str = "img") -> st
             "at the end. Memory = peak RSS of the Spark JVM and its Python workers (children of the bench process), "
             "sampled every 0.5 s.",
             "",
-            "| open books | events | sustained events/s | last batches events/s | peak RSS MiB | correct | load avg |",
-            "|---:|---:|---:|---:|---:|---|---:|",
+            "| open books | events | sustained events/s | last batches events/s | peak RSS MiB | RSS growth in run MiB | correct | load avg |",
+            "|---:|---:|---:|---:|---:|---:|---|---:|",
         ]
         for r in b["rows"]:
             lines.append(f"| {r['books']:,} | {r['events']:,} | {_n(r['sustained_eps'])} | {_n(r['last_batches_eps'])} | "
-                         f"{_n(r['peak_rss_mib'])} | {_ok(r['correct'])} | {r['load_avg']:.2f} |")
+                         f"{_n(r['peak_rss_mib'])} | {_n(r['peak_rss_mib'] - r['baseline_rss_mib'])} | {_ok(r['correct'])} | "
+                         f"{r['load_avg']:.2f} |")
+        lines += ["", "The JVM does not return heap to the OS: peak RSS includes what earlier runs of the session "
+                      "grew to; the growth column is this run's own increase."]
         lines.append("")
         if "books" in images:
             lines += [f"![books]({img_rel}/{images['books'].name})", ""]
@@ -196,9 +202,11 @@ def markdown(results: dict, images: dict[str, Path], img_rel: str = "img") -> st
             "### Churn: books opened and closed per second",
             "",
             f"{ch['orders']:,} orders (request + 2 purchases, 30% overfilled, 20% without request → ORPHAN at "
-            f"expiry), event time advancing 20k events/s, TTL {ch['ttl_s']:.0f} s (~{ch['open_books_approx']:,} books "
-            f"open at a time); every book expires by the end (a flush tail moves every shard's clock past the last "
-            f"deadline).",
+            f"expiry) on a one-partition topic, event time advancing {ch['event_rate']:,.0f} events/s over "
+            f"{ch['event_time_span_s']:,.0f} s, TTL {ch['ttl_s']:.0f} s (~{ch['open_books_approx']:,} books open at a "
+            f"time, books expiring all along); a flush tail moves every shard's clock past the last deadline, so every "
+            f"book is closed by the end. One partition: see `aldebaran.bench.harness.churn` on cross-partition "
+            f"event-time skew.",
             "",
             "| books opened+closed | books/s (wall) | books/s (batch time) | batches | correct | load avg |",
             "|---:|---:|---:|---:|---|---:|",
