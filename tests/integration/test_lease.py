@@ -99,3 +99,28 @@ def test_broken_lease_is_free_at_once(store, cp, cleanup):
     leases.acquire(store, cp, "dead", ttl_seconds=300)
     leases.end(store, cp, leases.BROKEN, "holder pid gone")
     assert leases.acquire(store, cp, "next", ttl_seconds=30).record["generation"] == 2
+
+
+def test_a_killed_local_holder_is_taken_over_at_once(store, cp, cleanup):
+    """An auditor SIGKILLed and restarted at once (chaos kill-auditor does this) need not wait for
+    its old lease to expire: the holder ran here and its pid is gone."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import sys, time; from aldebaran.objectstore import ObjectStore; from aldebaran.platform import lease; "
+            "lease.acquire(ObjectStore(), sys.argv[1], 'victim', ttl_seconds=300); print('held', flush=True); "
+            "time.sleep(300)")
+    victim = subprocess.Popen([sys.executable, "-c", code, cp], stdout=subprocess.PIPE, text=True)
+    try:
+        assert victim.stdout.readline().strip() == "held"
+        with pytest.raises(LeaseHeld):
+            leases.acquire(store, cp, "next", ttl_seconds=30)  # alive: refused
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+    taken = leases.acquire(store, cp, "next", ttl_seconds=30)
+    assert taken.record["generation"] == 2 and taken.record["query"] == "next"
+    taken.release()

@@ -152,14 +152,16 @@ def run(settings: AuditorSettings, spark=None, on_batch=None) -> dict:
     except KeyboardInterrupt:
         log.info("auditor interrupted; stopping")
     finally:
-        exc = query.exception()
-        query.stop()
-        # Events are delivered asynchronously: let the listener see the end before detaching it.
-        listener.terminated.wait(10)
-        spark.streams.removeListener(listener)
-        if keeper:
-            keeper.stop()
-            lease.release()
+        try:
+            exc = query.exception()
+            query.stop()
+            # Events are delivered asynchronously: let the listener see the end before detaching it.
+            listener.terminated.wait(10)
+            spark.streams.removeListener(listener)
+        finally:
+            if keeper:
+                keeper.stop()
+                lease.release()
     if lease and lease.lost:
         raise AuditorError(f"auditor {settings.query_name} stopped: {lease.lost}")
     if exc is not None:

@@ -6,8 +6,9 @@ One object per checkpoint in the object store, ``leases/auditor/<sha256(checkpoi
      "host", "pid", "acquired_at", "renewed_at", "expires_at", "ttl_seconds", "note"}
 
 - **Acquire** (auditor start): conditional create (``If-None-Match: *``); if the object exists and is
-  free (released, broken, or expired — a revoked lease is free once its grace has passed), take it over
-  with ``If-Match: <etag>`` and the next generation. Two auditors racing for a free lease: exactly one
+  free (released, broken, or expired — a revoked lease is free once its grace has passed), or its
+  holder ran on this host and its pid is gone (a killed auditor restarted at once need not wait for
+  its old lease to expire), take it over with ``If-Match: <etag>`` and the next generation. Two auditors racing for a free lease: exactly one
   conditional write wins. A live lease held by someone else → :class:`LeaseHeld`, naming the holder.
 - **Renew** (a keeper thread in the auditor, every ttl/3, only while the query is active):
   ``If-Match`` on the etag of our own last write. Any other write in between (a takeover, a
@@ -56,6 +57,43 @@ def _iso(epoch: float | None) -> str:
     if epoch is None:
         return "?"
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    try:
+        raw = open(f"/proc/{int(pid)}/stat").read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # "pid (comm) state ..." — comm may contain spaces and parentheses: split after the last ')'.
+    return raw[raw.rindex(")") + 2:].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    stat = _proc_stat(pid)
+    return int(stat[19]) if stat else None
+
+
+def pid_alive(pid: int | None, ticks: int | None = None) -> bool:
+    """Is `pid` a running process on this host (not a zombie), and the same one as when `ticks`
+    (its start time in clock ticks) was recorded?"""
+    if not pid:
+        return False
+    stat = _proc_stat(int(pid))
+    if stat is None:
+        return False
+    if stat[0] in ("Z", "X"):
+        try:
+            os.waitpid(int(pid), os.WNOHANG)  # our own child (e.g. dag.test runs tasks in-process): reap it
+        except ChildProcessError:
+            pass
+        return False
+    return ticks is None or int(stat[19]) == int(ticks)
+
+
+def holder_dead_here(record: dict) -> bool:
+    """The holder ran on this host and its process no longer exists: it can write nothing more."""
+    return (record.get("state") in (HELD, REVOKED) and record.get("host") == socket.gethostname()
+            and bool(record.get("pid")) and int(record["pid"]) != os.getpid() and not pid_alive(record.get("pid")))
 
 
 def is_free(record: dict, now: float) -> bool:
@@ -197,7 +235,7 @@ def acquire(store: ObjectStore, checkpoint: str, query: str, ttl_seconds: float,
         if current is None:
             continue  # deleted in between: try the create again
         record, etag = current
-        if is_free(record, now):
+        if is_free(record, now) or holder_dead_here(record):
             taken = {**fresh, "generation": int(record.get("generation") or 0) + 1}
             try:
                 new_etag = store.replace(key, json.dumps(taken).encode(), etag)

@@ -50,34 +50,8 @@ MAX_HISTORY = 20
 
 
 # --- processes on this host --------------------------------------------------------------------
-def _proc_stat(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # "pid (comm) state ..." — comm may contain spaces and parentheses: split after the last ')'.
-    return raw[raw.rindex(")") + 2:].split()
-
-
-def start_ticks(pid: int) -> int | None:
-    stat = _proc_stat(pid)
-    return int(stat[19]) if stat else None
-
-
-def pid_alive(pid: int | None, ticks: int | None = None) -> bool:
-    """Is `pid` a running process (not a zombie), and the same one as when `ticks` was recorded?"""
-    if not pid:
-        return False
-    stat = _proc_stat(int(pid))
-    if stat is None:
-        return False
-    if stat[0] in ("Z", "X"):
-        try:
-            os.waitpid(int(pid), os.WNOHANG)  # our own child (dag.test runs tasks in-process): reap it
-        except ChildProcessError:
-            pass
-        return False
-    return ticks is None or int(stat[19]) == int(ticks)
+pid_alive = leases.pid_alive
+start_ticks = leases.start_ticks
 
 
 def _signal(pid: int, sig: int, group: bool = False) -> None:
