@@ -47,6 +47,18 @@ class Config:
         return cls(drain_orders=5_000, drain_repeats=1, rates=[500, 2_000], latency_seconds=3.0,
                    book_sizes=[2_000, 10_000], churn_orders=3_000, dispatch_alerts=200, dispatch_repeats=1, quick=True)
 
+    def override(self, item: str) -> None:
+        """`key=value` from the command line: ints, floats, or comma-separated int lists."""
+        key, sep, value = item.partition("=")
+        current = getattr(self, key, None) if sep else None
+        if current is None or key in ("mix", "sections", "quick"):
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY one of drain_orders, drain_repeats, rates, "
+                             "latency_seconds, book_sizes, churn_orders, dispatch_alerts, dispatch_repeats")
+        if isinstance(current, list):
+            setattr(self, key, [int(v) for v in value.split(",") if v])
+        else:
+            setattr(self, key, type(current)(value))
+
     def describe(self) -> dict:
         out = asdict(self)
         out["mix"] = asdict(self.mix)
@@ -115,10 +127,12 @@ def main(args) -> int:
     config = Config.quick_config() if args.quick else Config.full()
     if args.sections:
         config.sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
+    for item in args.set or []:
+        config.override(item)
     out = Path(args.out) if args.out else (paths.run_dir() / "bench" / "quick" if args.quick else paths.ROOT / "docs")
     results = run(config)
     results["command"] = "aldebaran bench all" + (" --quick" if args.quick else "") + (
-        f" --sections {args.sections}" if args.sections else "")
+        f" --sections {args.sections}" if args.sections else "") + "".join(f" --set {i}" for i in args.set or [])
     written = report.write(results, out)
     log.info("report: %s", written["markdown"])
     if not results["correct"]:
