@@ -1,0 +1,53 @@
+"""The capacity report writer keeps every other section of docs/benchmarks.md and renders each
+section it was given (no services; inputs are made-up results, the checks are about the document)."""
+
+from __future__ import annotations
+
+from aldebaran.bench import report
+
+OTHER = "<!-- state-design:begin -->\n## State designs\n| a | b |\n<!-- state-design:end -->\n"
+
+
+def _results() -> dict:
+    machine = {"date": "2026-01-01 00:00 UTC", "cores": 2, "memory_gib": 8.0, "cpu": "x", "python": "3.11",
+               "pyspark": "4.2.0", "confluent_kafka": "2.16.1", "load_avg_at_start": 1.0}
+    seg = {"rate": 50_000, "events": 10, "achieved_rate": 49_000.0, "alerts": 5, "caught_up": True, "p50_ms": 100,
+           "p95_ms": 200, "p99_ms": 300, "max_ms": 400, "load_avg": 1.0}
+    return {
+        "machine": machine, "config": {"quick": False, "drain_orders": 10, "drain_repeats": 1, "mix": {"seed": 1}},
+        "command": "aldebaran bench all", "seconds": 1.0, "correct": False,
+        "drain": {"events": 50, "produce_eps": 1.0, "auditor_eps": 100.0, "auditor_overall_eps": 90.0, "correct": True,
+                  "load_avg_start": [1, 1, 1], "load_avg_end": [1, 1, 1],
+                  "runs": [{"sustained_eps": 100.0, "overall_eps": 90.0, "batches": 2, "peak_rss_mib": 1.0,
+                            "alerts": 3, "expected": 3}],
+                  "spark_batch": {"eps": 200.0, "correct": True, "auditor_ratio": 0.5},
+                  "kafka_consume": {"eps": 1000.0, "incl_join_eps": 900.0, "correct": True, "auditor_ratio": 0.1,
+                                    "command": "java ..."},
+                  "python_peer": {"eps": 150.0, "correct": False, "auditor_ratio": 0.67}},
+        "latency": {"segments": [seg], "duration_s": 1.0, "correct": True, "alerts": 5, "expected": 5},
+        "books": {"rows": [{"books": 100, "events": 200, "sustained_eps": 10.0, "last_batches_eps": 9.0,
+                            "peak_rss_mib": 10.0, "baseline_rss_mib": 5.0, "correct": True, "load_avg": 1.0}],
+                  "correct": True},
+    }
+
+
+def test_splice_replaces_only_its_own_section():
+    first = report.splice("# Benchmarks\n\n" + OTHER, report.BEGIN + "\nold\n" + report.END)
+    assert OTHER in first and "old" in first
+    second = report.splice(first, report.BEGIN + "\nnew\n" + report.END)
+    assert OTHER in second and "new" in second and "old" not in second
+    assert second.count(report.BEGIN) == 1
+
+
+def test_write_renders_tables_plots_and_keeps_other_sections(tmp_path):
+    (tmp_path / "benchmarks.md").write_text("# Benchmarks\n\n" + OTHER)
+    written = report.write(_results(), tmp_path)
+    doc = written["markdown"].read_text()
+    assert OTHER in doc
+    assert "| **auditor** (sustained) | 100 |" in doc
+    assert "| single-threaded confluent-kafka + dict (hand-written peer) | 150 | 0.67 | **NO** |" in doc
+    assert "| 50,000 | 49,000 | 5 | 100 | 200 | 300 | 400 | yes |" in doc
+    for name in ("drain", "latency", "books"):
+        assert written[name].read_bytes()[:4] == b"\x89PNG"
+        assert f"img/{written[name].name}" in doc
+    assert "Overall: **NO**" in doc
