@@ -106,7 +106,7 @@ def markdown(results: dict, images: dict[str, Path], img_rel: str = "img") -> st
         BEGIN,
         "## Capacity: throughput, latency, books, churn, dispatch",
         "",
-        f"Command: `{cmd}` ({'quick' if results['config'].get('quick') else 'full'} configuration) — "
+        f"Command: `{cmd}` ({_config_name(results, cmd)}) — "
         f"{m['date']}; {m['cores']} cores, {m['memory_gib']} GiB RAM ({m['cpu']}); Python {m['python']}, "
         f"pyspark {m['pyspark']}, confluent-kafka {m['confluent_kafka']}; Spark `local[2]` in the bench process. "
         f"Load average at start {m['load_avg_at_start']:.2f}. Whole run {results['seconds']:.0f} s.",
@@ -235,6 +235,14 @@ def markdown(results: dict, images: dict[str, Path], img_rel: str = "img") -> st
     return "\n".join(lines)
 
 
+def _config_name(results: dict, cmd: str) -> str:
+    if results["config"].get("quick"):
+        return "quick configuration: small sizes, for correctness, not figures"
+    if "--set" in cmd:
+        return "**reduced** sizes (--set), not the full `make bench` configuration"
+    return "full configuration"
+
+
 def _targets(results: dict) -> list[str]:
     rows = []
     d = results.get("drain")
@@ -254,9 +262,9 @@ def _targets(results: dict) -> list[str]:
     if b and b["rows"]:
         big = max(b["rows"], key=lambda r: r["books"])
         small = min(b["rows"], key=lambda r: r["books"])
-        ratio = small["sustained_eps"] / big["sustained_eps"] if big["sustained_eps"] else float("nan")
-        rows.append(f"| books {TARGETS['books']} | {big['books']:,} books held, {small['books']:,} → {big['books']:,}: "
-                    f"{ratio:.2f}× slower | {_ok(big['books'] >= 10_000_000 and ratio <= 2)} |")
+        ratio = big["sustained_eps"] / small["sustained_eps"] if small["sustained_eps"] else float("nan")
+        rows.append(f"| books {TARGETS['books']} | {big['books']:,} books held (largest measured); throughput there "
+                    f"{ratio:.2f}× that at {small['books']:,} | {_ok(big['books'] >= 10_000_000 and ratio >= 0.5)} |")
     ch = results.get("churn")
     if ch:
         rows.append(f"| churn {TARGETS['churn']} | {ch['books_per_s']:,.0f}/s | {_ok(ch['books_per_s'] >= 100_000)} |")
