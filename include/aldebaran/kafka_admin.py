@@ -23,7 +23,8 @@ def ensure_topics(settings: KafkaSettings, topics: list[str] | None = None, part
             t,
             num_partitions=partitions or settings.partitions,
             replication_factor=1,
-            config={"max.message.bytes": str(settings.max_message_bytes)},
+            config={"max.message.bytes": str(
+                settings.dlq_record_bytes if t == settings.dlq_topic else settings.max_message_bytes)},
         )
         for t in wanted
         if t not in existing

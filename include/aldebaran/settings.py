@@ -19,6 +19,10 @@ S = TypeVar("S", bound=BaseSettings)
 TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
 
 
+# Room for the reason/origin headers a DLQ record adds to the original bytes.
+DLQ_HEADER_HEADROOM = 64 * 1024
+
+
 class KafkaSettings(BaseSettings):
     """The Kafka cluster and the platform's topics."""
 
@@ -37,6 +41,12 @@ class KafkaSettings(BaseSettings):
 
     def topics(self) -> list[str]:
         return [self.trades_topic, self.alerts_topic, self.dlq_topic]
+
+    @property
+    def dlq_record_bytes(self) -> int:
+        """Largest DLQ record: a rejected message of the largest size the topics take, plus its reason and
+        origin headers. The DLQ topic, the broker and the DLQ producer all allow this much."""
+        return self.max_message_bytes + DLQ_HEADER_HEADROOM
 
 
 class ObjectStoreSettings(BaseSettings):

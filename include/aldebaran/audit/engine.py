@@ -156,6 +156,9 @@ class BatchWriter:
             if dlq_count:
                 (dlq_records(invalid).write.format("kafka")
                  .option("kafka.bootstrap.servers", self.kafka.bootstrap_servers)
+                 # The original bytes go to the DLQ whole: up to the topics' largest message plus headers
+                 # (the Kafka producer's own default, 1 MB, would fail the batch on one big message).
+                 .option("kafka.max.request.size", str(self.kafka.dlq_record_bytes))
                  .option("topic", self.kafka.dlq_topic).save())
             self.last = {
                 "batch_id": batch_id,

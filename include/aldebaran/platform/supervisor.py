@@ -147,8 +147,10 @@ def diagnose(facts: dict, settings: SupervisorSettings) -> list[str]:
     elif facts["holder_local"] and facts["holder_alive"] is False:
         problems.append(f"auditor driver process {lease.get('pid')} on {lease.get('host')} is gone "
                         f"(its lease would expire only at {leases._iso(lease.get('expires_at'))})")
-    elif (facts["submit_alive"] is False and lease
-          and float(lease.get("acquired_at") or 0) >= float(submit.get("at") or 0) - 1):
+    # Named even when the lease is already released: a driver whose JVM dies releases its lease on the
+    # way out, and the operator should read the cause, not only the consequence.
+    if (facts["submit_alive"] is False and lease
+            and float(lease.get("acquired_at") or 0) >= float(submit.get("at") or 0) - 1):
         problems.append(f"spark-submit driver process {submit.get('pid')} (the JVM of the current auditor) is gone")
     if hb is None:
         problems.append(f"no heartbeat at {facts['heartbeat_uri']}")

@@ -76,7 +76,7 @@ class Kafka(Service):
     def prepare(self) -> None:
         self.data.mkdir(parents=True, exist_ok=True)
         (self.home / "log4j2.properties").write_text(LOG4J2)
-        max_bytes = self.settings.max_message_bytes
+        max_bytes = self.settings.dlq_record_bytes  # the largest topic limit (the DLQ's)
         self.config.write_text(
             "\n".join(
                 [
