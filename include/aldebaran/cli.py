@@ -117,7 +117,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     result = {"machine": machine.describe(),
               "command": "aldebaran bench dispatch " + " ".join(sys.argv[3:])}
-    result["dispatch"] = dispatch.run(alerts=args.alerts, concurrency=args.concurrency, repeats=args.repeats)
+    result["dispatch"] = dispatch.run(alerts=args.alerts, concurrency=args.concurrency, repeats=args.repeats,
+                                      steady_rates=tuple(float(r) for r in args.steady_rates.split(",") if r))
     print(json.dumps(result, indent=2))
     return 0 if result["dispatch"]["all_correct"] else 1
 
@@ -180,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--alerts", type=int, default=5000)
     b.add_argument("--concurrency", type=int, default=32, help="concurrent sends per channel")
     b.add_argument("--repeats", type=int, default=3, help="runs; the median is reported")
+    b.add_argument("--steady-rates", default="50", help="dispatch: comma-separated alerts/s for the latency runs")
     b.set_defaults(func=cmd_bench)
 
     dm = sub.add_parser("demo", help="run the end-to-end demo on the running services")

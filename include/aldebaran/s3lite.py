@@ -14,10 +14,12 @@ import hashlib
 import hmac
 import http.client
 import threading
+import time
 import urllib.parse
 
 from aldebaran.exceptions import AlreadyExists, NotFound, ObjectStoreError, PreconditionFailed
 
+IDLE_RECONNECT_SECONDS = 4.0
 _SAFE = "-_.~/"
 
 
@@ -70,6 +72,10 @@ class S3Lite:
     # --- transport ---------------------------------------------------------------------------------
     def _conn(self, fresh: bool = False) -> http.client.HTTPConnection:
         conn = getattr(self._local, "conn", None)
+        # A keep-alive connection idle for a while may have been closed by the server; a new one costs
+        # less than a failed request (and a PUT must not be repeated once the server may have read it).
+        if conn is not None and time.monotonic() - getattr(self._local, "used", 0.0) > IDLE_RECONNECT_SECONDS:
+            fresh = True
         if conn is None or fresh:
             if conn is not None:
                 conn.close()
@@ -83,17 +89,21 @@ class S3Lite:
         for attempt in (1, 2):  # one reconnect: a keep-alive connection the server closed meanwhile
             headers = self._headers(method, path, body, extra or {})
             conn = self._conn(fresh=attempt == 2)
+            sent = False
             try:
                 conn.request(method, path, body=body or None, headers=headers)
+                sent = True
                 resp = conn.getresponse()
                 data = resp.read()
+                self._local.used = time.monotonic()
                 return resp.status, dict((k.lower(), v) for k, v in resp.getheaders()), data
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 self._local.conn = None
-                if attempt == 2 or method not in ("GET", "DELETE"):
-                    # A PUT that failed in flight may have been applied: the caller's conditional
-                    # logic (read back, compare) decides; never blindly repeat it here.
+                # Failing while sending: the server has not got a whole request, so it applied nothing
+                # and any method may be sent again. Failing after: a PUT may have been applied; the
+                # caller's conditional logic (read back, compare) decides — never blindly repeat it.
+                if attempt == 2 or (sent and method not in ("GET", "HEAD", "DELETE")):
                     raise ObjectStoreError(f"object store {self.host} unreachable for {key}: {exc}") from exc
         raise AssertionError("unreachable")
 
