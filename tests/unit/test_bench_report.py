@@ -51,3 +51,18 @@ def test_write_renders_tables_plots_and_keeps_other_sections(tmp_path):
         assert written[name].read_bytes()[:4] == b"\x89PNG"
         assert f"img/{written[name].name}" in doc
     assert "Overall: **NO**" in doc
+
+
+def test_dispatch_section_shows_the_ledger_ceiling_ratio_and_steady_rates(tmp_path):
+    results = _results()
+    results["dispatch"] = {
+        "concurrency": 32, "runs": [{}], "median_deliveries_per_s": 130.0, "median_p50_ms": 8000.0,
+        "median_p95_ms": 15000.0, "all_correct": True, "ratio_to_ceiling": 0.72,
+        "ledger_ceiling": {"deliveries_per_s": 181.0},
+        "steady": [{"rate": 50.0, "alerts": 1000, "p50_ms": 1200.0, "p95_ms": 2100.0, "p99_ms": 2460.0,
+                    "max_ms": 11387.0, "correct": True}],
+    }
+    doc = report.write(results, tmp_path)["markdown"].read_text()
+    assert "| 130 | 8,000 | 15,000 | 181 | 0.72 | yes |" in doc
+    assert "| 50 | 1,000 | 1,200 | 2,100 | 2,460 | 11,387 | yes |" in doc
+    assert "| dispatch ≥ 2k deliveries/s per channel | 130/s | **NO** |" in doc
