@@ -7,6 +7,7 @@
     aldebaran loadgen                                  produce trades in the original publisher's mix
     aldebaran bench dispatch                           deliveries/s and alert→delivered latency
     aldebaran bench all [--quick]                      drain, latency, books, churn, dispatch → docs/benchmarks.md
+    aldebaran bench state-designs                      candidate state designs side by side → docs/benchmarks.md
     aldebaran demo                                     the end-to-end demo (make demo)
     aldebaran chaos kill-auditor|kill-dispatch|outages|fuzz|all   reliability campaigns (make chaos)
 
@@ -113,6 +114,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from aldebaran.bench import suite
 
         return suite.main(args)
+    if args.which == "state-designs":
+        from aldebaran.bench import state_designs
+
+        return state_designs.main(args)
     from aldebaran.bench import dispatch, machine
 
     result = {"machine": machine.describe(),
@@ -172,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     lg.set_defaults(func=cmd_loadgen)
 
     b = sub.add_parser("bench", help="benchmarks (figures with machine, versions and date)")
-    b.add_argument("which", choices=["dispatch", "all"])
+    b.add_argument("which", choices=["dispatch", "all", "state-designs"])
     b.add_argument("--quick", action="store_true", help="all: everything small (< 5 min), correctness only")
     b.add_argument("--out", default=None, help="all: report directory (default docs/, or .run/bench/quick with --quick)")
     b.add_argument("--sections", default=None, help="all: comma-separated subset of drain,latency,books,churn,dispatch")
@@ -182,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--concurrency", type=int, default=32, help="concurrent sends per channel")
     b.add_argument("--repeats", type=int, default=3, help="runs; the median is reported")
     b.add_argument("--steady-rates", default="50", help="dispatch: comma-separated alerts/s for the latency runs")
+    b.add_argument("--orders", type=int, default=60_000, help="state-designs: orders preloaded (~5 events each)")
+    b.add_argument("--max-offsets", type=int, default=100_000, help="state-designs: maxOffsetsPerTrigger")
+    b.add_argument("--buckets", type=int, default=32, help="state-designs: hash buckets of applyInPandasWithState")
+    b.add_argument("--candidates", default=None, help="state-designs: comma-separated subset (default all)")
+    b.add_argument("--per-order-seconds", type=float, default=60.0,
+                   help="state-designs: time allowed to the per-order Python state candidate")
     b.set_defaults(func=cmd_bench)
 
     dm = sub.add_parser("demo", help="run the end-to-end demo on the running services")
