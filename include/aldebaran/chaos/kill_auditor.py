@@ -107,7 +107,9 @@ class WebhookDispatch:
 def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "full", s3a: bool = True,
         kill_delay: tuple[float, float] = (0.2, 3.0), max_offsets: int | None = None,
         workspace: Workspace | None = None, cleanup: bool = True, dispatch: bool = True,
-        step_timeout: float = 900.0) -> CampaignResult:
+        step_timeout: float = 900.0, master: str | None = None) -> CampaignResult:
+    """`master`: a Spark master URL for the auditor (e.g. spark://127.0.0.1:7077 of `make up-cluster`);
+    default: the auditor's own (local[*])."""
     t0 = time.monotonic()
     ws = workspace or Workspace.create("kill-auditor", s3a=s3a)
     result = CampaignResult("kill-auditor", mode, runs=0, faults=0, lost=0, duplicated=0)
@@ -121,7 +123,8 @@ def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "fu
         ends = kafka_io.end_offsets(ws.kafka, ws.kafka.trades_topic)
         # Small enough batches that the backlog outlasts the kills: about 3 batches per kill.
         per_trigger = max_offsets or max(200, len(values) // (kills * 3 + 3))
-        auditor = AuditorProcess(ws.env(), auditor_args(ws, max_offsets=per_trigger, ttl_seconds=TTL_SECONDS),
+        auditor = AuditorProcess(ws.env(), auditor_args(ws, max_offsets=per_trigger, ttl_seconds=TTL_SECONDS,
+                                                        extra=["--master", master] if master else None),
                                  ws.logs / "auditor.log")
         mid_stream = 0
         killed_at: float | None = None

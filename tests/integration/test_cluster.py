@@ -1,0 +1,64 @@
+"""The auditor on a real Spark standalone cluster (a master and two one-core workers from the pyspark
+wheel, as `make up-cluster` starts them): the shard tasks run in executor JVMs and Python workers of
+the workers, not in the driver. The original challenge's example gives exactly one OVERFILL for
+order 1; a SIGKILL of the driver mid-stream and a restart on the same (s3a://) checkpoint lose and
+duplicate nothing, delivered alerts included.
+
+The cluster is started for this module and stopped after it, unless it was already running."""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.request
+
+import pytest
+
+from aldebaran import kafka_io, loadgen, reference, services
+from aldebaran.chaos import kill_auditor
+from aldebaran.chaos.common import AuditorProcess, Workspace, auditor_args, compare_alerts, topic_alerts
+from aldebaran.services.spark_cluster import SparkMaster
+
+log = logging.getLogger(__name__)
+
+
+@pytest.fixture(scope="module")
+def cluster(services_up):
+    started = [name for name in services.CLUSTER if not services.get(name).running()]
+    services.up(tuple(started))
+    yield SparkMaster().address
+    services.down(tuple(started))
+
+
+def test_challenge_example_on_the_standalone_cluster(cluster):
+    ws = Workspace.create("cluster-example", s3a=False)
+    try:
+        values = [r.value for r in loadgen.records(loadgen.CHALLENGE_EXAMPLE)]
+        kafka_io.produce_all(kafka_io.producer(ws.kafka), ws.kafka.trades_topic,
+                             [(r.key, r.value) for r in loadgen.records(loadgen.CHALLENGE_EXAMPLE)])
+        auditor = AuditorProcess(ws.env(), auditor_args(ws, trigger="available-now",
+                                                        extra=["--master", cluster]), ws.logs / "auditor.log")
+        auditor.start()
+        rc = auditor.proc.wait(600)
+        assert rc == 0, auditor.tail(40)
+        # It ran as an application of the cluster (the master's JSON status lists it), not in local mode.
+        with urllib.request.urlopen(f"http://{SparkMaster.host}:{SparkMaster.ui_port}/json/", timeout=10) as resp:
+            status = json.load(resp)
+        apps = [a["name"] for a in status.get("completedapps", []) + status.get("activeapps", [])]
+        assert f"aldebaran-{ws.name}" in apps, apps
+        alerts = topic_alerts(ws.kafka)
+        overfills = [a for a in alerts if a["kind"] == "OVERFILL"]
+        assert [(a["order_id"], a["requested"], a["purchased"]) for a in overfills] == [("1", 100, 120)], alerts
+        assert compare_alerts(alerts, reference.expected_alerts(values, ttl_ms=86_400_000)).ok
+    finally:
+        ws.cleanup()
+
+
+def test_sigkill_and_restart_on_the_standalone_cluster_loses_and_duplicates_nothing(cluster):
+    result = kill_auditor.run(events=3_000, kills=1, seed=21, mode="short", master=cluster)
+    log.info("kill-auditor on the cluster: %s", json.dumps(result.details, default=str))
+    assert result.details["failures"] == []
+    assert result.faults == 1 and result.runs == 2
+    assert result.details["alerts_topic"]["missing"] == 0 and result.details["alerts_topic"]["extra"] == 0
+    assert (result.lost, result.duplicated) == (0, 0)
+    assert result.details["webhook"]["missing"] == 0
