@@ -187,7 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--concurrency", type=int, default=32, help="concurrent sends per channel")
     b.add_argument("--repeats", type=int, default=3, help="runs; the median is reported")
     b.add_argument("--steady-rates", default="50", help="dispatch: comma-separated alerts/s for the latency runs")
-    b.add_argument("--orders", type=int, default=60_000, help="state-designs: orders preloaded (~5 events each)")
+    b.add_argument("--orders", default="40000,200000",
+                   help="state-designs: orders preloaded (~5 events each, all open), comma-separated sizes")
     b.add_argument("--max-offsets", type=int, default=100_000, help="state-designs: maxOffsetsPerTrigger")
     b.add_argument("--buckets", type=int, default=32, help="state-designs: hash buckets of applyInPandasWithState")
     b.add_argument("--candidates", default=None, help="state-designs: comma-separated subset (default all)")
