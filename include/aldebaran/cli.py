@@ -10,6 +10,7 @@
     aldebaran bench state-designs                      candidate state designs side by side → docs/benchmarks.md
     aldebaran demo                                     the end-to-end demo (make demo)
     aldebaran chaos kill-auditor|kill-dispatch|outages|fuzz|all   reliability campaigns (make chaos)
+    aldebaran docs config [--check]                    the configuration reference in docs/operations.md
 
 Every subcommand loads the git-ignored .env first (generated credentials); real environment
 variables win over it. `aldebaran SUBCOMMAND --help` documents each.
@@ -140,6 +141,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo.main(args)
 
 
+def cmd_docs(args: argparse.Namespace) -> int:
+    from aldebaran import docsgen
+
+    return docsgen.main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aldebaran", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -206,6 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     chaos_args(ch)
     ch.set_defaults(func=cmd_chaos)
+
+    dc = sub.add_parser("docs", help="generated documentation: the configuration reference")
+    dc.add_argument("which", choices=["config"])
+    dc.add_argument("--check", action="store_true", help="exit 1 if the generated section is stale; write nothing")
+    dc.add_argument("--file", default=None, help="markdown file with the config:begin/end markers (default docs/operations.md)")
+    dc.set_defaults(func=cmd_docs)
     return p
 
 
