@@ -32,9 +32,9 @@ class KafkaSettings(BaseSettings):
         "127.0.0.1:9092", min_length=1, description="ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS: host:port[,host:port]"
     )
     partitions: int = Field(2, ge=1, le=1024, description="ALDEBARAN_KAFKA_PARTITIONS: partitions of new topics")
-    trades_topic: str = Field("trades", pattern=TOPIC_PATTERN, description="ALDEBARAN_KAFKA_TRADES_TOPIC")
-    alerts_topic: str = Field("alerts", pattern=TOPIC_PATTERN, description="ALDEBARAN_KAFKA_ALERTS_TOPIC")
-    dlq_topic: str = Field("trades.dlq", pattern=TOPIC_PATTERN, description="ALDEBARAN_KAFKA_DLQ_TOPIC")
+    trades_topic: str = Field("trades", pattern=TOPIC_PATTERN, description="ALDEBARAN_KAFKA_TRADES_TOPIC: input trades (PR and P events as JSON)")
+    alerts_topic: str = Field("alerts", pattern=TOPIC_PATTERN, description="ALDEBARAN_KAFKA_ALERTS_TOPIC: alerts out (key = alert_id)")
+    dlq_topic: str = Field("trades.dlq", pattern=TOPIC_PATTERN, description="ALDEBARAN_KAFKA_DLQ_TOPIC: rejected input with reason, partition and offset")
     max_message_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="ALDEBARAN_KAFKA_MAX_MESSAGE_BYTES: largest message the topics take"
     )
@@ -59,13 +59,13 @@ class ObjectStoreSettings(BaseSettings):
         description="ALDEBARAN_S3_ENDPOINT_URL: MinIO/S3 endpoint; empty for AWS S3's regional endpoint",
     )
     bucket: str = Field(
-        "aldebaran", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", description="ALDEBARAN_S3_BUCKET"
+        "aldebaran", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", description="ALDEBARAN_S3_BUCKET: checkpoints, alert archive, heartbeats, leases, delivery records"
     )
-    region: str = Field("us-east-1", min_length=1, description="ALDEBARAN_S3_REGION")
+    region: str = Field("us-east-1", min_length=1, description="ALDEBARAN_S3_REGION: signing region (any value for MinIO)")
     access_key: SecretStr | None = Field(
         None, description="ALDEBARAN_S3_ACCESS_KEY: empty to use the AWS default credential chain"
     )
-    secret_key: SecretStr | None = Field(None, description="ALDEBARAN_S3_SECRET_KEY")
+    secret_key: SecretStr | None = Field(None, description="ALDEBARAN_S3_SECRET_KEY: set with ALDEBARAN_S3_ACCESS_KEY, or both empty")
 
     def endpoint(self) -> str | None:
         return self.endpoint_url or None

@@ -2,7 +2,7 @@
 (foreachBatch, keyed by batch_id so every write converges on retry):
 
     parsed ─┬─ invalid ─────────────────────────────▶ trades.dlq (original bytes + reason headers)
-            └─ valid ─ repartition(shards, order_id) ─ mapInPandas: ShardStore.apply ─▶ alerts
+            └─ valid ─ repartition(shards, order_id) ─ mapInArrow: ShardStore.apply ─▶ alerts
                                                                    (state delta durable first)
     alerts ─▶ Kafka `alerts` (key = alert_id) ─▶ archive object keyed by batch id ─▶ Spark commits
 
