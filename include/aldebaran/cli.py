@@ -8,6 +8,7 @@
     aldebaran bench dispatch                           deliveries/s and alert→delivered latency
     aldebaran bench all [--quick]                      drain, latency, books, churn, dispatch → docs/benchmarks.md
     aldebaran bench state-designs                      candidate state designs side by side → docs/benchmarks.md
+    aldebaran bench parse-cost                         Kafka read vs parse vs aggregate, batch jobs → docs/benchmarks.md
     aldebaran demo                                     the end-to-end demo (make demo)
     aldebaran chaos kill-auditor|kill-dispatch|outages|fuzz|all   reliability campaigns (make chaos)
     aldebaran docs config [--check]                    the configuration reference in docs/operations.md
@@ -119,6 +120,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from aldebaran.bench import state_designs
 
         return state_designs.main(args)
+    if args.which == "parse-cost":
+        from aldebaran.bench import parse_cost
+
+        return parse_cost.main(args)
     from aldebaran.bench import dispatch, machine
 
     result = {"machine": machine.describe(),
@@ -184,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     lg.set_defaults(func=cmd_loadgen)
 
     b = sub.add_parser("bench", help="benchmarks (figures with machine, versions and date)")
-    b.add_argument("which", choices=["dispatch", "all", "state-designs"])
+    b.add_argument("which", choices=["dispatch", "all", "state-designs", "parse-cost"])
     b.add_argument("--quick", action="store_true", help="all: everything small (< 5 min), correctness only")
     b.add_argument("--out", default=None, help="all: report directory (default docs/, or .run/bench/quick with --quick)")
     b.add_argument("--sections", default=None, help="all: comma-separated subset of drain,latency,books,churn,dispatch")
@@ -195,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=3, help="runs; the median is reported")
     b.add_argument("--steady-rates", default="50", help="dispatch: comma-separated alerts/s for the latency runs")
     b.add_argument("--orders", default="40000,200000",
-                   help="state-designs: orders preloaded (~5 events each, all open), comma-separated sizes")
+                   help="state-designs: orders preloaded (~5 events each, all open), comma-separated sizes; "
+                   "parse-cost: the first size")
     b.add_argument("--max-offsets", type=int, default=100_000, help="state-designs: maxOffsetsPerTrigger")
     b.add_argument("--buckets", type=int, default=32, help="state-designs: hash buckets of applyInPandasWithState")
     b.add_argument("--candidates", default=None, help="state-designs: comma-separated subset (default all)")

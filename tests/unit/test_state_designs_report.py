@@ -21,7 +21,7 @@ def test_render_rows_and_splice_keep_other_sections():
               "rows": {"auditor": _row(500.0), "jvm_agg_update": _row(900.0, correct=False, re_emitted=4),
                        "pandas_per_order": _row(20.0, partial=True), "spark_batch": _row(1000.0)}}
     section = state_designs.render([result], MACHINE, "aldebaran bench state-designs")
-    assert "| 100 | **auditor** (shipped: shards, vectorised per shard, batch-id deltas) | 500 | 0.50 | 3 |" in section
+    assert "| 100 | **auditor** (shipped: one Python call per shard per batch, a dict loop over its events, batch-id keyed deltas) | 500 | 0.50 | 3 |" in section
     assert "| 100 | JVM groupBy + agg, update mode (wrong semantics) | 900 | 0.90 | 3 | 14 | 4 | 0 | 0 | **NO** |" in section
     assert "— 100 of 500 events in the time allowed | 20 | 0.02 | 3 | 10 | 0 | – | 0 | – |" in section
     doc = "# Benchmarks\n\n<!-- capacity:begin -->\nkeep\n<!-- capacity:end -->\n"

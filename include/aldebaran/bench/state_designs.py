@@ -5,8 +5,8 @@ are comparable within the run. Rate = rows / summed batch time after the first b
 
 Candidates:
 - `auditor`: the shipped design (aldebaran.audit.engine): foreachBatch, shuffle by order id,
-  one vectorised Python call per shard per batch, books in the worker with batch-id-keyed deltas in
-  the checkpoint; cost per batch O(books touched).
+  one Python call per shard per batch (a dict loop over the shard's events, not per-row UDFs), books
+  in the worker with batch-id-keyed deltas in the checkpoint; cost per batch O(books touched).
 - `jvm_agg_update`: `groupBy(order_id).agg(max request, sum purchases)` in update mode, rows
   where purchased > requested — JVM only, but the wrong semantics: no dedupe of event ids, every
   later batch touching an overfilled order emits it again, no expiry, no orphans. Counted re-emits.
@@ -235,7 +235,7 @@ def run(spark, orders: int = 60_000, max_offsets: int = 100_000, buckets: int = 
 
 BEGIN, END = "<!-- state-design:begin -->", "<!-- state-design:end -->"
 LABELS = {
-    "auditor": "**auditor** (shipped: shards, vectorised per shard, batch-id deltas)",
+    "auditor": "**auditor** (shipped: one Python call per shard per batch, a dict loop over its events, batch-id keyed deltas)",
     "jvm_agg_update": "JVM groupBy + agg, update mode (wrong semantics)",
     "pandas_buckets": "applyInPandasWithState, {buckets} hash buckets, default state store",
     "pandas_buckets_rocksdb": "applyInPandasWithState, {buckets} hash buckets, RocksDB + changelog",
