@@ -256,3 +256,25 @@ def test_keeping_a_single_snapshot_is_rejected(tmp_path):
     # reload version batch_id - 1.
     with pytest.raises(ConfigError, match="keep_snapshots"):
         Config(str(tmp_path), resolve(["overfill"]), keep_snapshots=1)
+
+
+def test_encode_book_equals_asdict_and_is_detached():
+    """encode_book is written out by hand for speed: it must stay equal to dataclasses.asdict (every
+    field, including ones added later) and must not alias the live book's containers."""
+    from dataclasses import asdict
+
+    from aldebaran.audit.rules import Book
+
+    book = Book(order_id="o1", first_ts=5, first_seen_ms=6,
+                request={"event_id": "r", "shares": 10, "client": "c", "stock": "s", "ts": 5},
+                purchased=12, purchase_count=2, first_purchase={"event_id": "p", "ts": 7, "client": "c", "stock": "s"},
+                seen=["r", "p", "q"], fired=["OVERFILL"], slots={"mismatch": {"stocks": ["s"], "n": 1}})
+    encoded = encode_book(book)
+    assert encoded == asdict(book)
+    assert list(encoded) == list(asdict(book))
+    book.seen.append("z")
+    book.fired.append("ORPHAN")
+    book.request["shares"] = 99
+    book.slots["mismatch"]["stocks"].append("t")
+    assert encoded["seen"] == ["r", "p", "q"] and encoded["fired"] == ["OVERFILL"]
+    assert encoded["request"]["shares"] == 10 and encoded["slots"]["mismatch"]["stocks"] == ["s"]

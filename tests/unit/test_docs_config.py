@@ -61,7 +61,8 @@ def test_secrets_show_no_value():
     text = docsgen.render()
     assert "| `ALDEBARAN_S3_ACCESS_KEY` | SecretStr | (secret, optional) | " \
            "empty to use the AWS default credential chain |" in text.splitlines()
-    assert "| `ALDEBARAN_S3_SECRET_KEY` | SecretStr | (secret, optional) |  |" in text.splitlines()
+    assert "| `ALDEBARAN_S3_SECRET_KEY` | SecretStr | (secret, optional) | set with ALDEBARAN_S3_ACCESS_KEY, or both empty |" \
+        in text.splitlines()
 
     fake = docsgen.render_class(_FakeSettings)
     lines = fake.splitlines()

