@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import sys
 
 log = logging.getLogger("aldebaran.chaos")
@@ -56,9 +57,16 @@ def run_one(name: str, args: argparse.Namespace):
                     big=1 if short else 3, seed=args.seed, mode=mode)
 
 
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def main(args: argparse.Namespace) -> int:
     from aldebaran.chaos.common import write_report
 
+    # SIGTERM (kill, a CI timeout) must unwind like Ctrl-C: the campaigns' `finally` blocks stop the private
+    # Kafka/MinIO of `outages` and the auditors they started; Python's default SIGTERM skips them.
+    signal.signal(signal.SIGTERM, _terminate)
     names = CAMPAIGNS if args.campaign == "all" else (args.campaign,)
     bad = []
     for name in names:
