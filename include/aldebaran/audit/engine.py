@@ -144,14 +144,20 @@ class BatchWriter:
             sharded = events.repartition(self.settings.shards, "order_id").sortWithinPartitions("partition", "offset")
             out = sharded.mapInArrow(shard_function(self.ctx, batch_id), OUTPUT_SCHEMA)
             rows = out.collect()  # runs the shard tasks: state deltas are durable after this
+            steps = {"parse_shards": _ms_since(t0)}
             alerts = [r for r in rows if r.row_type == "alert"]
             stats = [r for r in rows if r.row_type == "stats"]
             if alerts:
                 # The alerts are already on the driver: produce them from here (idempotent
                 # producer, flushed) rather than recompute the shard tasks for a Spark write.
+                t = time.perf_counter()
                 self.alert_sink.send([(r.alert_id, r.alert_json) for r in alerts])
+                steps["alerts"] = _ms_since(t)
                 if self.archive is not None:
+                    t = time.perf_counter()
                     self.archive.write(batch_id, [r.alert_json for r in alerts])
+                    steps["archive"] = _ms_since(t)
+            t = time.perf_counter()
             dlq_count = invalid.count()
             if dlq_count:
                 (dlq_records(invalid).write.format("kafka")
@@ -160,6 +166,7 @@ class BatchWriter:
                  # (the Kafka producer's own default, 1 MB, would fail the batch on one big message).
                  .option("kafka.max.request.size", str(self.kafka.dlq_record_bytes))
                  .option("topic", self.kafka.dlq_topic).save())
+            steps["dlq"] = _ms_since(t)
             self.last = {
                 "batch_id": batch_id,
                 "alerts": len(alerts),
@@ -172,6 +179,9 @@ class BatchWriter:
                 "duplicates": sum(s.duplicates for s in stats),
                 "state_ms_max": max((s.state_ms for s in stats), default=0.0),
                 "batch_ms": (time.perf_counter() - t0) * 1000,
+                # Where the batch's time went inside foreachBatch (ms): the Spark job that parses, shuffles
+                # and runs the shard tasks; producing the alerts; the archive PUT; the DLQ count + write.
+                "steps_ms": steps,
             }
             self.recent[batch_id] = self.last
             for old in [b for b in self.recent if b < batch_id - 20]:
@@ -181,6 +191,10 @@ class BatchWriter:
                 self.on_batch(self.last)
         finally:
             batch_df.unpersist()
+
+
+def _ms_since(t: float) -> float:
+    return round((time.perf_counter() - t) * 1000, 1)
 
 
 def _count(items) -> dict:
