@@ -129,7 +129,7 @@ def markdown(results: dict, images: dict[str, Path], img_rel: str = "img") -> st
             f"`{json.dumps({k: v for k, v in c['mix'].items() if k not in ('orders', 'id_prefix')})}`, "
             f"produced at {d['produce_eps']:,.0f}/s), then each reader over the same topic; median of "
             f"{c['drain_repeats']} run(s). Auditor: `Trigger.AvailableNow`, local checkpoint, maxOffsetsPerTrigger "
-            f"200k; sustained = rows / summed batch time after the first batch (Spark progress); overall = events / "
+            f"{d.get('max_offsets_per_trigger', 200_000):,}; sustained = rows / summed batch time after the first batch (Spark progress); overall = events / "
             f"wall time incl. query start. Load average {d['load_avg_start'][0]:.2f} → {d['load_avg_end'][0]:.2f}.",
             "",
             "| reader | events/s | auditor / it | correct |",
