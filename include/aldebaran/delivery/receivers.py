@@ -147,6 +147,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.reply(411, {"error": "Content-Length required"})
             return
         body = self.rfile.read(int(length))
+        if len(body) < int(length):
+            # The client went away mid-request (e.g. a dispatch worker SIGKILLed between writing the
+            # headers and the body): like any real HTTP server, never hand a truncated body to the
+            # application — it would fail the signature check and be miscounted as a forgery.
+            with receiver.lock:
+                receiver.incomplete_requests += 1
+            self.close_connection = True
+            return
         delay = receiver._next_delay()
         if delay:
             time.sleep(delay)
@@ -180,6 +188,7 @@ class _HttpReceiver(_FailureInjection):
         self._conns_lock = threading.Lock()
         self._down = False
         self.lock = threading.Lock()  # guards what subclasses record
+        self.incomplete_requests = 0  # bodies shorter than their Content-Length (client gone): dropped
 
     # --- lifecycle ---
     def start(self) -> "_HttpReceiver":
