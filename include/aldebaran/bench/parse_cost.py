@@ -21,7 +21,7 @@ import statistics
 import time
 
 from aldebaran import loadgen
-from aldebaran.bench import harness
+from aldebaran.bench import harness, sections
 from aldebaran.loadgen import Mix
 
 log = logging.getLogger(__name__)
@@ -105,10 +105,7 @@ def render(result: dict, machine: dict, command: str) -> str:
 
 
 def splice(existing: str, section: str) -> str:
-    if BEGIN in existing and END in existing:
-        head, rest = existing.split(BEGIN, 1)
-        return head + section + rest.split(END, 1)[1]
-    return existing.rstrip("\n") + "\n\n" + section + "\n"
+    return sections.splice(existing, section, BEGIN, END)
 
 
 def main(args) -> int:
