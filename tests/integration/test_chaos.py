@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 
-from aldebaran.chaos import fuzz, kill_dispatch, outages
+from aldebaran.chaos import fuzz, kill_dispatch, kill_scheduler, outages
 
 log = logging.getLogger(__name__)
 
@@ -59,3 +59,23 @@ def test_kafka_and_minio_outages_on_private_services(services_up):
     for r in scenarios:
         assert r["ok"] and r["lost"] == 0 and r["alerts_topic"]["extra"] == 0
         assert r["recovery_s"] > 0
+
+
+def test_airflow_scheduler_killed_while_alert_dispatch_runs():
+    """Needs no shared service: a private Airflow (own home, SQLite, LocalExecutor, api-server on 18080) and a
+    private Kafka/MinIO (19192/19193, 19100);
+    the scheduler is SIGKILLed with every process under it while `alert_dispatch` task instances run, restarted
+    after a pause; every alert reaches the webhook once, no SMS twice, the killed task instances end in success."""
+    result = kill_scheduler.run(alerts=300, kills=1, seed=6, mode="short", **kill_scheduler.SHORT)
+    d = result.details
+    log.info("kill-scheduler (short): %s", json.dumps(d, default=str)[:4000])
+    assert d["failures"] == []
+    assert [k["mode"] for k in d["kills"]] == ["tree"] and d["scheduler_starts"] == 2
+    killed = d["kills"][0]
+    assert killed["running_at_kill"], "the kill must land while task instances run"
+    assert all(f["final_state"] == "success" for f in killed["running_at_kill"])
+    assert 0 < killed["restart_to_heartbeat_s"] <= killed["restart_to_next_ti_finished_s"]
+    assert d["webhook"]["accepted"] == 300 and d["webhook"]["statuses"].get(201) == 300 and d["webhook"]["lost"] == 0
+    assert d["sms"]["texts_sent_twice"] == 0 and d["sms"]["lost"] == 0
+    assert d["sms"]["delivered"] + d["sms"]["in_doubt"] == 300
+    assert (result.lost, result.duplicated) == (0, 0)

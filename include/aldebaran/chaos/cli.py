@@ -1,4 +1,4 @@
-"""`aldebaran chaos kill-auditor|kill-dispatch|outages|fuzz|all`: run a campaign, log its verdict, write
+"""`aldebaran chaos kill-auditor|kill-dispatch|kill-scheduler|outages|fuzz|all`: run a campaign, log its verdict, write
 its table into docs/reliability.md (unless --no-report). Exit status 1 when something was lost,
 duplicated or crashed."""
 
@@ -12,7 +12,7 @@ import sys
 
 log = logging.getLogger("aldebaran.chaos")
 
-CAMPAIGNS = ("kill-auditor", "kill-dispatch", "outages", "fuzz")
+CAMPAIGNS = ("kill-auditor", "kill-dispatch", "kill-scheduler", "outages", "fuzz")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,10 +20,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--short", action="store_true", help="small data, few faults (what the test suite runs)")
     p.add_argument("--events", type=int, default=None, help="kill-auditor/outages: events in the original mix")
     p.add_argument("--kills", type=int, default=None, help="kill campaigns: SIGKILLs to land")
-    p.add_argument("--alerts", type=int, default=None, help="kill-dispatch: alerts to deliver")
+    p.add_argument("--alerts", type=int, default=None, help="kill-dispatch/kill-scheduler: alerts to deliver")
     p.add_argument("--payloads", type=int, default=None, help="fuzz: hostile trade messages")
     p.add_argument("--kafka-down", type=float, default=None, help="outages: seconds Kafka stays stopped")
     p.add_argument("--minio-down", type=float, default=None, help="outages: seconds MinIO stays stopped")
+    p.add_argument("--signal", choices=["term", "kill"], default="term",
+                   help="outages: stop Kafka/MinIO gracefully (SIGTERM, default) or SIGKILL their process groups")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-report", action="store_true", help="do not write docs/reliability.md")
 
@@ -45,12 +47,18 @@ def run_one(name: str, args: argparse.Namespace):
 
         return kill_dispatch.run(alerts=_pick(args.alerts, 5_000, 300, short), kills=_pick(args.kills, 20, 4, short),
                                  seed=args.seed, mode=mode)
+    if name == "kill-scheduler":
+        from aldebaran.chaos import kill_scheduler
+
+        return kill_scheduler.run(alerts=_pick(args.alerts, 3_000, 300, short), kills=_pick(args.kills, 3, 1, short),
+                                  seed=args.seed, mode=mode, **(kill_scheduler.SHORT if short else {}))
     if name == "outages":
         from aldebaran.chaos import outages
 
         return outages.run(events=_pick(args.events, 200_000, 10_000, short),
                            kafka_down=_pick(args.kafka_down, 30.0, 5.0, short),
-                           minio_down=_pick(args.minio_down, 60.0, 5.0, short), seed=args.seed, mode=mode)
+                           minio_down=_pick(args.minio_down, 60.0, 5.0, short), seed=args.seed, mode=mode,
+                           kill=args.signal == "kill")
     from aldebaran.chaos import fuzz
 
     return fuzz.run(payloads=_pick(args.payloads, 10_000, 500, short), orders=_pick(args.events, 2_000, 200, short),

@@ -1,4 +1,6 @@
 """`aldebaran chaos outages`: stop Kafka (30 s) and MinIO (60 s) in the middle of a stream and restart them.
+With `--signal kill` the same outages are injected with SIGKILL to the service's process group instead of a
+graceful stop (no controlled shutdown of the broker, no flush by MinIO); that run's table is `outages-sigkill`.
 
 The shared services are never touched: the campaign starts its own Kafka and MinIO (the same service
 classes as `aldebaran services up`) under a private run directory on other ports (19092/19093, 19000),
@@ -37,17 +39,19 @@ PRIVATE_PORTS = {"kafka": 19092, "kafka_controller": 19093, "minio": 19000}
 
 
 @contextlib.contextmanager
-def private_services(run_dir: Path | None = None) -> Iterator[dict]:
-    """A Kafka and a MinIO of our own (own run dir, own ports); this process's environment points at
-    them while the context is open. Yields {"kafka": Kafka, "minio": MinIO}."""
+def private_services(run_dir: Path | None = None, ports: dict[str, int] | None = None) -> Iterator[dict]:
+    """A Kafka and a MinIO of our own (own run dir, own ports: PRIVATE_PORTS unless `ports` says
+    otherwise); this process's environment points at them while the context is open.
+    Yields {"kafka": Kafka, "minio": MinIO, "run_dir": Path}."""
     from aldebaran.services.kafka import Kafka
     from aldebaran.services.minio import MinIO
 
+    ports = {**PRIVATE_PORTS, **(ports or {})}
     run_dir = run_dir or Path(tempfile.mkdtemp(prefix="chaos-private-", dir=paths.run_dir()))
     overrides = {
         "ALDEBARAN_RUN_DIR": str(run_dir),
-        "ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{PRIVATE_PORTS['kafka']}",
-        "ALDEBARAN_S3_ENDPOINT_URL": f"http://127.0.0.1:{PRIVATE_PORTS['minio']}",
+        "ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{ports['kafka']}",
+        "ALDEBARAN_S3_ENDPOINT_URL": f"http://127.0.0.1:{ports['minio']}",
         "ALDEBARAN_KAFKA_HEAP": "-Xmx512m",
     }
     saved = {k: os.environ.get(k) for k in overrides}
@@ -55,14 +59,14 @@ def private_services(run_dir: Path | None = None) -> Iterator[dict]:
     started = []
     try:
         kafka, minio = Kafka(), MinIO()
-        kafka.controller_port = PRIVATE_PORTS["kafka_controller"]
+        kafka.controller_port = ports["kafka_controller"]
         for svc in (minio, kafka):
             if svc.healthy() and not svc.running():
                 raise ChaosError(f"port {svc.address} is taken by something else: cannot start a private {svc.name}")
             svc.start()
             started.append(svc)
         log.info("private services up under %s: kafka %s, minio %s", run_dir, kafka.address, minio.address)
-        yield {"kafka": kafka, "minio": minio}
+        yield {"kafka": kafka, "minio": minio, "run_dir": run_dir}
     finally:
         for svc in reversed(started):
             svc.stop()
@@ -73,8 +77,9 @@ def private_services(run_dir: Path | None = None) -> Iterator[dict]:
                 os.environ[k] = v
 
 
-def scenario(outages: list[tuple[object, float]], events: int, seed: int) -> list[dict]:
-    """One auditor run through several outages in turn: [(service, seconds down), ...] → a row per outage."""
+def scenario(outages: list[tuple[object, float]], events: int, seed: int, kill: bool = False) -> list[dict]:
+    """One auditor run through several outages in turn: [(service, seconds down), ...] → a row per outage.
+    `kill`: SIGKILL the service's process group instead of stopping it."""
     ws = Workspace.create("outages", s3a=True)
     recs = list(loadgen.records(loadgen.original_mix(max(2, events // 5), seed)))
     parts = len(outages) + 1
@@ -106,9 +111,12 @@ def scenario(outages: list[tuple[object, float]], events: int, seed: int) -> lis
         wait_for(lambda: committed(ws)[0] > 0, 600, 0.5, "first batch", on_tick=supervise)
         for (service, down), chunk in zip(outages, chunks[1:]):
             deaths_before = len(deaths)
-            service.stop()
+            if kill:
+                service.kill()
+            else:
+                service.stop()
             t_down = time.monotonic()
-            log.info("%s stopped for %.0fs", service.name, down)
+            log.info("%s %s for %.0fs", service.name, "SIGKILLed" if kill else "stopped", down)
             if service.name != "kafka":
                 produce(chunk)  # the stream goes on while the object store is away
             while time.monotonic() - t_down < down:
@@ -123,7 +131,8 @@ def scenario(outages: list[tuple[object, float]], events: int, seed: int) -> lis
                                 f"a batch after {service.name} came back", on_tick=supervise)
             ends = kafka_io.end_offsets(ws.kafka, ws.kafka.trades_topic)
             wait_for(lambda: caught_up(ws, ends), 600, 1.0, "auditor caught up", on_tick=supervise)
-            rows.append({"scenario": f"{service.name} stopped {down:.0f} s", "faults": 1,
+            how = "SIGKILLed, down" if kill else "stopped"
+            rows.append({"scenario": f"{service.name} {how} {down:.0f} s", "faults": 1,
                          "recovery": f"{recovery:.1f} s (from {service.name} healthy again, {t_up - t_down:.0f} s "
                                      "after the stop, to the next committed batch)",
                          "recovery_s": recovery, "auditor_restarts": len(deaths) - deaths_before})
@@ -143,14 +152,14 @@ def scenario(outages: list[tuple[object, float]], events: int, seed: int) -> lis
 
 
 def run(events: int = 200_000, kafka_down: float = 30.0, minio_down: float = 60.0, seed: int = 1,
-        mode: str = "full", which: tuple[str, ...] = ("kafka", "minio")) -> CampaignResult:
+        mode: str = "full", which: tuple[str, ...] = ("kafka", "minio"), kill: bool = False) -> CampaignResult:
     t0 = time.monotonic()
-    result = CampaignResult("outages", mode, runs=0, faults=0, lost=0, duplicated=0)
+    result = CampaignResult("outages-sigkill" if kill else "outages", mode, runs=0, faults=0, lost=0, duplicated=0)
     failures: list[str] = []
     try:
         with private_services() as svcs:
             plan = [(svcs[name], kafka_down if name == "kafka" else minio_down) for name in which]
-            for row in scenario(plan, events, seed):
+            for row in scenario(plan, events, seed, kill=kill):
                 result.rows.append(row)
                 result.faults += 1
                 result.recovery_s.append(row["recovery_s"])
@@ -161,7 +170,5 @@ def run(events: int = 200_000, kafka_down: float = 30.0, minio_down: float = 60.
     except ChaosError as exc:
         failures.append(str(exc))
         result.lost = -1
-    result.rows.append({"scenario": "Airflow scheduler killed", "runs": 0, "faults": 0, "lost": "–",
-                        "duplicated": "–", "recovery": "not run: see the note below the table"})
     result.details = {"scenarios": [{k: v for k, v in r.items()} for r in result.rows], "failures": failures}
     return result.finish(t0)

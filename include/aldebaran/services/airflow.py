@@ -68,13 +68,17 @@ class Airflow(Service):
         self.address = f"{self.host}:{self.port}"
         self.passwords = self.home / "passwords.json"
 
-    def environment(self) -> dict[str, str]:
+    def admin_password(self) -> str:
         password = os.environ.get("ALDEBARAN_AIRFLOW_ADMIN_PASSWORD")
         if not password:
             raise ConfigError(
                 "ALDEBARAN_AIRFLOW_ADMIN_PASSWORD must be set to start Airflow "
                 "(`aldebaran services up` generates it into .env)"
             )
+        return password
+
+    def environment(self) -> dict[str, str]:
+        self.admin_password()  # fails early, naming the setting
         env = dict(os.environ)
         # standalone runs its components as `airflow ...` from PATH: put this venv first.
         env["PATH"] = f"{paths.venv_bin('airflow').parent}{os.pathsep}{env.get('PATH', '')}"
@@ -106,7 +110,7 @@ class Airflow(Service):
 
     def prepare(self) -> None:
         # The admin password comes from .env, never from Airflow's generator or a default.
-        self.passwords.write_text(json.dumps({"admin": os.environ["ALDEBARAN_AIRFLOW_ADMIN_PASSWORD"]}))
+        self.passwords.write_text(json.dumps({"admin": self.admin_password()}))
         os.chmod(self.passwords, 0o600)
 
     def command(self) -> list[str]:
