@@ -249,6 +249,36 @@ token_soup = st.lists(
     max_size=16,
 ).map(lambda tokens: "".join(tokens).encode())
 
+@st.composite
+def publisher_shaped(draw) -> bytes:
+    """The fast path's domain and its edges: the publisher's field order, values and spacing mostly of the
+    accepted kinds (fast path) but not always (a float, an escape, an empty or long id, a duplicate or extra
+    key, a negative ts, a BOM, trailing U+2028...), which must take the general path with the same verdict."""
+    def value(good, edge):
+        i = draw(st.integers(0, 19))
+        return draw(good if i >= 3 else edge if i else json_values)
+
+    ws = draw(st.sampled_from(["", "", " ", "\n  "]))
+    pairs = [("id", value(st.text("abcXYZ-_0123456789", min_size=1, max_size=10) | st.integers(-(10**17), 10**17),
+                          st.integers(-(10**19), 10**19)
+                          | st.sampled_from(["x" * 128, "x" * 129, "é" * 128, "😀" * 65, "a\x7fb", "\u2028", ""])))]
+    if draw(st.booleans()):
+        pairs.append(("initial_order_id", value(st.text("ab-_0123456789", min_size=1, max_size=8),
+                                                st.sampled_from([0, "", "0", -1, 10**18]))))
+    pairs += [("#shares", value(st.integers(1, 10**6), st.integers(-2, 10**13)
+                                | st.sampled_from([Raw("-0"), Raw("100.0"), Raw("1e2"), 10**12, 10**12 + 1]))),
+              ("client", value(good_names[0], st.text(max_size=4) | string_literals)),
+              ("stock", value(good_names[0], st.sampled_from(["a\x7f", "\u2028", "é"]) | string_literals))]
+    if draw(st.booleans()):
+        pairs.append(("ts", value(st.integers(0, 2**63 - 1), st.integers(-5, 2**64))))
+    if draw(st.integers(0, 9)) == 0:
+        pairs.append((draw(st.sampled_from(["id", "#shares", "client", "ts", "x"])), draw(json_values)))
+    text = render(Obj(pairs), draw(st.integers(0, 9)) == 0, ws)
+    edges = draw(st.integers(0, 9)) == 0
+    return ((draw(st.sampled_from([" ", "\ufeff", "\t"])) if edges else "") + text
+            + (draw(st.sampled_from(["\n", "\u2028", " x", "{}"])) if edges else "")).encode()
+
+
 messages = st.one_of(
     event_messages(), event_messages(), event_messages(), event_messages(),
     mutated(event_messages()), mutated(event_messages()),
@@ -272,3 +302,45 @@ def test_random_messages_agree_with_reference(spark):
     draw()
     assert len(batch) >= 250
     assert_agree(batch, parse(spark, batch))
+
+
+def test_publisher_shaped_messages_agree_with_reference_on_both_paths(spark):
+    """~400 messages around the fast path's shape: each agrees with the reference whichever path it took,
+    and both paths were taken often enough to count (the fast path is an optimisation, never a verdict)."""
+    batch: list[bytes] = []
+
+    @settings(max_examples=400, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(publisher_shaped())
+    def draw(message):
+        batch.append(message)
+
+    draw()
+    rows = parse(spark, batch)
+    assert_agree(batch, rows)
+    fast = sum(1 for r in rows if r["fast_path"])
+    assert fast >= 40 and len(rows) - fast >= 40, f"fast path taken {fast} of {len(rows)}"
+    assert all(r["reason_code"] is None for r in rows if r["fast_path"])
+
+
+def test_fast_path_takes_the_publisher_format(spark):
+    values = [
+        b'{"id":"r-1","#shares":100,"client":"Sendence","stock":"AAPL"}',
+        b'{"id": 7, "initial_order_id": "r-1", "#shares": 90, "client": "Sendence", "stock": "AAPL", "ts": 0}',
+        b' {\n "id" : -12 ,"#shares":1,"client":"","stock":"\xc3\xa9"}\r\n',
+        # Not the fast path (other key order, an escape, a float, an extra key, a duplicate, trailing U+2028):
+        b'{"#shares":100,"id":"r-1","client":"Sendence","stock":"AAPL"}',
+        b'{"id":"r\\u0031","#shares":100,"client":"Sendence","stock":"AAPL"}',
+        b'{"id":"r-1","#shares":100.0,"client":"Sendence","stock":"AAPL"}',
+        b'{"id":"r-1","#shares":100,"client":"Sendence","stock":"AAPL","x":1}',
+        b'{"id":"r-1","#shares":100,"client":"Sendence","stock":"AAPL","ts":1,"ts":2}',
+        b'{"id":"r-1","#shares":100,"client":"Sendence","stock":"AAPL"}\xe2\x80\xa8',
+    ]
+    rows = parse(spark, values)
+    assert [r["fast_path"] for r in rows] == [True] * 3 + [False] * 6
+    assert [(r["kind"], r["event_id"], r["order_id"], r["shares"]) for r in rows[:3]] == [
+        (events.REQUEST, "r-1", "r-1", 100), (events.PURCHASE, "7", "r-1", 90), (events.REQUEST, "-12", "-12", 1)]
+    assert rows[1]["event_ts"] == 0 and rows[2]["stock"] == "é"
+    assert [r["reason_code"] for r in rows[3:]] == [None, None, "shares_not_integer", None, "invalid_json",
+                                                    "invalid_json"]
+    assert_agree(values, rows)
