@@ -172,9 +172,10 @@ class AirflowComponent(Service):
     stop_timeout = 30.0
     start_timeout = 300.0
 
-    def __init__(self, name: str, args: list[str], env: dict[str, str], healthy) -> None:
+    def __init__(self, name: str, args: list[str], env: dict[str, str], healthy, address: str = "no port") -> None:
         self.name = name
         super().__init__()
+        self.address = address
         self.args = args
         self.env = env
         self._healthy = healthy
@@ -365,7 +366,7 @@ def private_airflow(run_dir: Path, env_extra: dict[str, str], port: int):
     log.info("private Airflow: db migrated in %.0fs", time.monotonic() - t0)
     api_server = AirflowComponent(
         "airflow-api-server", ["api-server", "--host", config.host, "--port", str(port)], env,
-        lambda: api.health().get("metadatabase", {}).get("status") == "healthy")
+        lambda: api.health().get("metadatabase", {}).get("status") == "healthy", config.address)
     processor = AirflowComponent("airflow-dag-processor", ["dag-processor"], env, lambda: processor.running())
     started_at: list[dt.datetime] = []
 
