@@ -26,6 +26,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Param, dag, task
 
 from aldebaran.platform.spark_submit import AUDITOR_APP
+from aldebaran.spark import SUBMIT_CONF
 
 
 @dag(
@@ -72,6 +73,7 @@ def trades_replay():
         env_vars=replay["env_vars"],
         jars=replay["jars"],
         conn_id="spark_default",
+        conf=SUBMIT_CONF,
         name="aldebaran-replay",
     )
     audit >> report(replay)

@@ -61,6 +61,7 @@ def tick_source(spark, parsed_columns: list[str]):
         "key": "binary", "value": "binary", "topic": "string", "partition": "int", "offset": "long",
         "kafka_ts": "long", "reason_code": "string", "reason": "string", "kind": "string", "event_id": "string",
         "order_id": "string", "shares": "long", "client": "string", "stock": "string", "event_ts": "long",
+        "fast_path": "boolean",
     }
     cols = []
     for c in parsed_columns:

@@ -49,6 +49,9 @@ class AuditorSubmitOperator(SparkSubmitOperator):
                  durable: bool = False, **kwargs: Any) -> None:
         # durable=False: the provider's resumable path (re-attach on retry) is for drivers this task
         # waits on; here a retry is a new decision of the supervisor, never a blind re-attach.
+        from aldebaran.spark import SUBMIT_CONF
+
+        kwargs["conf"] = {**SUBMIT_CONF, **(kwargs.get("conf") or {})}
         super().__init__(application=application, name=name, durable=durable, **kwargs)
         self.decision = decision
 
