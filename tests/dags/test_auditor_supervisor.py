@@ -54,6 +54,10 @@ def supervised(kafka_topics, store, s3_prefix, tmp_path, monkeypatch, unique):
         "ALDEBARAN_AUDIT_ARCHIVE_PREFIX": f"{s3_prefix}/archive",
         "ALDEBARAN_AUDIT_MAX_OFFSETS_PER_TRIGGER": "200",  # a backlog spans batches: the kill lands mid-stream
         "ALDEBARAN_SUPERVISOR_STATE_PREFIX": f"{s3_prefix}/supervisor",
+        # The first start counts as restart 1 of an incident that closes only after STABLE_AFTER_SECONDS of
+        # observed health; a kill sooner than BACKOFF_BASE_SECONDS after that start would (rightly) be
+        # backed off. This test is about detection and restart; backoff is unit-tested (test_supervisor_decisions).
+        "ALDEBARAN_SUPERVISOR_BACKOFF_BASE_SECONDS": "1",
         # If this test process dies before its teardown, the detached auditor still stops by itself.
         "ALDEBARAN_AUDIT_TIMEOUT_SECONDS": "900",
         "ALDEBARAN_CHANNELS": "log",
