@@ -193,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="all: everything small (< 5 min), correctness only")
     b.add_argument("--out", default=None, help="all: report directory (default docs/, or .run/bench/quick with --quick)")
     b.add_argument("--sections", default=None, help="all: comma-separated subset of drain,latency,books,churn,dispatch")
+    b.add_argument("--merge", action="store_true",
+                   help="all: keep the previous report's sections (and open-books sizes) this run does not measure")
     b.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
                    help="all: override a size, e.g. drain_orders=100000, rates=5000,20000, book_sizes=100000 (repeatable)")
     b.add_argument("--alerts", type=int, default=5000)

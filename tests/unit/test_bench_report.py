@@ -66,3 +66,31 @@ def test_dispatch_section_shows_the_ledger_ceiling_ratio_and_steady_rates(tmp_pa
     assert "| 130 | 8,000 | 15,000 | 181 | 0.72 | yes |" in doc
     assert "| 50 | 1,000 | 1,200 | 2,100 | 2,460 | 11,387 | yes |" in doc
     assert "| dispatch ≥ 2k deliveries/s per channel | 130/s | **NO** |" in doc
+
+
+def test_merge_keeps_sections_and_book_sizes_this_run_did_not_measure(tmp_path):
+    import json
+
+    from aldebaran.bench import suite
+
+    previous = _results()
+    previous["books"]["rows"].append({**previous["books"]["rows"][0], "books": 1_000, "sustained_eps": 8.0})
+    path = tmp_path / "img" / "bench-results.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(previous))
+    machine = {**previous["machine"], "date": "2026-02-02 00:00 UTC"}
+    new_row = {**previous["books"]["rows"][0], "books": 1_000, "sustained_eps": 7.0}
+    big_row = {**previous["books"]["rows"][0], "books": 10_000, "sustained_eps": 5.0, "correct": False}
+    now = {"machine": machine, "config": {"book_sizes": [1_000, 10_000]}, "command": "aldebaran bench all --sections books",
+           "seconds": 1.0, "books": {"rows": [new_row, big_row], "correct": False}}
+
+    merged = suite.merge(now, path)
+
+    assert [(r["books"], r["sustained_eps"], "from_run" in r) for r in merged["books"]["rows"]] == [
+        (100, 10.0, True), (1_000, 7.0, False), (10_000, 5.0, False)]
+    assert merged["drain"]["from_run"] == {"command": "aldebaran bench all", "date": "2026-01-01 00:00 UTC"}
+    assert "from_run" not in merged["books"] and merged["config"]["drain_orders"] == 10
+    assert merged["books"]["correct"] is False and merged["correct"] is False
+    doc = report.write(merged, tmp_path)["markdown"].read_text()
+    assert "*From an earlier run: `aldebaran bench all` — 2026-01-01 00:00 UTC.*" in doc
+    assert "Rows from an earlier run (`--merge`): 100 books: `aldebaran bench all`, 2026-01-01 00:00 UTC." in doc

@@ -99,6 +99,12 @@ def plots(results: dict, img_dir: Path) -> dict[str, Path]:
     return out
 
 
+def _origin(section: dict) -> list[str]:
+    """A section kept from an earlier run by `bench all --merge` says which run measured it."""
+    run = section.get("from_run")
+    return [f"*From an earlier run: `{run['command']}` — {run['date']}.*", ""] if run else []
+
+
 def markdown(results: dict, images: dict[str, Path], img_rel: str = "img") -> str:
     m = results["machine"]
     cmd = results.get("command") or "aldebaran bench all"
@@ -125,6 +131,7 @@ def markdown(results: dict, images: dict[str, Path], img_rel: str = "img") -> st
         lines += [
             "### Auditor backlog drain vs its ceilings",
             "",
+            *_origin(d),
             f"{d['events']:,} events preloaded ({c['drain_orders']:,} orders of the custom mix "
             f"`{json.dumps({k: v for k, v in c['mix'].items() if k not in ('orders', 'id_prefix')})}`, "
             f"produced at {d['produce_eps']:,.0f}/s), then each reader over the same topic; median of "
@@ -159,6 +166,7 @@ def markdown(results: dict, images: dict[str, Path], img_rel: str = "img") -> st
         lines += [
             "### Latency trade → alert (micro-batch mode)",
             "",
+            *_origin(lt),
             f"Auditor running (processing-time trigger, 0 s interval) while the load generator sends the mix at each "
             f"rate for {lt['duration_s']:.0f} s, stamping each trade's Kafka timestamp as sent; latency = the alert "
             f"record's Kafka timestamp − its trigger trade's. OVERFILL alerts only (an ORPHAN fires at expiry). "
@@ -180,6 +188,7 @@ def markdown(results: dict, images: dict[str, Path], img_rel: str = "img") -> st
         lines += [
             "### Open books: throughput and memory",
             "",
+            *_origin(b),
             "N orders (a request and one purchase each, 10% overfilled), all inside the TTL, so N books are open "
             "at the end. Memory = peak RSS of the Spark JVM and its Python workers (children of the bench process), "
             "sampled every 0.5 s.",
@@ -191,6 +200,10 @@ def markdown(results: dict, images: dict[str, Path], img_rel: str = "img") -> st
             lines.append(f"| {r['books']:,} | {r['events']:,} | {_n(r['sustained_eps'])} | {_n(r['last_batches_eps'])} | "
                          f"{_n(r['peak_rss_mib'])} | {_n(r['peak_rss_mib'] - r['baseline_rss_mib'])} | {_ok(r['correct'])} | "
                          f"{r['load_avg']:.2f} |")
+        earlier = [r for r in b["rows"] if r.get("from_run")]
+        if earlier:
+            lines += ["", "Rows from an earlier run (`--merge`): " + "; ".join(
+                f"{r['books']:,} books: `{r['from_run']['command']}`, {r['from_run']['date']}" for r in earlier) + "."]
         lines += ["", "The JVM does not return heap to the OS: peak RSS includes what earlier runs of the session "
                       "grew to; the growth column is this run's own increase."]
         lines.append("")
@@ -201,6 +214,7 @@ def markdown(results: dict, images: dict[str, Path], img_rel: str = "img") -> st
         lines += [
             "### Churn: books opened and closed per second",
             "",
+            *_origin(ch),
             f"{ch['orders']:,} orders (request + 2 purchases, 30% overfilled, 20% without request → ORPHAN at "
             f"expiry) on a one-partition topic, event time advancing {ch['event_rate']:,.0f} events/s over "
             f"{ch['event_time_span_s']:,.0f} s, TTL {ch['ttl_s']:.0f} s (~{ch['open_books_approx']:,} books open at a "
@@ -219,6 +233,7 @@ def markdown(results: dict, images: dict[str, Path], img_rel: str = "img") -> st
         lines += [
             "### Dispatch",
             "",
+            *_origin(dp),
             f"`aldebaran bench dispatch` logic: alerts (+10% duplicates) on Kafka → dispatcher → local webhook "
             f"receiver, exactly-once records in MinIO; concurrency {dp['concurrency']}; median of "
             f"{len(dp['runs'])} run(s).",

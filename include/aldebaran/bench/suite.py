@@ -9,6 +9,7 @@ The report keeps every other section of docs/benchmarks.md (see aldebaran.bench.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -19,6 +20,9 @@ from pathlib import Path
 from aldebaran.loadgen import Mix
 
 log = logging.getLogger(__name__)
+
+
+SECTIONS = ("drain", "latency", "books", "churn", "dispatch")
 
 
 @dataclass
@@ -35,7 +39,7 @@ class Config:
     dispatch_repeats: int = 3
     mix: Mix = field(default_factory=lambda: Mix(overfill_fraction=0.5, purchase_first=0.05, duplicate_fraction=0.01,
                                                  malformed_fraction=0.001, open_orders=1000))
-    sections: tuple[str, ...] = ("drain", "latency", "books", "churn", "dispatch")
+    sections: tuple[str, ...] = ("drain", "latency", "books", "churn", "dispatch")  # = SECTIONS
     quick: bool = False
 
     @classmethod
@@ -131,6 +135,8 @@ def main(args) -> int:
     results = run(config)
     results["command"] = "aldebaran bench all" + (" --quick" if args.quick else "") + (
         f" --sections {args.sections}" if args.sections else "") + "".join(f" --set {i}" for i in args.set or [])
+    if getattr(args, "merge", False):
+        results = merge(results, out / "img" / "bench-results.json")
     written = report.write(results, out)
     log.info("report: %s", written["markdown"])
     if not results["correct"]:
@@ -139,3 +145,28 @@ def main(args) -> int:
         return 1
     log.info("bench: every run's alerts equal the reference model's")
     return 0
+
+
+def merge(results: dict, previous_path: Path) -> dict:
+    """`--merge`: keep the previous report's sections this run did not measure (each marked with the run it
+    came from), and its open-books rows for sizes this run did not measure. Lets a long measurement (10M
+    open books) be run on its own and still land in the one report."""
+    if not previous_path.exists():
+        raise SystemExit(f"--merge: no previous results at {previous_path}")
+    previous = json.loads(previous_path.read_text())
+    origin = {"command": previous.get("command"), "date": previous.get("machine", {}).get("date")}
+    merged = dict(results)
+    for section in SECTIONS:
+        old = previous.get(section)
+        if old is None:
+            continue
+        if section not in results:
+            merged[section] = {**old, "from_run": old.get("from_run") or origin}
+        elif section == "books":
+            sizes = {r["books"] for r in results["books"]["rows"]}
+            kept = [{**r, "from_run": r.get("from_run") or origin} for r in old["rows"] if r["books"] not in sizes]
+            rows = sorted(kept + results["books"]["rows"], key=lambda r: r["books"])
+            merged["books"] = {**results["books"], "rows": rows, "correct": all(r["correct"] for r in rows)}
+    merged["config"] = {**previous.get("config", {}), **results["config"]}
+    merged["correct"] = all(merged[s].get("correct") for s in SECTIONS if s in merged)
+    return merged
