@@ -15,7 +15,7 @@ def test_render_ratios_to_the_kafka_read():
     section = parse_cost.render(_result(), MACHINE, "aldebaran bench parse-cost")
     assert section.startswith(parse_cost.BEGIN) and section.endswith(parse_cost.END)
     assert "| Kafka source only (values fetched, nothing parsed) | 2,000 | 1.00 | 0.50 | 0.50, 0.40, 0.60 |" in section
-    assert "(`parse_events`: VARIANT, exact types, every DLQ reason) | 250 | 0.12 | 4.00 |" in section
+    assert "(`parse_events`: regex-proved fast path, else VARIANT; every DLQ reason) | 250 | 0.12 | 4.00 |" in section
     assert "the batch ceiling of the other sections) | 200 | 0.10 | 5.00 |" in section
     assert "median of 3 rounds" in section and "load average at the end 2.50" in section
 
