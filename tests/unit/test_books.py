@@ -60,9 +60,10 @@ def batches(msgs: list[bytes], size: int = 13) -> list[list[EventRow]]:
     return [rows[i:i + size] for i in range(0, len(rows), size)]
 
 
-def store_at(root, snapshot_every: int = 20) -> ShardStore:
+def store_at(root, snapshot_every: int = 20, delta_ratio: float = 0.0) -> ShardStore:
+    """delta_ratio 0: a snapshot on every `snapshot_every`-th batch (the schedule these tests count on)."""
     return ShardStore(Config(str(root), resolve(list(RULES)), ttl_ms=TTL, grace_ms=60_000,
-                             snapshot_every=snapshot_every), 0)
+                             snapshot_every=snapshot_every, snapshot_delta_ratio=delta_ratio), 0)
 
 
 def state(root) -> dict:
@@ -75,9 +76,9 @@ def keys(alerts: list[dict]) -> list[tuple]:
     return sorted(reference.key(a) for a in alerts)
 
 
-def run(root, bs, snapshot_every: int = 20) -> tuple[list[list[dict]], list[dict]]:
+def run(root, bs, snapshot_every: int = 20, delta_ratio: float = 0.0) -> tuple[list[list[dict]], list[dict]]:
     """Uninterrupted: the alerts of each batch and the state after each batch."""
-    store = store_at(root, snapshot_every)
+    store = store_at(root, snapshot_every, delta_ratio)
     alerts, states = [], []
     for i, rows in enumerate(bs):
         alerts.append(store.apply(i, rows, now_ms=NOW).alerts)
@@ -183,6 +184,34 @@ def test_snapshots_and_cleanup_reload_correctly(tmp_path, msgs):
     books._CACHE.clear()
     again = store_at(root, 3).apply(snaps[-1], bs[snaps[-1]], now_ms=NOW).alerts
     assert keys(again) == keys(expected_alerts[snaps[-1]])
+
+
+def test_snapshots_wait_for_deltas_as_large_as_the_last_snapshot(tmp_path, msgs):
+    """The default rule: a snapshot is due on the schedule only once the deltas since the last one add up to
+    its size, so a large state with few changes is not rewritten every `snapshot_every` batches. Alerts and
+    states are those of the run without snapshots, and every reachable version still loads cold."""
+    bs = batches(msgs, size=5)
+    expected_alerts, expected_states = run(tmp_path / "straight", bs, snapshot_every=0)
+    root = tmp_path / "ratio"
+    alerts, states = run(root, bs, snapshot_every=1, delta_ratio=1.0)
+    assert [keys(a) for a in alerts] == [keys(a) for a in expected_alerts]
+    assert states == expected_states
+
+    shard_dir = root / "shard-0000"
+    snaps = sorted(int(p.name[9:21]) for p in shard_dir.glob("snapshot-*.json.gz"))
+    deltas = {int(p.name[6:18]): p.stat().st_size for p in shard_dir.glob("delta-*.json.gz")}
+    assert 2 <= len(snaps) < len(bs) // 3, snaps  # on the schedule every batch was due; far fewer were taken
+    # The newest snapshot came after deltas of at least the size of the one before it.
+    older = (shard_dir / f"snapshot-{snaps[-2]:012d}.json.gz").stat().st_size
+    assert sum(size for v, size in deltas.items() if snaps[-2] < v <= snaps[-1]) >= older
+    # ... and since it, less than its own size has been written (else the next batch would have taken one).
+    newest = (shard_dir / f"snapshot-{snaps[-1]:012d}.json.gz").stat().st_size
+    assert sum(size for v, size in deltas.items() if v > snaps[-1]) < newest + max(deltas.values())
+
+    for v in range(snaps[0], len(bs)):
+        books._CACHE.clear()
+        store_at(root, 1, 1.0).load(v)
+        assert state(root) == expected_states[v], f"version {v}"
 
 
 def test_stale_worker_cache_falls_back_to_a_cold_load(tmp_path, msgs):

@@ -39,6 +39,7 @@ class BatchContext:
     ttl_ms: int
     grace_ms: int
     snapshot_every: int
+    snapshot_delta_ratio: float = 1.0
 
 
 def shard_function(ctx: BatchContext, batch_id: int):
@@ -52,7 +53,8 @@ def shard_function(ctx: BatchContext, batch_id: int):
 
         shard_id = TaskContext.get().partitionId()
         store = ShardStore(
-            Config(ctx.state_root, resolve(list(ctx.rule_names)), ctx.ttl_ms, ctx.grace_ms, ctx.snapshot_every),
+            Config(ctx.state_root, resolve(list(ctx.rule_names)), ctx.ttl_ms, ctx.grace_ms, ctx.snapshot_every,
+                   ctx.snapshot_delta_ratio),
             shard_id,
         )
 
@@ -125,6 +127,7 @@ class BatchWriter:
             ttl_ms=int(settings.ttl_seconds * 1000),
             grace_ms=int(settings.idle_grace_seconds * 1000),
             snapshot_every=settings.snapshot_every,
+            snapshot_delta_ratio=settings.snapshot_delta_ratio,
         )
         self.last: dict = {}
         self.recent: dict[int, dict] = {}  # batch id → figures, for the heartbeat listener

@@ -36,7 +36,11 @@ class AuditorSettings(BaseSettings):
     idle_ticks: bool = Field(
         True, description="union a 1 row/s tick stream so an idle stream still runs batches and expires books"
     )
-    snapshot_every: int = Field(20, ge=1, description="full state snapshot every N batches")
+    snapshot_every: int = Field(20, ge=1, description="full state snapshot at most every N batches")
+    snapshot_delta_ratio: float = Field(
+        1.0, ge=0, description="a snapshot only once the deltas written since the last one reach this × its size "
+        "(amortises the O(open books) snapshot over the books touched; 0: every snapshot_every batches)"
+    )
     max_message_bytes: int = Field(events.MAX_MESSAGE_BYTES, ge=64, description="larger messages go to the DLQ")
     max_id_length: int = Field(events.MAX_ID_LENGTH, ge=1, description="longer ids go to the DLQ")
     max_shares: int = Field(events.MAX_SHARES, ge=1, description="larger #shares go to the DLQ")
