@@ -94,3 +94,23 @@ def test_merge_keeps_sections_and_book_sizes_this_run_did_not_measure(tmp_path):
     doc = report.write(merged, tmp_path)["markdown"].read_text()
     assert "*From an earlier run: `aldebaran bench all` — 2026-01-01 00:00 UTC.*" in doc
     assert "Rows from an earlier run (`--merge`): 100 books: `aldebaran bench all`, 2026-01-01 00:00 UTC." in doc
+
+
+def test_books_that_cannot_fit_are_reported_as_not_run(tmp_path):
+    import psutil
+
+    from aldebaran.bench import harness
+
+    measured = {"books": 1_000, "peak_rss_mib": 200.0, "baseline_rss_mib": 100.0, "sustained_eps": 10.0}
+    available = psutil.virtual_memory().available / harness.MIB
+    fits = int(0.5 * available / 0.1 * 1_000 / 1_000)  # 0.1 MiB per book: half the available memory
+    assert harness._books_preflight([measured], fits) is None
+    assert harness._books_preflight([], 10**12) is None  # nothing measured yet: nothing to project from
+    why = harness._books_preflight([measured], 100 * fits)
+    assert why and "102.4 KiB per open book, measured at 1,000" in why
+
+    results = _results()
+    results["books"]["rows"].append({"books": 10_000_000, "skipped": why})
+    doc = report.write(results, tmp_path)["markdown"].read_text()
+    assert f"| 10,000,000 | – | not run: {why} |" in doc
+    assert "books held (largest measured); throughput there 1.00× that at 100; 10,000,000 not run (projected memory)" in doc

@@ -76,8 +76,8 @@ def plots(results: dict, img_dir: Path) -> dict[str, Path]:
         out["latency"] = img_dir / "bench-latency.png"
         fig.savefig(out["latency"], dpi=110)
         plt.close(fig)
-    if "books" in results and results["books"]["rows"]:
-        rows = results["books"]["rows"]
+    if "books" in results and [r for r in results["books"]["rows"] if not r.get("skipped")]:
+        rows = [r for r in results["books"]["rows"] if not r.get("skipped")]
         fig, ax = plt.subplots(figsize=(7, 4))
         xs = [r["books"] for r in rows]
         ax.plot(xs, [r["sustained_eps"] / 1000 for r in rows], marker="o", color="#c0392b", label="events/s (k)")
@@ -197,6 +197,9 @@ def markdown(results: dict, images: dict[str, Path], img_rel: str = "img") -> st
             "|---:|---:|---:|---:|---:|---:|---|---:|",
         ]
         for r in b["rows"]:
+            if r.get("skipped"):
+                lines.append(f"| {r['books']:,} | – | not run: {r['skipped']} | | | | – | |")
+                continue
             lines.append(f"| {r['books']:,} | {r['events']:,} | {_n(r['sustained_eps'])} | {_n(r['last_batches_eps'])} | "
                          f"{_n(r['peak_rss_mib'])} | {_n(r['peak_rss_mib'] - r['baseline_rss_mib'])} | {_ok(r['correct'])} | "
                          f"{r['load_avg']:.2f} |")
@@ -294,12 +297,15 @@ def _targets(results: dict) -> list[str]:
         else:
             rows.append(f"| latency {TARGETS['latency']} | not measured at 50k/s in this run | – |")
     b = results.get("books")
-    if b and b["rows"]:
-        big = max(b["rows"], key=lambda r: r["books"])
-        small = min(b["rows"], key=lambda r: r["books"])
+    measured = [r for r in b["rows"] if not r.get("skipped")] if b else []
+    if measured:
+        big = max(measured, key=lambda r: r["books"])
+        small = min(measured, key=lambda r: r["books"])
         ratio = big["sustained_eps"] / small["sustained_eps"] if small["sustained_eps"] else float("nan")
+        skipped = "".join(f"; {r['books']:,} not run (projected memory)" for r in b["rows"] if r.get("skipped"))
         rows.append(f"| books {TARGETS['books']} | {big['books']:,} books held (largest measured); throughput there "
-                    f"{ratio:.2f}× that at {small['books']:,} | {_ok(big['books'] >= 10_000_000 and ratio >= 0.5)} |")
+                    f"{ratio:.2f}× that at {small['books']:,}{skipped} | "
+                    f"{_ok(big['books'] >= 10_000_000 and ratio >= 0.5)} |")
     ch = results.get("churn")
     if ch:
         rows.append(f"| churn {TARGETS['churn']} | {ch['books_per_s']:,.0f}/s | {_ok(ch['books_per_s'] >= 100_000)} |")

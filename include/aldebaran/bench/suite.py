@@ -166,7 +166,8 @@ def merge(results: dict, previous_path: Path) -> dict:
             sizes = {r["books"] for r in results["books"]["rows"]}
             kept = [{**r, "from_run": r.get("from_run") or origin} for r in old["rows"] if r["books"] not in sizes]
             rows = sorted(kept + results["books"]["rows"], key=lambda r: r["books"])
-            merged["books"] = {**results["books"], "rows": rows, "correct": all(r["correct"] for r in rows)}
+            correct = all(r["correct"] for r in rows if not r.get("skipped"))
+            merged["books"] = {**results["books"], "rows": rows, "correct": correct}
     merged["config"] = {**previous.get("config", {}), **results["config"]}
     merged["correct"] = all(merged[s].get("correct") for s in SECTIONS if s in merged)
     return merged
