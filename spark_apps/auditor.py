@@ -1,11 +1,15 @@
 """Aldebaran's streaming auditor: the spark-submit entry point (argument parsing only).
 
     spark-submit --master 'local[2]' \
+        --driver-java-options -XX:-DontCompileHugeMethods \
+        --conf spark.executor.extraJavaOptions=-XX:-DontCompileHugeMethods \
         --jars "$(ls ~/.cache/aldebaran/jars/spark-kafka-*/*.jar | paste -sd,)" \
         spark_apps/auditor.py --checkpoint s3a://aldebaran/checkpoints/auditor --rules overfill,mismatch
 
 Every option also reads its ALDEBARAN_AUDIT_* environment variable (`--help` lists them); Kafka and
 object-store settings come from ALDEBARAN_KAFKA_* / ALDEBARAN_S3_*. The logic is aldebaran.audit.job.
+The JIT flag lets HotSpot compile the parse's large generated method (aldebaran.spark.JVM_OPTIONS); the
+Airflow operators pass it themselves.
 """
 
 import argparse
