@@ -69,6 +69,39 @@ class AlertSink:
         produce_all(self._producer, self.settings.alerts_topic, alerts)
 
 
+class DlqSink:
+    """The auditor's dead-letter writer: each rejected message's original key and bytes, its reason and
+    origin in headers; idempotent producer, flushed per batch. Records up to the largest message the
+    topics take plus those headers (settings.dlq_record_bytes)."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+        self._producer: Producer | None = None
+
+    def send(self, records: list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]]) -> None:
+        if self._producer is None:
+            self._producer = producer(self.settings, **{"linger.ms": 1,
+                                                        "message.max.bytes": self.settings.dlq_record_bytes})
+        errors: list = []
+
+        def on_delivery(err, _msg):
+            if err is not None:
+                errors.append(err)
+
+        for key, value, headers in records:
+            while True:
+                try:
+                    self._producer.produce(self.settings.dlq_topic, value=value, key=key, headers=headers,
+                                           on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+        remaining = self._producer.flush(60)
+        if remaining or errors:
+            raise AldebaranError(f"producing to {self.settings.dlq_topic}: {remaining} undelivered, "
+                                 f"errors: {errors[:3]}")
+
+
 def consumer(settings: KafkaSettings, group: str, **extra) -> Consumer:
     conf = {
         "bootstrap.servers": settings.bootstrap_servers,
