@@ -134,7 +134,8 @@ def main(args) -> int:
     out = Path(args.out) if args.out else (paths.run_dir() / "bench" / "quick" if args.quick else paths.ROOT / "docs")
     results = run(config)
     results["command"] = "aldebaran bench all" + (" --quick" if args.quick else "") + (
-        f" --sections {args.sections}" if args.sections else "") + "".join(f" --set {i}" for i in args.set or [])
+        f" --sections {args.sections}" if args.sections else "") + "".join(f" --set {i}" for i in args.set or []) + (
+        " --merge" if getattr(args, "merge", False) else "")
     if getattr(args, "merge", False):
         results = merge(results, out / "img" / "bench-results.json")
     written = report.write(results, out)
