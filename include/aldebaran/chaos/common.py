@@ -351,3 +351,15 @@ def write_report(result: CampaignResult, command: str, path: Path | None = None)
         text = text.rstrip("\n") + f"\n\n## {result.campaign}\n\n{section}\n"
     path.write_text(text)
     return path
+
+
+def channel_connections(webhook, secret: str, sms) -> dict[str, str]:
+    """AIRFLOW_CONN_* for the campaigns' webhook (HMAC-signed with `secret`) and SMS test receivers."""
+    return {
+        "AIRFLOW_CONN_ALDEBARAN_WEBHOOK": json.dumps({"conn_type": "http", "host": webhook.url, "password": secret,
+                                                      "extra": {"endpoint": "/alerts", "timeout": 5}}),
+        "AIRFLOW_CONN_ALDEBARAN_SMS": json.dumps({"conn_type": "sms", "host": sms.url, "login": sms.account_sid,
+                                                  "password": sms.auth_token,
+                                                  "extra": {"from": "+15550001111", "to": "+15552223333",
+                                                            "timeout": 5}}),
+    }

@@ -26,7 +26,7 @@ import time
 
 from aldebaran import kafka_io
 from aldebaran.audit.rules import alert_id
-from aldebaran.chaos.common import CampaignResult, ChaosError, Workspace
+from aldebaran.chaos.common import CampaignResult, ChaosError, Workspace, channel_connections
 from aldebaran.delivery.backends import S3Backend
 from aldebaran.delivery.channels import sms_text
 from aldebaran.delivery.ledger import DELIVERED, IN_DOUBT, Ledger
@@ -78,12 +78,7 @@ def run(alerts: int = 5000, kills: int = 20, seed: int = 1, mode: str = "full",
                                  [(a["alert_id"], json.dumps(a)) for a in batch + repeats])
             env = ws.env(
                 ALDEBARAN_CHANNELS="webhook,sms",
-                AIRFLOW_CONN_ALDEBARAN_WEBHOOK=json.dumps({"conn_type": "http", "host": webhook.url, "password": secret,
-                                                           "extra": {"endpoint": "/alerts", "timeout": 5}}),
-                AIRFLOW_CONN_ALDEBARAN_SMS=json.dumps({"conn_type": "sms", "host": sms.url, "login": sms.account_sid,
-                                                       "password": sms.auth_token,
-                                                       "extra": {"from": "+15550001111", "to": "+15552223333",
-                                                                 "timeout": 5}}),
+                **channel_connections(webhook, secret, sms),
             )
             group = f"chaos-{ws.name}"
             log_path = ws.logs / "dispatch-workers.log"

@@ -53,7 +53,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aldebaran import kafka_io, paths
-from aldebaran.chaos.common import CampaignResult, ChaosError, Workspace, recovery_text, wait_for
+from aldebaran.chaos.common import (
+    CampaignResult, ChaosError, Workspace, channel_connections, recovery_text, wait_for,
+)
 from aldebaran.chaos.kill_dispatch import make_alerts
 from aldebaran.services.airflow import Airflow
 from aldebaran.services.base import Service
@@ -453,12 +455,7 @@ def run(alerts: int = 3000, kills: int = 3, seed: int = 1, mode: str = "full",
                 ALDEBARAN_DELIVERY_PREFIX=f"{ws.prefix}/deliveries",
                 ALDEBARAN_DELIVERY_LEASE_SECONDS=str(LEASE_SECONDS),
                 ALDEBARAN_DISPATCH_IDLE_SECONDS=str(idle_seconds),
-                AIRFLOW_CONN_ALDEBARAN_WEBHOOK=json.dumps({"conn_type": "http", "host": webhook.url, "password": secret,
-                                                           "extra": {"endpoint": "/alerts", "timeout": 5}}),
-                AIRFLOW_CONN_ALDEBARAN_SMS=json.dumps({"conn_type": "sms", "host": sms.url, "login": sms.account_sid,
-                                                       "password": sms.auth_token,
-                                                       "extra": {"from": "+15550001111", "to": "+15552223333",
-                                                                 "timeout": 5}}),
+                **channel_connections(webhook, secret, sms),
             )
             producer = kafka_io.producer(ws.kafka)
 
