@@ -15,9 +15,11 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Hashable, Iterable, Iterator, Mapping, Sequence
 
 from aldebaran import kafka_admin, kafka_io, paths, reference
+from aldebaran.delivery.channels import sms_text
+from aldebaran.delivery.ledger import DELIVERED, IN_DOUBT
 from aldebaran.exceptions import AldebaranError
 from aldebaran.objectstore import ObjectStore
 from aldebaran.settings import KafkaSettings, load
@@ -363,3 +365,109 @@ def channel_connections(webhook, secret: str, sms) -> dict[str, str]:
                                                   "extra": {"from": "+15550001111", "to": "+15552223333",
                                                             "timeout": 5}}),
     }
+
+
+# --- delivery verdict (kill-dispatch, kill-scheduler) ------------------------------------------------
+@dataclass(frozen=True)
+class DeliveryVerdict:
+    """What the webhook receiver and the SMS provider got, against the alerts and their delivery records.
+
+    Webhook (deduplicates by Idempotency-Key): an alert is lost if the receiver never accepted it or its
+    record is not DELIVERED (counted once if both); every 201 beyond one per accepted key is a duplicate.
+    SMS (cannot deduplicate): a text sent more than once is a duplicate; an alert is lost unless its
+    record is IN_DOUBT (for an operator) or DELIVERED with its text received by the provider."""
+
+    lost_webhook: frozenset[str]
+    webhook_delivered_twice: int  # 201 answers beyond one per accepted key
+    unexpected_webhook: tuple[str, ...]  # accepted keys that are no alert of the batch, sorted
+    webhook_accepted: int
+    webhook_statuses: tuple[tuple[int, int], ...]  # (HTTP status, count) in the receiver's order
+    webhook_resent_deduplicated: int  # requests beyond the first per Idempotency-Key
+    webhook_bad_signatures: int
+    webhook_incomplete_requests: int
+    lost_sms: frozenset[str]
+    sms_sent_twice: int  # texts (recipient, body) the provider got more than once
+    sms_messages: int
+    sms_delivered: int  # records DELIVERED
+    sms_in_doubt: frozenset[str]  # records IN_DOUBT
+    sms_in_doubt_actually_sent: int  # of those, the provider did receive the text
+
+    @property
+    def lost(self) -> int:
+        return len(self.lost_webhook) + len(self.lost_sms)
+
+    @property
+    def duplicated(self) -> int:
+        return self.sms_sent_twice + self.webhook_delivered_twice
+
+    def failures(self) -> list[str]:
+        return [f"{len(self.unexpected_webhook)} unexpected webhook deliveries"] if self.unexpected_webhook else []
+
+    def details(self) -> dict:
+        """The campaign details' "webhook" and "sms" entries."""
+        return {
+            "webhook": {"accepted": self.webhook_accepted, "statuses": dict(self.webhook_statuses),
+                        "resent_same_key_deduplicated": self.webhook_resent_deduplicated,
+                        "lost": len(self.lost_webhook), "bad_signatures": self.webhook_bad_signatures,
+                        "incomplete_requests_dropped": self.webhook_incomplete_requests},
+            "sms": {"messages": self.sms_messages, "texts_sent_twice": self.sms_sent_twice,
+                    "delivered": self.sms_delivered, "in_doubt": len(self.sms_in_doubt),
+                    "in_doubt_actually_sent": self.sms_in_doubt_actually_sent, "lost": len(self.lost_sms)},
+        }
+
+    def rows(self, runs: int, faults: int, recovery: str) -> list[dict]:
+        """The results table's webhook and SMS rows."""
+        return [
+            {"scenario": "webhook (idempotent)", "runs": runs, "faults": faults,
+             "lost": len(self.lost_webhook), "duplicated": self.webhook_delivered_twice, "recovery": recovery},
+            {"scenario": f"sms (cannot dedupe; {len(self.sms_in_doubt)} IN_DOUBT)", "runs": runs,
+             "faults": faults, "lost": len(self.lost_sms), "duplicated": self.sms_sent_twice, "recovery": recovery},
+        ]
+
+    @classmethod
+    def from_receivers(cls, alerts: Sequence[Mapping], webhook, sms,
+                       records: Mapping[str, Mapping[str, object]]) -> "DeliveryVerdict":
+        """From the test receivers (WebhookReceiver, SmsProvider) and the ledger's records per channel
+        (channel → alert id → record with a `state`)."""
+        return delivery_verdict(
+            alerts, webhook_accepted=webhook.accepted, webhook_statuses=webhook.statuses,
+            webhook_requests_per_key=webhook.requests_per_key, webhook_bad_signatures=webhook.rejected_signatures,
+            webhook_incomplete_requests=webhook.incomplete_requests,
+            sms_bodies=[m.body for m in sms.messages], sms_sends=sms.sends,
+            ledger_states={ch: {i: r.state for i, r in recs.items()} for ch, recs in records.items()},
+        )
+
+
+def delivery_verdict(alerts: Sequence[Mapping], *, webhook_accepted: Iterable[str],
+                     webhook_statuses: Mapping[int, int], webhook_requests_per_key: Mapping[str, int],
+                     webhook_bad_signatures: int, webhook_incomplete_requests: int,
+                     sms_bodies: Iterable[str], sms_sends: Mapping[Hashable, int],
+                     ledger_states: Mapping[str, Mapping[str, str]]) -> DeliveryVerdict:
+    """The verdict for `alerts` (each sent once to channels `webhook` and `sms`): `webhook_*` the receiver's
+    accepted keys (alert ids) and counts, `sms_bodies` every text the provider got and `sms_sends` its sends
+    per text, `ledger_states` the delivery records' states, channel → alert id (no entry: no record)."""
+    ids = {a["alert_id"] for a in alerts}
+    by_text = {sms_text(a): a["alert_id"] for a in alerts}
+    bodies = list(sms_bodies)
+    texts_received = {by_text.get(b) for b in bodies}
+    web_states = {i: ledger_states["webhook"].get(i) for i in ids}
+    sms_states = {i: ledger_states["sms"].get(i) for i in ids}
+    accepted = set(webhook_accepted)
+    in_doubt = frozenset(i for i, s in sms_states.items() if s == IN_DOUBT)
+    return DeliveryVerdict(
+        lost_webhook=frozenset((ids - accepted) | {i for i, s in web_states.items() if s != DELIVERED}),
+        webhook_delivered_twice=webhook_statuses.get(201, 0) - len(accepted),
+        unexpected_webhook=tuple(sorted(accepted - ids)),
+        webhook_accepted=len(accepted),
+        webhook_statuses=tuple(dict(webhook_statuses).items()),
+        webhook_resent_deduplicated=sum(n - 1 for n in webhook_requests_per_key.values() if n > 1),
+        webhook_bad_signatures=webhook_bad_signatures,
+        webhook_incomplete_requests=webhook_incomplete_requests,
+        lost_sms=frozenset(i for i, s in sms_states.items()
+                           if s not in (DELIVERED, IN_DOUBT) or (s == DELIVERED and i not in texts_received)),
+        sms_sent_twice=sum(1 for n in sms_sends.values() if n > 1),
+        sms_messages=len(bodies),
+        sms_delivered=sum(s == DELIVERED for s in sms_states.values()),
+        sms_in_doubt=in_doubt,
+        sms_in_doubt_actually_sent=sum(i in texts_received for i in in_doubt),
+    )
