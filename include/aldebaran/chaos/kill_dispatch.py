@@ -26,9 +26,8 @@ import time
 
 from aldebaran import kafka_io
 from aldebaran.audit.rules import alert_id
-from aldebaran.chaos.common import CampaignResult, ChaosError, Workspace, channel_connections
+from aldebaran.chaos.common import CampaignResult, ChaosError, DeliveryVerdict, Workspace, channel_connections
 from aldebaran.delivery.backends import S3Backend
-from aldebaran.delivery.channels import sms_text
 from aldebaran.delivery.ledger import DELIVERED, IN_DOUBT, Ledger
 from aldebaran.delivery.receivers import SmsProvider, WebhookReceiver
 
@@ -130,41 +129,17 @@ def run(alerts: int = 5000, kills: int = 20, seed: int = 1, mode: str = "full",
                     break
             result.recovery_s.append(time.monotonic() - last_kill)
 
-            by_text = {sms_text(a): a["alert_id"] for a in batch}
-            texts_received = {by_text.get(m.body) for m in sms.messages}
-            sms_states = {i: (records["sms"][i].state if i in records["sms"] else None) for i in ids}
-            web_states = {i: (records["webhook"][i].state if i in records["webhook"] else None) for i in ids}
-            accepted = set(webhook.accepted)
-            lost_webhook = sorted(ids - accepted) + sorted(i for i, s in web_states.items() if s != DELIVERED)
-            lost_sms = sorted(i for i, s in sms_states.items()
-                              if s not in (DELIVERED, IN_DOUBT) or (s == DELIVERED and i not in texts_received))
-            twice_sms = sorted(k for k, n in sms.sends.items() if n > 1)
-            delivered_twice = webhook.statuses.get(201, 0) - len(accepted)
-            extra = sorted(accepted - ids)
-            if extra:
-                failures.append(f"{len(extra)} unexpected webhook deliveries")
-            in_doubt = [i for i, s in sms_states.items() if s == IN_DOUBT]
-            result.lost = len(set(lost_webhook)) + len(lost_sms)
-            result.duplicated = len(twice_sms) + delivered_twice
+            verdict = DeliveryVerdict.from_receivers(batch, webhook, sms, records)
+            failures.extend(verdict.failures())
+            result.lost = verdict.lost
+            result.duplicated = verdict.duplicated
             result.details = {
                 "alerts": alerts, "repeats_on_topic": len(repeats), "kills": kinds, "worker_runs": result.runs,
-                "webhook": {"accepted": len(accepted), "statuses": dict(webhook.statuses),
-                            "resent_same_key_deduplicated": sum(n - 1 for n in webhook.requests_per_key.values() if n > 1),
-                            "lost": len(set(lost_webhook)), "bad_signatures": webhook.rejected_signatures,
-                            "incomplete_requests_dropped": webhook.incomplete_requests},
-                "sms": {"messages": len(sms.messages), "texts_sent_twice": len(twice_sms),
-                        "delivered": sum(s == DELIVERED for s in sms_states.values()), "in_doubt": len(in_doubt),
-                        "in_doubt_actually_sent": sum(i in texts_received for i in in_doubt), "lost": len(lost_sms)},
+                **verdict.details(),
                 "failures": failures,
             }
-            result.rows = [
-                {"scenario": "webhook (idempotent)", "runs": result.runs, "faults": result.faults,
-                 "lost": len(set(lost_webhook)), "duplicated": delivered_twice,
-                 "recovery": f"{result.recovery_s[0]:.1f} s to settle all after the last kill"},
-                {"scenario": f"sms (cannot dedupe; {len(in_doubt)} IN_DOUBT)", "runs": result.runs,
-                 "faults": result.faults, "lost": len(lost_sms), "duplicated": len(twice_sms),
-                 "recovery": f"{result.recovery_s[0]:.1f} s to settle all after the last kill"},
-            ]
+            result.rows = verdict.rows(result.runs, result.faults,
+                                       f"{result.recovery_s[0]:.1f} s to settle all after the last kill")
             return result.finish(t0)
     except ChaosError as exc:
         failures.append(str(exc))

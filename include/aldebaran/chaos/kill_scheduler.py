@@ -54,7 +54,7 @@ from pathlib import Path
 
 from aldebaran import kafka_io, paths
 from aldebaran.chaos.common import (
-    CampaignResult, ChaosError, Workspace, channel_connections, recovery_text, wait_for,
+    CampaignResult, ChaosError, DeliveryVerdict, Workspace, channel_connections, recovery_text, wait_for,
 )
 from aldebaran.chaos.kill_dispatch import make_alerts
 from aldebaran.services.airflow import Airflow
@@ -431,7 +431,6 @@ def run(alerts: int = 3000, kills: int = 3, seed: int = 1, mode: str = "full",
         idle_seconds: float = 12.0, settle_timeout: float = 900.0) -> CampaignResult:
     from aldebaran.chaos.outages import private_services
     from aldebaran.delivery.backends import S3Backend
-    from aldebaran.delivery.channels import sms_text
     from aldebaran.delivery.ledger import DELIVERED, IN_DOUBT, Ledger
     from aldebaran.delivery.receivers import SmsProvider, WebhookReceiver
 
@@ -534,25 +533,13 @@ def run(alerts: int = 3000, kills: int = 3, seed: int = 1, mode: str = "full",
                                            for t in rec.running_at_kill])
 
             # --- verdict (the receivers' counts and the ledger) ---
-            by_text = {sms_text(a): a["alert_id"] for a in batch}
-            texts_received = {by_text.get(m.body) for m in sms.messages}
-            sms_states = {i: (ledger_records["sms"][i].state if i in ledger_records["sms"] else None) for i in ids}
-            web_states = {i: (ledger_records["webhook"][i].state if i in ledger_records["webhook"] else None) for i in ids}
-            accepted = set(webhook.accepted)
-            lost_webhook = set(ids - accepted) | {i for i, s in web_states.items() if s != DELIVERED}
-            lost_sms = {i for i, s in sms_states.items()
-                        if s not in (DELIVERED, IN_DOUBT) or (s == DELIVERED and i not in texts_received)}
-            twice_sms = sorted(k for k, n in sms.sends.items() if n > 1)
-            delivered_twice = webhook.statuses.get(201, 0) - len(accepted)
-            extra = sorted(accepted - ids)
-            if extra:
-                failures.append(f"{len(extra)} unexpected webhook deliveries")
-            in_doubt = [i for i, s in sms_states.items() if s == IN_DOUBT]
+            verdict = DeliveryVerdict.from_receivers(batch, webhook, sms, ledger_records)
+            failures.extend(verdict.failures())
             unfinished = [f for fs in fates_per_kill for f in fs if f["final_state"] != "success"]
             if unfinished:
                 failures.append(f"{len(unfinished)} task instance(s) running at a kill did not end in success")
-            result.lost = len(lost_webhook) + len(lost_sms)
-            result.duplicated = len(twice_sms) + delivered_twice
+            result.lost = verdict.lost
+            result.duplicated = verdict.duplicated
             result.details = {
                 "alerts": alerts, "repeats_on_topic": len(repeats), "waves": [len(w) for w in waves],
                 "scheduler_starts": result.runs, "dag_runs_triggered": len(triggered),
@@ -563,13 +550,7 @@ def run(alerts: int = 3000, kills: int = 3, seed: int = 1, mode: str = "full",
                            "restart_to_next_ti_finished_s": round(r.to_next_ti_s, 1),
                            "running_at_kill": fates} for r, fates in zip(records, fates_per_kill)],
                 "settled_s_after_last_restart": round(settle_after_restart, 1), "settle_wait_s": round(settle_s, 1),
-                "webhook": {"accepted": len(accepted), "statuses": dict(webhook.statuses),
-                            "resent_same_key_deduplicated": sum(n - 1 for n in webhook.requests_per_key.values() if n > 1),
-                            "lost": len(lost_webhook), "bad_signatures": webhook.rejected_signatures,
-                            "incomplete_requests_dropped": webhook.incomplete_requests},
-                "sms": {"messages": len(sms.messages), "texts_sent_twice": len(twice_sms),
-                        "delivered": sum(s == DELIVERED for s in sms_states.values()), "in_doubt": len(in_doubt),
-                        "in_doubt_actually_sent": sum(i in texts_received for i in in_doubt), "lost": len(lost_sms)},
+                **verdict.details(),
                 "private_airflow": {"executor": "LocalExecutor", "database": "SQLite", "parallelism": 4,
                                     "orphaned_tasks_check_interval_s": ORPHAN_CHECK_SECONDS,
                                     "task_instance_heartbeat_timeout_s": TI_HEARTBEAT_TIMEOUT,
@@ -585,11 +566,7 @@ def run(alerts: int = 3000, kills: int = 3, seed: int = 1, mode: str = "full",
                     "recovery": f"restart → heartbeat {r.to_heartbeat_s:.1f} s, → next task instance finished "
                                 f"{r.to_next_ti_s:.1f} s"})
             settle = f"{settle_after_restart:.1f} s from the last restart to all records settled"
-            result.rows.append({"scenario": "webhook (idempotent)", "runs": result.runs, "faults": result.faults,
-                                "lost": len(lost_webhook), "duplicated": delivered_twice, "recovery": settle})
-            result.rows.append({"scenario": f"sms (cannot dedupe; {len(in_doubt)} IN_DOUBT)", "runs": result.runs,
-                                "faults": result.faults, "lost": len(lost_sms), "duplicated": len(twice_sms),
-                                "recovery": settle})
+            result.rows.extend(verdict.rows(result.runs, result.faults, settle))
             log.info("kill-scheduler: heartbeat after restart %s", recovery_text(result.recovery_s))
             ws.cleanup()
     except ChaosError as exc:
