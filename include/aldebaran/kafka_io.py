@@ -71,35 +71,57 @@ class AlertSink:
 
 class DlqSink:
     """The auditor's dead-letter writer: each rejected message's original key and bytes, its reason and
-    origin in headers; idempotent producer, flushed per batch. Records up to the largest message the
-    topics take plus those headers (settings.dlq_record_bytes)."""
+    origin in headers; idempotent producer. Records up to the largest message the topics take plus those
+    headers (settings.dlq_record_bytes). `add` hands records to the producer as they come (librdkafka
+    buffers and batches them), `flush` waits for every one and raises if any failed."""
 
     def __init__(self, settings: KafkaSettings) -> None:
         self.settings = settings
         self._producer: Producer | None = None
+        self._errors: list = []
+        self.added = 0
 
-    def send(self, records: list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]]) -> None:
+    def _on_delivery(self, err, _msg) -> None:
+        if err is not None:
+            self._errors.append(err)
+
+    def add(self, records: Iterable[tuple[bytes | None, bytes, list[tuple[str, bytes]]]]) -> int:
         if self._producer is None:
             self._producer = producer(self.settings, **{"linger.ms": 1,
                                                         "message.max.bytes": self.settings.dlq_record_bytes})
-        errors: list = []
-
-        def on_delivery(err, _msg):
-            if err is not None:
-                errors.append(err)
-
+        n = 0
         for key, value, headers in records:
             while True:
                 try:
                     self._producer.produce(self.settings.dlq_topic, value=value, key=key, headers=headers,
-                                           on_delivery=on_delivery)
+                                           on_delivery=self._on_delivery)
                     break
                 except BufferError:
                     self._producer.poll(0.05)
-        remaining = self._producer.flush(60)
+            n += 1
+        self._producer.poll(0)
+        self.added += n
+        return n
+
+    def flush(self, timeout: float = 60) -> int:
+        """Wait for every record added so far; return how many; raise if any was not delivered."""
+        remaining = self._producer.flush(timeout) if self._producer is not None else 0
+        errors, self._errors = self._errors, []
+        added, self.added = self.added, 0
         if remaining or errors:
             raise AldebaranError(f"producing to {self.settings.dlq_topic}: {remaining} undelivered, "
                                  f"errors: {errors[:3]}")
+        return added
+
+    def send(self, records: list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]]) -> None:
+        self.add(records)
+        self.flush()
+
+    def reset(self) -> None:
+        """Start a new unit of work (a retried task reuses the worker's sink): forget the previous one's
+        failures and count. Records it left in the producer's queue are still delivered (duplicates on
+        the DLQ at worst, which is at-least-once like the alerts topic)."""
+        self._errors, self.added = [], 0
 
 
 def consumer(settings: KafkaSettings, group: str, **extra) -> Consumer:

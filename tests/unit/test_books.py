@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import copy
 import random
+from dataclasses import asdict
 
 import pytest
 
 from aldebaran import events, reference
 from aldebaran.audit import books
-from aldebaran.audit.books import Config, ShardStore, encode_book
+from aldebaran.audit.books import Config, ShardStore, _book_row, _dump, _load, decode_book
 from aldebaran.audit.rules import EventRow, resolve
 from aldebaran.exceptions import ConfigError, NotFound
 
@@ -69,7 +70,7 @@ def store_at(root, snapshot_every: int = 20, delta_ratio: float = 0.0) -> ShardS
 def state(root) -> dict:
     shard = books._CACHE[(str(root), 0)]
     return {"version": shard.version, "clock_ms": shard.clock_ms,
-            "books": {o: encode_book(b) for o, b in sorted(shard.books.items())}}
+            "books": {o: asdict(b) for o, b in sorted(shard.books.items())}}
 
 
 def keys(alerts: list[dict]) -> list[tuple]:
@@ -287,23 +288,17 @@ def test_keeping_a_single_snapshot_is_rejected(tmp_path):
         Config(str(tmp_path), resolve(["overfill"]), keep_snapshots=1)
 
 
-def test_encode_book_equals_asdict_and_is_detached():
-    """encode_book is written out by hand for speed: it must stay equal to dataclasses.asdict (every
-    field, including ones added later) and must not alias the live book's containers."""
-    from dataclasses import asdict
-
+def test_a_persisted_book_round_trips_field_for_field():
+    """Deltas and snapshots store a book as its fields in declaration order (_book_row): every field,
+    including ones added later, must come back in its place — and books written before, keyed by
+    field name, must still load."""
     from aldebaran.audit.rules import Book
 
     book = Book(order_id="o1", first_ts=5, first_seen_ms=6,
                 request={"event_id": "r", "shares": 10, "client": "c", "stock": "s", "ts": 5},
                 purchased=12, purchase_count=2, first_purchase={"event_id": "p", "ts": 7, "client": "c", "stock": "s"},
-                seen=["r", "p", "q"], fired=["OVERFILL"], slots={"mismatch": {"stocks": ["s"], "n": 1}})
-    encoded = encode_book(book)
-    assert encoded == asdict(book)
-    assert list(encoded) == list(asdict(book))
-    book.seen.append("z")
-    book.fired.append("ORPHAN")
-    book.request["shares"] = 99
-    book.slots["mismatch"]["stocks"].append("t")
-    assert encoded["seen"] == ["r", "p", "q"] and encoded["fired"] == ["OVERFILL"]
-    assert encoded["request"]["shares"] == 10 and encoded["slots"]["mismatch"]["stocks"] == ["s"]
+                seen=["r", "p", "q"], fired=["OVERFILL"], slots={"mismatch": [["p", "c", "s"]]})
+    stored = _load(_dump({"b": _book_row(book)}))["b"]
+    assert stored[:3] == ["o1", 5, 6] and stored[7] == ["r", "p", "q"]
+    assert decode_book(stored) == book
+    assert decode_book(_load(_dump({"b": asdict(book)}))["b"]) == book

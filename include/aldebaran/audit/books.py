@@ -34,11 +34,13 @@ task may run on any executor of a cluster.
 
 from __future__ import annotations
 
-import copy
+import dataclasses
+import gc
 import gzip
 import heapq
 import json
 import logging
+import operator
 import os
 import re
 import time
@@ -120,26 +122,15 @@ def files_for(root: str) -> Files:
 
 
 # --- serialisation -----------------------------------------------------------------------------
-def encode_book(book: Book) -> dict:
-    """The book as JSON-ready data, detached from the live book (later events must not change a delta
-    already encoded). Written out field by field: `dataclasses.asdict` deep-copies recursively and
-    was 80% of the shard step's time (profiled on 150k events: 21 of 26 s)."""
-    return {
-        "order_id": book.order_id,
-        "first_ts": book.first_ts,
-        "first_seen_ms": book.first_seen_ms,
-        "request": dict(book.request) if book.request is not None else None,
-        "purchased": book.purchased,
-        "purchase_count": book.purchase_count,
-        "first_purchase": dict(book.first_purchase) if book.first_purchase is not None else None,
-        "seen": list(book.seen),
-        "fired": list(book.fired),
-        "slots": copy.deepcopy(book.slots) if book.slots else {},
-    }
+def decode_book(data: dict | list) -> Book:
+    """A book from a delta or snapshot: positional (what _book_row writes) or, from files written
+    before 2026-11-23 evening, keyed by field name."""
+    return Book(*data) if isinstance(data, list) else Book(**data)
 
 
-def decode_book(data: dict) -> Book:
-    return Book(**data)
+# The persisted form of a book: its fields in declaration order, as one JSON array. Encoded right away
+# (json.dumps), so it may share the live book's containers; ~2x faster than keyed dicts, and smaller.
+_book_row = operator.attrgetter(*(f.name for f in dataclasses.fields(Book)))
 
 
 def _dump(records: dict) -> bytes:
@@ -292,15 +283,28 @@ class ShardStore:
         """Apply one batch's events (already in Kafka order) and persist version `batch_id`."""
         t0 = time.perf_counter()
         now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
-        shard = self.load(batch_id - 1)
-        if shard.version != batch_id - 1:
-            raise RuntimeError(f"shard {self.shard_id}: loaded version {shard.version}, wanted {batch_id - 1}")
+        # The cyclic garbage collector off while the batch allocates: books hold no reference cycles
+        # (refcounting frees them), and each generation-2 collection would walk every open book — a
+        # cost O(books open) per batch. After the batch, the survivors (the books) are frozen out of
+        # the collector's generations, so later collections skip them. Shard step +20-40% on 200k
+        # events / 40k books (/tmp profile, 2026-11-23).
+        gc_enabled = gc.isenabled()
+        gc.disable()
         try:
-            return self._apply(shard, batch_id, rows, now_ms, t0)
-        except BaseException:
-            # The cached shard may hold part of this batch: the retry must start from batch_id-1.
-            _CACHE.pop((self.config.state_root, self.shard_id), None)
-            raise
+            shard = self.load(batch_id - 1)
+            if shard.version != batch_id - 1:
+                raise RuntimeError(f"shard {self.shard_id}: loaded version {shard.version}, wanted {batch_id - 1}")
+            try:
+                outcome = self._apply(shard, batch_id, rows, now_ms, t0)
+            except BaseException:
+                # The cached shard may hold part of this batch: the retry must start from batch_id-1.
+                _CACHE.pop((self.config.state_root, self.shard_id), None)
+                raise
+            gc.freeze()
+            return outcome
+        finally:
+            if gc_enabled:
+                gc.enable()
 
     def _apply(self, shard: Shard, batch_id: int, rows: Iterable[EventRow], now_ms: int, t0: float) -> Outcome:
         changed: dict[str, Book | None] = {}
@@ -310,37 +314,45 @@ class ShardStore:
         ttl = self.config.ttl_ms
         expiry = shard.expiry
 
+        books = shard.books
+        fallback = shard.fallback
+        heappush = heapq.heappush
+        grace_ms = self.config.grace_ms
+        request_kind = events.REQUEST
         for ev in rows:
+            order_id, event_id, ts = ev.order_id, ev.event_id, ev.event_ts
             # Event-time expiry before the event: the clock counts every valid event (duplicates too).
-            if ev.event_ts > shard.clock_ms:
-                shard.clock_ms = ev.event_ts
+            if ts > shard.clock_ms:
+                shard.clock_ms = ts
                 shard.clock_moved_ms = now_ms
             if expiry and expiry[0][0] <= shard.clock_ms:
                 expired += self._expire(shard, [(expiry, shard.clock_ms, lambda b: b.first_ts + ttl)],
                                         changed, alerts, now_ms)
-            book = shard.books.get(ev.order_id)
+            book = books.get(order_id)
             if book is None:
-                book = Book(order_id=ev.order_id, first_ts=ev.event_ts, first_seen_ms=now_ms)
-                shard.books[ev.order_id] = book
-                shard.index(book, self.config.ttl_ms, self.config.grace_ms)
+                book = books[order_id] = Book(order_id, ts, now_ms)
+                heappush(expiry, (ts + ttl, order_id))  # Shard.index, inlined
+                heappush(fallback, (now_ms + ttl + grace_ms, order_id))
                 opened += 1
-            if ev.event_id in book.seen:
+            seen = book.seen
+            if event_id in seen:
                 duplicates += 1
                 continue
-            book.seen.append(ev.event_id)
+            seen.append(event_id)
             applied += 1
-            if ev.kind == events.REQUEST:
-                book.request = {"event_id": ev.event_id, "shares": ev.shares, "client": ev.client,
-                                "stock": ev.stock, "ts": ev.event_ts}
+            if ev.kind == request_kind:
+                book.request = {"event_id": event_id, "shares": ev.shares, "client": ev.client,
+                                "stock": ev.stock, "ts": ts}
             else:
                 book.purchased += ev.shares
                 book.purchase_count += 1
                 if book.first_purchase is None:
-                    book.first_purchase = {"event_id": ev.event_id, "ts": ev.event_ts,
-                                           "client": ev.client, "stock": ev.stock}
+                    book.first_purchase = {"event_id": event_id, "ts": ts, "client": ev.client, "stock": ev.stock}
             for rule in rules:
-                self._fire(book, rule, rule.on_event(book, ev), alerts, now_ms)
-            changed[ev.order_id] = book
+                alert = rule.on_event(book, ev)
+                if alert is not None:
+                    self._fire(book, rule, alert, alerts, now_ms)
+            changed[order_id] = book
 
         grace = self.config.grace_ms
         deadlines = [(shard.expiry, shard.clock_ms, lambda b: b.first_ts + ttl)]
@@ -352,7 +364,7 @@ class ShardStore:
         expired += self._expire(shard, deadlines, changed, alerts, now_ms)
         shard.version = batch_id
         # Durable first: the delta (and maybe a snapshot) is written before any alert leaves.
-        delta = _dump({"books": {o: (encode_book(b) if b is not None else None) for o, b in changed.items()},
+        delta = _dump({"books": {o: (_book_row(b) if b is not None else None) for o, b in changed.items()},
                        "clock_ms": shard.clock_ms, "clock_moved_ms": shard.clock_moved_ms})
         self.files.put(f"delta-{batch_id:012d}.json.gz", delta)
         shard.delta_bytes += len(delta)
@@ -387,7 +399,7 @@ class ShardStore:
         return len(due)
 
     def _snapshot(self, shard: Shard) -> None:
-        data = _dump({"books": {o: encode_book(b) for o, b in shard.books.items()}, "clock_ms": shard.clock_ms,
+        data = _dump({"books": {o: _book_row(b) for o, b in shard.books.items()}, "clock_ms": shard.clock_ms,
                       "clock_moved_ms": shard.clock_moved_ms})
         self.files.put(f"snapshot-{shard.version:012d}.json.gz", data)
         shard.snapshot_bytes, shard.delta_bytes = len(data), 0

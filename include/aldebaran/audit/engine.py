@@ -9,8 +9,11 @@
 
 Python runs once per shard per batch (never per row in the JVM plan); parsing, routing and the
 shuffle by key stay in the JVM. Invalid rows ride along with the valid ones (all in the shard of the
-null key, bytes only for them) and come back with the alerts: the batch is read and parsed once, with no
-cached copy and no second job to count and write the DLQ (that was ~1/4 of a 200k-event batch).
+null key, bytes only for them) and that shard's task produces them to the DLQ itself, as they stream
+past, and flushes before it returns: the batch is read and parsed once, with no cached copy and no
+second job to count and write the DLQ (that was ~1/4 of a 200k-event batch), and rejected bytes never
+travel to the driver (a batch of large garbage messages cannot exceed spark.driver.maxResultSize).
+Only the counts come back with the alerts.
 """
 
 from __future__ import annotations
@@ -29,9 +32,8 @@ TICK_TOPIC = "__aldebaran_tick__"
 
 OUTPUT_SCHEMA = (
     "row_type string, alert_id string, kind string, order_id string, alert_json string, "
-    "shard int, open_books long, opened long, expired long, applied long, duplicates long, state_ms double, "
-    "key binary, value binary, reason_code string, reason string, src_topic string, src_partition int, "
-    "src_offset long, src_ts long"
+    "shard int, open_books long, opened long, expired long, applied long, duplicates long, dlq long, "
+    "state_ms double"
 )
 
 
@@ -45,6 +47,21 @@ class BatchContext:
     grace_ms: int
     snapshot_every: int
     snapshot_delta_ratio: float = 1.0
+    kafka: object = None  # aldebaran.settings.KafkaSettings: where the shard tasks send rejected input
+
+
+_DLQ_SINKS: dict = {}  # one DLQ producer per Python worker and Kafka settings, reused across batches
+
+
+def _dlq_sink(kafka):
+    from aldebaran.kafka_io import DlqSink
+
+    key = kafka.model_dump_json()
+    sink = _DLQ_SINKS.get(key)
+    if sink is None:
+        sink = _DLQ_SINKS[key] = DlqSink(kafka)
+    sink.reset()
+    return sink
 
 
 def shard_function(ctx: BatchContext, batch_id: int):
@@ -63,29 +80,30 @@ def shard_function(ctx: BatchContext, batch_id: int):
             shard_id,
         )
 
-        rejected: list[dict] = []
+        sink = None
+
+        def reject(bad) -> None:
+            # Invalid rows (already in source order within this shard): straight to the producer.
+            nonlocal sink
+            if sink is None:
+                if ctx.kafka is None:
+                    raise RuntimeError("shard task: invalid rows but no Kafka settings for the DLQ")
+                sink = _dlq_sink(ctx.kafka)
+            sink.add((key, value if value is not None else b"", dlq_headers(code, reason, topic, part, offset, ts))
+                     for key, value, code, reason, topic, part, offset, ts in zip(
+                         *[bad.column(c).to_pylist() for c in DLQ_FIELDS]))
 
         def rows():
             for rb in batches:
-                cols = [rb.column(c).to_pylist() for c in EVENT_FIELDS]
                 codes = rb.column("reason_code")
-                if codes.null_count < len(codes):  # invalid rows in this Arrow batch: pass them through
-                    bad = rb.filter(codes.is_valid())
-                    rejected.extend(
-                        {"row_type": "dlq", "shard": shard_id, "key": key, "value": value, "reason_code": code,
-                         "reason": reason, "src_topic": topic, "src_partition": part, "src_offset": offset,
-                         "src_ts": ts}
-                        for key, value, code, reason, topic, part, offset, ts in zip(
-                            *[bad.column(c).to_pylist() for c in DLQ_FIELDS]))
-                    codes = codes.to_pylist()
-                    for i, (kind, event_id, order_id, shares, client, stock, ts) in enumerate(zip(*cols)):
-                        if codes[i] is None:
-                            yield EventRow(kind, event_id, order_id, shares, client, stock, ts)
-                    continue
-                for kind, event_id, order_id, shares, client, stock, ts in zip(*cols):
-                    yield EventRow(kind, event_id, order_id, shares, client, stock, ts)
+                if codes.null_count < len(codes):  # invalid rows in this Arrow batch
+                    reject(rb.filter(codes.is_valid()))
+                    rb = rb.filter(codes.is_null())
+                yield from map(EventRow._make, zip(*[rb.column(c).to_pylist() for c in EVENT_FIELDS]))
 
         out = store.apply(batch_id, rows())
+        # Every DLQ record acknowledged before the task reports the batch done (and Spark commits it).
+        dlq = sink.flush() if sink is not None else 0
         records = [
             {"row_type": "alert", "alert_id": a["alert_id"], "kind": a["kind"], "order_id": a["order_id"],
              "alert_json": json.dumps(a, separators=(",", ":")), "shard": shard_id}
@@ -93,8 +111,8 @@ def shard_function(ctx: BatchContext, batch_id: int):
         ]
         records.append({"row_type": "stats", "shard": shard_id, "open_books": out.open_books, "opened": out.opened,
                         "expired": out.expired, "applied": out.applied, "duplicates": out.duplicates,
-                        "state_ms": out.state_ms})
-        yield pa.RecordBatch.from_pylist(records + rejected, schema=_arrow_schema())
+                        "dlq": dlq, "state_ms": out.state_ms})
+        yield pa.RecordBatch.from_pylist(records, schema=_arrow_schema())
 
     return run
 
@@ -112,29 +130,29 @@ def _arrow_schema():
     return pa.schema([(name, types[typ]) for name, typ in (c.split() for c in OUTPUT_SCHEMA.split(", "))])
 
 
-def dlq_headers(row) -> list[tuple[str, bytes]]:
-    """The DLQ record's headers for a passed-through invalid row: its reason and where it came from."""
+def dlq_headers(reason_code: str, reason: str, topic: str, partition: int, offset: int,
+                kafka_ts: int) -> list[tuple[str, bytes]]:
+    """The DLQ record's headers for an invalid row: its reason and where it came from."""
     return [
-        ("aldebaran.reason_code", row.reason_code.encode()),
-        ("aldebaran.reason", row.reason.encode()),
-        ("aldebaran.source.topic", row.src_topic.encode()),
-        ("aldebaran.source.partition", str(row.src_partition).encode()),
-        ("aldebaran.source.offset", str(row.src_offset).encode()),
-        ("aldebaran.source.timestamp", str(row.src_ts).encode()),
+        ("aldebaran.reason_code", reason_code.encode()),
+        ("aldebaran.reason", reason.encode()),
+        ("aldebaran.source.topic", topic.encode()),
+        ("aldebaran.source.partition", str(partition).encode()),
+        ("aldebaran.source.offset", str(offset).encode()),
+        ("aldebaran.source.timestamp", str(kafka_ts).encode()),
     ]
 
 
 class BatchWriter:
-    """foreachBatch sink. Order per batch: state deltas (in the shard tasks) → alerts to Kafka →
-    archive object → DLQ records → return (Spark then commits the batch's offsets)."""
+    """foreachBatch sink. Order per batch: state deltas and DLQ records (in the shard tasks) → alerts to
+    Kafka → archive object → return (Spark then commits the batch's offsets)."""
 
     def __init__(self, settings, kafka, archive, on_batch=None) -> None:
-        from aldebaran.kafka_io import AlertSink, DlqSink
+        from aldebaran.kafka_io import AlertSink
 
         self.settings = settings
         self.kafka = kafka
         self.alert_sink = AlertSink(kafka)
-        self.dlq_sink = DlqSink(kafka)
         self.archive = archive  # aldebaran.audit.archive.Archive | None
         self.on_batch = on_batch
         self.ctx = BatchContext(
@@ -144,6 +162,7 @@ class BatchWriter:
             grace_ms=int(settings.idle_grace_seconds * 1000),
             snapshot_every=settings.snapshot_every,
             snapshot_delta_ratio=settings.snapshot_delta_ratio,
+            kafka=kafka,
         )
         self.last: dict = {}
         self.recent: dict[int, dict] = {}  # batch id → figures, for the heartbeat listener
@@ -159,11 +178,10 @@ class BatchWriter:
                                 ("reason_code", "partition", "offset")])
         sharded = rows_in.repartition(self.settings.shards, "order_id").sortWithinPartitions("partition", "offset")
         out = sharded.mapInArrow(shard_function(self.ctx, batch_id), OUTPUT_SCHEMA)
-        rows = out.collect()  # runs the shard tasks: state deltas are durable after this
+        rows = out.collect()  # runs the shard tasks: state deltas and DLQ records are durable after this
         steps = {"parse_shards": _ms_since(t0)}
         alerts = [r for r in rows if r.row_type == "alert"]
         stats = [r for r in rows if r.row_type == "stats"]
-        rejected = [r for r in rows if r.row_type == "dlq"]
         if alerts:
             # The alerts are already on the driver: produce them from here (idempotent
             # producer, flushed) rather than recompute the shard tasks for a Spark write.
@@ -174,14 +192,7 @@ class BatchWriter:
                 t = time.perf_counter()
                 self.archive.write(batch_id, [r.alert_json for r in alerts])
                 steps["archive"] = _ms_since(t)
-        if rejected:
-            # The original bytes go to the DLQ whole (up to the topics' largest message plus headers),
-            # in source order, with the reason and origin in headers.
-            t = time.perf_counter()
-            rejected.sort(key=lambda r: (r.src_topic, r.src_partition, r.src_offset))
-            self.dlq_sink.send([(r.key, r.value if r.value is not None else b"", dlq_headers(r)) for r in rejected])
-            steps["dlq"] = _ms_since(t)
-        dlq_count = len(rejected)
+        dlq_count = sum(s.dlq for s in stats)
         self.last = {
             "batch_id": batch_id,
             "alerts": len(alerts),
@@ -195,7 +206,7 @@ class BatchWriter:
             "state_ms_max": max((s.state_ms for s in stats), default=0.0),
             "batch_ms": (time.perf_counter() - t0) * 1000,
             # Where the batch's time went inside foreachBatch (ms): the Spark job that parses, shuffles
-            # and runs the shard tasks; producing the alerts; the archive PUT; producing the DLQ records.
+            # and runs the shard tasks (incl. producing the DLQ records); producing the alerts; the archive PUT.
             "steps_ms": steps,
         }
         self.recent[batch_id] = self.last

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from aldebaran import events
 
 
-@dataclass
+@dataclass(slots=True)
 class Book:
-    """One order's state. Persisted as JSON (see books.encode_book); keep fields JSON-friendly."""
+    """One order's state. Persisted as a JSON array of its fields (books._book_row); keep fields JSON-friendly.
+    Slotted: a shard holds millions of these (no per-instance __dict__, faster attribute access)."""
 
     order_id: str
     first_ts: int  # event time of the first event (ms): the book expires ttl after it
@@ -35,8 +36,9 @@ class Book:
     slots: dict[str, Any] = field(default_factory=dict)  # per-rule state, keyed by rule name
 
 
-@dataclass(frozen=True)
-class EventRow:
+class EventRow(NamedTuple):
+    """One valid event as the JVM parse hands it to the books (a tuple: built once per event)."""
+
     kind: str  # events.REQUEST | events.PURCHASE
     event_id: str
     order_id: str
