@@ -302,3 +302,18 @@ def test_a_persisted_book_round_trips_field_for_field():
     assert stored[:3] == ["o1", 5, 6] and stored[7] == ["r", "p", "q"]
     assert decode_book(stored) == book
     assert decode_book(_load(_dump({"b": asdict(book)}))["b"]) == book
+
+
+@pytest.mark.parametrize("n, chunk", [(0, 3), (1, 3), (3, 3), (7, 3), (7, 50)])
+def test_a_snapshot_encoded_in_chunks_reads_back_as_one_document(n, chunk):
+    """Snapshots are compressed a chunk of books at a time; the file is still one gzip'd JSON document
+    with every book and the clock fields, whatever the chunk boundaries."""
+    from aldebaran.audit.books import _dump_books
+    from aldebaran.audit.rules import Book
+
+    shard_books = {f"o{i}": Book(order_id=f"o{i}", first_ts=i, first_seen_ms=100 + i, purchased=i, seen=[f"e{i}"])
+                   for i in range(n)}
+    data = _load(_dump_books(shard_books, chunk=chunk, clock_ms=42, clock_moved_ms=7))
+    assert data["clock_ms"] == 42 and data["clock_moved_ms"] == 7
+    assert sorted(data["books"]) == sorted(f"o{i}" for i in range(n))
+    assert all(decode_book(data["books"][o]) == b for o, b in shard_books.items())

@@ -38,12 +38,14 @@ import dataclasses
 import gc
 import gzip
 import heapq
+import itertools
 import json
 import logging
 import operator
 import os
 import re
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Protocol
@@ -137,6 +139,27 @@ def _dump(records: dict) -> bytes:
     return gzip.compress(json.dumps(records, separators=(",", ":")).encode(), compresslevel=1)
 
 
+def _dump_books(books: dict[str, Book], chunk: int = 50_000, **fields) -> bytes:
+    """`_dump({"books": {order: row}, **fields})` for a whole shard, encoded and compressed `chunk` books
+    at a time: the peak memory is one chunk's JSON plus the compressed output, not the shard's whole
+    JSON text (at millions of open books that was gigabytes per snapshot, on top of the books)."""
+    z = zlib.compressobj(1, zlib.DEFLATED, 31)  # wbits 31: a gzip container, read by gzip.decompress
+    out = [z.compress(b'{"books":{')]
+    items = iter(books.items())
+    first = True
+    while True:
+        part = {o: _book_row(b) for o, b in itertools.islice(items, chunk)}
+        if not part:
+            break
+        text = json.dumps(part, separators=(",", ":"))[1:-1]
+        out.append(z.compress((text if first else "," + text).encode()))
+        first = False
+    tail = json.dumps(fields, separators=(",", ":"))[1:-1]
+    out.append(z.compress(("}" + ("," + tail if tail else "") + "}").encode()))
+    out.append(z.flush())
+    return b"".join(out)
+
+
 def _load(data: bytes) -> dict:
     return json.loads(gzip.decompress(data))
 
@@ -197,6 +220,7 @@ class Outcome:
     applied: int
     duplicates: int
     state_ms: float
+    loaded: str = ""  # cache (this worker had it), replay (caught up on deltas) or cold (snapshot + deltas)
 
 
 _CACHE: dict[tuple[str, int], Shard] = {}
@@ -209,6 +233,7 @@ class ShardStore:
         self.config = config
         self.shard_id = shard_id
         self.files = files_for(f"{config.state_root.rstrip('/')}/shard-{shard_id:04d}")
+        self.loaded = ""  # how the last load found the shard: cache | replay | cold
 
     def _versions(self) -> tuple[list[int], list[int]]:
         deltas, snaps = [], []
@@ -223,15 +248,18 @@ class ShardStore:
         key = (self.config.state_root, self.shard_id)
         cached = _CACHE.get(key)
         if cached is not None and cached.version == version:
+            self.loaded = "cache"
             return cached
         if cached is not None and cached.version < version:
             try:
                 self._replay(cached, range(cached.version + 1, version + 1))
+                self.loaded = "replay"  # another Python worker ran this shard's last batch(es)
                 return cached
             except FileNotFoundError:
                 log.info("shard %d: cache at %d cannot catch up to %d, reloading", self.shard_id, cached.version, version)
         shard = self._load_cold(version)
         _CACHE[key] = shard
+        self.loaded = "cold"
         return shard
 
     def _load_cold(self, version: int) -> Shard:
@@ -372,7 +400,7 @@ class ShardStore:
                 and shard.delta_bytes >= self.config.snapshot_delta_ratio * shard.snapshot_bytes):
             self._snapshot(shard)
         return Outcome(alerts, len(shard.books), opened, expired, applied, duplicates,
-                       (time.perf_counter() - t0) * 1000)
+                       (time.perf_counter() - t0) * 1000, self.loaded)
 
     @staticmethod
     def _fire(book: Book, rule: Rule, alert: Alert | None, out: list[dict], now_ms: int) -> None:
@@ -399,8 +427,7 @@ class ShardStore:
         return len(due)
 
     def _snapshot(self, shard: Shard) -> None:
-        data = _dump({"books": {o: _book_row(b) for o, b in shard.books.items()}, "clock_ms": shard.clock_ms,
-                      "clock_moved_ms": shard.clock_moved_ms})
+        data = _dump_books(shard.books, clock_ms=shard.clock_ms, clock_moved_ms=shard.clock_moved_ms)
         self.files.put(f"snapshot-{shard.version:012d}.json.gz", data)
         shard.snapshot_bytes, shard.delta_bytes = len(data), 0
         deltas, snaps = self._versions()

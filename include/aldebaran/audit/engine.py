@@ -33,7 +33,7 @@ TICK_TOPIC = "__aldebaran_tick__"
 OUTPUT_SCHEMA = (
     "row_type string, alert_id string, kind string, order_id string, alert_json string, "
     "shard int, open_books long, opened long, expired long, applied long, duplicates long, dlq long, "
-    "state_ms double"
+    "state_ms double, loaded string"
 )
 
 
@@ -111,7 +111,7 @@ def shard_function(ctx: BatchContext, batch_id: int):
         ]
         records.append({"row_type": "stats", "shard": shard_id, "open_books": out.open_books, "opened": out.opened,
                         "expired": out.expired, "applied": out.applied, "duplicates": out.duplicates,
-                        "dlq": dlq, "state_ms": out.state_ms})
+                        "dlq": dlq, "state_ms": out.state_ms, "loaded": out.loaded})
         yield pa.RecordBatch.from_pylist(records, schema=_arrow_schema())
 
     return run
@@ -204,6 +204,9 @@ class BatchWriter:
             "applied": sum(s.applied for s in stats),
             "duplicates": sum(s.duplicates for s in stats),
             "state_ms_max": max((s.state_ms for s in stats), default=0.0),
+            # How each shard task found its books: in its Python worker's cache, caught up there from
+            # the deltas another worker wrote, or loaded cold (snapshot + deltas).
+            "shard_loads": _count(s.loaded for s in stats),
             "batch_ms": (time.perf_counter() - t0) * 1000,
             # Where the batch's time went inside foreachBatch (ms): the Spark job that parses, shuffles
             # and runs the shard tasks (incl. producing the DLQ records); producing the alerts; the archive PUT.
