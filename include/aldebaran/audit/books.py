@@ -48,6 +48,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from sys import intern
 from typing import Iterable, Protocol
 
 from aldebaran import events
@@ -124,10 +125,36 @@ def files_for(root: str) -> Files:
 
 
 # --- serialisation -----------------------------------------------------------------------------
-def decode_book(data: dict | list) -> Book:
+def decode_book(data: dict | list, order_id: str | None = None) -> Book:
     """A book from a delta or snapshot: positional (what _book_row writes) or, from files written
-    before 2026-11-23 evening, keyed by field name."""
-    return Book(*data) if isinstance(data, list) else Book(**data)
+    before 2026-11-23 evening, keyed by field name. `order_id`, the key it was stored under, becomes
+    the book's own (one string object, not two), and the names are shared (see _compact)."""
+    if isinstance(data, list):
+        if order_id is not None:
+            data[0] = order_id
+        book = Book(*data)
+    else:
+        book = Book(**data)
+    return _compact(book)
+
+
+def _compact(book: Book) -> Book:
+    """Share the strings a decoded book repeats: client and stock names (interned: a handful of names
+    across millions of books) and the request's and first purchase's event ids (the same strings as
+    in `seen`). A decoded book then takes about the memory of one built by the batch loop."""
+    seen = book.seen
+    for part in (book.request, book.first_purchase):
+        if part is not None:
+            client, stock, event_id = part.get("client"), part.get("stock"), part.get("event_id")
+            if client is not None:
+                part["client"] = intern(client)
+            if stock is not None:
+                part["stock"] = intern(stock)
+            for e in seen:
+                if e == event_id:
+                    part["event_id"] = e
+                    break
+    return book
 
 
 # The persisted form of a book: its fields in declaration order, as one JSON array. Encoded right away
@@ -272,7 +299,7 @@ class ShardStore:
             raw = self.files.get(f"snapshot-{base:012d}.json.gz")
             shard.snapshot_bytes = len(raw)
             data = _load(raw)
-            shard.books = {o: decode_book(b) for o, b in data["books"].items()}
+            shard.books = {o: decode_book(b, o) for o, b in data["books"].items()}
             shard.clock_ms = data["clock_ms"]
             shard.clock_moved_ms = data.get("clock_moved_ms", 0)
             shard.version = base
@@ -298,7 +325,7 @@ class ShardStore:
                     shard.books.pop(order_id, None)
                 else:
                     old = shard.books.get(order_id)
-                    book = decode_book(raw)
+                    book = decode_book(raw, order_id)
                     shard.books[order_id] = book
                     # A new book, or one that expired and re-opened within that batch: index it.
                     if old is None or (old.first_ts, old.first_seen_ms) != (book.first_ts, book.first_seen_ms):
@@ -369,13 +396,16 @@ class ShardStore:
             seen.append(event_id)
             applied += 1
             if ev.kind == request_kind:
-                book.request = {"event_id": event_id, "shares": ev.shares, "client": ev.client,
-                                "stock": ev.stock, "ts": ts}
+                client, stock = ev.client, ev.stock  # interned: millions of books, a handful of names
+                book.request = {"event_id": event_id, "shares": ev.shares, "client": client and intern(client),
+                                "stock": stock and intern(stock), "ts": ts}
             else:
                 book.purchased += ev.shares
                 book.purchase_count += 1
                 if book.first_purchase is None:
-                    book.first_purchase = {"event_id": event_id, "ts": ts, "client": ev.client, "stock": ev.stock}
+                    client, stock = ev.client, ev.stock
+                    book.first_purchase = {"event_id": event_id, "ts": ts, "client": client and intern(client),
+                                           "stock": stock and intern(stock)}
             for rule in rules:
                 alert = rule.on_event(book, ev)
                 if alert is not None:

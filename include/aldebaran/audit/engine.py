@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 
@@ -33,7 +34,7 @@ TICK_TOPIC = "__aldebaran_tick__"
 OUTPUT_SCHEMA = (
     "row_type string, alert_id string, kind string, order_id string, alert_json string, "
     "shard int, open_books long, opened long, expired long, applied long, duplicates long, dlq long, "
-    "state_ms double, loaded string"
+    "state_ms double, loaded string, worker_rss_mib double"
 )
 
 
@@ -111,7 +112,8 @@ def shard_function(ctx: BatchContext, batch_id: int):
         ]
         records.append({"row_type": "stats", "shard": shard_id, "open_books": out.open_books, "opened": out.opened,
                         "expired": out.expired, "applied": out.applied, "duplicates": out.duplicates,
-                        "dlq": dlq, "state_ms": out.state_ms, "loaded": out.loaded})
+                        "dlq": dlq, "state_ms": out.state_ms, "loaded": out.loaded,
+                        "worker_rss_mib": _rss_mib()})
         yield pa.RecordBatch.from_pylist(records, schema=_arrow_schema())
 
     return run
@@ -207,6 +209,8 @@ class BatchWriter:
             # How each shard task found its books: in its Python worker's cache, caught up there from
             # the deltas another worker wrote, or loaded cold (snapshot + deltas).
             "shard_loads": _count(s.loaded for s in stats),
+            # The largest resident memory of a Python worker that ran a shard task (it holds the books).
+            "worker_rss_mib_max": max((s.worker_rss_mib for s in stats), default=0.0),
             "batch_ms": (time.perf_counter() - t0) * 1000,
             # Where the batch's time went inside foreachBatch (ms): the Spark job that parses, shuffles
             # and runs the shard tasks (incl. producing the DLQ records); producing the alerts; the archive PUT.
@@ -218,6 +222,17 @@ class BatchWriter:
         log.info("batch %d: %s", batch_id, json.dumps(self.last))
         if self.on_batch:
             self.on_batch(self.last)
+
+
+def _rss_mib() -> float:
+    """This process's resident memory in MiB (Linux /proc; elsewhere its peak, from getrusage)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return round(int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
+    except OSError:
+        import resource
+
+        return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def _ms_since(t: float) -> float:
