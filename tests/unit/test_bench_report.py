@@ -114,3 +114,25 @@ def test_books_that_cannot_fit_are_reported_as_not_run(tmp_path):
     doc = report.write(results, tmp_path)["markdown"].read_text()
     assert f"| 10,000,000 | – | not run: {why} |" in doc
     assert "books held (largest measured); throughput there 1.00× that at 100; 10,000,000 not run (projected memory)" in doc
+
+
+def test_merge_keeps_the_run_a_merged_section_came_from_on_its_rows(tmp_path):
+    """A books section that was itself merged from an earlier run (section-level mark, rows unmarked)
+    keeps naming that run on its rows when a later run measures other sizes."""
+    import json
+
+    from aldebaran.bench import suite
+
+    previous = _results()
+    previous["command"] = "aldebaran bench all --sections drain --merge"
+    previous["books"]["from_run"] = {"command": "aldebaran bench all --sections books", "date": "2026-01-01 12:00 UTC"}
+    path = tmp_path / "bench-results.json"
+    path.write_text(json.dumps(previous))
+    new_row = {**previous["books"]["rows"][0], "books": 1_000, "sustained_eps": 7.0}
+    now = {"machine": {**previous["machine"], "date": "2026-02-02 00:00 UTC"}, "config": {}, "seconds": 1.0,
+           "command": "aldebaran bench all --sections books", "books": {"rows": [new_row], "correct": True}}
+
+    rows = suite.merge(now, path)["books"]["rows"]
+
+    assert [(r["books"], r.get("from_run")) for r in rows] == [
+        (100, {"command": "aldebaran bench all --sections books", "date": "2026-01-01 12:00 UTC"}), (1_000, None)]

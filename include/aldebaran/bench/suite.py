@@ -165,7 +165,10 @@ def merge(results: dict, previous_path: Path) -> dict:
             merged[section] = {**old, "from_run": old.get("from_run") or origin}
         elif section == "books":
             sizes = {r["books"] for r in results["books"]["rows"]}
-            kept = [{**r, "from_run": r.get("from_run") or origin} for r in old["rows"] if r["books"] not in sizes]
+            # A kept row names the run that measured it: its own mark, else that of the section it sat in
+            # (itself merged from an earlier run), else the previous report's.
+            kept = [{**r, "from_run": r.get("from_run") or old.get("from_run") or origin}
+                    for r in old["rows"] if r["books"] not in sizes]
             rows = sorted(kept + results["books"]["rows"], key=lambda r: r["books"])
             correct = all(r["correct"] for r in rows if not r.get("skipped"))
             merged["books"] = {**results["books"], "rows": rows, "correct": correct}
