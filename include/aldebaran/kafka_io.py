@@ -113,10 +113,6 @@ class DlqSink:
                                  f"errors: {errors[:3]}")
         return added
 
-    def send(self, records: list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]]) -> None:
-        self.add(records)
-        self.flush()
-
     def reset(self) -> None:
         """Start a new unit of work (a retried task reuses the worker's sink): forget the previous one's
         failures and count. Records it left in the producer's queue are still delivered (duplicates on
