@@ -15,7 +15,7 @@ import pytest
 
 from aldebaran import events, reference
 from aldebaran.audit import books
-from aldebaran.audit.books import Config, ShardStore, _book_row, _dump, _load, decode_book
+from aldebaran.audit.books import Config, DeadlineIndex, ShardStore, _book_row, decode_book, freeze, thaw
 from aldebaran.audit.rules import EventRow, resolve
 from aldebaran.exceptions import ConfigError, NotFound
 
@@ -70,7 +70,7 @@ def store_at(root, snapshot_every: int = 20, delta_ratio: float = 0.0) -> ShardS
 def state(root) -> dict:
     shard = books._CACHE[(str(root), 0)]
     return {"version": shard.version, "clock_ms": shard.clock_ms,
-            "books": {o: asdict(b) for o, b in sorted(shard.books.items())}}
+            "books": {o: asdict(shard.book(o)) for o in sorted(shard.books)}}
 
 
 def keys(alerts: list[dict]) -> list[tuple]:
@@ -168,8 +168,8 @@ def test_snapshots_and_cleanup_reload_correctly(tmp_path, msgs):
     assert states == expected_states
 
     shard_dir = root / "shard-0000"
-    snaps = sorted(int(p.name[9:21]) for p in shard_dir.glob("snapshot-*.json.gz"))
-    deltas = sorted(int(p.name[6:18]) for p in shard_dir.glob("delta-*.json.gz"))
+    snaps = sorted(int(p.name[9:21]) for p in shard_dir.glob("snapshot-*.jsonl.gz"))
+    deltas = sorted(int(p.name[6:18]) for p in shard_dir.glob("delta-*.jsonl.gz"))
     last = len(bs) - 1
     assert len(snaps) == 2 and snaps[-1] == last - last % 3
     assert deltas == list(range(snaps[0] + 1, last + 1))  # older deltas were cleaned up
@@ -199,14 +199,14 @@ def test_snapshots_wait_for_deltas_as_large_as_the_last_snapshot(tmp_path, msgs)
     assert states == expected_states
 
     shard_dir = root / "shard-0000"
-    snaps = sorted(int(p.name[9:21]) for p in shard_dir.glob("snapshot-*.json.gz"))
-    deltas = {int(p.name[6:18]): p.stat().st_size for p in shard_dir.glob("delta-*.json.gz")}
+    snaps = sorted(int(p.name[9:21]) for p in shard_dir.glob("snapshot-*.jsonl.gz"))
+    deltas = {int(p.name[6:18]): p.stat().st_size for p in shard_dir.glob("delta-*.jsonl.gz")}
     assert 2 <= len(snaps) < len(bs) // 3, snaps  # on the schedule every batch was due; far fewer were taken
     # The newest snapshot came after deltas of at least the size of the one before it.
-    older = (shard_dir / f"snapshot-{snaps[-2]:012d}.json.gz").stat().st_size
+    older = (shard_dir / f"snapshot-{snaps[-2]:012d}.jsonl.gz").stat().st_size
     assert sum(size for v, size in deltas.items() if snaps[-2] < v <= snaps[-1]) >= older
     # ... and since it, less than its own size has been written (else the next batch would have taken one).
-    newest = (shard_dir / f"snapshot-{snaps[-1]:012d}.json.gz").stat().st_size
+    newest = (shard_dir / f"snapshot-{snaps[-1]:012d}.jsonl.gz").stat().st_size
     assert sum(size for v, size in deltas.items() if v > snaps[-1]) < newest + max(deltas.values())
 
     for v in range(snaps[0], len(bs)):
@@ -226,7 +226,7 @@ def test_stale_worker_cache_falls_back_to_a_cold_load(tmp_path, msgs):
         store.apply(i, rows, now_ms=NOW)
         if i == 2:
             stale = copy.deepcopy(books._CACHE[(str(root), 0)])
-    assert not (root / "shard-0000" / "delta-000000000003.json.gz").exists()
+    assert not (root / "shard-0000" / "delta-000000000003.jsonl.gz").exists()
     books._CACHE[(str(root), 0)] = stale  # the next task runs on the worker that saw version 2
     last = len(bs) - 1
     assert keys(store.apply(last, bs[last], now_ms=NOW).alerts) == keys(expected_alerts[last])
@@ -252,7 +252,7 @@ def test_missing_delta_is_a_clear_error(tmp_path):
     store = ShardStore(Config(str(tmp_path), resolve(["overfill"]), ttl_ms=TTL, snapshot_every=0), 0)
     for i in range(5):
         store.apply(i, [EventRow("PR", f"o{i}", f"o{i}", 1, "C", "S", i)], now_ms=NOW)
-    (tmp_path / "shard-0000" / "delta-000000000002.json.gz").unlink()
+    (tmp_path / "shard-0000" / "delta-000000000002.jsonl.gz").unlink()
     books._CACHE.clear()
     with pytest.raises(FileNotFoundError, match=r"versions \[2\].*" + str(tmp_path)):
         store.apply(5, [], now_ms=NOW)
@@ -288,32 +288,131 @@ def test_keeping_a_single_snapshot_is_rejected(tmp_path):
         Config(str(tmp_path), resolve(["overfill"]), keep_snapshots=1)
 
 
-def test_a_persisted_book_round_trips_field_for_field():
-    """Deltas and snapshots store a book as its fields in declaration order (_book_row): every field,
-    including ones added later, must come back in its place — and books written before, keyed by
-    field name, must still load."""
+BOOK_FIELDS = dict(order_id="o1", first_ts=5, first_seen_ms=6,
+                   request={"event_id": "r", "shares": 10, "client": "c", "stock": "s", "ts": 5},
+                   purchased=12, purchase_count=2, first_purchase={"event_id": "p", "ts": 7, "client": "c", "stock": "s"},
+                   seen=["r", "p", "q"], fired=["OVERFILL"], slots={"mismatch": [["p", "c", "s"]]})
+
+
+def test_a_frozen_book_round_trips_field_for_field():
+    """Between batches a book is its row as bytes (the id is the dict key): every field, including ones
+    added later, must come back in its place, and the times read without decoding are the book's."""
     from aldebaran.audit.rules import Book
 
-    book = Book(order_id="o1", first_ts=5, first_seen_ms=6,
-                request={"event_id": "r", "shares": 10, "client": "c", "stock": "s", "ts": 5},
-                purchased=12, purchase_count=2, first_purchase={"event_id": "p", "ts": 7, "client": "c", "stock": "s"},
-                seen=["r", "p", "q"], fired=["OVERFILL"], slots={"mismatch": [["p", "c", "s"]]})
-    stored = _load(_dump({"b": _book_row(book)}))["b"]
-    assert stored[:3] == ["o1", 5, 6] and stored[7] == ["r", "p", "q"]
-    assert decode_book(stored) == book
-    assert decode_book(_load(_dump({"b": asdict(book)}))["b"]) == book
+    book = Book(**BOOK_FIELDS)
+    row = freeze(book)
+    assert row.startswith(b'[null,5,6,{"event_id":"r"') and b'["r","p","q"]' in row
+    assert thaw(row, "o1") == book
+    assert books._times(row) == (5, 6) == books._times(book)
+    assert freeze(Book("o2", -3, 0)).startswith(b"[null,-3,0,null,")
+    assert books._times(freeze(Book("o2", -3, 0))) == (-3, 0)
+
+
+def test_books_written_before_the_line_format_still_load(tmp_path):
+    """Deltas and snapshots written before 2026-11-24 are one gzip'd JSON document (*.json.gz), with rows
+    positional or keyed by field name: a checkpoint of that age loads and carries on."""
+    import gzip
+    import json
+
+    from aldebaran.audit.rules import Book
+
+    book = Book(**BOOK_FIELDS)
+    other = dict(BOOK_FIELDS, order_id="o2", first_ts=2, seen=["x"], fired=[], request=None, purchased=3,
+                 purchase_count=1, slots={})
+    shard_dir = tmp_path / "shard-0000"
+    shard_dir.mkdir()
+
+    def old(name: str, doc: dict) -> None:
+        (shard_dir / name).write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+    old("snapshot-000000000003.json.gz", {"books": {"o1": list(_book_row(book))}, "clock_ms": 9, "clock_moved_ms": 1})
+    old("delta-000000000003.json.gz", {"books": {"o1": list(_book_row(book))}, "clock_ms": 9})
+    old("delta-000000000004.json.gz", {"books": {"o2": other}, "clock_ms": 10, "clock_moved_ms": 2})
+    store = store_at(tmp_path)
+    shard = store.load(4)
+    assert (shard.version, shard.clock_ms, shard.clock_moved_ms) == (4, 10, 2)
+    assert shard.book("o1") == book and shard.book("o2") == Book(**other)
+    # A purchase pushes o1 over its request; the new delta is in the line format; o2 expires as an orphan.
+    out = store.apply(5, [EventRow("P", "z", "o1", 5, "c", "s", 11),
+                          EventRow("PR", "f", "f", 1, "c", "s", 2 + TTL)], now_ms=NOW)  # o1 due at 5 + TTL
+    assert sorted((a["kind"], a["order_id"]) for a in out.alerts) == [("ORPHAN", "o2")]  # o1 fired before
+    assert shard.book("o1").purchased == 17
+    assert (shard_dir / "delta-000000000005.jsonl.gz").exists()
+    books._CACHE.clear()
+    assert store_at(tmp_path).load(5).book("o1").purchased == 17
 
 
 @pytest.mark.parametrize("n, chunk", [(0, 3), (1, 3), (3, 3), (7, 3), (7, 50)])
-def test_a_snapshot_encoded_in_chunks_reads_back_as_one_document(n, chunk):
-    """Snapshots are compressed a chunk of books at a time; the file is still one gzip'd JSON document
-    with every book and the clock fields, whatever the chunk boundaries."""
-    from aldebaran.audit.books import _dump_books
+def test_a_file_encoded_in_chunks_reads_back_whole(monkeypatch, n, chunk):
+    """Snapshots and deltas are compressed a chunk of books at a time and read back a piece at a time;
+    every book, dropped ones (null) and the header come back, whatever the chunk boundaries. Ids with
+    characters JSON escapes (quote, backslash, tab, newline, non-ASCII) survive the line format."""
     from aldebaran.audit.rules import Book
 
-    shard_books = {f"o{i}": Book(order_id=f"o{i}", first_ts=i, first_seen_ms=100 + i, purchased=i, seen=[f"e{i}"])
-                   for i in range(n)}
-    data = _load(_dump_books(shard_books, chunk=chunk, clock_ms=42, clock_moved_ms=7))
-    assert data["clock_ms"] == 42 and data["clock_moved_ms"] == 7
-    assert sorted(data["books"]) == sorted(f"o{i}" for i in range(n))
-    assert all(decode_book(data["books"][o]) == b for o, b in shard_books.items())
+    monkeypatch.setattr(books, "_CHUNK", chunk)
+    ids = [f"o{i}" if i % 3 else f'o{i}\t"\n\u00e9\\' for i in range(n)]
+    rows = [(o, None if i == 4 else freeze(Book(o, i, 100 + i, purchased=i, seen=[f"e{i}\n"])))
+            for i, o in enumerate(ids)]
+    header, got = books._read_lines(books._dump_lines(rows, clock_ms=42, clock_moved_ms=7), "snapshot-000000000001.jsonl.gz")
+    assert header == {"format": 2, "clock_ms": 42, "clock_moved_ms": 7}
+    assert list(got) == rows
+
+
+def test_a_large_file_is_read_back_across_decompression_pieces():
+    """More than one 16 MiB piece of decompressed text: the line split across pieces is joined."""
+    rows = [(f"order-{i:09d}", b"[null,%d,0,null,0,0,null,[],[],{}]" % i) for i in range(600_000)]
+    header, got = books._read_lines(books._dump_lines(rows, clock_ms=1), "delta-000000000001.jsonl.gz")
+    assert list(got) == rows
+
+
+def test_a_file_of_an_unknown_format_is_refused():
+    import gzip
+
+    with pytest.raises(ValueError, match="format 3"):
+        books._read_lines(gzip.compress(b'{"format":3}\n"o"\t[]\n'), "delta-000000000001.jsonl.gz")
+
+
+class NaiveDeadlines:
+    """The model DeadlineIndex must agree with: every (deadline, id) ever added, checked against the books."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[int, str]] = []
+
+    def add(self, deadline: int, order_id: str) -> None:
+        self.entries.append((deadline, order_id))
+
+    def due(self, clock: int, deadline_of) -> set[str]:
+        out = {o for d, o in self.entries if d <= clock and deadline_of(o) == d}
+        self.entries = [(d, o) for d, o in self.entries if d > clock]
+        return out
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("width", [1, 7, 1000])
+def test_deadline_index_pops_exactly_the_due_books(seed, width):
+    """Random opens (deadlines out of order, re-opens with a new deadline, drops) and clock moves: the
+    bucketed index returns exactly the books whose current deadline has passed, like the naive model."""
+    rng = random.Random(seed)
+    index, naive = DeadlineIndex(width), NaiveDeadlines()
+    current: dict[str, int] = {}  # the books: order id → current deadline
+    clock = 0
+    for _ in range(400):
+        action = rng.random()
+        if action < 0.6:
+            o, d = f"o{rng.randrange(60)}", clock + rng.randint(-50, 3000)
+            current[o] = d
+            index.add(d, o)
+            naive.add(d, o)
+        elif action < 0.7 and current:
+            del current[rng.choice(sorted(current))]
+        else:
+            clock += rng.randint(0, 400)
+            if index.next_ms <= clock:
+                got = set(index.due(clock, current.get))
+            else:
+                got = set()
+            want = naive.due(clock, current.get)
+            assert got == want, (clock, got ^ want)
+            for o in got:
+                del current[o]
+        assert index.next_ms <= min(current.values(), default=float("inf"))
