@@ -107,7 +107,13 @@ def test_books_that_cannot_fit_are_reported_as_not_run(tmp_path):
     assert harness._books_preflight([measured], fits) is None
     assert harness._books_preflight([], 10**12) is None  # nothing measured yet: nothing to project from
     why = harness._books_preflight([measured], 100 * fits)
-    assert why and "102.4 KiB per open book, measured at 1,000" in why
+    assert why and "102.40 KiB per open book, RSS growth at 1,000" in why
+    # Two sizes: the slope between them (the fixed costs cancel), applied to the books still to add.
+    larger = {"books": 11_000, "peak_rss_mib": 210.0, "baseline_rss_mib": 100.0, "sustained_eps": 10.0}
+    per_book = 10.0 / 10_000  # MiB: ~1 KiB per book, where the single-size rule would see ~10 KiB
+    assert harness._books_preflight([larger, measured], 11_000 + int(0.5 * available / per_book)) is None
+    slope = harness._books_preflight([measured, larger], 11_000 + int(2 * available / per_book))
+    assert slope and "1.02 KiB per open book, slope between 1,000 and 11,000" in slope
 
     results = _results()
     results["books"]["rows"].append({"books": 10_000_000, "skipped": why})

@@ -23,6 +23,15 @@ books) were written since the last one; and a cold load reads a snapshot plus at
 delta. Taking snapshots on a fixed schedule instead made a batch with 700k open books spend 15.6 s on
 its snapshot every 20 batches (capacity bench, 2026-11-23); at 10M open books that would dominate.
 
+Memory: between batches a shard holds every book frozen — its persisted row as bytes (see `freeze`),
+decoded only when an event touches it and frozen again at the end of that batch — and indexes the
+deadlines in buckets of plain lists (`DeadlineIndex`). A worker holding 1M open books grows by ~616
+bytes per book instead of ~1,470 with a live object per book (/tmp/prof/books_mem.py, one shard,
+2026-11-24), so two Python workers can each hold every shard of 10M open books on a 24 GiB machine
+(Spark hands a shard task to any idle Python worker: each worker ends up with a copy). The same bytes
+are the book's line in its delta and in the snapshots: a snapshot is a concatenation, a cold load a
+split (1M books: 2.1 s instead of 27 s).
+
 If the batch fails part-way (its input iterator or a write raises), this worker's cached copy of the
 shard is dropped: the retry reloads version batch_id-1 rather than half-applied books.
 
@@ -160,7 +169,6 @@ def _compact(book: Book) -> Book:
 # The persisted form of a book: its fields in declaration order, as one JSON array. Encoded right away
 # (json.dumps), so it may share the live book's containers; ~2x faster than keyed dicts, and smaller.
 _book_row = operator.attrgetter(*(f.name for f in dataclasses.fields(Book)))
-_book_tail = operator.attrgetter(*(f.name for f in dataclasses.fields(Book)[1:]))
 _encode_key = json.encoder.encode_basestring_ascii  # C: the order id as a JSON string
 
 
@@ -183,26 +191,59 @@ _encode = _row_encoder()
 
 
 # --- frozen books: how a shard holds the books a batch does not touch ----------------------------
-# A book between batches is its persisted row as bytes, with null in the order id's place (the id is
-# the dict key): `[null,first_ts,first_seen_ms,request,...]`. ~250 bytes instead of ~1.1 KiB of
-# Python objects (a slotted Book, two dicts, two lists, boxed integers), and the same bytes are the
+# A book between batches is one compact JSON array as bytes, without its order id (the dict key):
+#   [first_ts, first_seen_ms, request, purchased, purchase_count, first_purchase, seen, fired, slots]
+#   request        null | [event id, shares, client, stock, ts - first_ts]
+#   first_purchase null | [event id, ts - first_ts, client, stock]
+# where an event id found in `seen` is stored as its index there. ~150 bytes instead of ~1.1 KiB of
+# Python objects (a slotted Book, two dicts, two lists, boxed integers); and the same bytes are the
 # book's line in the delta that changed it and in every snapshot after, so writing a snapshot is a
-# concatenation and loading one is a split: no book is decoded until a batch touches it.
-# Measured on 1M books (python3.11, /tmp/mb.py, 2026-11-24): dict of id → row bytes 371 bytes per book;
-# json.loads of a row 2.4 µs, encoding 2.3 µs.
+# concatenation and loading one a split: no book is decoded until a batch touches it.
+_BOOK_FIELDS = ("order_id", "first_ts", "first_seen_ms", "request", "purchased", "purchase_count",
+                "first_purchase", "seen", "fired", "slots")
+if tuple(f.name for f in dataclasses.fields(Book)) != _BOOK_FIELDS:  # a field added to Book: extend freeze/thaw
+    raise ImportError(f"aldebaran.audit.books: freeze/thaw know Book fields {_BOOK_FIELDS}, not "
+                      f"{tuple(f.name for f in dataclasses.fields(Book))}")
+
+
+def _ref(seen: list[str], event_id: str) -> int | str:
+    for i, e in enumerate(seen):
+        if e == event_id:
+            return i
+    return event_id
+
+
 def freeze(book: Book) -> bytes:
-    return _encode((None, *_book_tail(book))).encode()
+    seen, ft = book.seen, book.first_ts
+    r, f = book.request, book.first_purchase
+    return _encode((
+        ft, book.first_seen_ms,
+        None if r is None else (_ref(seen, r["event_id"]), r["shares"], r["client"], r["stock"], r["ts"] - ft),
+        book.purchased, book.purchase_count,
+        None if f is None else (_ref(seen, f["event_id"]), f["ts"] - ft, f["client"], f["stock"]),
+        seen, book.fired, book.slots,
+    )).encode()
 
 
 def thaw(row: bytes, order_id: str) -> Book:
-    return decode_book(json.loads(row), order_id)
+    """The live book of a frozen row. Client and stock names are interned, event ids shared with `seen`."""
+    ft, first_seen, r, purchased, count, f, seen, fired, slots = json.loads(row)
+    if r is not None:
+        e, client, stock = r[0], r[2], r[3]
+        r = {"event_id": seen[e] if e.__class__ is int else e, "shares": r[1],
+             "client": client and intern(client), "stock": stock and intern(stock), "ts": r[4] + ft}
+    if f is not None:
+        e, client, stock = f[0], f[2], f[3]
+        f = {"event_id": seen[e] if e.__class__ is int else e, "ts": f[1] + ft,
+             "client": client and intern(client), "stock": stock and intern(stock)}
+    return Book(order_id, ft, first_seen, r, purchased, count, f, seen, fired, slots)
 
 
 def _times(book: Book | bytes) -> tuple[int, int]:
     """(first_ts, first_seen_ms) of a live or a frozen book, without decoding the frozen one."""
     if book.__class__ is bytes:
-        _, first_ts, first_seen, _ = book.split(b",", 3)
-        return int(first_ts), int(first_seen)
+        first_ts, first_seen, _ = book.split(b",", 2)
+        return int(first_ts[1:]), int(first_seen)
     return book.first_ts, book.first_seen_ms
 
 
@@ -528,7 +569,6 @@ class ShardStore:
         fallback = shard.fallback
         books = shard.books
         request_kind = events.REQUEST
-        loads = json.loads
         for ev in rows:
             order_id, event_id, ts = ev.order_id, ev.event_id, ev.event_ts
             # Event-time expiry before the event: the clock counts every valid event (duplicates too).
@@ -555,7 +595,7 @@ class ShardStore:
                 opened += 1
             elif book.__class__ is bytes:
                 thawed[order_id] = book
-                book = books[order_id] = decode_book(loads(book), order_id)  # thaw, inlined
+                book = books[order_id] = thaw(book, order_id)
             seen = book.seen
             if event_id in seen:
                 duplicates += 1

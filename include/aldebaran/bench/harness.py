@@ -590,22 +590,34 @@ def books(spark, sizes: list[int], ttl_s: float = 3600.0, seed: int = 11) -> dic
 
 
 def _books_preflight(done: list[dict], n: int, headroom: float = 0.9) -> str | None:
-    """Why N open books would not fit, projected from the memory per book of the largest size measured in
-    this run (RSS growth / books) against the memory available now; None if it fits or nothing is known.
-    A size that cannot fit is reported as not run instead of swapping the machine for an hour."""
+    """Why N open books would not fit, projected from the memory per book measured in this run against
+    the memory available now; None if it fits or nothing is known. A size that cannot fit is reported
+    as not run instead of swapping the machine for an hour.
+
+    With two sizes measured, the cost of a book is the slope between the two largest (peak RSS
+    difference / books difference): the fixed costs (the JVM's heap, which grows to its limit whatever
+    the books; the Python workers' imports) cancel out, and only the books still to be added count. With
+    one, its whole RSS growth / its books: an overestimate, on the safe side."""
     import psutil
 
-    measured = [r for r in done if not r.get("skipped") and r["books"] > 0]
+    measured = sorted((r for r in done if not r.get("skipped") and r["books"] > 0), key=lambda r: r["books"])
     if not measured:
         return None
-    ref = max(measured, key=lambda r: r["books"])
-    per_book = max(ref["peak_rss_mib"] - ref["baseline_rss_mib"], 0.0) / ref["books"]
-    needed = per_book * n
+    ref = measured[-1]
+    if len(measured) >= 2 and ref["books"] > measured[-2]["books"]:
+        low = measured[-2]
+        per_book = max(ref["peak_rss_mib"] - low["peak_rss_mib"], 0.0) / (ref["books"] - low["books"])
+        how = f"slope between {low['books']:,} and {ref['books']:,}"
+        needed = per_book * max(n - ref["books"], 0)
+    else:
+        per_book = max(ref["peak_rss_mib"] - ref["baseline_rss_mib"], 0.0) / ref["books"]
+        how = f"RSS growth at {ref['books']:,}"
+        needed = per_book * n
     available = psutil.virtual_memory().available / MIB
     if needed <= headroom * available:
         return None
-    return (f"projected RSS growth {needed:,.0f} MiB ({per_book * 1024:.1f} KiB per open book, measured at "
-            f"{ref['books']:,}) > {headroom:.0%} of the {available:,.0f} MiB available")
+    return (f"projected RSS growth {needed:,.0f} MiB ({per_book * 1024:.2f} KiB per open book, {how}) > "
+            f"{headroom:.0%} of the {available:,.0f} MiB available")
 
 
 def churn(spark, orders: int, ttl_s: float = 5.0, event_rate: float | None = None, seed: int = 13) -> dict:
