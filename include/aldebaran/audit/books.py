@@ -23,14 +23,14 @@ books) were written since the last one; and a cold load reads a snapshot plus at
 delta. Taking snapshots on a fixed schedule instead made a batch with 700k open books spend 15.6 s on
 its snapshot every 20 batches (capacity bench, 2026-11-23); at 10M open books that would dominate.
 
-Memory: between batches a shard holds every book frozen — its persisted row as bytes (see `freeze`),
-decoded only when an event touches it and frozen again at the end of that batch — and indexes the
-deadlines in buckets of plain lists (`DeadlineIndex`). A worker holding 1M open books grows by ~616
-bytes per book instead of ~1,470 with a live object per book (/tmp/prof/books_mem.py, one shard,
-2026-11-24), so two Python workers can each hold every shard of 10M open books on a 24 GiB machine
-(Spark hands a shard task to any idle Python worker: each worker ends up with a copy). The same bytes
-are the book's line in its delta and in the snapshots: a snapshot is a concatenation, a cold load a
-split (1M books: 2.1 s instead of 27 s).
+Memory: between batches a shard holds every book frozen — one compact JSON row as bytes (see
+`freeze`), decoded only when an event touches it and frozen again at the end of that batch — and
+indexes the deadlines in buckets of plain lists (`DeadlineIndex`). A process holding 1M open books
+grew by ~478 bytes per book (a ~173-byte row) instead of ~1,470 with a live object per book (one
+shard driven directly, 2M events, a throwaway profile, 2026-11-24), so two Python workers can each
+hold every shard of 10M open books on a 24 GiB machine (Spark hands a shard task to any idle Python
+worker: each worker ends up with a copy). The same bytes are the book's line in its delta and in the
+snapshots: a snapshot is a concatenation, a cold load a split (1M books: ~2 s instead of 27 s).
 
 If the batch fails part-way (its input iterator or a write raises), this worker's cached copy of the
 shard is dropped: the retry reloads version batch_id-1 rather than half-applied books.
