@@ -329,9 +329,6 @@ class DeadlineIndex:
         self.hot_upto: float = float("-inf")  # every bucket number up to this one is in `hot`
         self.next_ms: float = float("inf")  # nothing can be due before this time
 
-    def __len__(self) -> int:
-        return len(self.hot) + sum(map(len, self.buckets.values()))
-
     def add(self, deadline: int, order_id: str) -> None:
         b = deadline // self.width
         if b <= self.hot_upto:
