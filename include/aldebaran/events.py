@@ -39,7 +39,7 @@ REASONS = {
     "missing_field": "a required field is missing or null",
     "ill_typed_field": "a field has the wrong JSON type",
     "shares_not_integer": "#shares is not an integer",
-    "shares_out_of_range": "#shares must be between 1 and the configured maximum",
+    "shares_out_of_range": "#shares must be between 0 and the configured maximum",
     "invalid_id": "an id is empty, too long or contains control characters",
 }
 __doc__ += "\n".join(f"- ``{k}``: {v}" for k, v in REASONS.items())
@@ -247,8 +247,10 @@ def validate(
         return Invalid("ill_typed_field", f"'#shares' must be an integer, got {_json_type(shares)}")
     if isinstance(shares, float):
         return Invalid("shares_not_integer", f"'#shares' is {text_of(shares)}, not an integer")
-    if not 1 <= shares <= max_shares:
-        return Invalid("shares_out_of_range", f"'#shares' is {shares}, must be between 1 and {max_shares}")
+    # Zero is valid (BRIEF §2, turn 2): the original publisher sends int(limit / 2 * random()) shares per
+    # purchase, 0 for ~2 % of them; such an event is audited and counts 0. JSON's -0 is the integer 0.
+    if not 0 <= shares <= max_shares:
+        return Invalid("shares_out_of_range", f"'#shares' is {shares}, must be between 0 and {max_shares}")
 
     strings: dict[str, str | None] = {}
     for field in ("client", "stock"):

@@ -2,12 +2,13 @@
 seeded, at a target rate or as fast as possible; writes the alerts the reference model expects.
 
 The original publisher (../shared/seeds/aldebaran-design-notes.txt §3.4.3) sends one request of
-50–100 shares and four purchases of ``int(limit / 2 * random())`` shares each. A purchase of 0 shares
-is invalid under the contract and lands on the DLQ; that is part of the mix, not a bug.
+50–100 shares and four purchases of ``int(limit / 2 * random())`` shares each, so about 2 % of its
+purchases are for 0 shares. Those are valid under the contract (BRIEF §2: ``#shares`` is an integer
+≥ 0): the auditor applies them and they count 0.
 
 The configurable mix (:class:`Mix`) controls what the benchmarks need to vary:
 
-- ``purchases_per_order``: purchases per order (each ≥ 1 share, so every one is valid);
+- ``purchases_per_order``: purchases per order (each ≥ 1 share);
 - ``overfill_fraction``: share of orders whose purchases sum to more than the request (the others
   sum to at most the request, so exactly these orders raise an OVERFILL);
 - ``orphan_fraction``: share of orders that never get a request (ORPHAN once their book expires);
@@ -15,7 +16,7 @@ The configurable mix (:class:`Mix`) controls what the benchmarks need to vary:
 - ``duplicate_fraction``: each message is delivered a second time (same bytes, later in its order's
   sequence) with this probability — the bus is at-least-once;
 - ``malformed_fraction``: after each message, with this probability, one invalid message (not JSON,
-  0 or string shares, a missing field, a JSON array) — they belong on the DLQ;
+  negative or string shares, a missing field, a JSON array) — they belong on the DLQ;
 - ``open_orders``: how many orders are in flight at once: the events of up to this many orders are
   interleaved at random (1 = one order after the other, like the original publisher).
 
@@ -124,7 +125,7 @@ def _malformed(rng: random.Random, order_id: str, n: int, client: str, stock: st
     if choice == 0:
         return b'{"id": "' + order_id.encode() + b'", "#shares": 10'  # truncated: not JSON
     if choice == 1:
-        return events.encode({"id": f"{order_id}-m{n}", "initial_order_id": order_id, "#shares": 0,
+        return events.encode({"id": f"{order_id}-m{n}", "initial_order_id": order_id, "#shares": -1,
                               "client": client, "stock": stock})
     if choice == 2:
         return events.encode({"id": order_id, "#shares": "100", "client": client, "stock": stock})

@@ -9,7 +9,9 @@ order id).
 
 Semantics, precisely:
 
-- Invalid messages (``events.validate``) never reach a book.
+- Invalid messages (``events.validate``) never reach a book. ``#shares`` 0 is valid: such a request or
+  purchase is applied like any other (it opens a book, may be a duplicate, is counted in
+  ``purchase_count``) and adds 0 to the sum; a request of 0 is overfilled only by a positive sum.
 - Event time = the message's ``ts`` if present, else its Kafka timestamp (the second element of a
   ``(value, kafka_ts)`` pair; a bare ``bytes`` value without ``ts`` counts as time 0).
 - One book per order id (request ``id`` = purchase ``initial_order_id``, compared as strings).
@@ -37,7 +39,7 @@ Semantics, precisely:
 - An alert's ``requested``/``purchased``/``purchase_count`` are the book's at the moment it fires.
 
 The original publisher's mix (one request of 50–100 shares, four purchases of
-``int(limit / 2 * random())`` each, a 0-share purchase being invalid) is
+``int(limit / 2 * random())`` each, 0 for ~2 % of them: valid, audited, counting 0) is
 :func:`aldebaran.loadgen.original_mix`.
 """
 

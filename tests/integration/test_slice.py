@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from aldebaran import events, kafka_io, loadgen
+from aldebaran import events, kafka_io, loadgen, reference
 from aldebaran.audit import heartbeat, job
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.delivery.backends import S3Backend
@@ -69,7 +69,7 @@ def test_challenge_example_end_to_end(spark, kafka_topics, store, s3_prefix, che
 
 def test_malformed_input_goes_to_the_dlq_with_reason_and_offset(spark, kafka_topics, checkpoint, s3_prefix):
     good = events.encode(events.request("9", 10))
-    bad = [b"{not json", b'{"id": "p1", "initial_order_id": "9", "#shares": 0}', b"\xff\xfe"]
+    bad = [b"{not json", b'{"id": "p1", "initial_order_id": "9", "#shares": -1}', b"\xff\xfe"]
     kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic,
                          [(b"k", v) for v in [good, *bad]])
     last = _run_auditor(spark, checkpoint, archive_prefix=f"{s3_prefix}/archive")
@@ -88,6 +88,37 @@ def test_malformed_input_goes_to_the_dlq_with_reason_and_offset(spark, kafka_top
     assert len({by_value[b]["aldebaran.source.partition"] for b in bad}) == 1
     assert [int(by_value[b]["aldebaran.source.offset"]) for b in bad] == [1, 2, 3]
     assert [m.value() for m in dlq] == bad and all(m.key() == b"k" for m in dlq)
+
+
+def test_zero_share_events_are_audited_on_both_parse_paths(spark, kafka_topics, checkpoint, s3_prefix, unique):
+    """BRIEF §2 (turn 2): `#shares` 0 is valid. Through the real auditor, on the JVM fast path (the
+    publisher's shape) and the general path (other key order, -0): applied, counted 0, never on the DLQ;
+    equal is not over, a purchase before its request counts, a redelivered one counts once."""
+    fast = lambda e: events.encode(e)  # noqa: E731  (the publisher's field order: the fast path)
+    reordered = lambda e: json.dumps(dict(reversed(list(e.items())))).encode()  # noqa: E731  (general path)
+    msgs = [
+        # z1: 10 requested; 0 + 0 + 10 = 10 is not over (a redelivered 0 counts once); 1 more is.
+        ("z1", fast(events.request("z1", 10))), ("z1", fast(events.purchase("z1-a", "z1", 0))),
+        ("z1", reordered(events.purchase("z1-b", "z1", 0))), ("z1", fast(events.purchase("z1-c", "z1", 10))),
+        ("z1", fast(events.purchase("z1-a", "z1", 0))), ("z1", fast(events.purchase("z1-d", "z1", 1))),
+        # z2: 0-share purchases (one spelled -0) before a 0-share request: equal, no alert; then 1 is over.
+        ("z2", fast(events.purchase("z2-a", "z2", 0))),
+        ("z2", b'{"id": "z2-b", "initial_order_id": "z2", "#shares": -0, "client": "Sendence", "stock": "AAPL"}'),
+        ("z2", reordered(events.request("z2", 0))), ("z2", fast(events.purchase("z2-c", "z2", 1))),
+        # z3: 0 requested, 0 bought: equal, never an alert.
+        ("z3", fast(events.request("z3", 0))), ("z3", reordered(events.purchase("z3-a", "z3", 0))),
+    ]
+    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic,
+                         [(k.encode(), v) for k, v in msgs])
+    last = _run_auditor(spark, checkpoint, archive_prefix=f"{s3_prefix}/archive", query_name=f"zero-{unique}")
+    assert kafka_io.read_topic(kafka_topics, kafka_topics.dlq_topic) == []
+    assert last["dlq"] == 0 and last["applied"] == 11 and last["duplicates"] == 1
+    alerts = [json.loads(m.value()) for m in kafka_io.read_topic(kafka_topics, kafka_topics.alerts_topic)]
+    assert sorted((a["kind"], a["order_id"], a["requested"], a["purchased"], a["purchase_count"],
+                   a["trigger_event_id"]) for a in alerts) == [
+        ("OVERFILL", "z1", 10, 11, 4, "z1-d"), ("OVERFILL", "z2", 0, 1, 3, "z2-c")]
+    assert sorted(reference.key(a) for a in alerts) == sorted(
+        reference.key(a) for a in reference.expected_alerts([v for _, v in msgs]))
 
 
 def _archive_lines(store, prefix):

@@ -46,6 +46,24 @@ def test_configured_limits():
     assert events.validate(enc(merged(REQ, id="abcd", shares=50)), **small).code == "invalid_id"
     assert events.validate(enc(merged(REQ, id="abc", shares=51)), **small).code == "shares_out_of_range"
     assert events.validate(enc(merged(REQ, id="abc", client="c" * 40)), **small).code == "message_too_large"
+    assert events.validate(enc(merged(REQ, id="abc", shares=0)), **small).shares == 0
+    assert events.validate(enc(merged(REQ, id="abc", shares=-1)), **small).code == "shares_out_of_range"
+
+
+def test_zero_shares_are_valid_and_count_zero():
+    """BRIEF §2 (turn 2): `#shares` is an integer >= 0, for a request and a purchase alike."""
+    assert events.validate(enc(merged(REQ, shares=0))) == events.Event("PR", "r-1", "r-1", 0, "Sendence", "AAPL", None)
+    assert events.validate(enc(merged(PUR, shares=0))) == events.Event("P", "p-1", "r-1", 0, "Sendence", "AAPL", None)
+    # The original publisher's own bytes for a 0-share purchase (json.dumps with its default separators).
+    raw = b'{"id": "p-9", "initial_order_id": "o-9", "#shares": 0, "client": "Goldman", "stock": "AAPL"}'
+    assert events.validate(raw) == events.Event("P", "p-9", "o-9", 0, "Goldman", "AAPL", None)
+
+
+def test_below_zero_is_out_of_range_and_the_reason_says_zero_is_the_floor():
+    got = events.validate(enc(merged(PUR, shares=-1)))
+    assert got.code == "shares_out_of_range"
+    assert got.reason == f"shares_out_of_range: '#shares' is -1, must be between 0 and {events.MAX_SHARES}"
+    assert "between 0 and" in events.REASONS["shares_out_of_range"]
 
 
 def test_helpers_encode_valid_events():

@@ -31,6 +31,24 @@ def test_original_mix_is_the_publishers():
         assert all(p["initial_order_id"] == req["id"] and 0 <= p["#shares"] < req["#shares"] / 2 for p in purchases)
 
 
+def test_original_mix_has_valid_zero_share_purchases():
+    """int(limit / 2 * random()) is 0 for ~2 % of purchases: valid input (BRIEF §2), audited, counting 0."""
+    recs = list(loadgen.records(loadgen.original_mix(2_000, seed=4)))
+    decoded = _decoded(recs)
+    assert all(ev is not None for _, ev in decoded)  # the whole mix is valid
+    zeros = [ev for _, ev in decoded if ev.kind == events.PURCHASE and ev.shares == 0]
+    assert 0.01 < len(zeros) / (2_000 * 4) < 0.04
+    # The reference model counts them: take an order with a 0-share purchase and no overfill of its own,
+    # push it over with one more purchase: the alert counts all 5 purchases, the 0-share one included.
+    by_order = {o: [r.value for r, ev in decoded if ev.order_id == o] for o in {ev.order_id for ev in zeros}}
+    order, msgs = next((o, m) for o, m in sorted(by_order.items()) if not reference.expected_alerts(m))
+    purchases = [ev for _, ev in decoded if ev.kind == events.PURCHASE and ev.order_id == order]
+    assert 0 in [ev.shares for ev in purchases]
+    (alert,) = reference.expected_alerts(msgs + [events.encode(events.purchase("extra", order, 100))])
+    assert (alert["kind"], alert["purchase_count"], alert["trigger_event_id"]) == ("OVERFILL", 5, "extra")
+    assert alert["purchased"] == sum(ev.shares for ev in purchases) + 100
+
+
 def test_same_seed_same_bytes_other_seed_other_bytes():
     mix = Mix(orders=300, open_orders=20, duplicate_fraction=0.1, malformed_fraction=0.05, purchase_first=0.3, seed=9)
     a = list(loadgen.mix_records(mix))
@@ -99,6 +117,7 @@ def test_malformed_fraction_lands_on_the_dlq_by_the_reference_validator():
     mix = Mix(orders=1500, malformed_fraction=0.1, seed=12)
     decoded = _decoded(loadgen.mix_records(mix))
     invalid = sum(1 for _, ev in decoded if ev is None)
+    assert all(ev.shares > 0 for _, ev in decoded if ev is not None)  # no malformed one slipped in as 0 shares
     valid = len(decoded) - invalid
     assert valid == 1500 * 5
     assert abs(invalid / valid - 0.1) < 0.02

@@ -112,11 +112,14 @@ def test_configured_limits(spark):
         enc(merged(REQ, id="abc", shares=50)), enc(merged(REQ, id="abcd", shares=50)),
         enc(merged(REQ, id="abc", shares=51)), enc(merged(REQ, id="abc", client="c" * 40)),
         enc(merged(PUR, id=1, oid="abcd", shares=1)), enc(merged(PUR, id=1, oid=123, shares=1)),
-        enc(merged(PUR, id=1, oid=1234, shares=1)),
+        enc(merged(PUR, id=1, oid=1234, shares=1)), enc(merged(PUR, id=1, oid=123, shares=0)),
+        enc(merged(PUR, id=1, oid=123, shares=-1)),
     ]
     rows = parse(spark, values, limits)
     assert [r["reason_code"] for r in rows] == [
-        None, "invalid_id", "shares_out_of_range", "message_too_large", "invalid_id", None, "invalid_id"]
+        None, "invalid_id", "shares_out_of_range", "message_too_large", "invalid_id", None, "invalid_id", None,
+        "shares_out_of_range"]
+    assert rows[7]["shares"] == 0
     assert_agree(values, rows, limits)
 
 
@@ -199,7 +202,7 @@ def field(*good):
 
 good_ids = (st.text("abcXYZ-_0123456789", min_size=1, max_size=10), st.integers(-(10**40), 10**40), number_literals,
             st.text(min_size=1, max_size=5))
-good_shares = (st.integers(1, 10**6), st.integers(1, 10**6), st.integers(-5, 10**13), st.integers(-(10**42), 10**42),
+good_shares = (st.integers(0, 10**6), st.integers(0, 3), st.integers(-5, 10**13), st.integers(-(10**42), 10**42),
                number_literals, st.floats(-1e20, 1e20))
 good_names = (st.sampled_from(["Sendence", "AAPL", "GOOG", ""]), st.text(max_size=8))
 good_ts = (st.integers(0, 2**63 - 1), st.integers(-5, 2**64), number_literals)
@@ -265,8 +268,9 @@ def publisher_shaped(draw) -> bytes:
     if draw(st.booleans()):
         pairs.append(("initial_order_id", value(st.text("ab-_0123456789", min_size=1, max_size=8),
                                                 st.sampled_from([0, "", "0", -1, 10**18]))))
-    pairs += [("#shares", value(st.integers(1, 10**6), st.integers(-2, 10**13)
-                                | st.sampled_from([Raw("-0"), Raw("100.0"), Raw("1e2"), 10**12, 10**12 + 1]))),
+    pairs += [("#shares", value(st.integers(0, 10**6) | st.integers(0, 3), st.integers(-2, 10**13)
+                                | st.sampled_from([Raw("-0"), Raw("0.0"), Raw("100.0"), Raw("1e2"), 10**12,
+                                                   10**12 + 1]))),
               ("client", value(good_names[0], st.text(max_size=4) | string_literals)),
               ("stock", value(good_names[0], st.sampled_from(["a\x7f", "\u2028", "é"]) | string_literals))]
     if draw(st.booleans()):
@@ -343,4 +347,36 @@ def test_fast_path_takes_the_publisher_format(spark):
     assert rows[1]["event_ts"] == 0 and rows[2]["stock"] == "é"
     assert [r["reason_code"] for r in rows[3:]] == [None, None, "shares_not_integer", None, "invalid_json",
                                                     "invalid_json"]
+    assert_agree(values, rows)
+
+
+def test_zero_shares_are_valid_on_both_paths_and_count_zero(spark):
+    """BRIEF §2 (turn 2): `#shares` 0 is valid for a request and a purchase; the fast path proves the
+    publisher's own spelling valid, the general path accepts every other spelling of 0 alike."""
+    values = [
+        # The publisher's shape: the fast path.
+        b'{"id":"r-0","#shares":0,"client":"Sendence","stock":"AAPL"}',
+        b'{"id": "p-0", "initial_order_id": "r-0", "#shares": 0, "client": "Goldman", "stock": "AAPL"}',
+        b'{"id":7,"initial_order_id":8,"#shares":0,"client":"c","stock":"s","ts":12}',
+        # Any other shape: the general path.
+        b'{"#shares":0,"id":"r-0","client":"Sendence","stock":"AAPL"}',
+        b'{"id":"p-0","initial_order_id":"r-0","#shares":-0,"client":"Goldman","stock":"AAPL"}',
+        b'{"id":"p-1","initial_order_id":"r-0","#shares":0}',
+        b'{"id":"p-2","initial_order_id":"r-0","#shares":0,"client":"Goldman","stock":"AAPL","x":[0]}',
+        # Still invalid, whatever the path: below zero, or 0 spelled as a float, a string, with a leading zero.
+        b'{"id":"p-3","initial_order_id":"r-0","#shares":-1,"client":"Goldman","stock":"AAPL"}',
+        b'{"id":"p-4","initial_order_id":"r-0","#shares":0.0,"client":"Goldman","stock":"AAPL"}',
+        b'{"id":"p-5","initial_order_id":"r-0","#shares":"0","client":"Goldman","stock":"AAPL"}',
+        b'{"id":"p-6","initial_order_id":"r-0","#shares":00,"client":"Goldman","stock":"AAPL"}',
+    ]
+    rows = parse(spark, values)
+    assert [r["fast_path"] for r in rows] == [True] * 3 + [False] * 8
+    assert [(r["kind"], r["event_id"], r["order_id"], r["shares"]) for r in rows[:7]] == [
+        (events.REQUEST, "r-0", "r-0", 0), (events.PURCHASE, "p-0", "r-0", 0), (events.PURCHASE, "7", "8", 0),
+        (events.REQUEST, "r-0", "r-0", 0), (events.PURCHASE, "p-0", "r-0", 0), (events.PURCHASE, "p-1", "r-0", 0),
+        (events.PURCHASE, "p-2", "r-0", 0)]
+    assert [r["reason_code"] for r in rows] == [None] * 7 + [
+        "shares_out_of_range", "shares_not_integer", "ill_typed_field", "invalid_json"]
+    assert rows[7]["reason"] == f"shares_out_of_range: '#shares' is -1, must be between 0 and {events.MAX_SHARES}"
+    assert rows[2]["event_ts"] == 12
     assert_agree(values, rows)

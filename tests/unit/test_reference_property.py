@@ -3,7 +3,7 @@ batches thrown in) gives exactly the reference model's alerts.
 
 Streams mix requests and purchases over a few order ids (int and string spellings of the same id),
 redeliveries of earlier messages, reused event ids, late requests, invalid messages, share sizes
-around the request (so equal and over both happen), clients/stocks that sometimes differ or are
+around the request (so equal and over both happen; 0 included, valid since turn 2), clients/stocks that sometimes differ or are
 absent, and event times that jump (so books expire and orders re-open) or arrive late. Both rules
 are on. Processing time is held still, so only event time expires books (the idle fallback has its
 own unit test).
@@ -34,11 +34,13 @@ order_ids = st.sampled_from([1, "1", "1", 2, "2", "x"])
 parties = st.sampled_from([("C", "S"), ("C", "S"), ("C", "S"), ("D", "S"), ("C", "T"), (None, None), (None, "T")])
 time_steps = st.sampled_from([0, 0, 0, 0, 1, 1, 2, 5, 10, 20, 50, 99, 100, 101])
 
-request = st.tuples(st.just("request"), order_ids, st.integers(2, 10), parties)
-purchase = st.tuples(st.just("purchase"), order_ids, st.integers(1, 5), parties)
+request = st.tuples(st.just("request"), order_ids, st.integers(0, 10), parties)
+purchase = st.tuples(st.just("purchase"), order_ids, st.integers(0, 5), parties)
 redelivery = st.tuples(st.just("redeliver"), st.integers(0, 10**6))  # an earlier message, again
-reused_id = st.tuples(st.just("reuse_id"), st.integers(0, 10**6), st.integers(1, 5))  # same id, other content
-invalid = st.tuples(st.just("invalid"), st.sampled_from([b"not json", b"[]", b'{"id":"9","#shares":0}']))
+reused_id = st.tuples(st.just("reuse_id"), st.integers(0, 10**6), st.integers(0, 5))  # same id, other content
+invalid = st.tuples(st.just("invalid"), st.sampled_from([
+    b"not json", b"[]", b'{"id":"9","#shares":-1,"client":"C","stock":"S"}',
+    b'{"id":"p0","initial_order_id":"1","#shares":-1}', b'{"id":"p0","initial_order_id":"1","#shares":0.0}']))
 action = st.one_of(request, request, purchase, purchase, purchase, purchase, redelivery, reused_id, invalid)
 step = st.tuples(action, time_steps, st.integers(0, 150), st.sampled_from([False, False, False, True]), st.booleans())
 # (what, how far the clock moves, how late if late, late?, `ts` in the message (else the Kafka timestamp))
@@ -135,3 +137,51 @@ def test_books_equal_the_reference_model(steps, cuts, mishaps, snapshot_every):
     expected = reference.expected_alerts(messages, ttl_ms=TTL, rules=RULES)
     assert sorted(map(reference.key, got)) == sorted(map(reference.key, expected))
     assert sorted(map(full_key, got)) == sorted(map(full_key, expected))
+
+
+# --- zero shares (BRIEF §2, turn 2): hand-written expectations for the reference model itself ---------
+def _alerts(messages, ttl_ms=10**9):
+    return [(a["kind"], a["order_id"], a["requested"], a["purchased"], a["purchase_count"], a["trigger_event_id"])
+            for a in reference.expected_alerts(messages, ttl_ms=ttl_ms)]
+
+
+def _pr(oid, shares, ts=None):
+    return events.encode(events.request(oid, shares, ts=ts))
+
+
+def _p(eid, oid, shares, ts=None):
+    return events.encode(events.purchase(eid, oid, shares, ts=ts))
+
+
+def test_reference_zero_share_purchase_is_valid_and_counts_zero():
+    assert [ev.shares for ev, _ in reference.valid_events([_pr("1", 10), _p("a", "1", 0)])] == [10, 0]
+    # 10 requested; 0 + 10 is equal (not over); a second 0 does not make it over either; 1 more does.
+    msgs = [_pr("1", 10), _p("a", "1", 0), _p("b", "1", 10), _p("c", "1", 0)]
+    assert _alerts(msgs) == []
+    assert _alerts(msgs + [_p("d", "1", 1)]) == [("OVERFILL", "1", 10, 11, 4, "d")]
+
+
+def test_reference_zero_request_and_zero_purchases_are_equal_not_over():
+    assert _alerts([_pr("1", 0), _p("a", "1", 0), _p("b", "1", 0)]) == []
+    assert _alerts([_pr("1", 0), _p("a", "1", 0), _p("b", "1", 1)]) == [("OVERFILL", "1", 0, 1, 2, "b")]
+
+
+def test_reference_zero_share_purchase_before_its_request():
+    # A 0-share purchase opens the book; the request arriving later finds 0 <= requested: no alert.
+    assert _alerts([_p("a", "1", 0), _pr("1", 0)]) == []
+    assert _alerts([_p("a", "1", 0), _pr("1", 5)]) == []
+    # ...but with 6 already bought, the request for 5 fires, counting the 0-share purchase.
+    assert _alerts([_p("a", "1", 0), _p("b", "1", 6), _pr("1", 5)]) == [("OVERFILL", "1", 5, 6, 2, "1")]
+
+
+def test_reference_zero_share_purchase_duplicates_count_once():
+    msgs = [_pr("1", 1), _p("a", "1", 0), _p("a", "1", 0), _p("b", "1", 1)]
+    assert _alerts(msgs) == []  # 'a' once: 2 purchases, sum 1 = requested
+    # A reused id counts once whatever it carries: the first (0) wins over a later 5.
+    assert _alerts([_pr("1", 1), _p("a", "1", 0), _p("a", "1", 5)]) == []
+
+
+def test_reference_orphan_of_zero_share_purchases_alone():
+    # Purchases but never a request: one ORPHAN at expiry, even if they bought 0 shares.
+    msgs = [_p("a", "1", 0, ts=0), _p("b", "1", 0, ts=1), _pr("flush", 1, ts=10_000)]
+    assert _alerts(msgs, ttl_ms=100) == [("ORPHAN", "1", None, 0, 2, "a")]

@@ -97,6 +97,53 @@ def test_int_and_string_ids_are_the_same_order(tmp_path):
     assert [summary(x) for x in alerts] == [("OVERFILL", "7", 10, 11, 1, "8")]
 
 
+# --- zero shares (BRIEF §2, turn 2: `#shares` is an integer >= 0) ---------------------------------------
+def test_zero_share_purchase_is_applied_and_counts_zero(tmp_path):
+    a = Auditor(tmp_path)
+    assert a.batch(pr(1, 10), p(2, 1, 0), p(3, 1, 10)) == []  # 0 + 10 = 10: equal is not over
+    assert (a.last.applied, a.last.duplicates) == (3, 0)
+    assert a.batch(p(4, 1, 0)) == []  # another 0: still 10
+    assert [summary(x) for x in a.batch(p(5, 1, 1))] == [("OVERFILL", "1", 10, 11, 4, "5")]
+
+
+def test_zero_share_request_and_zero_share_purchases_are_not_over(tmp_path):
+    a = Auditor(tmp_path)
+    assert a.batch(pr(1, 0), p(2, 1, 0), p(3, 1, 0)) == []
+    assert [summary(x) for x in a.batch(p(4, 1, 1))] == [("OVERFILL", "1", 0, 1, 3, "4")]
+
+
+def test_zero_share_purchase_before_its_request(tmp_path):
+    a = Auditor(tmp_path)
+    assert a.batch(p(2, 1, 0)) == []  # opens the book
+    assert a.last.opened == 1
+    assert a.batch(pr(1, 0)) == []  # 0 requested, 0 bought: equal, not over
+    b = Auditor(tmp_path / "b")
+    assert b.batch(p(2, 1, 0), p(3, 1, 6)) == []
+    assert [summary(x) for x in b.batch(pr(1, 5))] == [("OVERFILL", "1", 5, 6, 2, "1")]
+
+
+def test_zero_share_purchase_redelivered_counts_once(tmp_path):
+    a = Auditor(tmp_path)
+    assert a.batch(pr(1, 1), p(2, 1, 0), p(2, 1, 0)) == []
+    assert a.last.duplicates == 1
+    assert a.batch(p(3, 1, 1)) == []  # 2 purchases, 1 share: equal
+    assert [summary(x) for x in a.batch(p(4, 1, 1))] == [("OVERFILL", "1", 1, 2, 3, "4")]
+
+
+def test_zero_share_purchases_without_a_request_are_an_orphan(tmp_path):
+    a = Auditor(tmp_path)
+    assert a.batch(p(2, 1, 0, ts=0), p(3, 1, 0, ts=5)) == []
+    alerts = a.batch(pr(9, 1, ts=TTL))
+    assert [summary(x) for x in alerts] == [("ORPHAN", "1", None, 0, 2, "2")]
+
+
+def test_zero_share_purchases_from_the_wire(tmp_path):
+    msgs = [events.encode(e) for e in (events.request(1, 10), events.purchase(2, 1, 0), events.purchase(3, 1, 11))]
+    rows = reference.auditor_rows(msgs)
+    assert [r.shares for r in rows] == [10, 0, 11]
+    assert [summary(x) for x in Auditor(tmp_path).batch(*rows)] == [("OVERFILL", "1", 10, 11, 2, "3")]
+
+
 # --- duplicates ------------------------------------------------------------------------------------
 def test_duplicate_event_id_counts_once(tmp_path):
     a = Auditor(tmp_path)

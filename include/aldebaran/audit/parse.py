@@ -24,11 +24,12 @@ messages are in the publisher's own shape, which one regular expression (:func:`
 prove valid: the fields in the publisher's order (``id``, optional ``initial_order_id``, ``#shares``,
 ``client``, ``stock``, optional ``ts``), no other key (so no duplicate either), ids a non-empty string
 without escapes or control characters within the length limit or an integer of at most 18 digits,
-``#shares`` a positive integer, ``client``/``stock`` strings without escapes, ``ts`` a non-negative
-integer of at most 18 digits. A message the expression accepts (and whose bytes are valid UTF-8 within
-the size limit, and whose shares are within the limit) is valid by every check below, so its fields are
-read with a `from_json` of plain types; every other message takes the general path. The fast path
-never decides that a message is invalid: it only skips checks that cannot fail.
+``#shares`` a non-negative integer without sign (``0`` is valid), ``client``/``stock`` strings without
+escapes, ``ts`` a non-negative integer of at most 18 digits. A message the expression accepts (and
+whose bytes are valid UTF-8 within the size limit, and whose shares are within the limit) is valid by
+every check below, so its fields are read with a `from_json` of plain types; every other message takes
+the general path. The fast path never decides that a message is invalid: it only skips checks that
+cannot fail.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def fast_shape_regex(limits: Limits = Limits()) -> str:
         digits - 1, "|-[1-9][0-9]{0,%d}" % (negative_digits - 1) if negative_digits >= 1 else "")
     ident = f"(?:{string_id}|{integer_id})"
     text = r'"[^"\\\x00-\x1f]*"'
-    shares = r"[1-9][0-9]{0,%d}" % (len(str(limits.max_shares)) - 1)
+    # 0 is valid (BRIEF §2); "-0" (also 0) is left to the general path, like every other spelling.
+    shares = r"(?:0|[1-9][0-9]{0,%d})" % (len(str(limits.max_shares)) - 1)
     ts = r"(?:0|[1-9][0-9]{0,17})"
 
     def member(key: str, value: str) -> str:
@@ -179,10 +181,10 @@ def parse_events(kafka_df, limits: Limits = Limits()):
         (t("shares").isin("STRING", "BOOLEAN") | t("shares").startswith("OBJECT") | t("shares").startswith("ARRAY"),
          "ill_typed_field", F.concat(F.lit("'#shares' must be an integer, got "), _json_name(t("shares")))),
         (integral_type("shares") & integer_literal("shares"), "shares_out_of_range",
-         F.lit(f"'#shares' must be between 1 and {limits.max_shares}")),
+         F.lit(f"'#shares' must be between 0 and {limits.max_shares}")),
         (t("shares") != F.lit("BIGINT"), "shares_not_integer", F.lit("'#shares' is not an integer")),
-        ((shares < 1) | (shares > limits.max_shares), "shares_out_of_range",
-         F.concat(F.lit("'#shares' is "), shares.cast("string"), F.lit(f", must be between 1 and {limits.max_shares}"))),
+        ((shares < 0) | (shares > limits.max_shares), "shares_out_of_range",
+         F.concat(F.lit("'#shares' is "), shares.cast("string"), F.lit(f", must be between 0 and {limits.max_shares}"))),
     ]
     for field in ("client", "stock"):
         checks.append((~is_purchase & absent(field), "missing_field", F.lit(f"'{field}' is required")))

@@ -362,7 +362,7 @@ def python_peer(kafka, ttl_ms: int) -> dict:
                 continue
             eid, oid, shares = e.get("id"), e.get("initial_order_id"), e.get("#shares")
             if (not isinstance(eid, (str, int)) or isinstance(eid, bool) or not isinstance(shares, int)
-                    or isinstance(shares, bool) or shares < 1):
+                    or isinstance(shares, bool) or shares < 0):  # 0 shares is valid (BRIEF §2)
                 continue
             is_p = oid is not None
             if is_p and (not isinstance(oid, (str, int)) or isinstance(oid, bool)):
