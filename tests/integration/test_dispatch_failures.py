@@ -22,7 +22,7 @@ from aldebaran.delivery.backends import S3Backend
 from aldebaran.delivery.channels import configured_channels
 from aldebaran.delivery.dispatcher import Dispatcher
 from aldebaran.delivery.ledger import DEAD, DELIVERED, IN_DOUBT, Ledger
-from aldebaran.delivery.receivers import SmsProvider, WebhookReceiver
+from aldebaran_lab.receivers import SmsProvider, WebhookReceiver
 
 HERE = Path(__file__).resolve().parent
 

@@ -24,7 +24,7 @@ from aldebaran.audit.rules import alert_id
 from aldebaran.delivery.backends import S3Backend
 from aldebaran.delivery.channels import alert_body, signature
 from aldebaran.delivery.ledger import Ledger
-from aldebaran.delivery.receivers import WebhookReceiver
+from aldebaran_lab.receivers import WebhookReceiver
 from aldebaran.envfile import GENERATED
 from aldebaran.exceptions import ConfigError
 from aldebaran.objectstore import safe_segment

@@ -74,7 +74,7 @@ def steady_rate(rate: float, seconds: float = 20.0, concurrency: int = 32) -> di
     from aldebaran.delivery.channels import configured_channels
     from aldebaran.delivery.dispatcher import Dispatcher
     from aldebaran.delivery.ledger import Ledger
-    from aldebaran.delivery.receivers import WebhookReceiver
+    from aldebaran_lab.receivers import WebhookReceiver
     from aldebaran.objectstore import ObjectStore
     from aldebaran.settings import KafkaSettings, load
 
@@ -129,7 +129,7 @@ def run(alerts: int = 5000, concurrency: int = 32, duplicates: float = 0.1, repe
     from aldebaran.delivery.channels import WebhookChannel, configured_channels
     from aldebaran.delivery.dispatcher import Dispatcher
     from aldebaran.delivery.ledger import Ledger
-    from aldebaran.delivery.receivers import WebhookReceiver
+    from aldebaran_lab.receivers import WebhookReceiver
     from aldebaran.objectstore import ObjectStore
     from aldebaran.settings import KafkaSettings, load
 

@@ -229,7 +229,7 @@ def run_alerts(good: int = 50) -> dict:
     from aldebaran.delivery.channels import WebhookChannel
     from aldebaran.delivery.dispatcher import Dispatcher
     from aldebaran.delivery.ledger import Ledger
-    from aldebaran.delivery.receivers import WebhookReceiver
+    from aldebaran_lab.receivers import WebhookReceiver
 
     ws = Workspace.create("fuzz-alerts", s3a=False)
     dead_prefix = f"dead-letters/alerts/{ws.kafka.alerts_topic}/"

@@ -52,7 +52,7 @@ class WebhookDispatch:
         from aldebaran.delivery.channels import WebhookChannel
         from aldebaran.delivery.dispatcher import Dispatcher
         from aldebaran.delivery.ledger import Ledger
-        from aldebaran.delivery.receivers import WebhookReceiver
+        from aldebaran_lab.receivers import WebhookReceiver
 
         secret = secrets.token_urlsafe(24)
         self.receiver = WebhookReceiver(secret).start()

@@ -29,7 +29,7 @@ from aldebaran.audit.rules import alert_id
 from aldebaran.chaos.common import CampaignResult, ChaosError, DeliveryVerdict, Workspace, channel_connections
 from aldebaran.delivery.backends import S3Backend
 from aldebaran.delivery.ledger import DELIVERED, IN_DOUBT, Ledger
-from aldebaran.delivery.receivers import SmsProvider, WebhookReceiver
+from aldebaran_lab.receivers import SmsProvider, WebhookReceiver
 
 log = logging.getLogger(__name__)
 

@@ -432,7 +432,7 @@ def run(alerts: int = 3000, kills: int = 3, seed: int = 1, mode: str = "full",
     from aldebaran.chaos.outages import private_services
     from aldebaran.delivery.backends import S3Backend
     from aldebaran.delivery.ledger import DELIVERED, IN_DOUBT, Ledger
-    from aldebaran.delivery.receivers import SmsProvider, WebhookReceiver
+    from aldebaran_lab.receivers import SmsProvider, WebhookReceiver
 
     t0 = time.monotonic()
     result = CampaignResult("kill-scheduler", mode, runs=0, faults=0, lost=0, duplicated=0)
