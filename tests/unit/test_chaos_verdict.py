@@ -6,7 +6,9 @@ from __future__ import annotations
 import collections
 from types import SimpleNamespace
 
-from aldebaran.chaos.common import DeliveryVerdict, delivery_verdict
+from aldebaran.chaos.common import (
+    DeliveryVerdict, delivery_verdict, first_receipt_after, longest_pause, settled, sms_verdict, sms_verdict_of,
+)
 
 ALERTS = [
     {"alert_id": "a1", "kind": "OVERFILL", "order_id": "o1", "stock": "AAPL", "requested": 100, "purchased": 101},
@@ -113,17 +115,16 @@ def test_a_webhook_key_outside_the_batch_is_a_failure_not_a_loss():
     assert v.details()["webhook"]["accepted"] == 5
 
 
-def test_from_receivers_reads_the_test_receivers_and_ledger_records():
+def test_from_receivers_reads_the_test_receivers_and_ledger_states():
     statuses = collections.Counter({409: 1, 201: 4})  # order as the receiver counted: 409 first
     webhook = SimpleNamespace(accepted={"a1": object(), "a3": object()}, statuses=statuses,
                               requests_per_key=collections.Counter({"a1": 2, "a3": 1}),
                               rejected_signatures=1, incomplete_requests=2)
     sms = SimpleNamespace(messages=[SimpleNamespace(body=TEXT["a1"]), SimpleNamespace(body=TEXT["a1"])],
                           sends=collections.Counter({(TO, TEXT["a1"]): 2}))
-    rec = SimpleNamespace
-    records = {"webhook": {"a1": rec(state="DELIVERED"), "a2": rec(state="CLAIMED"), "a3": rec(state="DELIVERED")},
-               "sms": {"a1": rec(state="DELIVERED"), "a2": rec(state="IN_DOUBT")}}
-    v = DeliveryVerdict.from_receivers(ALERTS, webhook, sms, records)
+    states = {"webhook": {"a1": "DELIVERED", "a2": "CLAIMED", "a3": "DELIVERED"},
+              "sms": {"a1": "DELIVERED", "a2": "IN_DOUBT"}}  # as Ledger.states(channel)
+    v = DeliveryVerdict.from_receivers(ALERTS, webhook, sms, states)
     # webhook: a2 lost; 4 x 201 for 2 keys: 2 duplicates. sms: a1 twice; a3 no record: lost
     assert (v.lost, v.duplicated) == (2, 3)
     details = v.details()
@@ -144,3 +145,35 @@ def test_from_receivers_reads_the_test_receivers_and_ledger_records():
         {"scenario": "sms (cannot dedupe; 1 IN_DOUBT)", "runs": 3, "faults": 2, "lost": 1, "duplicated": 1,
          "recovery": "x"},
     ]
+
+
+def test_sms_verdict_of_a_second_sms_channel_with_its_own_provider_and_name():
+    provider = SimpleNamespace(messages=[SimpleNamespace(body=TEXT["a1"]), SimpleNamespace(body=TEXT["a2"])],
+                               sends=collections.Counter({(TO, TEXT["a1"]): 1, (TO, TEXT["a2"]): 1}))
+    # a1 settled by the lookup (DELIVERED, text there); a2 IN_DOUBT though sent; a3 RETRY: not yet settled
+    v = sms_verdict_of(ALERTS, provider, {"a1": "DELIVERED", "a2": "IN_DOUBT", "a3": "RETRY"}, "sms_lookup")
+    assert v.lost == {"a3"} and v.in_doubt == {"a2"} and v.in_doubt_actually_sent == 1
+    assert v.row(2, 1, "r") == {"scenario": "sms_lookup (cannot dedupe; 1 IN_DOUBT)", "runs": 2, "faults": 1,
+                                "lost": 1, "duplicated": 0, "recovery": "r"}
+    assert v.row(2, 1, "r", "label")["scenario"] == "label"
+    assert sms_verdict(ALERTS, [], {}, {}).lost == {"a1", "a2", "a3"}
+
+
+def test_settled_counts_the_alerts_not_yet_in_a_wanted_state_per_channel():
+    states = {"webhook": {"a1": "DELIVERED", "a2": "DELIVERED", "a3": "CLAIMED"},
+              "sms": {"a1": "IN_DOUBT", "a2": "DELIVERED"}}
+    wanted = {"webhook": ("DELIVERED",), "sms": ("DELIVERED", "IN_DOUBT")}
+    assert settled(states, ["a1", "a2", "a3"], wanted) == {"webhook": 1, "sms": 1}
+    assert settled(states, ["a1", "a2"], wanted) == {}
+    assert settled(states, ["a1"], {"sms": ("DELIVERED",)}) == {"sms": 1}
+    assert settled({}, ["a1"], {"bus": ("DELIVERED",)}) == {"bus": 1}
+
+
+def test_first_receipt_after_a_kill_and_the_longest_pause():
+    received = [10.0, 10.5, 11.0, 17.5, 18.0]
+    assert first_receipt_after(received, 11.2) == 6.3
+    assert first_receipt_after(received, 10.5) == 0.0  # a receipt at the very moment counts
+    assert first_receipt_after(received, 18.5) is None
+    assert longest_pause(received, 10.0, 20.0) == (6.5, 11.0)
+    assert longest_pause(received, 9.0, 10.2) == (1.0, 9.0)
+    assert longest_pause([], 0.0, 3.0) == (3.0, 0.0)

@@ -19,10 +19,10 @@ from typing import Hashable, Iterable, Iterator, Mapping, Sequence
 
 from aldebaran import kafka_admin, kafka_io, paths, reference
 from aldebaran.delivery.channels import sms_text
-from aldebaran.delivery.ledger import DELIVERED, IN_DOUBT
+from aldebaran.delivery.records import DELIVERED, IN_DOUBT
 from aldebaran.exceptions import AldebaranError
-from aldebaran.objectstore import ObjectStore
 from aldebaran.settings import KafkaSettings, load
+from aldebaran.storage import S3Store
 
 log = logging.getLogger(__name__)
 
@@ -44,21 +44,21 @@ class Workspace:
 
     name: str
     kafka: KafkaSettings
-    store: ObjectStore
+    store: S3Store
     prefix: str
     checkpoint: str
     logs: Path
 
     @classmethod
     def create(cls, campaign: str, s3a: bool = True, kafka: KafkaSettings | None = None,
-               store: ObjectStore | None = None) -> "Workspace":
+               store: S3Store | None = None) -> "Workspace":
         tag = f"{campaign}-{uuid.uuid4().hex[:8]}"
         base = kafka or load(KafkaSettings)
         topics = {"trades_topic": f"chaos-{tag}-trades", "alerts_topic": f"chaos-{tag}-alerts",
                   "dlq_topic": f"chaos-{tag}-dlq"}
         settings = base.model_copy(update=topics)
         kafka_admin.ensure_topics(settings)
-        store = store or ObjectStore()
+        store = store or S3Store()
         store.ensure_bucket()
         prefix = f"chaos/{tag}"
         logs = paths.run_dir() / "chaos" / tag
@@ -355,25 +355,84 @@ def write_report(result: CampaignResult, command: str, path: Path | None = None)
     return path
 
 
-def channel_connections(webhook, secret: str, sms) -> dict[str, str]:
-    """AIRFLOW_CONN_* for the campaigns' webhook (HMAC-signed with `secret`) and SMS test receivers."""
-    return {
+def channel_connections(webhook, secret: str, sms, sms_lookup=None) -> dict[str, str]:
+    """AIRFLOW_CONN_* for the campaigns' webhook (HMAC-signed with `secret`) and SMS test receivers;
+    with `sms_lookup` (a second SmsProvider) also channel `sms_lookup`: the same provider API with the
+    connection extra ``lookup: true``, so its IN_DOUBT deliveries are settled by asking the provider."""
+    def sms_conn(provider, lookup: bool) -> str:
+        return json.dumps({"conn_type": "sms", "host": provider.url, "login": provider.account_sid,
+                           "password": provider.auth_token,
+                           "extra": {"from": "+15550001111", "to": "+15552223333", "timeout": 5, "lookup": lookup}})
+
+    out = {
         "AIRFLOW_CONN_ALDEBARAN_WEBHOOK": json.dumps({"conn_type": "http", "host": webhook.url, "password": secret,
                                                       "extra": {"endpoint": "/alerts", "timeout": 5}}),
-        "AIRFLOW_CONN_ALDEBARAN_SMS": json.dumps({"conn_type": "sms", "host": sms.url, "login": sms.account_sid,
-                                                  "password": sms.auth_token,
-                                                  "extra": {"from": "+15550001111", "to": "+15552223333",
-                                                            "timeout": 5}}),
+        "AIRFLOW_CONN_ALDEBARAN_SMS": sms_conn(sms, False),
     }
+    if sms_lookup is not None:
+        out["AIRFLOW_CONN_ALDEBARAN_SMS_LOOKUP"] = sms_conn(sms_lookup, True)
+    return out
 
 
-# --- delivery verdict (kill-dispatch, kill-scheduler) ------------------------------------------------
+# --- delivery verdict (kill-dispatch, kill-scheduler, kill-triggerer, kill-api-server) -----------------
+@dataclass(frozen=True)
+class SmsVerdict:
+    """One SMS channel (its provider cannot deduplicate): a text sent more than once is a duplicate; an
+    alert is lost unless its record is IN_DOUBT (for an operator, or for the provider's lookup) or
+    DELIVERED with its text received by the provider."""
+
+    channel: str
+    lost: frozenset[str]
+    sent_twice: int  # texts (recipient, body) the provider got more than once
+    messages: int
+    delivered: int  # records DELIVERED
+    in_doubt: frozenset[str]  # records IN_DOUBT
+    in_doubt_actually_sent: int  # of those, the provider did receive the text
+
+    def details(self) -> dict:
+        return {"messages": self.messages, "texts_sent_twice": self.sent_twice, "delivered": self.delivered,
+                "in_doubt": len(self.in_doubt), "in_doubt_actually_sent": self.in_doubt_actually_sent,
+                "lost": len(self.lost)}
+
+    def row(self, runs: int, faults: int, recovery: str, label: str | None = None) -> dict:
+        label = label or f"{self.channel} (cannot dedupe; {len(self.in_doubt)} IN_DOUBT)"
+        return {"scenario": label, "runs": runs, "faults": faults, "lost": len(self.lost),
+                "duplicated": self.sent_twice, "recovery": recovery}
+
+
+def sms_verdict(alerts: Sequence[Mapping], bodies: Iterable[str], sends: Mapping[Hashable, int],
+                states: Mapping[str, str], channel: str = "sms") -> SmsVerdict:
+    """`bodies`: every text the provider got, `sends` its sends per text, `states` the channel's delivery
+    states by alert id (no entry: no record)."""
+    ids = {a["alert_id"] for a in alerts}
+    by_text = {sms_text(a): a["alert_id"] for a in alerts}
+    bodies = list(bodies)
+    received = {by_text.get(b) for b in bodies}
+    sms_states = {i: states.get(i) for i in ids}
+    in_doubt = frozenset(i for i, s in sms_states.items() if s == IN_DOUBT)
+    return SmsVerdict(
+        channel=channel,
+        lost=frozenset(i for i, s in sms_states.items()
+                       if s not in (DELIVERED, IN_DOUBT) or (s == DELIVERED and i not in received)),
+        sent_twice=sum(1 for n in sends.values() if n > 1),
+        messages=len(bodies),
+        delivered=sum(s == DELIVERED for s in sms_states.values()),
+        in_doubt=in_doubt,
+        in_doubt_actually_sent=sum(i in received for i in in_doubt),
+    )
+
+
+def sms_verdict_of(alerts: Sequence[Mapping], provider, states: Mapping[str, str], channel: str) -> SmsVerdict:
+    """sms_verdict from a test SmsProvider."""
+    return sms_verdict(alerts, [m.body for m in provider.messages], provider.sends, states, channel)
+
+
 @dataclass(frozen=True)
 class DeliveryVerdict:
-    """What the webhook receiver and the SMS provider got, against the alerts and their delivery records.
+    """What the webhook receiver and the SMS provider got, against the alerts and their delivery states.
 
     Webhook (deduplicates by Idempotency-Key): an alert is lost if the receiver never accepted it or its
-    record is not DELIVERED (counted once if both); every 201 beyond one per accepted key is a duplicate.
+    state is not DELIVERED (counted once if both); every 201 beyond one per accepted key is a duplicate.
     SMS (cannot deduplicate): a text sent more than once is a duplicate; an alert is lost unless its
     record is IN_DOUBT (for an operator) or DELIVERED with its text received by the provider."""
 
@@ -385,20 +444,27 @@ class DeliveryVerdict:
     webhook_resent_deduplicated: int  # requests beyond the first per Idempotency-Key
     webhook_bad_signatures: int
     webhook_incomplete_requests: int
-    lost_sms: frozenset[str]
-    sms_sent_twice: int  # texts (recipient, body) the provider got more than once
-    sms_messages: int
-    sms_delivered: int  # records DELIVERED
-    sms_in_doubt: frozenset[str]  # records IN_DOUBT
-    sms_in_doubt_actually_sent: int  # of those, the provider did receive the text
+    sms: SmsVerdict
+
+    @property
+    def lost_sms(self) -> frozenset[str]:
+        return self.sms.lost
+
+    @property
+    def sms_sent_twice(self) -> int:
+        return self.sms.sent_twice
+
+    @property
+    def sms_in_doubt(self) -> frozenset[str]:
+        return self.sms.in_doubt
 
     @property
     def lost(self) -> int:
-        return len(self.lost_webhook) + len(self.lost_sms)
+        return len(self.lost_webhook) + len(self.sms.lost)
 
     @property
     def duplicated(self) -> int:
-        return self.sms_sent_twice + self.webhook_delivered_twice
+        return self.sms.sent_twice + self.webhook_delivered_twice
 
     def failures(self) -> list[str]:
         return [f"{len(self.unexpected_webhook)} unexpected webhook deliveries"] if self.unexpected_webhook else []
@@ -410,9 +476,7 @@ class DeliveryVerdict:
                         "resent_same_key_deduplicated": self.webhook_resent_deduplicated,
                         "lost": len(self.lost_webhook), "bad_signatures": self.webhook_bad_signatures,
                         "incomplete_requests_dropped": self.webhook_incomplete_requests},
-            "sms": {"messages": self.sms_messages, "texts_sent_twice": self.sms_sent_twice,
-                    "delivered": self.sms_delivered, "in_doubt": len(self.sms_in_doubt),
-                    "in_doubt_actually_sent": self.sms_in_doubt_actually_sent, "lost": len(self.lost_sms)},
+            "sms": self.sms.details(),
         }
 
     def rows(self, runs: int, faults: int, recovery: str) -> list[dict]:
@@ -420,21 +484,19 @@ class DeliveryVerdict:
         return [
             {"scenario": "webhook (idempotent)", "runs": runs, "faults": faults,
              "lost": len(self.lost_webhook), "duplicated": self.webhook_delivered_twice, "recovery": recovery},
-            {"scenario": f"sms (cannot dedupe; {len(self.sms_in_doubt)} IN_DOUBT)", "runs": runs,
-             "faults": faults, "lost": len(self.lost_sms), "duplicated": self.sms_sent_twice, "recovery": recovery},
+            self.sms.row(runs, faults, recovery, f"sms (cannot dedupe; {len(self.sms.in_doubt)} IN_DOUBT)"),
         ]
 
     @classmethod
     def from_receivers(cls, alerts: Sequence[Mapping], webhook, sms,
-                       records: Mapping[str, Mapping[str, object]]) -> "DeliveryVerdict":
-        """From the test receivers (WebhookReceiver, SmsProvider) and the ledger's records per channel
-        (channel → alert id → record with a `state`)."""
+                       states: Mapping[str, Mapping[str, str]]) -> "DeliveryVerdict":
+        """From the test receivers (WebhookReceiver, SmsProvider) and the ledger's delivery states per
+        channel (channel → alert id → state, as ``Ledger.states(channel)``)."""
         return delivery_verdict(
             alerts, webhook_accepted=webhook.accepted, webhook_statuses=webhook.statuses,
             webhook_requests_per_key=webhook.requests_per_key, webhook_bad_signatures=webhook.rejected_signatures,
             webhook_incomplete_requests=webhook.incomplete_requests,
-            sms_bodies=[m.body for m in sms.messages], sms_sends=sms.sends,
-            ledger_states={ch: {i: r.state for i, r in recs.items()} for ch, recs in records.items()},
+            sms_bodies=[m.body for m in sms.messages], sms_sends=sms.sends, ledger_states=states,
         )
 
 
@@ -445,15 +507,10 @@ def delivery_verdict(alerts: Sequence[Mapping], *, webhook_accepted: Iterable[st
                      ledger_states: Mapping[str, Mapping[str, str]]) -> DeliveryVerdict:
     """The verdict for `alerts` (each sent once to channels `webhook` and `sms`): `webhook_*` the receiver's
     accepted keys (alert ids) and counts, `sms_bodies` every text the provider got and `sms_sends` its sends
-    per text, `ledger_states` the delivery records' states, channel → alert id (no entry: no record)."""
+    per text, `ledger_states` the delivery states, channel → alert id → state (no entry: no record)."""
     ids = {a["alert_id"] for a in alerts}
-    by_text = {sms_text(a): a["alert_id"] for a in alerts}
-    bodies = list(sms_bodies)
-    texts_received = {by_text.get(b) for b in bodies}
     web_states = {i: ledger_states["webhook"].get(i) for i in ids}
-    sms_states = {i: ledger_states["sms"].get(i) for i in ids}
     accepted = set(webhook_accepted)
-    in_doubt = frozenset(i for i, s in sms_states.items() if s == IN_DOUBT)
     return DeliveryVerdict(
         lost_webhook=frozenset((ids - accepted) | {i for i, s in web_states.items() if s != DELIVERED}),
         webhook_delivered_twice=webhook_statuses.get(201, 0) - len(accepted),
@@ -463,11 +520,191 @@ def delivery_verdict(alerts: Sequence[Mapping], *, webhook_accepted: Iterable[st
         webhook_resent_deduplicated=sum(n - 1 for n in webhook_requests_per_key.values() if n > 1),
         webhook_bad_signatures=webhook_bad_signatures,
         webhook_incomplete_requests=webhook_incomplete_requests,
-        lost_sms=frozenset(i for i, s in sms_states.items()
-                           if s not in (DELIVERED, IN_DOUBT) or (s == DELIVERED and i not in texts_received)),
-        sms_sent_twice=sum(1 for n in sms_sends.values() if n > 1),
-        sms_messages=len(bodies),
-        sms_delivered=sum(s == DELIVERED for s in sms_states.values()),
-        sms_in_doubt=in_doubt,
-        sms_in_doubt_actually_sent=sum(i in texts_received for i in in_doubt),
+        sms=sms_verdict(alerts, sms_bodies, sms_sends, ledger_states["sms"]),
     )
+
+
+def settled(states: Mapping[str, Mapping[str, str]], ids: Iterable[str],
+            wanted: Mapping[str, Iterable[str]]) -> dict[str, int]:
+    """Per channel, how many of `ids` are not yet in one of the channel's `wanted` states ({} = all settled)."""
+    ids = list(ids)
+    out = {}
+    for channel, ok in wanted.items():
+        ok = set(ok)
+        open_ = sum(1 for i in ids if states.get(channel, {}).get(i) not in ok)
+        if open_:
+            out[channel] = open_
+    return out
+
+
+def lookup_settled(ledger, channel: str, ids: Iterable[str]) -> dict[str, int]:
+    """How the provider's lookup settled `channel`'s IN_DOUBT deliveries among `ids` (from the records'
+    history): {"found_sent": n, "not_found_resent": m}. Reads one record per alert id that has one."""
+    out = {"found_sent": 0, "not_found_resent": 0}
+    for alert_id in ids:
+        got = ledger.get(channel, alert_id)
+        if got is None:
+            continue
+        for h in got[0].history:
+            note = h.get("note") or ""
+            if "lookup: it has the message" in note:
+                out["found_sent"] += 1
+            elif "lookup: no such message" in note:
+                out["not_found_resent"] += 1
+    return out
+
+
+# --- streaming dispatchers as processes ---------------------------------------------------------------
+class DispatcherProcess:
+    """A streaming dispatcher — `aldebaran dispatch --follow --name NAME [--channel C ...]`, as the
+    dispatch_supervisor DAG starts it — in its own process group, killable as a whole. With
+    `kill_after_send` > 0 it is the same dispatcher wrapped in a failure injection
+    (``python -m aldebaran.chaos.dispatch_worker``) that SIGKILLs itself right after a send, before the
+    ledger records it."""
+
+    def __init__(self, name: str, env: dict[str, str], log_path: Path, channels: Sequence[str] = (),
+                 store: S3Store | None = None) -> None:
+        self.name = name
+        self.env = env
+        self.log_path = log_path
+        self.channels = list(channels)
+        self.store = store
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+        self.started_at = 0.0
+
+    def start(self, kill_after_send: float = 0.0, seed: int = 0) -> "DispatcherProcess":
+        self.starts += 1
+        chan = [a for c in self.channels for a in ("--channel", c)]
+        if kill_after_send > 0:
+            import sys
+
+            cmd = [sys.executable, "-m", "aldebaran.chaos.dispatch_worker", "--name", self.name, *chan,
+                   "--kill-after-send", str(kill_after_send), "--seed", str(seed)]
+        else:
+            cmd = [str(paths.venv_bin("aldebaran")), "dispatch", "--follow", "--name", self.name, *chan]
+        with open(self.log_path, "ab") as out:
+            out.write(f"\n=== {self.name} start {self.starts} at {dt.datetime.now(dt.UTC).isoformat()} "
+                      f"(kill after send: {kill_after_send}) ===\n".encode())
+            out.flush()
+            self.proc = subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True, cwd=str(paths.ROOT))
+        self.started_at = time.monotonic()
+        log.info("dispatcher %s started (pid %d, start %d%s)", self.name, self.proc.pid, self.starts,
+                 f", kill after send p={kill_after_send}" if kill_after_send else "")
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def heartbeat(self) -> dict:
+        from aldebaran.delivery.service import read_heartbeat
+
+        if self.store is None:
+            return {}
+        try:
+            return read_heartbeat(self.store, self.name) or {}
+        except (AldebaranError, ValueError):
+            return {}
+
+    def running(self) -> bool:
+        """Its heartbeat says running, written by this very process."""
+        hb = self.heartbeat()
+        return self.alive() and hb.get("pid") == self.pid and hb.get("status") == "running"
+
+    def assigned(self) -> int:
+        """Partitions (over all its channels) its latest heartbeat says it owns."""
+        hb = self.heartbeat()
+        if hb.get("pid") != self.pid:
+            return 0
+        return sum(len(v) for v in (hb.get("partitions") or {}).values())
+
+    def kill(self) -> None:
+        """SIGKILL the dispatcher's process group: a crashed host, not a stop."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+        _reap_group(self.proc.pid)
+
+    def stop(self, timeout: float = 60.0) -> int | None:
+        """SIGTERM (it finishes the runs in hand and commits), SIGKILL if it hangs."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("dispatcher %s did not stop within %.0fs after SIGTERM; SIGKILL", self.name, timeout)
+                self.kill()
+        _reap_group(self.proc.pid)
+        return self.proc.returncode
+
+    def forget(self) -> None:
+        """Delete its heartbeat (the campaign's dispatchers must not look like live ones afterwards)."""
+        from aldebaran.delivery.service import heartbeat_key
+
+        if self.store is not None:
+            with contextlib.suppress(AldebaranError):
+                self.store.delete(heartbeat_key(self.name))
+
+    def tail(self, lines: int = 30) -> str:
+        from aldebaran.services.base import tail
+
+        return tail(self.log_path, lines)
+
+
+def delivery_env(prefix: str, lease_seconds: float, **extra: str) -> dict[str, str]:
+    """ALDEBARAN_DELIVERY_* for the campaigns' dispatchers: their own ledger prefix, short leases, quick
+    retries, sweeps and lookups, heartbeats every second, a consumer session at the broker's minimum
+    (6 s: a SIGKILLed dispatcher's partitions move on after that long), so a campaign takes minutes."""
+    env = {
+        "ALDEBARAN_DELIVERY_PREFIX": prefix,
+        "ALDEBARAN_DELIVERY_LEASE_SECONDS": str(lease_seconds),
+        "ALDEBARAN_DELIVERY_MAX_ATTEMPTS": "10",
+        "ALDEBARAN_DELIVERY_BACKOFF_BASE_SECONDS": "0.2",
+        "ALDEBARAN_DELIVERY_BACKOFF_MAX_SECONDS": "1.0",
+        "ALDEBARAN_DELIVERY_SWEEP_SECONDS": "1.0",
+        "ALDEBARAN_DELIVERY_LOOKUP_GRACE_SECONDS": "2.0",
+        "ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS": "1.0",
+        "ALDEBARAN_DELIVERY_SESSION_TIMEOUT_MS": "6000",
+    }
+    env.update(extra)
+    return env
+
+
+def campaign_ledger(store: S3Store, prefix: str, lease_seconds: float):
+    """The ledger the campaign's dispatchers write (for the verdict: ``states``, ``get``)."""
+    from aldebaran.delivery.ledger import Ledger
+    from aldebaran.delivery.records import RetryPolicy
+
+    return Ledger(store, prefix=prefix, lease_seconds=lease_seconds, policy=RetryPolicy(10, 0.2, 1.0))
+
+
+def first_receipt_after(received_at: Iterable[float], t: float) -> float | None:
+    """Seconds from wall-clock time `t` (a kill) to the first receipt after it at a recipient (its
+    `received_at` times, epoch seconds), None if nothing arrived after it."""
+    later = [r for r in received_at if r >= t]
+    return round(min(later) - t, 2) if later else None
+
+
+def longest_pause(received_at: Iterable[float], start: float, end: float) -> tuple[float, float | None]:
+    """The longest stretch without a receipt at a recipient within [start, end] (epoch seconds):
+    (seconds, when it began)."""
+    times = sorted(r for r in received_at if start <= r <= end)
+    edges = [start, *times, end]
+    best, at = 0.0, None
+    for a, b in zip(edges, edges[1:]):
+        if b - a > best:
+            best, at = b - a, a
+    return round(best, 2), at

@@ -10,28 +10,29 @@ checkpoint, then dispatch everything to a counting webhook receiver and compare 
     3. once the checkpoint covers the topic's end offsets the auditor is stopped cleanly;
     4. the alerts topic (at-least-once: repeats counted, then removed by alert id as the dispatcher does)
        is compared with aldebaran.reference.expected_alerts on the same messages;
-    5. meanwhile (from the start, as in production) the dispatcher delivers the topic to a local webhook
-       receiver (HMAC-checked, counting requests per Idempotency-Key): every expected alert exactly
-       once, nothing else.
+    5. meanwhile (from the start, as in production) a streaming dispatcher (`aldebaran dispatch --follow`,
+       its own process) delivers the topic to a local webhook receiver (HMAC-checked, counting requests
+       per Idempotency-Key): every expected alert exactly once, nothing else.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import secrets
-import threading
 import time
 
 from aldebaran import kafka_io, loadgen, reference
 from aldebaran.chaos.common import (
-    AuditorProcess, CampaignResult, ChaosError, Workspace, auditor_args, caught_up, compare_alerts, committed,
-    topic_alerts, wait_for,
+    AuditorProcess, CampaignResult, ChaosError, DispatcherProcess, Workspace, auditor_args, caught_up, compare_alerts,
+    committed, delivery_env, topic_alerts, wait_for,
 )
 
 log = logging.getLogger(__name__)
 
 TTL_SECONDS = 86_400.0  # no book expires during a campaign: the comparison is about crashes, not expiry
+LEASE_SECONDS = 10.0
 
 
 def produce_mix(ws: Workspace, events: int, seed: int) -> list[bytes]:
@@ -44,40 +45,38 @@ def produce_mix(ws: Workspace, events: int, seed: int) -> list[bytes]:
 
 
 class WebhookDispatch:
-    """The dispatcher, running alongside the campaign, delivering the workspace's alerts topic to a local
-    counting webhook receiver (HMAC-checked, requests counted per Idempotency-Key)."""
+    """A streaming dispatcher (``aldebaran dispatch --follow --channel webhook``, its own process, as the
+    dispatch_supervisor DAG runs it) delivering the workspace's alerts topic, from the start of the
+    campaign, to a local counting webhook receiver (HMAC-checked, requests counted per Idempotency-Key)."""
 
     def __init__(self, ws: Workspace) -> None:
-        from aldebaran.delivery.backends import S3Backend
-        from aldebaran.delivery.channels import WebhookChannel
-        from aldebaran.delivery.dispatcher import Dispatcher
-        from aldebaran.delivery.ledger import Ledger
         from aldebaran_lab.receivers import WebhookReceiver
 
         secret = secrets.token_urlsafe(24)
         self.receiver = WebhookReceiver(secret).start()
-        channel = WebhookChannel("webhook", self.receiver.url + "/alerts", secret, timeout=10)
-        ledger = Ledger(S3Backend(ws.store), prefix=f"{ws.prefix}/deliveries")
-        self.dispatcher = Dispatcher(ledger, [channel], kafka=ws.kafka, group=f"chaos-{ws.name}", concurrency=32)
-        self.stop = threading.Event()
-        self.stats = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="chaos-dispatch", daemon=True)
-
-    def _run(self) -> None:
-        try:
-            self.stats = self.dispatcher.run_once(idle_timeout=10**9, stop=self.stop)
-        except BaseException as exc:  # noqa: BLE001 - reported by finish()
-            self.error = exc
+        conn = {"conn_type": "http", "host": self.receiver.url, "password": secret,
+                "extra": {"endpoint": "/alerts", "timeout": 10}}
+        env = ws.env(ALDEBARAN_CHANNELS="webhook", AIRFLOW_CONN_ALDEBARAN_WEBHOOK=json.dumps(conn),
+                     **delivery_env(f"{ws.prefix}/deliveries", LEASE_SECONDS))
+        self.proc = DispatcherProcess(f"chaos-{ws.name}-webhook", env, ws.logs / "dispatcher.log", ["webhook"],
+                                      ws.store)
 
     def start(self) -> "WebhookDispatch":
-        self.thread.start()
+        self.proc.start()
+        wait_for(self.proc.running, 120, 0.5, "the streaming dispatcher's first heartbeat")
         return self
 
+    def close(self) -> None:
+        if self.proc.alive():
+            self.proc.kill()
+        self.proc.forget()
+        self.receiver.stop()
+
     def finish(self, expected_ids: set[str], quiet_seconds: float = 30.0) -> dict:
-        """Wait until every expected alert arrived, or nothing new arrived for `quiet_seconds`; then count."""
+        """Wait until every expected alert arrived, or nothing new arrived for `quiet_seconds`; then stop the
+        dispatcher (SIGTERM: it finishes the runs in hand) and count."""
         last, since = -1, time.monotonic()
-        while time.monotonic() - since < quiet_seconds and self.thread.is_alive():
+        while time.monotonic() - since < quiet_seconds and self.proc.alive():
             n = len(self.receiver.accepted)
             if n >= len(expected_ids) and expected_ids <= set(self.receiver.accepted):
                 time.sleep(2)  # let repeats still on the topic come through, to be counted
@@ -85,16 +84,18 @@ class WebhookDispatch:
             if n != last:
                 last, since = n, time.monotonic()
             time.sleep(1)
-        self.stop.set()
-        self.thread.join(120)
+        error = None if self.proc.alive() else f"dispatcher exited {self.proc.returncode()}: {self.proc.tail(5)}"
+        rc = self.proc.stop()
+        if error is None and rc != 0:
+            error = f"dispatcher stop exited {rc}: {self.proc.tail(5)}"
+        hb = self.proc.heartbeat()
+        self.proc.forget()
         self.receiver.stop()
         accepted = set(self.receiver.accepted)
-        stats = self.stats
         return {
-            "dispatch": None if stats is None else {
-                "sent": stats.sent, "already_recorded": stats.already, "failed": stats.failed,
-                "malformed": stats.malformed, "seconds": round(stats.seconds, 1)},
-            "dispatcher_error": None if self.error is None else repr(self.error)[:300],
+            "dispatch": {k: hb.get(k) for k in ("status", "alerts", "runs", "sent", "already_recorded", "failed",
+                                                "in_doubt", "retried", "malformed", "seconds")},
+            "dispatcher_error": error,
             "receiver_accepted": len(accepted),
             "receiver_statuses": dict(self.receiver.statuses),
             "bad_signatures": self.receiver.rejected_signatures,
@@ -129,7 +130,8 @@ def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "fu
         mid_stream = 0
         killed_at: float | None = None
         if dispatch:  # delivering while the auditor is being killed, as in production
-            delivery = WebhookDispatch(ws).start()
+            delivery = WebhookDispatch(ws)
+            delivery.start()
         auditor.start()
         kinds = {"after_a_batch": 0, "during_restart": 0}
         while True:
@@ -211,7 +213,6 @@ def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "fu
         if auditor is not None and auditor.alive():
             auditor.kill()
         if delivery is not None:
-            delivery.stop.set()
-            delivery.receiver.stop()
+            delivery.close()
         if workspace is None and cleanup:
             ws.cleanup()
