@@ -142,6 +142,16 @@ def overview(ledger, limit: int) -> list[dict]:
     ]
 
 
+def record_alert(record):
+    """A record's alert as an :class:`aldebaran.model.Alert`; None if the record holds no valid one."""
+    from aldebaran.model import Alert, AlertError
+
+    try:
+        return Alert.from_dict(record.alert)
+    except AlertError:
+        return None
+
+
 # --- HTML (every value goes through esc()) ------------------------------------------------------
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5rem;color:#1a202c}
@@ -230,12 +240,13 @@ def records_table(records: list, channel: str, qs: str, base: str = "") -> str:
         return "<p class=empty>none</p>"
     rows = []
     for r in records:
-        alert = r.alert if isinstance(r.alert, dict) else {}
+        alert = record_alert(r)
+        kind, order_id = (alert.kind, alert.order_id) if alert else (None, None)
         href = f"{base}{quote(channel, safe='')}/{quote(r.alert_id, safe='')}{qs}"
         detail = r.error or (f"next attempt {when(r.next_at)}" if r.next_at else "")
         rows.append(
             f'<tr><td><a href="{esc(href)}"><code>{esc(r.alert_id)}</code></a></td><td>{state_badge(r.state)}</td>'
-            f"<td class=n>{esc(r.attempt)}</td><td>{esc(alert.get('kind'))}</td><td>{esc(alert.get('order_id'))}</td>"
+            f"<td class=n>{esc(r.attempt)}</td><td>{esc(kind)}</td><td>{esc(order_id)}</td>"
             f"<td>{esc(when(r.updated_at))}</td><td>{esc(detail)}</td></tr>"
         )
     return (
@@ -287,10 +298,12 @@ def render_detail(record, ledger, default_prefix: str, limit: int, user_name: st
         f"<td class=n>{esc(h.get('attempt'))}</td><td>{esc(h.get('note'))}</td></tr>"
         for h in record.history
     )
-    alert = record.alert if isinstance(record.alert, dict) else {}
+    alert = record_alert(record)
+    # An unreadable alert is still shown as stored (the record JSON below has it too).
+    fields = alert.to_dict() if alert else (record.alert if isinstance(record.alert, dict) else {})
     alert_rows = "".join(
         f"<tr><th>{esc(k)}</th><td>{esc(json.dumps(v) if isinstance(v, (dict, list)) else v)}</td></tr>"
-        for k, v in alert.items()
+        for k, v in fields.items()
     )
     body = (
         f'<p><a href="../{esc(qs)}">← all deliveries</a></p>'

@@ -1,0 +1,75 @@
+"""Alert channels: one interface (:class:`Channel`), one module per kind, registered by name.
+
+==============  ==============================================================================
+module          what
+==============  ==============================================================================
+base            Channel, Outcome, the errors a send raises, the registry (``@register``)
+connection      an Airflow connection in its JSON or URI form, typed accessors for the extras
+config          ALDEBARAN_CHANNELS + one connection per channel → channel objects
+text            the machine body and its signature; the e-mail and SMS texts
+http            one aiohttp session per channel on a private event loop; HTTP errors translated
+webhook         ``webhook``  HTTP(S) POST, ``Idempotency-Key`` + HMAC signature; batches optional
+smtp            ``email``    SMTP, ``Message-ID: <alert_id@aldebaran>``, a plain-text report
+kafka           ``kafka``    another topic/cluster, key = alert_id, idempotent producer
+sms             ``sms``      a Twilio-style provider API; cannot deduplicate; optional lookup
+log             ``log``      JSON lines in a file (demos)
+==============  ==============================================================================
+
+A kind is one module: a :class:`Channel` subclass with ``can_dedupe``, ``from_connection`` and
+``send`` (and ``send_many`` / ``lookup`` where the provider offers better), decorated with
+``@register("<kind>", conn_types=(...))``, imported below so that it registers.
+"""
+
+from aldebaran.delivery.channels.base import (
+    CONN_TYPES,
+    DEDUPE_MAX_RUN,
+    KINDS,
+    Channel,
+    Outcome,
+    OutcomeUnknown,
+    PermanentError,
+    RetryableError,
+    register,
+)
+from aldebaran.delivery.channels.connection import (
+    CONN_ID_PREFIX,
+    ENV_PREFIX,
+    NAME_PATTERN,
+    SECRET_KEY_PATTERN,
+    Connection,
+    conn_env_var,
+    conn_id,
+)
+from aldebaran.delivery.channels.http import USER_AGENT
+from aldebaran.delivery.channels.text import (
+    alert_body,
+    email_subject,
+    email_text,
+    signature,
+    sms_text,
+    utc_iso,
+    verify_signature,
+)
+
+# The built-in kinds register on import.
+from aldebaran.delivery.channels.kafka import KafkaChannel  # noqa: I001
+from aldebaran.delivery.channels.log import LogChannel
+from aldebaran.delivery.channels.sms import E164, SmsChannel
+from aldebaran.delivery.channels.smtp import EmailChannel
+from aldebaran.delivery.channels.webhook import BATCH_HEADER, WebhookChannel, batch_key
+
+from aldebaran.delivery.channels.config import (  # noqa: E402 (after the kinds it names)
+    channel_from_connection,
+    channel_names,
+    configured_channels,
+    env_connection,
+)
+
+__all__ = [
+    "BATCH_HEADER", "CONN_ID_PREFIX", "CONN_TYPES", "DEDUPE_MAX_RUN", "E164", "ENV_PREFIX", "KINDS", "NAME_PATTERN",
+    "SECRET_KEY_PATTERN", "USER_AGENT", "Channel", "Connection", "EmailChannel", "KafkaChannel", "LogChannel",
+    "Outcome", "OutcomeUnknown", "PermanentError", "RetryableError", "SmsChannel", "WebhookChannel", "alert_body",
+    "batch_key", "channel_from_connection", "channel_names", "conn_env_var", "conn_id", "configured_channels",
+    "email_subject", "email_text", "env_connection", "register", "signature", "sms_text", "utc_iso",
+    "verify_signature",
+]

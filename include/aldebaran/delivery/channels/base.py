@@ -1,0 +1,178 @@
+"""The channel interface, the outcome of one send, and the registry of channel kinds.
+
+A channel sends alerts to one destination. ``send(alert, idempotency_key) -> receipt`` raises
+RetryableError (try again later), OutcomeUnknown (a RetryableError: the request may have arrived) or
+PermanentError (never succeeds). ``send_many(alerts) -> [Outcome]`` sends a ledger run: one Outcome
+per alert, in order, and never raises for one alert's failure.
+
+`can_dedupe` says whether the provider honours the idempotency key (the alert id). If it does, a send
+whose outcome is unknown may be repeated safely and a run may hold many alerts (`max_run`); if not,
+the ledger marks such a delivery IN_DOUBT instead of sending twice, and runs hold one alert, so a
+crash throws at most one delivery into doubt. A provider that can say whether it has a message
+(`has_lookup`) lets the ledger settle IN_DOUBT deliveries by asking (`lookup`).
+
+Kinds register by name, like the audit rules: ``@register("webhook", conn_types=("http", "https"))``
+on the class; :data:`KINDS` (kind → class) and :data:`CONN_TYPES` (connection type → kind) follow.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from aldebaran.delivery.exceptions import OutcomeUnknown, PermanentError, RetryableError
+from aldebaran.model import Alert
+
+if TYPE_CHECKING:
+    from aldebaran.delivery.channels.connection import Connection
+
+Status = Literal["delivered", "retry", "permanent", "unknown"]
+DEDUPE_MAX_RUN = 2000  # alerts per ledger run on a channel that deduplicates
+DEFAULT_CONCURRENCY = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one alert of a ``send_many``: delivered (with the provider's receipt), retry
+    (nothing was sent, or it is safe to send again), permanent (never succeeds) or unknown (it may
+    have been sent: on a channel that cannot deduplicate, the delivery is in doubt)."""
+
+    alert_id: str
+    status: Status
+    receipt: dict | None = None
+    error: str | None = None
+
+    @classmethod
+    def delivered(cls, alert_id: str, receipt: dict) -> "Outcome":
+        return cls(alert_id, "delivered", receipt, None)
+
+    @classmethod
+    def retry(cls, alert_id: str, error: str) -> "Outcome":
+        return cls(alert_id, "retry", None, error)
+
+    @classmethod
+    def permanent(cls, alert_id: str, error: str) -> "Outcome":
+        return cls(alert_id, "permanent", None, error)
+
+    @classmethod
+    def unknown(cls, alert_id: str, error: str) -> "Outcome":
+        return cls(alert_id, "unknown", None, error)
+
+    @classmethod
+    def failed(cls, alert_id: str, exc: RetryableError | PermanentError) -> "Outcome":
+        """The outcome a channel error stands for."""
+        if isinstance(exc, OutcomeUnknown):
+            return cls.unknown(alert_id, str(exc))
+        if isinstance(exc, PermanentError):
+            return cls.permanent(alert_id, str(exc))
+        return cls.retry(alert_id, str(exc))
+
+    def result(self) -> dict:
+        """The receipt if delivered; else raise the error this outcome stands for (the inverse of
+        :meth:`failed`: a ``send`` built on a batch path uses it)."""
+        if self.status == "delivered":
+            return self.receipt or {}
+        error = {"unknown": OutcomeUnknown, "permanent": PermanentError}.get(self.status, RetryableError)
+        raise error(self.error or self.status)
+
+
+class Channel:
+    """Base class of the channel kinds. A subclass sets `can_dedupe`, implements ``send`` and
+    ``from_connection``, and overrides ``send_many`` where the provider has a faster way to send many.
+
+    The default ``send_many`` runs ``send`` over a pool of `concurrency` threads, created on first use
+    and kept until :meth:`close`. ``close`` is idempotent; a closed channel re-creates what it needs if
+    it is used again."""
+
+    kind: ClassVar[str] = ""  # set by @register
+    can_dedupe: ClassVar[bool] = False
+    has_lookup: bool = False
+
+    def __init__(self, name: str, *, concurrency: int = DEFAULT_CONCURRENCY, max_run: int | None = None) -> None:
+        if concurrency < 1:
+            raise ValueError(f"{self.kind or 'channel'} {name}: concurrency must be at least 1")
+        if max_run is not None and max_run < 1:
+            raise ValueError(f"{self.kind or 'channel'} {name}: max_run must be at least 1")
+        self.name = name
+        self.concurrency = concurrency
+        self.max_run = max_run if max_run is not None else (DEDUPE_MAX_RUN if self.can_dedupe else 1)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    @classmethod
+    def from_connection(cls, name: str, conn: "Connection") -> "Channel":
+        raise NotImplementedError
+
+    def send(self, alert: Alert, idempotency_key: str) -> dict:
+        """Send one alert; the receipt (JSON-able, no secrets) goes into the delivery record."""
+        raise NotImplementedError
+
+    def send_many(self, alerts: Sequence[Alert]) -> list[Outcome]:
+        """Send a run: one Outcome per alert, same order; the idempotency key is the alert id.
+        Only channel errors become outcomes: anything else is a bug and propagates (the ledger then
+        treats the run as crashed, which is safe on a channel that deduplicates)."""
+        batch = [Alert.of(a) for a in alerts]
+        if len(batch) <= 1:
+            return [self._send_one(a) for a in batch]
+        return list(self._executor().map(self._send_one, batch))
+
+    def _send_one(self, alert: Alert) -> Outcome:
+        try:
+            return Outcome.delivered(alert.alert_id, self.send(alert, alert.alert_id))
+        except (RetryableError, PermanentError) as exc:
+            return Outcome.failed(alert.alert_id, exc)
+
+    def lookup(self, alert_id: str) -> dict | None:
+        """Only where `has_lookup`: the provider's record of the message sent with reference
+        `alert_id` (a receipt), or None if it has none. RetryableError if it cannot tell now."""
+        raise NotImplementedError(f"{self.kind} channel {self.name} has no lookup")
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"send-{self.name}")
+            return self._pool
+
+    def close(self) -> None:
+        """Release threads and connections (waits for sends in progress). Idempotent."""
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+# --- the registry -----------------------------------------------------------------------------------
+KINDS: dict[str, type[Channel]] = {}
+CONN_TYPES: dict[str, str] = {}
+
+
+def register(kind: str, conn_types: Sequence[str] = ()) -> Callable[[type[Channel]], type[Channel]]:
+    """Class decorator: channel kind `kind`, built from connections whose conn_type is `kind` or one
+    of `conn_types` (Airflow's ``conn_type``, lower case, ``-`` read as ``_``)."""
+
+    def add(cls: type[Channel]) -> type[Channel]:
+        if kind in KINDS and KINDS[kind] is not cls:
+            raise ValueError(f"channel kind {kind!r} registered twice ({KINDS[kind].__name__}, {cls.__name__})")
+        types = dict.fromkeys((kind, *conn_types))
+        taken = {t: CONN_TYPES[t] for t in types if CONN_TYPES.get(t, kind) != kind}
+        if taken:
+            raise ValueError(f"channel kind {kind!r}: conn_type(s) already taken: {taken}")
+        cls.kind = kind
+        KINDS[kind] = cls
+        CONN_TYPES.update((t, kind) for t in types)
+        return cls
+
+    return add
+
+
+__all__ = ["CONN_TYPES", "Channel", "DEDUPE_MAX_RUN", "DEFAULT_CONCURRENCY", "KINDS", "Outcome", "OutcomeUnknown",
+           "PermanentError", "RetryableError", "Status", "register"]

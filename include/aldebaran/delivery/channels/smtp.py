@@ -1,0 +1,135 @@
+"""E-mail channel: SMTP, one message per alert, ``Message-ID: <alert_id@aldebaran>``.
+
+Receivers and mail clients deduplicate by Message-ID, so the channel can deduplicate. The body is the
+plain-text report of :func:`~.text.email_text`. SMTP 4xx and connection problems → RetryableError;
+5xx → PermanentError. ``send_many`` is the default: ``send`` over a pool of ``concurrency`` threads,
+one SMTP session per message.
+
+Named smtp.py, not email.py, so that nothing can mistake it for the standard library's ``email``.
+"""
+
+from __future__ import annotations
+
+import smtplib
+import ssl
+import time
+from email.message import EmailMessage
+from email.utils import formatdate
+from typing import Any, ClassVar
+
+from pydantic import SecretStr
+
+from aldebaran.delivery.channels.base import DEFAULT_CONCURRENCY, Channel, register
+from aldebaran.delivery.channels.connection import Connection
+from aldebaran.delivery.channels.http import elapsed_ms
+from aldebaran.delivery.channels.text import email_subject, email_text, one_line
+from aldebaran.delivery.exceptions import PermanentError, RetryableError
+from aldebaran.model import Alert
+
+
+@register("email", conn_types=("smtp",))
+class EmailChannel(Channel):
+    """SMTP with ``Message-ID: <alert_id@aldebaran>`` (module docstring)."""
+
+    can_dedupe: ClassVar[bool] = True
+    domain: ClassVar[str] = "aldebaran"
+
+    def __init__(self, name: str, host: str, sender: str, recipients: list[str], port: int | None = None,
+                 login: str | None = None, password: str | SecretStr | None = None, use_ssl: bool = False,
+                 starttls: bool = False, timeout: float = 30.0, ca_file: str | None = None, *,
+                 concurrency: int = DEFAULT_CONCURRENCY, max_run: int | None = None) -> None:
+        super().__init__(name, concurrency=concurrency, max_run=max_run)
+        self.host = host
+        self.use_ssl = use_ssl
+        self.starttls = starttls and not use_ssl
+        self.port = port or (465 if use_ssl else 587 if starttls else 25)
+        self.sender = sender
+        self.recipients = list(recipients)
+        self.login = login
+        self._password = password if isinstance(password, SecretStr) or password is None else SecretStr(password)
+        if login and self._password is None:
+            raise ValueError(f"email {name}: a login needs a password")
+        self.timeout = timeout
+        self.ca_file = ca_file
+
+    @classmethod
+    def from_connection(cls, name: str, conn: Connection) -> "EmailChannel":
+        """Extras as in Airflow's SMTP connection (from_email, disable_ssl, disable_tls, timeout) plus
+        ``to`` (recipients), ``ca_file`` (a private CA for TLS) and ``concurrency`` (SMTP sessions at once
+        in a ``send_many``)."""
+        if conn.login and conn.password is None:
+            raise conn.error("field password", "is required when login is set (the SMTP password)")
+        return cls(
+            name,
+            host=conn.require("host", "the SMTP server"),
+            port=conn.port,
+            sender=conn.extra_str("from_email", required="the sender address"),
+            recipients=conn.extra_list("to", "recipient addresses"),
+            login=conn.login,
+            password=conn.password,
+            use_ssl=not conn.extra_bool("disable_ssl", False),
+            starttls=not conn.extra_bool("disable_tls", False),
+            timeout=conn.extra_seconds("timeout", 30.0),
+            ca_file=conn.extra_str("ca_file"),
+            concurrency=conn.extra_int("concurrency", DEFAULT_CONCURRENCY, maximum=256),
+        )
+
+    def __repr__(self) -> str:
+        tls = "ssl" if self.use_ssl else "starttls" if self.starttls else "plain"
+        return f"EmailChannel(name={self.name!r}, target='{self.host}:{self.port}', tls={tls!r}, login={self.login!r})"
+
+    def message_id(self, idempotency_key: str) -> str:
+        return f"<{idempotency_key}@{self.domain}>"
+
+    def message(self, alert: Alert, idempotency_key: str) -> EmailMessage:
+        alert = Alert.of(alert)
+        msg = EmailMessage()
+        msg["Subject"] = email_subject(alert)
+        msg["From"] = self.sender
+        msg["To"] = ", ".join(self.recipients)
+        msg["Date"] = formatdate(usegmt=True)
+        msg["Message-ID"] = self.message_id(idempotency_key)
+        msg["Auto-Submitted"] = "auto-generated"  # RFC 3834: no auto-replies
+        msg["X-Aldebaran-Alert-Id"] = idempotency_key
+        msg.set_content(email_text(alert, self.name))
+        return msg
+
+    def _tls_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=self.ca_file)
+
+    def send(self, alert: Alert, idempotency_key: str) -> dict:
+        msg = self.message(alert, idempotency_key)
+        where = f"email {self.name} ({self.host}:{self.port})"
+        t0 = time.monotonic()
+        try:
+            if self.use_ssl:
+                client = smtplib.SMTP_SSL(self.host, self.port, timeout=self.timeout, context=self._tls_context())
+            else:
+                client = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
+            with client:
+                client.ehlo()
+                if self.starttls:
+                    client.starttls(context=self._tls_context())
+                    client.ehlo()
+                if self.login:
+                    client.login(self.login, self._password.get_secret_value())
+                refused = client.send_message(msg)
+        except smtplib.SMTPRecipientsRefused as exc:
+            codes = [code for code, _ in exc.recipients.values()]
+            kind = RetryableError if codes and all(400 <= c < 500 for c in codes) else PermanentError
+            raise kind(f"{where}: every recipient refused (SMTP {sorted(set(codes))})") from None
+        except smtplib.SMTPResponseException as exc:  # sender refused, data refused, auth failed, ...
+            kind = RetryableError if 400 <= exc.smtp_code < 500 else PermanentError
+            raise kind(f"{where}: SMTP {exc.smtp_code} {one_line(_decode(exc.smtp_error), 200)}") from None
+        except smtplib.SMTPNotSupportedError as exc:
+            raise PermanentError(f"{where}: {exc} (check disable_tls / login)") from None
+        except (smtplib.SMTPException, OSError) as exc:  # refused, disconnected, timeouts, TLS failures
+            raise RetryableError(f"{where}: {type(exc).__name__}: {one_line(exc, 200)}") from None
+        receipt = {"message_id": msg["Message-ID"], "recipients": self.recipients, "elapsed_ms": elapsed_ms(t0)}
+        if refused:
+            receipt["refused"] = {rcpt: code for rcpt, (code, _) in refused.items()}
+        return receipt
+
+
+def _decode(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

@@ -1,0 +1,110 @@
+"""What the channels send: the machine body and its signature, and the texts people read.
+
+Machines (webhook body, Kafka value) get :func:`alert_body`: the alert's compact JSON with sorted
+keys, signed with :func:`signature` (``X-Aldebaran-Signature``). People get an e-mail
+(:func:`email_subject`, :func:`email_text`) or one short SMS (:func:`sms_text`). Display text never
+carries control characters (header injection) and is bounded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import SecretStr
+
+from aldebaran.model import Alert
+
+
+def alert_body(alert: Alert | Mapping[str, Any]) -> bytes:
+    """The alert as sent to machines (webhook body, Kafka value): compact JSON, sorted keys, ASCII."""
+    if isinstance(alert, Alert):
+        return alert.to_json()
+    return json.dumps(alert, separators=(",", ":"), sort_keys=True).encode()
+
+
+def signature(body: bytes, secret: str | SecretStr) -> str:
+    """``X-Aldebaran-Signature``: ``sha256=`` + hex HMAC-SHA256 of the exact body bytes."""
+    key = secret.get_secret_value() if isinstance(secret, SecretStr) else secret
+    return "sha256=" + hmac.new(key.encode(), body, hashlib.sha256).hexdigest()
+
+
+def verify_signature(body: bytes, header: str | None, secret: str | SecretStr) -> bool:
+    """Receivers: constant-time check of an ``X-Aldebaran-Signature`` header."""
+    return bool(header) and hmac.compare_digest(header.encode(), signature(body, secret).encode())
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def one_line(value: Any, limit: int = 80) -> str:
+    """One line of display text from a field: no control characters (header injection), bounded."""
+    text = _CONTROL.sub(" ", str(value)).strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def utc_iso(epoch_ms: Any) -> str:
+    """Epoch milliseconds → ``2024-05-01T12:00:00.000Z``; ``unknown`` if it is not a number."""
+    if isinstance(epoch_ms, bool) or not isinstance(epoch_ms, (int, float)):
+        return "unknown"
+    try:
+        moment = dt.datetime.fromtimestamp(epoch_ms / 1000, dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return "unknown"
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def email_subject(alert: Alert | Mapping[str, Any]) -> str:
+    """``[Aldebaran] OVERFILL on order 1 (Sendence AAPL)``."""
+    alert = Alert.of(alert)
+    who = " ".join(one_line(v, 40) for v in (alert.client, alert.stock) if v)
+    subject = f"[Aldebaran] {one_line(alert.kind, 20)} on order {one_line(alert.order_id, 60)}"
+    return subject + (f" ({who})" if who else "")
+
+
+def email_text(alert: Alert | Mapping[str, Any], channel: str = "email") -> str:
+    """The plain-text body of the alert e-mail: what happened, in words and UTC times."""
+    alert = Alert.of(alert)
+    requested, purchased, count = alert.requested, alert.purchased, alert.purchase_count
+    bought = f"{purchased} shares" + (f" in {count} purchase{'s' if count != 1 else ''}" if count is not None else "")
+    if requested is not None and purchased is not None:
+        delta = purchased - requested
+        bought += f" ({delta} over the request)" if delta > 0 else ""
+        asked = f"{requested} shares"
+    else:
+        asked = "no purchase request seen"
+    lines = [
+        f"Aldebaran raised an {one_line(alert.kind, 20)} alert.",
+        "",
+        f"Order:          {one_line(alert.order_id, 128)}",
+        f"Client:         {one_line(alert.client or 'unknown')}",
+        f"Stock:          {one_line(alert.stock or 'unknown')}",
+        f"Requested:      {asked}",
+        f"Purchased:      {bought}",
+        f"Trigger event:  {one_line(alert.trigger_event_id or 'unknown', 128)} at {utc_iso(alert.trigger_event_ts)}",
+        f"Detected at:    {utc_iso(alert.detected_at)}",
+    ]
+    if alert.extra.get("message"):
+        lines += ["", one_line(alert.extra["message"], 1000)]
+    lines += [
+        "",
+        "--",
+        f"Alert id {alert.alert_id}: Aldebaran sends one e-mail per alert.",
+        f"Delivery record: aldebaran deliveries show --channel {channel} --alert-id {alert.alert_id}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def sms_text(alert: Alert | Mapping[str, Any]) -> str:
+    """``Aldebaran OVERFILL order 1: bought 120/100 AAPL``: short enough for one GSM-7 SMS."""
+    alert = Alert.of(alert)
+    kind, order = one_line(alert.kind, 20), one_line(alert.order_id, 40)
+    stock = f" {one_line(alert.stock, 20)}" if alert.stock else ""
+    if alert.requested is None:
+        return f"Aldebaran {kind} order {order}: bought {alert.purchased}{stock} without a request"
+    return f"Aldebaran {kind} order {order}: bought {alert.purchased}/{alert.requested}{stock}"
