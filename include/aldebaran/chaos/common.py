@@ -537,6 +537,27 @@ def settled(states: Mapping[str, Mapping[str, str]], ids: Iterable[str],
     return out
 
 
+def unsettled(kafka: KafkaSettings, ledger, channels: Iterable[str], lookup: Iterable[str] = ()) -> dict[str, dict]:
+    """Per channel, what keeps its deliveries from being settled, found cheaply (no ledger scan): its
+    consumer group's lag on the alerts topic (an offset is committed only once every alert below it is
+    DELIVERED, RETRY, DEAD or IN_DOUBT), the alerts in its retry index, and for the `lookup` channels
+    the IN_DOUBT ones the provider's lookup has yet to settle. {} = every channel settled; then
+    ``Ledger.states`` (a scan) gives the verdict once."""
+    from aldebaran.delivery.dispatcher import GROUP
+
+    out = {}
+    lookup = set(lookup)
+    for channel in channels:
+        lag = kafka_admin.consumer_lag(kafka, f"{GROUP}-{channel}", kafka.alerts_topic)
+        left = {"lag": lag["lag"] if lag["committed"] else "nothing committed",
+                "retry": len(ledger.indexed("retry", channel))}
+        if channel in lookup:
+            left["in_doubt"] = len(ledger.indexed("in_doubt", channel))
+        if any(left.values()):
+            out[channel] = left
+    return out
+
+
 def lookup_settled(ledger, channel: str, ids: Iterable[str]) -> dict[str, int]:
     """How the provider's lookup settled `channel`'s IN_DOUBT deliveries among `ids` (from the records'
     history): {"found_sent": n, "not_found_resent": m}. Reads one record per alert id that has one."""

@@ -225,10 +225,10 @@ def malformed_alerts() -> list[bytes]:
 
 def run_alerts(good: int = 50) -> dict:
     from aldebaran.chaos.kill_dispatch import make_alerts
-    from aldebaran.delivery.backends import S3Backend
     from aldebaran.delivery.channels import WebhookChannel
     from aldebaran.delivery.dispatcher import Dispatcher
     from aldebaran.delivery.ledger import Ledger
+    from aldebaran.delivery.settings import DeliverySettings
     from aldebaran_lab.receivers import WebhookReceiver
 
     ws = Workspace.create("fuzz-alerts", s3a=False)
@@ -241,9 +241,10 @@ def run_alerts(good: int = 50) -> dict:
         kafka_io.produce_all(kafka_io.producer(ws.kafka), ws.kafka.alerts_topic, records)
         secret = secrets.token_urlsafe(24)
         with WebhookReceiver(secret) as receiver:
-            ledger = Ledger(S3Backend(ws.store), prefix=f"{ws.prefix}/deliveries")
+            settings = DeliverySettings(prefix=f"{ws.prefix}/deliveries")
+            ledger = Ledger.from_settings(settings, ws.store)
             stats = Dispatcher(ledger, [WebhookChannel("webhook", receiver.url + "/alerts", secret)], kafka=ws.kafka,
-                               group=f"chaos-{ws.name}").run_once(idle_timeout=3.0)
+                               group=f"chaos-{ws.name}", settings=settings).run_once(idle_timeout=3.0)
             letters = [ws.store.get(o["Key"]).json() for o in ws.store.list(dead_prefix)]
             escaped = [o["Key"] for o in ws.store.list(ws.prefix + "/") if "/../" in o["Key"] or "escape" in o["Key"]]
             escaped += [o["Key"] for o in ws.store.list("escape")]

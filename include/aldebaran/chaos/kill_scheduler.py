@@ -54,8 +54,10 @@ from pathlib import Path
 
 from aldebaran import kafka_io, paths
 from aldebaran.chaos.common import (
-    CampaignResult, ChaosError, DeliveryVerdict, Workspace, channel_connections, recovery_text, wait_for,
+    CampaignResult, ChaosError, DeliveryVerdict, Workspace, campaign_ledger, channel_connections, delivery_env,
+    recovery_text, settled, unsettled, wait_for,
 )
+from aldebaran.delivery.records import DELIVERED, IN_DOUBT
 from aldebaran.chaos.kill_dispatch import make_alerts
 from aldebaran.services.airflow import Airflow
 from aldebaran.services.base import Service
@@ -71,6 +73,8 @@ TI_HEARTBEAT_TIMEOUT = 60.0
 SHORT = {"delay": (0.5, 3.0), "pause": (3.0, 6.0), "idle_seconds": 6.0, "settle_timeout": 300.0}
 KILL_TEXT = {"tree": "with every process under it", "process": "process alone (tasks orphaned)"}
 ACTIVE_RUN_STATES = ("queued", "running")
+SETTLED_STATES = {"webhook": (DELIVERED,), "sms": (DELIVERED, IN_DOUBT)}
+API_PATIENCE_S = 600.0  # how long an API call waits for an unreachable api-server (it may be down on purpose)
 FINISHED_TI_STATES = ("success", "failed", "skipped", "upstream_failed", "removed")
 
 
@@ -182,6 +186,7 @@ class AirflowComponent(Service):
         self.env = env
         self._healthy = healthy
         self.pgids: list[int] = []  # every group started: orphans of a "process" kill are reaped at the end
+        self.orphans: list[int] = []  # left behind by process kills; reaped at the end
 
     def command(self) -> list[str]:
         return [str(paths.venv_bin("airflow")), *self.args]
@@ -288,14 +293,26 @@ class AirflowApi:
                                         auth=False)["access_token"]
         return self._token
 
-    def call(self, method: str, path: str, body: dict | None = None) -> dict:
-        try:
-            return self._request(method, path, body)
-        except urllib.error.HTTPError as exc:
-            if exc.code != 401:
+    def call(self, method: str, path: str, body: dict | None = None, patience: float | None = None) -> dict:
+        """One API call. While the api-server is unreachable or too slow to answer (restarting, killed, a
+        loaded machine) the call is repeated for up to `patience` seconds (default API_PATIENCE_S)."""
+        deadline = time.monotonic() + (API_PATIENCE_S if patience is None else patience)
+        while True:
+            try:
+                try:
+                    return self._request(method, path, body)
+                except urllib.error.HTTPError as exc:
+                    if exc.code != 401:
+                        raise ChaosError(f"Airflow API {method} {path}: HTTP {exc.code} {exc.read()[:300]!r}") from exc
+                    self._token = None  # expired: once more with a new token
+                    return self._request(method, path, body)
+            except urllib.error.HTTPError as exc:
                 raise ChaosError(f"Airflow API {method} {path}: HTTP {exc.code} {exc.read()[:300]!r}") from exc
-            self._token = None  # expired: once more with a new token
-            return self._request(method, path, body)
+            except (OSError, ValueError) as exc:  # refused, reset, timed out, a truncated answer
+                if time.monotonic() > deadline:
+                    raise ChaosError(f"Airflow API {method} {path}: unreachable: {exc}") from exc
+                log.debug("Airflow API %s %s: %s; retrying", method, path, exc)
+                time.sleep(2.0)
 
     def health(self) -> dict:
         try:
@@ -319,13 +336,29 @@ class AirflowApi:
         return run["dag_run_id"]
 
 
-def scheduler_heartbeat(api: AirflowApi) -> dt.datetime | None:
-    return parse_ts(api.health().get("scheduler", {}).get("latest_scheduler_heartbeat"))
+def component_heartbeat(api: AirflowApi, part: str = "scheduler") -> dt.datetime | None:
+    """The latest heartbeat of the scheduler / triggerer / dag_processor as /monitor/health reports it."""
+    return parse_ts(api.health().get(part, {}).get(f"latest_{part}_heartbeat"))
+
+
+@dataclass
+class PrivateAirflow:
+    """The private Airflow's REST API and components (each killable and restartable on its own)."""
+
+    api: "AirflowApi"
+    api_server: "AirflowComponent"
+    processor: "AirflowComponent"
+    scheduler: "_Heartbeating"
+    triggerer: "_Heartbeating | None" = None
+
+    def components(self) -> list:
+        return [c for c in (self.api_server, self.processor, self.scheduler, self.triggerer) if c is not None]
 
 
 @contextlib.contextmanager
-def private_airflow(run_dir: Path, env_extra: dict[str, str], port: int):
-    """api-server, dag-processor and scheduler of a private Airflow; yields (api, scheduler component)."""
+def private_airflow(run_dir: Path, env_extra: dict[str, str], port: int, triggerer: bool = False):
+    """api-server, dag-processor, scheduler (and with `triggerer`, the triggerer, which runs the
+    alert_dispatch DAG's Kafka AssetWatcher) of a private Airflow; yields a :class:`PrivateAirflow`."""
     home = run_dir / "airflow"
     home.mkdir(parents=True, exist_ok=True)
     dags = run_dir / "airflow-dags"
@@ -374,34 +407,41 @@ def private_airflow(run_dir: Path, env_extra: dict[str, str], port: int):
         "airflow-api-server", ["api-server", "--host", config.host, "--port", str(port)], env,
         lambda: api.health().get("metadatabase", {}).get("status") == "healthy", config.address)
     processor = AirflowComponent("airflow-dag-processor", ["dag-processor"], env, lambda: processor.running())
-    started_at: list[dt.datetime] = []
-
-    def scheduler_up() -> bool:
-        beat = scheduler_heartbeat(api)
-        return beat is not None and bool(started_at) and beat >= started_at[-1]
-
-    scheduler = _Scheduler("airflow-scheduler", ["scheduler", "--skip-serve-logs"], env, scheduler_up, started_at)
-    components = [api_server, processor, scheduler]
+    scheduler = _Heartbeating("airflow-scheduler", ["scheduler", "--skip-serve-logs"], env, api, "scheduler")
+    airflow = PrivateAirflow(api, api_server, processor, scheduler)
+    if triggerer:
+        airflow.triggerer = _Heartbeating("airflow-triggerer", ["triggerer", "--skip-serve-logs"], env, api,
+                                          "triggerer")
     try:
         api_server.start()
         processor.start()
         wait_for(lambda: _dag_registered(api), 300, 2.0, f"DAG {DAG_ID} parsed by the private dag-processor")
         scheduler.start()
-        yield api, scheduler
+        if airflow.triggerer is not None:
+            airflow.triggerer.start()
+        yield airflow
     finally:
-        for c in reversed(components):
+        for c in reversed(airflow.components()):
             c.stop()
-        scheduler.reap(scheduler.orphans)
+        for c in airflow.components():
+            c.reap(c.orphans)
 
 
-class _Scheduler(AirflowComponent):
-    def __init__(self, name, args, env, healthy, started_at: list[dt.datetime]) -> None:
-        super().__init__(name, args, env, healthy)
-        self.started_at = started_at
-        self.orphans: list[int] = []  # left behind by process kills; reaped at the end
+class _Heartbeating(AirflowComponent):
+    """A component whose health is its heartbeat in the API's /monitor/health (`part`: scheduler,
+    triggerer): healthy = a heartbeat newer than its latest start (the killed one's last is older)."""
+
+    def __init__(self, name, args, env, api: "AirflowApi", part: str) -> None:
+        super().__init__(name, args, env, self._beating)
+        self.api = api
+        self.part = part
+        self.started_at: list[dt.datetime] = []
+
+    def _beating(self) -> bool:
+        beat = component_heartbeat(self.api, self.part)
+        return beat is not None and bool(self.started_at) and beat >= self.started_at[-1]
 
     def start(self, timeout: float | None = None) -> None:
-        # Healthy = a heartbeat newer than this start (the killed scheduler's last one is older).
         self.started_at.append(dt.datetime.now(dt.UTC))
         super().start(timeout)
 
@@ -430,8 +470,6 @@ def run(alerts: int = 3000, kills: int = 3, seed: int = 1, mode: str = "full",
         delay: tuple[float, float] = (0.5, 8.0), pause: tuple[float, float] = (5.0, 20.0),
         idle_seconds: float = 12.0, settle_timeout: float = 900.0) -> CampaignResult:
     from aldebaran.chaos.outages import private_services
-    from aldebaran.delivery.backends import S3Backend
-    from aldebaran.delivery.ledger import DELIVERED, IN_DOUBT, Ledger
     from aldebaran_lab.receivers import SmsProvider, WebhookReceiver
 
     t0 = time.monotonic()
@@ -451,9 +489,8 @@ def run(alerts: int = 3000, kills: int = 3, seed: int = 1, mode: str = "full",
             waves = [stream[len(stream) * i // (kills + 1):len(stream) * (i + 1) // (kills + 1)] for i in range(kills + 1)]
             env_extra = ws.env(
                 ALDEBARAN_CHANNELS="webhook,sms",
-                ALDEBARAN_DELIVERY_PREFIX=f"{ws.prefix}/deliveries",
-                ALDEBARAN_DELIVERY_LEASE_SECONDS=str(LEASE_SECONDS),
-                ALDEBARAN_DISPATCH_IDLE_SECONDS=str(idle_seconds),
+                **delivery_env(f"{ws.prefix}/deliveries", LEASE_SECONDS,
+                               ALDEBARAN_DELIVERY_IDLE_SECONDS=str(idle_seconds)),
                 **channel_connections(webhook, secret, sms),
             )
             producer = kafka_io.producer(ws.kafka)
@@ -461,7 +498,8 @@ def run(alerts: int = 3000, kills: int = 3, seed: int = 1, mode: str = "full",
             def publish(wave: list[dict]) -> None:
                 kafka_io.produce_all(producer, ws.kafka.alerts_topic, [(a["alert_id"], json.dumps(a)) for a in wave])
 
-            with private_airflow(svcs["run_dir"], env_extra, PORTS["airflow_api"]) as (api, scheduler):
+            with private_airflow(svcs["run_dir"], env_extra, PORTS["airflow_api"]) as airflow:
+                api, scheduler = airflow.api, airflow.scheduler
                 result.runs = 1
                 triggered: list[str] = []
 
@@ -508,20 +546,21 @@ def run(alerts: int = 3000, kills: int = 3, seed: int = 1, mode: str = "full",
 
                 # The last wave, then runs until every delivery record is settled.
                 publish(waves[-1])
-                ledger = Ledger(S3Backend(ws.store), prefix=f"{ws.prefix}/deliveries", lease_seconds=LEASE_SECONDS)
-                ids = {a["alert_id"] for a in batch}
-                settled_states = {"webhook": {DELIVERED}, "sms": {DELIVERED, IN_DOUBT}}
-                ledger_records: dict = {}
+                ledger = campaign_ledger(ws.store, f"{ws.prefix}/deliveries", LEASE_SECONDS)
+                ids = [a["alert_id"] for a in batch]
+                states: dict[str, dict[str, str]] = {}
 
-                def settled() -> bool:
-                    ledger_records.update({ch: {r.alert_id: r for r in ledger.records(ch)} for ch in settled_states})
-                    if all(ledger_records[ch].get(i) is not None and ledger_records[ch][i].state in ok
-                           for ch, ok in settled_states.items() for i in ids):
+                def all_settled() -> bool:
+                    if not unsettled(ws.kafka, ledger, SETTLED_STATES):
                         return True
                     ensure_run()
                     return False
 
-                settle_s = wait_for(settled, settle_timeout, 5.0, "every delivery record settled")
+                settle_s = wait_for(all_settled, settle_timeout, 5.0, "every delivery settled")
+                states.update({ch: ledger.states(ch) for ch in SETTLED_STATES})  # one scan, for the verdict
+                if settled(states, ids, SETTLED_STATES):
+                    failures.append(f"the consumer groups said settled, the ledger says not: "
+                                    f"{settled(states, ids, SETTLED_STATES)}")
                 settle_after_restart = time.monotonic() - last_restart
                 wait_for(lambda: not any(r["state"] in ACTIVE_RUN_STATES for r in api.runs()), 300, 2.0,
                          "the last DAG run finished")
@@ -533,7 +572,7 @@ def run(alerts: int = 3000, kills: int = 3, seed: int = 1, mode: str = "full",
                                            for t in rec.running_at_kill])
 
             # --- verdict (the receivers' counts and the ledger) ---
-            verdict = DeliveryVerdict.from_receivers(batch, webhook, sms, ledger_records)
+            verdict = DeliveryVerdict.from_receivers(batch, webhook, sms, states)
             failures.extend(verdict.failures())
             unfinished = [f for fs in fates_per_kill for f in fs if f["final_state"] != "success"]
             if unfinished:
