@@ -44,11 +44,11 @@ DEFAULT_LIMIT, MAX_LIMIT = 20, 200
 LEDGER_LEAF = "deliveries"  # every delivery ledger prefix ends with this segment
 MAX_LEDGER_DEPTH = 4
 ATTENTION = (("in_doubt", "In doubt"), ("dead", "Dead"), ("retry", "Retrying / in flight"))
+# Counts from the ledger's small index (what needs attention); delivered alerts live in group-commit runs
+# and are not counted here (`aldebaran deliveries stats` adds each channel's Kafka backlog).
 STAT_COLUMNS = (
-    ("pending", "pending"), ("in_flight", "in flight"), ("delivered", "delivered"), ("retrying", "retrying"),
-    ("dead", "dead"), ("in_doubt", "in doubt"), ("oldest_pending_age_s", "oldest pending"),
-    ("lease_seconds", "lease"), ("rescue_interval_s", "rescue interval"), ("max_attempts", "max attempts"),
-    ("records", "records"),
+    ("retrying", "retrying"), ("dead", "dead"), ("in_doubt", "in doubt"), ("lease_seconds", "lease"),
+    ("max_attempts", "max attempts"),
 )
 # No script may run on these pages, whatever a record contains; they may only be framed by Airflow's UI.
 SECURITY_HEADERS = {
@@ -78,44 +78,42 @@ def ledger_prefix(value: str | None, default: str) -> str:
 
 
 @functools.cache
-def _s3_backend():
-    from aldebaran.delivery.backends import S3Backend
+def _store():
+    from aldebaran.delivery.settings import DeliverySettings
+    from aldebaran.settings import load
+    from aldebaran.storage import open_store
 
-    return S3Backend()  # one boto3 client for the api-server's lifetime, built on first use
+    return open_store(load(DeliverySettings).store)
 
 
 def ledger_backend():
-    """FastAPI dependency: the ledger's storage (S3/MinIO from ALDEBARAN_S3_*). Tests override it."""
-    return _s3_backend()
+    """FastAPI dependency: the ledger's storage (ALDEBARAN_DELIVERY_STORE, default the S3/MinIO bucket of
+    ALDEBARAN_S3_*). Tests override it."""
+    return _store()
 
 
 def open_ledger(backend, prefix: str | None):
     from aldebaran.delivery.dispatcher import default_ledger
     from aldebaran.delivery.ledger import Ledger
 
-    base = default_ledger(backend)  # the dispatcher's prefix, lease and max attempts
+    base = default_ledger(backend)  # the dispatcher's prefix, lease and retry policy
     chosen = ledger_prefix(prefix, base.prefix)
     if chosen == base.prefix:
         return base
-    return Ledger(backend, prefix=chosen, lease_seconds=base.lease_seconds, max_attempts=base.max_attempts)
+    return Ledger(backend, prefix=chosen, lease_seconds=base.lease_seconds, policy=base.policy)
 
 
 # --- reading the ledger --------------------------------------------------------------------------
 def latest_records(ledger, channel: str, limit: int) -> list:
-    """The `limit` most recently written records of a channel, newest first.
+    """The `limit` most recently written per-alert records of a channel, newest first (failures, SMS,
+    pages: alerts delivered inside a run have no record of their own; find them by id). The listing's
+    LastModified picks them, so only `limit` records are read."""
+    from aldebaran.storage import safe_segment
 
-    On S3 the listing's LastModified picks them, so only `limit` records are read; other backends
-    read every record of the channel (Ledger.records)."""
-    from aldebaran.delivery.backends import S3Backend
-    from aldebaran.objectstore import safe_segment
-
-    if isinstance(ledger.backend, S3Backend):
-        prefix = f"{ledger.prefix}/{safe_segment(channel, 'channel')}/"
-        newest = sorted(ledger.backend.store.list(prefix), key=lambda o: o["LastModified"], reverse=True)
-        ids = [o["Key"][len(prefix):-len(".json")] for o in newest if o["Key"].endswith(".json")]
-        records = [got[0] for alert_id in ids[:limit] if "/" not in alert_id and (got := ledger.get(channel, alert_id))]
-    else:
-        records = ledger.records(channel)
+    prefix = f"{ledger.prefix}/{safe_segment(channel, 'channel')}/alerts/"
+    newest = sorted(ledger.store.list(prefix), key=lambda o: o["LastModified"], reverse=True)
+    ids = [o["Key"][len(prefix):-len(".json")] for o in newest if o["Key"].endswith(".json")]
+    records = [got[0] for alert_id in ids[:limit] if "/" not in alert_id and (got := ledger.get(channel, alert_id))]
     return sorted(records, key=lambda r: r.updated_at, reverse=True)[:limit]
 
 
@@ -124,7 +122,7 @@ def attention(ledger, channel: str, limit: int) -> list[tuple[str, str, int, lis
 
     A marker can outlive its record's stay in that state (the ledger writes markers first and removes
     them last); such records are left out, so the count is an upper bound."""
-    from aldebaran.delivery.ledger import DELIVERED
+    from aldebaran.delivery.records import DELIVERED
 
     sections = []
     for kind, title in ATTENTION:
@@ -189,11 +187,11 @@ def duration(seconds: float | None) -> str:
 
 
 def location(ledger, key: str) -> str:
-    return f"{ledger.backend.describe().rstrip('/')}/{key}"
+    return ledger.store.uri(key)
 
 
 def state_badge(state: str) -> str:
-    from aldebaran.delivery.ledger import STATES
+    from aldebaran.delivery.records import STATES
 
     css = state.lower() if state in STATES else "unknown"
     return f'<span class="s s-{css}">{esc(state)}</span>'
@@ -218,7 +216,7 @@ def page(title: str, body: str, user_name: str) -> str:
 
 
 def stat_cell(key: str, value) -> str:
-    if key in ("oldest_pending_age_s", "lease_seconds", "rescue_interval_s"):
+    if key == "lease_seconds":
         text = duration(value)
     else:
         text = "–" if value is None else value
@@ -261,6 +259,11 @@ def render_overview(ledger, channels: list[dict], default_prefix: str, limit: in
         "<h1>Alert deliveries</h1>",
         f"<p class=meta>Ledger <code>{esc(location(ledger, ledger.prefix + '/'))}</code> · "
         f"{esc(when(ledger.clock()))} · latest {esc(limit)} records per channel</p>",
+        # Alerts delivered in a group-commit run have no record of their own: find any alert by its id.
+        f'<form method=get action="find"><label>Find an alert: <input name=alert_id size=34 '
+        f'pattern="[A-Za-z0-9][A-Za-z0-9._=-]*" required></label>'
+        + (f'<input type=hidden name=ledger value="{esc(ledger.prefix)}">' if ledger.prefix != default_prefix else "")
+        + " <button>show</button></form>",
     ]
     if not channels:
         parts.append("<p class=empty>No delivery records yet.</p>")
@@ -278,6 +281,32 @@ def render_overview(ledger, channels: list[dict], default_prefix: str, limit: in
         parts.append(records_table(c["latest"], name, qs))
         parts.append("</section>")
     return page("Alert deliveries", "".join(parts), user_name)
+
+
+def render_found(alert_id: str, views: list[dict], ledger, default_prefix: str, limit: int, user_name: str) -> str:
+    """One alert on every channel: its own record (linked) or its entry in a group-commit run."""
+    qs = query(ledger.prefix, default_prefix, limit)
+    rows = []
+    for v in views:
+        channel = v["channel"]
+        if v.get("source") == "record":
+            where = f'<a href="{esc(channel)}/{esc(alert_id)}{esc(qs)}">its record</a>'
+        elif v.get("run"):
+            r = v["run"]
+            where = (f"run partition {esc(r['partition'])} offsets {esc(r['start'])}–{esc(r['end'])}, "
+                     f"{esc(r['state'])}, epoch {esc(r['epoch'])}, owner {esc(r['owner'])}, "
+                     f"recorded {esc(when(r.get('recorded_at')))}")
+        else:
+            where = esc(v.get("note", ""))
+        receipt = v.get("receipt")
+        rows.append(f"<tr><td>{esc(channel)}</td><td>{state_badge(str(v.get('state')))}</td><td>{where}</td>"
+                    f"<td><code>{esc(json.dumps(receipt, sort_keys=True)) if receipt else ''}</code></td></tr>")
+    body = (
+        f'<p><a href="./{esc(qs)}">← all deliveries</a></p><h1>Alert <code>{esc(alert_id)}</code></h1>'
+        "<table id=found><thead><tr><th>channel</th><th>state</th><th>where</th><th>receipt</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+    return page(f"alert {alert_id}", body, user_name)
 
 
 def render_detail(record, ledger, default_prefix: str, limit: int, user_name: str) -> str:
@@ -407,6 +436,26 @@ def create_app():
         body = render_overview(book, overview(book, limit), default, limit, user.get_name())
         return HTMLResponse(body, headers=SECURITY_HEADERS)
 
+    @app.get("/deliveries/find", response_class=HTMLResponse)
+    def find_page(alert_id: str, user: User, backend: Backend, ledger: LedgerPrefix = None,
+                  limit: Limit = DEFAULT_LIMIT):
+        """Any alert by its id, on every channel, without listing the ledger (delivery/tools.find)."""
+        from aldebaran.delivery.tools import find, locate_alert
+
+        try:
+            safe_segment(alert_id, "alert id")
+        except ValueError as exc:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
+        book = open_or_400(backend, ledger)
+        channels = book.channels()
+        records = {c: book.get(c, alert_id) for c in channels}
+        # A key scan of the alerts topic only when some channel has no record of its own.
+        position = None if all(records.values()) else locate_alert(alert_id, timeout=10.0)
+        views = [find(book, c, alert_id, position) for c in channels]
+        default = open_ledger(backend, None).prefix
+        return HTMLResponse(render_found(alert_id, views, book, default, limit, user.get_name()),
+                            headers=SECURITY_HEADERS)
+
     @app.get("/deliveries/{channel}/{alert_id}", response_class=HTMLResponse)
     def delivery_page(channel: str, alert_id: str, user: User, backend: Backend, ledger: LedgerPrefix = None,
                       limit: Limit = DEFAULT_LIMIT):
@@ -428,7 +477,7 @@ def create_app():
     def deliveries_stats(user: User, backend: Backend, ledger: LedgerPrefix = None) -> dict:
         book = open_or_400(backend, ledger)
         rows = [book.stats(channel) for channel in book.channels()]
-        return {"ledger": book.prefix, "store": book.backend.describe(), "generated_at": book.clock(), "channels": rows}
+        return {"ledger": book.prefix, "store": book.store.uri(), "generated_at": book.clock(), "channels": rows}
 
     return app
 

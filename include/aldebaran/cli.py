@@ -2,11 +2,12 @@
 
     aldebaran services up|down|status|kill [NAME ...]   local Kafka, MinIO, Airflow (+ Spark cluster)
     aldebaran auditor run|status                       the streaming auditor
-    aldebaran dispatch [--channel NAME]                deliver waiting alerts to the configured channels
+    aldebaran dispatch [--channel NAME] [--follow]     deliver alerts to the configured channels (once, or streaming)
     aldebaran deliveries stats|list|show|retry|resolve inspect and settle the delivery ledger
     aldebaran loadgen                                  produce trades in the original publisher's mix
     aldebaran bench dispatch                           deliveries/s and alert→delivered latency
-    aldebaran bench all [--quick]                      drain, latency, books, churn, dispatch → docs/benchmarks.md
+    aldebaran bench e2e [--rates R,...]                trades → auditor → dispatchers → recipients: sustained rate
+    aldebaran bench all [--quick]                      drain, latency, books, churn, dispatch, e2e → docs/benchmarks.md
     aldebaran bench state-designs                      candidate state designs side by side → docs/benchmarks.md
     aldebaran bench parse-cost                         Kafka read vs parse vs aggregate, batch jobs → docs/benchmarks.md
     aldebaran demo                                     the end-to-end demo (make demo)
@@ -87,12 +88,18 @@ def cmd_auditor(args: argparse.Namespace) -> int:
 
 # --- dispatch ----------------------------------------------------------------------------
 def cmd_dispatch(args: argparse.Namespace) -> int:
+    import json
+
     from aldebaran.delivery import dispatcher
 
+    if args.follow:
+        from aldebaran.delivery import service
+
+        return service.follow(args.channel or None, args.name)
     stats = dispatcher.run_once(
         channels=args.channel or None, max_alerts=args.max_alerts, idle_timeout=args.idle_timeout
     )
-    print(stats.summary())
+    print(json.dumps(stats.summary()))
     return 0
 
 
@@ -124,6 +131,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from aldebaran.bench import parse_cost
 
         return parse_cost.main(args)
+    if args.which == "e2e":
+        from aldebaran.bench import e2e
+
+        return e2e.main(args)
     from aldebaran.bench import dispatch, machine
 
     result = {"machine": machine.describe(),
@@ -170,10 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_cli_flags(a)
     a.set_defaults(func=cmd_auditor)
 
-    d = sub.add_parser("dispatch", help="deliver waiting alerts to every configured channel, then exit")
+    d = sub.add_parser("dispatch", help="deliver alerts to the configured channels (once, or --follow)")
     d.add_argument("--channel", action="append", help="channel name (repeatable; default: all configured)")
+    d.add_argument("--follow", action="store_true",
+                   help="stream: deliver until SIGTERM/SIGINT, with a heartbeat (what dispatch_supervisor starts)")
+    d.add_argument("--name", default=None, help="--follow: the dispatcher's name in its heartbeat (default: its channels)")
     d.add_argument("--max-alerts", type=int, default=None, help="stop after this many alerts")
-    d.add_argument("--idle-timeout", type=float, default=5.0, help="stop after this many seconds without alerts")
+    d.add_argument("--idle-timeout", type=float, default=None,
+                   help="stop after this many seconds without alerts (default ALDEBARAN_DELIVERY_IDLE_SECONDS)")
     d.set_defaults(func=cmd_dispatch)
 
     dl = sub.add_parser("deliveries", help="inspect the delivery ledger")
@@ -189,10 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
     lg.set_defaults(func=cmd_loadgen)
 
     b = sub.add_parser("bench", help="benchmarks (figures with machine, versions and date)")
-    b.add_argument("which", choices=["dispatch", "all", "state-designs", "parse-cost"])
+    b.add_argument("which", choices=["dispatch", "all", "state-designs", "parse-cost", "e2e"])
     b.add_argument("--quick", action="store_true", help="all: everything small (< 5 min), correctness only")
     b.add_argument("--out", default=None, help="all: report directory (default docs/, or .run/bench/quick with --quick)")
-    b.add_argument("--sections", default=None, help="all: comma-separated subset of drain,latency,books,churn,dispatch")
+    b.add_argument("--sections", default=None,
+                   help="all: comma-separated subset of drain,latency,books,churn,dispatch,e2e")
     b.add_argument("--merge", action="store_true",
                    help="all: keep the previous report's sections (and open-books sizes) this run does not measure")
     b.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
@@ -209,6 +225,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--candidates", default=None, help="state-designs: comma-separated subset (default all)")
     b.add_argument("--per-order-seconds", type=float, default=60.0,
                    help="state-designs: time allowed to the per-order Python state candidate")
+    b.add_argument("--rates", default=None,
+                   help="e2e: comma-separated trade rates to ramp through, trades/s (default 5000,10000,20000,50000)")
+    b.add_argument("--seconds", type=float, default=20.0, help="e2e: how long each rate is produced, seconds")
+    b.add_argument("--mix", choices=["original", "custom"], default="original",
+                   help="e2e: the original publisher's mix, or the custom mix with --overfill-fraction")
+    b.add_argument("--overfill-fraction", type=float, default=0.5, help="e2e --mix custom: share of overfilled orders")
+    b.add_argument("--channels", default="webhook,bus,sms",
+                   help="e2e: channels to deliver to (webhook and bus decide the sustained rate; sms is reported)")
+    b.add_argument("--webhook-batch", type=int, default=1,
+                   help="e2e: alerts per webhook POST (1: one alert per request, the webhook channel's default)")
     b.set_defaults(func=cmd_bench)
 
     dm = sub.add_parser("demo", help="run the end-to-end demo on the running services")

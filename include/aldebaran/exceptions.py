@@ -38,6 +38,10 @@ class AuditorError(AldebaranError):
     """The streaming auditor could not start or stopped with an error."""
 
 
+class DispatcherError(AldebaranError):
+    """A streaming dispatcher could not be started by its supervisor; the message names its log."""
+
+
 class LeaseHeld(AldebaranError):
     """Another live auditor holds the checkpoint's lease: two auditors must never share a checkpoint."""
 
@@ -48,3 +52,12 @@ class LeaseLost(AldebaranError):
 
 class PlatformUnhealthy(AldebaranError):
     """A platform health check failed; the message lists every problem found."""
+
+
+class LedgerCorrupt(AldebaranError):
+    """A delivery-ledger object cannot be parsed. The message names its key; that partition's dispatch
+    stops (nothing is re-sent on the strength of an unreadable record)."""
+
+
+class Fenced(AldebaranError):
+    """A dispatcher is no longer the owner of a channel's partition (a newer epoch took it over)."""

@@ -66,6 +66,9 @@ class ObjectStoreSettings(BaseSettings):
         None, description="ALDEBARAN_S3_ACCESS_KEY: empty to use the AWS default credential chain"
     )
     secret_key: SecretStr | None = Field(None, description="ALDEBARAN_S3_SECRET_KEY: set with ALDEBARAN_S3_ACCESS_KEY, or both empty")
+    session_token: SecretStr | None = Field(
+        None, description="ALDEBARAN_S3_SESSION_TOKEN: with temporary credentials (STS); empty otherwise"
+    )
 
     def endpoint(self) -> str | None:
         return self.endpoint_url or None

@@ -7,8 +7,7 @@ import json
 
 from aldebaran import kafka_io
 from aldebaran.audit.rules import alert_id
-from aldebaran.delivery.backends import S3Backend
-from aldebaran.delivery.ledger import DELIVERED, Ledger
+from aldebaran.delivery.ledger import Ledger
 
 
 def _alert(order_id: str) -> dict:
@@ -26,17 +25,17 @@ def test_alert_dispatch_dag_delivers_each_alert_once(airflow_db, dagbag, kafka_t
     monkeypatch.setenv("ALDEBARAN_CHANNELS", "log")
     monkeypatch.setenv("AIRFLOW_CONN_ALDEBARAN_LOG", json.dumps({"conn_type": "log", "extra": {"path": str(log_file)}}))
     monkeypatch.setenv("ALDEBARAN_DELIVERY_PREFIX", f"{s3_prefix}/deliveries")
-    monkeypatch.setenv("ALDEBARAN_DISPATCH_IDLE_SECONDS", "2")
+    monkeypatch.setenv("ALDEBARAN_DELIVERY_IDLE_SECONDS", "2")
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps(
         {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_topics.bootstrap_servers, "group.id": f"g-{unique}"}}))
 
     dag = dagbag.dags["alert_dispatch"]
     run = dag.test()
     assert run.state == "success", run.state
-    ledger = Ledger(S3Backend(store), prefix=f"{s3_prefix}/deliveries")
-    records = ledger.records("log")
-    assert sorted(r.alert_id for r in records) == sorted(a["alert_id"] for a in alerts)
-    assert {r.state for r in records} == {DELIVERED}
+    ledger = Ledger(store, prefix=f"{s3_prefix}/deliveries")
+    states = ledger.states("log")
+    assert sorted(states) == sorted(a["alert_id"] for a in alerts)
+    assert set(states.values()) == {"DELIVERED"}
     assert len(log_file.read_text().splitlines()) == 6
 
     again = dag.test()

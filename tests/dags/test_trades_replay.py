@@ -11,7 +11,6 @@ from aldebaran import kafka_io, loadgen, reference
 from aldebaran.audit import job
 from aldebaran.audit.archive import Archive
 from aldebaran.audit.settings import AuditorSettings
-from aldebaran.delivery.backends import S3Backend
 from aldebaran.delivery.channels import LogChannel
 from aldebaran.delivery.dispatcher import Dispatcher
 from aldebaran.delivery.ledger import Ledger
@@ -54,7 +53,7 @@ def test_replay_yields_the_live_alerts_and_no_new_deliveries(airflow_db, dagbag,
     trades = [(m.value(), m.timestamp()[1]) for m in kafka_io.read_topic(kafka_topics, kafka_topics.trades_topic)]
     assert sorted(reference.key(a) for a in live) == sorted(reference.key(a) for a in reference.expected_alerts(trades))
     assert live, "the mix produces overfills"
-    ledger = Ledger(S3Backend(store), prefix=f"{s3_prefix}/deliveries")
+    ledger = Ledger(store, prefix=f"{s3_prefix}/deliveries")
     dispatcher = Dispatcher(ledger, [LogChannel("log", log_file)], kafka=kafka_topics, group=f"g-{unique}")
     assert dispatcher.run_once(idle_timeout=2.0).sent == {"log": len(live)}
 

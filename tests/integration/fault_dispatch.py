@@ -1,5 +1,5 @@
 """Failure injection for the dispatch tests: a dispatcher whose channel SIGKILLs its own process right
-after a successful send and before the delivery record says DELIVERED.
+after a successful send and before the ledger records it.
 
     python tests/integration/fault_dispatch.py <ledger prefix> <consumer group> <lease seconds>
 
@@ -18,23 +18,30 @@ class KillAfterSendFaultInjection:
         self.inner = inner
         self.name = inner.name
         self.can_dedupe = inner.can_dedupe
+        self.max_run = inner.max_run
+        self.has_lookup = inner.has_lookup
 
-    def send(self, alert: dict, idempotency_key: str) -> dict:
-        self.inner.send(alert, idempotency_key)
+    def send_many(self, alerts):
+        self.inner.send_many(alerts)
         os.kill(os.getpid(), signal.SIGKILL)
         raise AssertionError("unreachable")
 
+    def close(self) -> None:
+        self.inner.close()
+
 
 def main() -> None:
-    from aldebaran.delivery.backends import S3Backend
     from aldebaran.delivery.channels import configured_channels
     from aldebaran.delivery.dispatcher import Dispatcher
     from aldebaran.delivery.ledger import Ledger
+    from aldebaran.delivery.settings import DeliverySettings
+    from aldebaran.storage import S3Store
 
     prefix, group, lease = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    ledger = Ledger(S3Backend(), prefix=prefix, lease_seconds=lease)
+    settings = DeliverySettings(prefix=prefix, lease_seconds=lease)
+    ledger = Ledger(S3Store(), prefix=prefix, lease_seconds=lease)
     channels = [KillAfterSendFaultInjection(c) for c in configured_channels()]
-    Dispatcher(ledger, channels, group=group, concurrency=1).run_once(idle_timeout=20)
+    Dispatcher(ledger, channels, group=group, settings=settings).run_once(idle_timeout=20)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
-"""Delivery under failure, against real Kafka, MinIO and local receivers: races, receiver outages,
-permanent failures, a dispatcher SIGKILLed between send and record, an object-store outage, and
-malformed alerts. Each alert must reach each channel exactly once (SMS: at most once, IN_DOUBT
-recorded instead of a resend)."""
+"""Delivery under failure, against real Kafka, MinIO and local receivers: races, a stale owner,
+receiver outages, permanent failures, a dispatcher SIGKILLed between send and record, an object-store
+outage, malformed alerts and an unreadable ledger object. Each alert must reach each channel exactly
+once (SMS: at most once; IN_DOUBT recorded instead of a resend, settled by the provider's lookup when
+the channel has one)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import subprocess
@@ -18,10 +20,12 @@ import pytest
 
 from aldebaran import kafka_io, services
 from aldebaran.audit.rules import alert_id
-from aldebaran.delivery.backends import S3Backend
 from aldebaran.delivery.channels import configured_channels
 from aldebaran.delivery.dispatcher import Dispatcher
-from aldebaran.delivery.ledger import DEAD, DELIVERED, IN_DOUBT, Ledger
+from aldebaran.delivery.ledger import Ledger
+from aldebaran.delivery.records import DEAD, DELIVERED, IN_DOUBT, RetryPolicy
+from aldebaran.delivery.runs import RECORDED
+from aldebaran.delivery.settings import DeliverySettings
 from aldebaran_lab.receivers import SmsProvider, WebhookReceiver
 
 HERE = Path(__file__).resolve().parent
@@ -59,32 +63,48 @@ def sms():
 
 @pytest.fixture
 def channel_env(monkeypatch, webhook, secret, sms):
-    def configure(*names: str) -> list:
+    def configure(*names: str, lookup: bool = False) -> list:
         monkeypatch.setenv("ALDEBARAN_CHANNELS", ",".join(names))
         monkeypatch.setenv("AIRFLOW_CONN_ALDEBARAN_WEBHOOK", json.dumps(
             {"conn_type": "http", "host": webhook.url, "password": secret, "extra": {"endpoint": "/alerts", "timeout": 3}}))
         monkeypatch.setenv("AIRFLOW_CONN_ALDEBARAN_SMS", json.dumps(
             {"conn_type": "sms", "host": sms.url, "login": sms.account_sid, "password": sms.auth_token,
-             "extra": {"from": "+15550001111", "to": "+15552223333"}}))
+             "extra": {"from": "+15550001111", "to": "+15552223333", "lookup": lookup}}))
         return configured_channels()
     return configure
 
 
 @pytest.fixture
-def ledger(store, s3_prefix):
-    return Ledger(S3Backend(store), prefix=f"{s3_prefix}/deliveries", lease_seconds=3, max_attempts=3,
-                  backoff_base=0.3, backoff_max=1.0)
+def settings(s3_prefix):
+    return DeliverySettings(prefix=f"{s3_prefix}/deliveries", lease_seconds=3, max_attempts=3,
+                            backoff_base_seconds=0.3, backoff_max_seconds=1.0, sweep_seconds=0.5,
+                            lookup_grace_seconds=0.5)
 
 
-def test_two_dispatchers_racing_deliver_each_alert_once(kafka_topics, ledger, channel_env, webhook, sms, unique):
+@pytest.fixture
+def ledger(store, settings):
+    return Ledger(store, prefix=settings.prefix, lease_seconds=settings.lease_seconds,
+                  policy=RetryPolicy(settings.max_attempts, settings.backoff_base_seconds, settings.backoff_max_seconds))
+
+
+def dispatcher(ledger, channels, kafka, group, settings, owner=None) -> Dispatcher:
+    return Dispatcher(ledger, channels, kafka=kafka, group=group, owner=owner, settings=settings)
+
+
+def run_states(ledger, channel, topic) -> list:
+    return [e[2] for p in (0, 1) for r in ledger.runs(channel, topic, p) for e in r.entries]
+
+
+def test_two_dispatchers_of_one_group_deliver_each_alert_once(kafka_topics, ledger, settings, channel_env, webhook,
+                                                             sms, unique):
     alerts = [make_alert(str(i)) for i in range(40)]
     publish(kafka_topics, alerts + alerts)  # and every alert twice on the topic
     channels = channel_env("webhook", "sms")
     results = []
 
     def run(name):
-        d = Dispatcher(ledger, channels, kafka=kafka_topics, group=f"{name}-{unique}", owner=name, concurrency=8)
-        results.append(d.run_once(idle_timeout=3.0))
+        results.append(dispatcher(ledger, channels, kafka_topics, f"g-{unique}", settings, owner=name)
+                       .run_once(idle_timeout=3.0))
 
     threads = [threading.Thread(target=run, args=(n,)) for n in ("left", "right")]
     for t in threads:
@@ -95,35 +115,63 @@ def test_two_dispatchers_racing_deliver_each_alert_once(kafka_topics, ledger, ch
     assert sum(r.sent.get("sms", 0) for r in results) == 40
     assert set(webhook.requests_per_key.values()) == {1} and len(webhook.accepted) == 40
     assert set(sms.sends.values()) == {1} and len(sms.messages) == 40
-    assert {r.state for r in ledger.records("webhook")} == {DELIVERED}
+    states = run_states(ledger, "webhook", kafka_topics.alerts_topic)
+    assert states.count("D") == 40 and states.count("S") == 40  # the repeats are recognised, not sent
 
 
-def test_receiver_down_for_a_while_then_retry_delivers(kafka_topics, ledger, channel_env, webhook, unique):
+def test_a_stale_owner_is_fenced_and_recipients_see_each_alert_once(kafka_topics, ledger, settings, channel_env,
+                                                                    webhook, sms, unique):
+    """Two consumer groups on one channel (a misconfiguration, or a zombie from before a rebalance):
+    each takes the partition's epoch in turn; the older one is fenced at its next ledger write."""
+    alerts = [make_alert(f"z{i}") for i in range(30)]
+    publish(kafka_topics, alerts)
+    channels = channel_env("webhook", "sms")
+    results = []
+
+    def run(group):
+        results.append(dispatcher(ledger, channels, kafka_topics, group, settings, owner=group)
+                       .run_once(idle_timeout=3.0))
+
+    threads = [threading.Thread(target=run, args=(f"{n}-{unique}",)) for n in ("zombie", "current")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(webhook.accepted) == 30  # at most a repeated request, which the receiver answers 409
+    assert set(sms.sends.values()) == {1} and len(sms.messages) == 30  # SMS: one record per alert, exactly once
+    runs = [r for p in (0, 1) for r in ledger.runs("webhook", kafka_topics.alerts_topic, p)]
+    assert all(r.state == RECORDED for r in runs)
+    delivered = [e[1] for r in runs for e in r.entries if e[2] == "D"]
+    assert sorted(set(delivered)) == sorted(a["alert_id"] for a in alerts)
+
+
+def test_receiver_down_for_a_while_then_retry_delivers(kafka_topics, ledger, settings, channel_env, webhook, unique):
     alerts = [make_alert(f"d{i}") for i in range(5)]
     publish(kafka_topics, alerts)
     channels = channel_env("webhook")
     webhook.fail_next(5, 503)  # failure injection: the first five requests get 503
-    stats = Dispatcher(ledger, channels, kafka=kafka_topics, group=f"g-{unique}").run_once(idle_timeout=4.0)
+    stats = dispatcher(ledger, channels, kafka_topics, f"g-{unique}", settings).run_once(idle_timeout=4.0)
     assert stats.failed == {"webhook": 5}
-    records = {r.alert_id: r for r in ledger.records("webhook")}
     # The sweep retried them (backoff 0.15–1 s) within the same run, or the next run does.
+    records = {a["alert_id"]: ledger.get("webhook", a["alert_id"])[0] for a in alerts}
     if any(r.state != DELIVERED for r in records.values()):
         time.sleep(1.2)
-        Dispatcher(ledger, channels, kafka=kafka_topics, group=f"g-{unique}").run_once(idle_timeout=2.0)
-        records = {r.alert_id: r for r in ledger.records("webhook")}
+        dispatcher(ledger, channels, kafka_topics, f"g-{unique}", settings).run_once(idle_timeout=2.0)
+        records = {a["alert_id"]: ledger.get("webhook", a["alert_id"])[0] for a in alerts}
     assert {r.state for r in records.values()} == {DELIVERED}
     assert all(r.attempt == 2 for r in records.values())
     assert len(webhook.accepted) == 5
     assert ledger.indexed("retry", "webhook") == []
 
 
-def test_receiver_failing_permanently_goes_dead_after_max_attempts(kafka_topics, ledger, channel_env, webhook, unique):
+def test_receiver_failing_permanently_goes_dead_after_max_attempts(kafka_topics, ledger, settings, channel_env, webhook,
+                                                                  unique):
     publish(kafka_topics, [make_alert("dead-1")])
     channels = channel_env("webhook")
     webhook.fail_next(100, 500)  # failure injection: the receiver keeps failing
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        Dispatcher(ledger, channels, kafka=kafka_topics, group=f"g-{unique}").run_once(idle_timeout=1.5)
+        dispatcher(ledger, channels, kafka_topics, f"g-{unique}", settings).run_once(idle_timeout=1.5)
         record, _ = ledger.get("webhook", alert_id("OVERFILL", "dead-1"))
         if record.state == DEAD:
             break
@@ -133,44 +181,59 @@ def test_receiver_failing_permanently_goes_dead_after_max_attempts(kafka_topics,
     assert ledger.stats("webhook")["dead"] == 1
 
 
-def test_permanent_client_error_goes_dead_at_once(kafka_topics, ledger, channel_env, webhook, unique):
+def test_permanent_client_error_goes_dead_at_once(kafka_topics, ledger, settings, channel_env, webhook, unique):
     publish(kafka_topics, [make_alert("perm-1")])
     webhook.fail_next(1, 400)
-    Dispatcher(ledger, channel_env("webhook"), kafka=kafka_topics, group=f"g-{unique}").run_once(idle_timeout=1.5)
+    dispatcher(ledger, channel_env("webhook"), kafka_topics, f"g-{unique}", settings).run_once(idle_timeout=1.5)
     record, _ = ledger.get("webhook", alert_id("OVERFILL", "perm-1"))
     assert record.state == DEAD and record.attempt == 1
 
 
-@pytest.mark.parametrize("channel", ["webhook", "sms"])
-def test_dispatcher_sigkilled_between_send_and_record(channel, kafka_topics, ledger, channel_env, webhook, sms,
-                                                      unique, s3_prefix):
+@pytest.mark.parametrize("channel", ["webhook", "sms", "sms-lookup"])
+def test_dispatcher_sigkilled_between_send_and_record(channel, kafka_topics, ledger, settings, channel_env, webhook,
+                                                      sms, unique, s3_prefix):
     alert = make_alert(f"kill-{channel}")
     publish(kafka_topics, [alert])
-    channels = channel_env(channel)
+    name = channel.split("-")[0]
+    channels = channel_env(name, lookup=channel == "sms-lookup")
     group = f"g-{unique}"
     proc = subprocess.run(
-        [sys.executable, str(HERE / "fault_dispatch.py"), f"{s3_prefix}/deliveries", group, "3"],
+        [sys.executable, str(HERE / "fault_dispatch.py"), settings.prefix, group, "3"],
         env=dict(os.environ), capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == -9, proc.stderr[-2000:]  # SIGKILLed right after its send
-    record, _ = ledger.get(channel, alert["alert_id"])
-    assert record.state == "CLAIMED"  # the send happened, the record never heard of it
-
-    time.sleep(3.2)  # the lease runs out
-    stats = Dispatcher(ledger, channels, kafka=kafka_topics, group=group).run_once(idle_timeout=3.0)
-    record, _ = ledger.get(channel, alert["alert_id"])
-    if channel == "webhook":
-        # Rescued and re-sent with the same Idempotency-Key: the receiver deduplicates (409).
-        assert record.state == DELIVERED and record.attempt == 2
-        assert webhook.requests_per_key[alert["alert_id"]] == 2 and len(webhook.accepted) == 1
+    if name == "webhook":
+        run, _ = ledger.get_run("webhook", kafka_topics.alerts_topic, 0, 0) or ledger.get_run(
+            "webhook", kafka_topics.alerts_topic, 1, 0)
+        assert run.state == "CLAIMED"  # the send happened, the run was never recorded
     else:
-        # An SMS provider cannot deduplicate: never re-sent, IN_DOUBT for an operator.
-        assert record.state == IN_DOUBT and stats.sent == {}
-        assert len(sms.messages) == 1
+        assert ledger.get(name, alert["alert_id"])[0].state == "CLAIMED"
+
+    time.sleep(3.2)  # the lease runs out (the per-alert record's; a run is adopted at once)
+    stats = dispatcher(ledger, channels, kafka_topics, group, settings).run_once(idle_timeout=3.0)
+    if name == "webhook":
+        # The newer owner adopts the run and re-sends with the same Idempotency-Key: the receiver dedupes (409).
+        assert webhook.requests_per_key[alert["alert_id"]] == 2 and len(webhook.accepted) == 1
+        assert run_states(ledger, "webhook", kafka_topics.alerts_topic) == ["D"]
+        return
+    record, _ = ledger.get(name, alert["alert_id"])
+    assert len(sms.messages) == 1 and stats.sent == {}  # an SMS provider cannot deduplicate: never re-sent
+    if channel == "sms":
+        assert record.state == IN_DOUBT  # for an operator
         assert ledger.indexed("in_doubt", "sms") == [alert["alert_id"]]
+    else:
+        # The provider has a message log: the doubt is settled by asking it, not by resending.
+        deadline = time.monotonic() + 20
+        while record.state != DELIVERED and time.monotonic() < deadline:
+            dispatcher(ledger, channels, kafka_topics, group, settings).run_once(idle_timeout=1.0)
+            record, _ = ledger.get(name, alert["alert_id"])
+        assert record.state == DELIVERED and record.receipt["sid"] == sms.messages[0].sid
+        assert "lookup" in record.history[-1]["note"] and len(sms.messages) == 1
+        assert ledger.indexed("in_doubt", "sms") == []
 
 
-def test_object_store_outage_backs_off_and_resumes_without_loss(kafka_topics, ledger, channel_env, webhook, unique):
+def test_object_store_outage_backs_off_and_resumes_without_loss(kafka_topics, ledger, settings, channel_env, webhook,
+                                                                unique):
     alerts = [make_alert(f"s3-{i}") for i in range(10)]
     channels = channel_env("webhook")
     minio = services.get("minio")
@@ -179,26 +242,38 @@ def test_object_store_outage_backs_off_and_resumes_without_loss(kafka_topics, le
         publish(kafka_topics, alerts)
         restarter = threading.Timer(6.0, minio.start)
         restarter.start()
-        stats = Dispatcher(ledger, channels, kafka=kafka_topics, group=f"g-{unique}").run_once(idle_timeout=5.0)
+        stats = dispatcher(ledger, channels, kafka_topics, f"g-{unique}", settings).run_once(idle_timeout=5.0)
         restarter.join()
     finally:
         if not minio.running():
             minio.start()
     assert stats.sent == {"webhook": 10}
     assert len(webhook.accepted) == 10 and set(webhook.requests_per_key.values()) == {1}
-    assert {r.state for r in ledger.records("webhook")} == {DELIVERED}
+    assert run_states(ledger, "webhook", kafka_topics.alerts_topic).count("D") == 10
 
 
-def test_malformed_alerts_are_dead_lettered_and_dispatch_continues(kafka_topics, ledger, channel_env, webhook,
-                                                                   store, unique):
+def test_malformed_alerts_are_dead_lettered_and_dispatch_continues(kafka_topics, ledger, settings, channel_env,
+                                                                   webhook, store, unique):
     good = [make_alert("ok-1"), make_alert("ok-2")]
     raw = [b"not json", b'{"alert_id": 7, "kind": "OVERFILL", "order_id": "x"}', b'{"kind": "OVERFILL"}',
            json.dumps({"alert_id": "../../escape", "kind": "OVERFILL", "order_id": "x"}).encode()]
     kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.alerts_topic,
                          [(good[0]["alert_id"], json.dumps(good[0]))] + [(b"bad", r) for r in raw]
                          + [(good[1]["alert_id"], json.dumps(good[1]))])
-    stats = Dispatcher(ledger, channel_env("webhook"), kafka=kafka_topics, group=f"g-{unique}").run_once(idle_timeout=2.0)
+    stats = dispatcher(ledger, channel_env("webhook"), kafka_topics, f"g-{unique}", settings).run_once(idle_timeout=2.0)
     assert stats.malformed == 4 and stats.sent == {"webhook": 2}
     letters = [store.get(o["Key"]).json() for o in store.list(f"dead-letters/alerts/{kafka_topics.alerts_topic}/")]
     assert len(letters) == 4 and all(l["reason"] for l in letters)
     store.delete_prefix(f"dead-letters/alerts/{kafka_topics.alerts_topic}/")
+
+
+def test_an_unreadable_ledger_object_stops_its_partition_and_sends_nothing(kafka_topics, ledger, settings, channel_env,
+                                                                          webhook, store, unique, caplog):
+    alerts = [make_alert(f"c{i}") for i in range(6)]
+    publish(kafka_topics, alerts)
+    for partition in (0, 1):  # garbage where each partition's first run would be
+        store.create(ledger.run_key("webhook", kafka_topics.alerts_topic, partition, 0), b"{garbage")
+    with caplog.at_level(logging.ERROR):
+        stats = dispatcher(ledger, channel_env("webhook"), kafka_topics, f"g-{unique}", settings).run_once(idle_timeout=2.0)
+    assert stats.sent == {} and len(webhook.accepted) == 0  # never a resend on an unreadable record
+    assert any("cannot be read" in r.message and "/runs/" in r.message for r in caplog.records)

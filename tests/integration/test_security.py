@@ -21,7 +21,6 @@ from aldebaran import paths, services
 from aldebaran.audit.archive import Archive
 from aldebaran.audit.heartbeat import heartbeat_key
 from aldebaran.audit.rules import alert_id
-from aldebaran.delivery.backends import S3Backend
 from aldebaran.delivery.channels import alert_body, signature
 from aldebaran.delivery.ledger import Ledger
 from aldebaran_lab.receivers import WebhookReceiver
@@ -131,7 +130,7 @@ def test_services_listen_on_the_loopback_address_only(services_up):
 
 
 def test_hostile_ids_cannot_escape_their_object_store_prefix(store, s3_prefix):
-    ledger = Ledger(S3Backend(store), prefix=f"{s3_prefix}/deliveries")
+    ledger = Ledger(store, prefix=f"{s3_prefix}/deliveries")
     for hostile in HOSTILE_IDS:
         with pytest.raises(ValueError):
             safe_segment(hostile)

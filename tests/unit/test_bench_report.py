@@ -53,19 +53,23 @@ def test_write_renders_tables_plots_and_keeps_other_sections(tmp_path):
     assert "Overall: **NO**" in doc
 
 
-def test_dispatch_section_shows_the_ledger_ceiling_ratio_and_steady_rates(tmp_path):
+def test_dispatch_section_shows_channels_writes_per_delivery_and_the_ledger_ceiling(tmp_path):
     results = _results()
+    channel = {"alerts": 50_000, "received": 50_000, "received_twice": 0, "runs": 26, "deliveries_eps": 10_250.0,
+               "deliveries_eps_incl_start": 7_700.0, "ledger_writes_per_delivery": 0.0012,
+               "ratio_to_ledger_ceiling": 0.05, "correct": True}
     results["dispatch"] = {
-        "concurrency": 32, "runs": [{}], "median_deliveries_per_s": 130.0, "median_p50_ms": 8000.0,
-        "median_p95_ms": 15000.0, "all_correct": True, "ratio_to_ceiling": 0.72,
-        "ledger_ceiling": {"deliveries_per_s": 181.0},
-        "steady": [{"rate": 50.0, "alerts": 1000, "p50_ms": 1200.0, "p95_ms": 2100.0, "p99_ms": 2460.0,
-                    "max_ms": 11387.0, "correct": True}],
+        "alerts": 50_000, "sms_alerts": 500, "repeats": 1, "all_correct": True, "ledger_writes_per_delivery": 0.0012,
+        "ledger_ceiling": {"run_size": 1923, "concurrency": 8, "runs_per_s": 100.0, "conditional_puts_per_s": 200.0,
+                           "deliveries_per_s": 192_300.0},
+        "channels": {"bus": channel, "webhook": {**channel, "deliveries_eps": 1_020.0}},
     }
     doc = report.write(results, tmp_path)["markdown"].read_text()
-    assert "| 130 | 8,000 | 15,000 | 181 | 0.72 | yes |" in doc
-    assert "| 50 | 1,000 | 1,200 | 2,100 | 2,460 | 11,387 | yes |" in doc
-    assert "| dispatch ≥ 2k deliveries/s per channel | 130/s | **NO** |" in doc
+    assert "| bus | 10,250 | 7,700 | 26 | 0.0012 | 0.05 | 50,000 / 50,000 | 0 | yes |" in doc
+    assert "| dispatch bus: ≥ 50k deliveries/s on a Kafka-bus channel | 10,250/s | **NO** |" in doc
+    assert "| dispatch webhook: ≥ 10k deliveries/s per webhook channel | 1,020/s | **NO** |" in doc
+    assert "| ≤ 0.02 ledger object writes per delivery (channels that deduplicate) | 0.0012 | yes |" in doc
+    assert "192,300" in doc
 
 
 def test_merge_keeps_sections_and_book_sizes_this_run_did_not_measure(tmp_path):

@@ -37,16 +37,16 @@ class FakeUser:
 
 @pytest.fixture
 def ledger(tmp_path):
-    from aldebaran.delivery.backends import LocalBackend
     from aldebaran.delivery.dispatcher import default_ledger
+    from aldebaran.storage import LocalStore
 
-    return default_ledger(LocalBackend(tmp_path / "ledger"))
+    return default_ledger(LocalStore(tmp_path / "ledger"))
 
 
 @pytest.fixture
 def app(plugin, ledger):
     app = plugin.create_app()
-    app.dependency_overrides[plugin.ledger_backend] = lambda: ledger.backend
+    app.dependency_overrides[plugin.ledger_backend] = lambda: ledger.store
     return app
 
 
@@ -63,9 +63,19 @@ def alert(alert_id: str, order_id: str = "o-1", client: str = "Sendence") -> dic
             "requested": 100, "purchased": 120}
 
 
+def settle(ledger, channel: str, a: dict, status: str, detail=None, can_dedupe: bool = True):
+    """Claim the alert's own record, then report one send's outcome, as the dispatcher does."""
+    from aldebaran.delivery.channels import Outcome
+
+    record, etag = ledger.claim(channel, a, "w1")
+    outcome = Outcome.delivered(a["alert_id"], detail or {}) if status == "delivered" else \
+        getattr(Outcome, status)(a["alert_id"], detail)
+    return ledger.settle(record, etag, outcome, can_dedupe=can_dedupe)
+
+
 def test_hostile_values_are_escaped_on_the_overview_and_the_detail_page(client, ledger):
-    claim = ledger.claim("sms", alert("a1", HOSTILE_ORDER, HOSTILE_CLIENT), "w1")
-    ledger.in_doubt(claim, "provider said <b>maybe</b>")
+    settle(ledger, "sms", alert("a1", HOSTILE_ORDER, HOSTILE_CLIENT), "unknown", "provider said <b>maybe</b>",
+           can_dedupe=False)
 
     overview = client.get("/deliveries/")
     detail = client.get("/deliveries/sms/a1")
@@ -82,9 +92,9 @@ def test_hostile_values_are_escaped_on_the_overview_and_the_detail_page(client, 
 
 def test_overview_lists_attention_and_latest_records_with_links(client, ledger):
     for i in range(3):
-        ledger.delivered(ledger.claim("webhook", alert(f"ok{i}"), "w1"), {"status": 200})
-    ledger.failed(ledger.claim("webhook", alert("gone"), "w1"), "410 Gone", permanent=True)
-    ledger.failed(ledger.claim("webhook", alert("later"), "w1"), "503 Service Unavailable")
+        settle(ledger, "webhook", alert(f"ok{i}"), "delivered", {"status": 200})
+    settle(ledger, "webhook", alert("gone"), "permanent", "410 Gone")
+    settle(ledger, "webhook", alert("later"), "retry", "503 Service Unavailable")
 
     page = client.get("/deliveries/", params={"limit": 2}).text
 
@@ -95,14 +105,27 @@ def test_overview_lists_attention_and_latest_records_with_links(client, ledger):
 
 
 def test_stats_endpoint_reports_each_channel(client, ledger):
-    ledger.delivered(ledger.claim("log", alert("x1"), "w1"), {"line": 1})
-    ledger.failed(ledger.claim("log", alert("x2"), "w1"), "disk full", permanent=True)
+    settle(ledger, "log", alert("x1"), "delivered", {"line": 1})
+    settle(ledger, "log", alert("x2"), "permanent", "disk full")
+    settle(ledger, "log", alert("x3"), "retry", "disk busy")
 
     body = client.get("/api/deliveries/stats").json()
 
     assert body["ledger"] == "deliveries"
     [log] = body["channels"]
-    assert (log["channel"], log["records"], log["delivered"], log["dead"], log["in_doubt"]) == ("log", 2, 1, 1, 0)
+    assert (log["channel"], log["retrying"], log["dead"], log["in_doubt"]) == ("log", 1, 1, 0)
+
+
+def test_find_shows_an_alert_on_every_channel(client, ledger):
+    settle(ledger, "sms", alert("f1"), "delivered", {"sid": "SM1"}, can_dedupe=False)
+    settle(ledger, "webhook", alert("f1"), "retry", "HTTP 503")
+
+    page = client.get("/deliveries/find", params={"alert_id": "f1"})
+
+    assert page.status_code == 200
+    assert '<a href="sms/f1">its record</a>' in page.text and '<a href="webhook/f1">its record</a>' in page.text
+    assert "s-delivered" in page.text and "s-retry" in page.text and "SM1" in page.text
+    assert client.get("/deliveries/find", params={"alert_id": "../x"}).status_code == 400
 
 
 def test_detail_of_a_missing_record_is_404(client):
@@ -128,8 +151,8 @@ def test_only_delivery_ledgers_can_be_chosen(client, prefix):
 def test_another_ledger_prefix_is_carried_in_the_links(client, ledger):
     from aldebaran.delivery.ledger import Ledger
 
-    other = Ledger(ledger.backend, prefix="tests/t1/deliveries")
-    other.delivered(other.claim("log", alert("y1"), "w1"), {})
+    other = Ledger(ledger.store, prefix="tests/t1/deliveries")
+    settle(other, "log", alert("y1"), "delivered")
 
     page = client.get("/deliveries/", params={"ledger": "tests/t1/deliveries"}).text
 
@@ -172,8 +195,8 @@ class UnreachableBackend:
     def get(self, key):
         self.list(key)
 
-    def describe(self) -> str:
-        return "s3://aldebaran/"
+    def uri(self, key: str = "") -> str:
+        return f"s3://aldebaran/{key}"
 
 
 def test_an_unreachable_object_store_is_a_503_that_names_it(plugin, client, app):

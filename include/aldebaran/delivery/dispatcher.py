@@ -1,24 +1,31 @@
-"""The dispatcher: alerts from Kafka → one delivery record per channel → the channel, exactly once.
+"""The dispatcher: alerts from Kafka → the delivery ledger → a channel, exactly once per channel.
 
-Each channel is its own work queue: its own consumer group on the alerts topic (a slow SMS provider
-never holds back the webhook), its own bounded pool of concurrent sends, its own retry sweep.
+Each channel is its own work queue: its own consumer group on the alerts topic
+(``<group>-<channel>``), so a slow SMS provider never holds back the webhook. Kafka's group
+assignment gives each partition one dispatcher at a time; on assignment the dispatcher takes the
+partition's owner **epoch** in the ledger (the fence a stale owner cannot write past).
 
-Per polled batch of alerts, in this order (durable first, commit second):
-  1. each alert's delivery record is claimed (conditional create) — or found, when this alert was
-     seen before (the topic is at-least-once; another dispatcher may be on it);
-  2. claimed deliveries are sent and the outcome recorded: DELIVERED, RETRY (listed in the retry
-     index), DEAD, or IN_DOUBT (outcome unknown on a channel that cannot deduplicate);
-  3. only when every alert of the batch is settled are the Kafka offsets committed. An alert whose
-     record another worker holds under a live lease blocks the commit until it settles or its lease
-     expires (then it is rescued, or marked IN_DOUBT where resending is unsafe).
-A crash before 3 re-reads the batch; every record already exists, so nothing is sent twice. If the
-object store fails after a send, the receipt is kept in memory and only the record write is retried.
-Due retries and stranded claims are found through the ledger's retry index by a periodic sweep.
+Per partition, in this order (durable first, commit last):
+
+- a channel that deduplicates (webhook, email, Kafka bus): the polled alerts are cut into **runs**
+  (≤ the channel's max_run). A run is claimed with one conditional create whose key comes from its
+  first offset; its alerts are sent together (``send_many``); every outcome is recorded in one write;
+  then the offsets are committed. A run found already RECORDED (a replay after a crash) is skipped;
+  one found CLAIMED by an older epoch is adopted and sent again with the same idempotency keys.
+  Alert ids seen in recent runs (``dedupe_window_offsets``) are repeats and are not sent again.
+- a channel that cannot deduplicate (SMS): one record per alert, created as the claim. A crash puts
+  at most the alerts in flight into doubt; a repeated alert id is recognised forever by its key.
+
+Failed sends keep their own record (RETRY → … → DEAD; IN_DOUBT where resending is unsafe). A
+periodic sweep retries what is due and asks providers with a lookup about IN_DOUBT deliveries.
+A streaming dispatcher (``aldebaran dispatch --follow``) writes a heartbeat that Airflow's
+``dispatch_supervisor`` DAG watches; ``alert_dispatch`` runs the same code once for catch-up.
 """
 
 from __future__ import annotations
 
 import base64
+import collections
 import json
 import logging
 import os
@@ -28,69 +35,51 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from aldebaran.delivery.backends import Backend, S3Backend
-from aldebaran.delivery.channels import Channel, OutcomeUnknown, PermanentError, RetryableError, configured_channels
-from aldebaran.delivery.ledger import CLAIMED, DEAD, DELIVERED, IN_DOUBT, RETRY, Claim, Ledger, LostLease
-from aldebaran.exceptions import AlreadyExists, ObjectStoreError
-from aldebaran.objectstore import safe_segment
+from aldebaran.delivery.ledger import Ledger
+from aldebaran.delivery.records import DELIVERED, IN_DOUBT, RETRY, SETTLED
+from aldebaran.delivery.runs import MALFORMED, PENDING, RECORDED, REPEAT, Run
+from aldebaran.delivery.settings import DeliverySettings
+from aldebaran.exceptions import AlreadyExists, Fenced, LedgerCorrupt, ObjectStoreError
+from aldebaran.model import Alert, AlertError
 from aldebaran.settings import KafkaSettings, load
+from aldebaran.storage import safe_segment
 
 log = logging.getLogger(__name__)
 
 GROUP = "aldebaran-dispatcher"
-SETTLED = (DELIVERED, DEAD, IN_DOUBT, RETRY)
 
 
 @dataclass
 class DispatchStats:
     alerts: int = 0
     malformed: int = 0
+    runs: int = 0
     sent: dict = field(default_factory=dict)
     already: dict = field(default_factory=dict)
     failed: dict = field(default_factory=dict)
     in_doubt: dict = field(default_factory=dict)
     retried: dict = field(default_factory=dict)
-    latencies_ms: list = field(default_factory=list)  # alert detected_at → delivered, for benchmarks
+    latencies_ms: collections.deque = field(default_factory=lambda: collections.deque(maxlen=200_000))
     seconds: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def bump(self, what: str, channel: str, n: int = 1) -> None:
-        with self.lock:
-            d = getattr(self, what)
-            d[channel] = d.get(channel, 0) + n
+        if n:
+            with self.lock:
+                d = getattr(self, what)
+                d[channel] = d.get(channel, 0) + n
 
-    def summary(self) -> str:
-        return json.dumps({"alerts": self.alerts, "malformed": self.malformed, "sent": self.sent,
-                           "already_recorded": self.already, "failed": self.failed, "in_doubt": self.in_doubt,
-                           "retried": self.retried, "seconds": round(self.seconds, 2)})
-
-
-class AlertError(ValueError):
-    """An alert on the topic that does not follow the contract."""
-
-
-def decode_alert(raw: bytes | None) -> dict:
-    try:
-        alert = json.loads(raw or b"")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise AlertError(f"not JSON: {exc}") from None
-    if not isinstance(alert, dict):
-        raise AlertError("not a JSON object")
-    for name in ("alert_id", "kind", "order_id"):
-        if not isinstance(alert.get(name), str) or not alert[name]:
-            raise AlertError(f"field {name!r} missing or not a string")
-    try:
-        safe_segment(alert["alert_id"], "alert id")
-    except ValueError as exc:
-        raise AlertError(str(exc)) from None
-    return alert
+    def summary(self) -> dict:
+        return {"alerts": self.alerts, "malformed": self.malformed, "runs": self.runs, "sent": self.sent,
+                "already_recorded": self.already, "failed": self.failed, "in_doubt": self.in_doubt,
+                "retried": self.retried, "seconds": round(self.seconds, 2)}
 
 
 class DeadLetters:
     """Malformed alerts, kept once each in the object store under their topic position."""
 
-    def __init__(self, backend: Backend, prefix: str = "dead-letters/alerts") -> None:
-        self.backend = backend
+    def __init__(self, store, prefix: str = "dead-letters/alerts") -> None:
+        self.store = store
         self.prefix = prefix
 
     def add(self, topic: str, partition: int, offset: int, raw: bytes | None, reason: str) -> None:
@@ -98,224 +87,376 @@ class DeadLetters:
         body = json.dumps({"topic": topic, "partition": partition, "offset": offset, "reason": reason,
                            "value_base64": base64.b64encode(raw or b"").decode(), "at": time.time()}).encode()
         try:
-            self.backend.create(key, body)
+            self.store.create(key, body)
         except AlreadyExists:
-            pass  # another channel's worker (or an earlier run) recorded it already
+            pass  # another channel's dispatcher (or an earlier run) recorded it already
 
 
-class ChannelWorker:
+@dataclass
+class Partition:
+    """What a dispatcher keeps for one partition it owns."""
+
+    number: int
+    epoch: int
+    seen: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # recent alert ids
+    buffer: list = field(default_factory=list)  # polled, not yet settled: [(offset, raw, alert|None, error)]
+    skip_until: int = -1  # offsets ≤ this belong to a run already recorded
+    loaded: bool = False
+    broken: str | None = None  # why this partition's dispatch stopped (fenced, unreadable ledger object)
+
+
+class ChannelDispatcher:
     """One channel's queue over the alerts topic."""
 
-    def __init__(self, channel: Channel, ledger: Ledger, kafka: KafkaSettings, group: str, owner: str,
-                 stats: DispatchStats, dead_letters: DeadLetters, concurrency: int = 16, batch: int = 500,
-                 sweep_every: float = 10.0) -> None:
+    def __init__(self, channel, ledger: Ledger, settings: DeliverySettings, kafka: KafkaSettings,
+                 group: str, owner: str, stats: DispatchStats, dead_letters: DeadLetters) -> None:
         self.channel = channel
         self.ledger = ledger
+        self.settings = settings
         self.kafka = kafka
+        self.topic = kafka.alerts_topic
         self.group = f"{group}-{channel.name}"
         self.owner = owner
         self.stats = stats
         self.dead_letters = dead_letters
-        self.concurrency = concurrency
-        self.batch = batch
-        self.sweep_every = sweep_every
-        self.unrecorded: dict[str, tuple[Claim, dict]] = {}  # sent, but the record write failed
-        self._lock = threading.Lock()
+        self.max_run = min(settings.run_max, getattr(channel, "max_run", settings.run_max))
+        self.partitions: dict[int, Partition] = {}
 
-    # --- one delivery ---------------------------------------------------------------------------
-    def deliver(self, alert: dict) -> bool:
-        """Try to settle this alert on this channel. False: another worker holds it under a live lease."""
-        name, alert_id = self.channel.name, alert["alert_id"]
-        with self._lock:
-            pending = self.unrecorded.pop(alert_id, None)
-        if pending is not None:  # sent before; only the record is missing
-            self._record_delivered(*pending)
-            return True
-        claim = self.ledger.claim(name, alert, self.owner)
-        if claim is None:
-            got = self.ledger.get(name, alert_id)
-            if got is None:
-                return False
-            record = got[0]
+    # --- the loop ---------------------------------------------------------------------------------
+    def run(self, stop: threading.Event, idle_timeout: float | None, max_alerts: int | None = None,
+            heartbeat=None) -> None:
+        """Deliver until `stop`, or (idle_timeout not None) until nothing arrived for that long."""
+        from confluent_kafka import TopicPartition
+
+        from aldebaran.kafka_io import consumer
+
+        c = consumer(self.kafka, self.group, **{
+            "enable.partition.eof": False, "session.timeout.ms": self.settings.session_timeout_ms,
+            "heartbeat.interval.ms": max(500, self.settings.session_timeout_ms // 5),
+            "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024})
+        last_data = time.monotonic()
+
+        def on_assign(_c, tps) -> None:
+            nonlocal last_data
+            last_data = time.monotonic()  # the idle clock starts once there is something to read
+            for tp in tps:
+                epoch = self._retrying(self.ledger.take_partition, self.channel.name, self.topic, tp.partition, self.owner)
+                self.partitions[tp.partition] = Partition(tp.partition, epoch)
+                log.info("%s: partition %d assigned (epoch %d)", self.channel.name, tp.partition, epoch)
+
+        def on_revoke(_c, tps) -> None:
+            for tp in tps:
+                self.partitions.pop(tp.partition, None)
+
+        c.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
+        seen = 0
+        last_sweep = 0.0
+        pool = ThreadPoolExecutor(8, thread_name_prefix=f"partitions-{self.channel.name}")
+        try:
+            while not stop.is_set() and (max_alerts is None or seen < max_alerts):
+                now = time.monotonic()
+                if now - last_sweep >= self.settings.sweep_seconds:
+                    self._retrying(self.sweep)
+                    last_sweep = time.monotonic()
+                if heartbeat is not None:
+                    heartbeat.beat(self)
+                msgs = c.consume(num_messages=self.settings.poll_max, timeout=0.2)
+                if not msgs and not any(p.buffer for p in self.partitions.values()):
+                    if idle_timeout is not None and time.monotonic() - last_data > idle_timeout and c.assignment():
+                        break
+                    continue
+                if msgs:
+                    last_data = time.monotonic()
+                for msg in msgs:
+                    if msg.error():
+                        log.warning("%s: consumer error %s (retrying)", self.channel.name, msg.error())
+                        continue
+                    part = self.partitions.get(msg.partition())
+                    if part is None or part.broken:
+                        continue
+                    part.buffer.append(self._decode(msg))
+                    seen += 1
+                with self.stats.lock:
+                    self.stats.alerts = max(self.stats.alerts, seen)
+                # Partitions are independent (each has its own runs and owner epoch): settle them side by side.
+                busy = [p for p in self.partitions.values() if p.buffer and not p.broken]
+                if len(busy) > 1:
+                    results = list(pool.map(lambda p: (p, self._settle_partition(p, stop)), busy))
+                else:
+                    results = [(p, self._settle_partition(p, stop)) for p in busy]
+                commits = [TopicPartition(self.topic, p.number, nxt) for p, nxt in results if nxt is not None]
+                if commits:
+                    # Every alert below these offsets is settled on this channel and recorded: now they may move.
+                    # Asynchronous: a lost commit only means a replay, which finds the runs RECORDED.
+                    c.commit(offsets=commits, asynchronous=True)
+            self._retrying(self.sweep)
+        finally:
+            pool.shutdown(wait=True)
+            try:
+                c.commit(asynchronous=False)
+            except Exception as exc:  # noqa: BLE001 - nothing consumed since the last commit is also fine
+                log.debug("%s: final commit: %s", self.channel.name, exc)
+            c.close()
+
+    def _decode(self, msg) -> tuple:
+        try:
+            return (msg.offset(), msg.value(), Alert.from_json(msg.value()), None)
+        except AlertError as exc:
+            return (msg.offset(), msg.value(), None, str(exc))
+
+    def _settle_partition(self, part: Partition, stop: threading.Event) -> int | None:
+        """Settle what is buffered for one partition; the next offset to commit, or None."""
+        try:
+            if not part.loaded:
+                self._load_recent(part)
+            if self.channel.can_dedupe:
+                return self._settle_runs(part)
+            return self._settle_singly(part, stop)
+        except (Fenced, LedgerCorrupt) as exc:
+            part.broken = str(exc)
+            part.buffer.clear()
+            log.error("%s: partition %d stopped: %s", self.channel.name, part.number, exc)
+            return None
+        except ObjectStoreError as exc:
+            log.warning("%s: object store unavailable (%s); partition %d retries", self.channel.name, exc, part.number)
+            stop.wait(1.0)
+            return None
+
+    # --- channels that deduplicate: runs ----------------------------------------------------------
+    def _load_recent(self, part: Partition) -> None:
+        """Alert ids of the recent runs (the dedupe window), and a run that covers the first offset."""
+        first = part.buffer[0][0]
+        window = self.settings.dedupe_window_offsets
+        if self.channel.can_dedupe and window:
+            for run in self.ledger.runs(self.channel.name, self.topic, part.number, max(0, first - window)):
+                if run.start > first:
+                    break
+                if run.state == RECORDED:
+                    self._remember(part, run.alert_ids())
+                if run.start < first <= run.end and run.state == RECORDED:
+                    part.skip_until = run.end
+        part.loaded = True
+
+    def _remember(self, part: Partition, ids) -> None:
+        seen = part.seen
+        for alert_id in ids:
+            seen[alert_id] = None
+        excess = len(seen) - max(self.settings.dedupe_window_offsets, self.max_run)
+        for _ in range(max(0, excess)):
+            seen.popitem(last=False)
+
+    def _settle_runs(self, part: Partition) -> int | None:
+        name, committed = self.channel.name, None
+        while part.buffer:
+            buf = [b for b in part.buffer if b[0] > part.skip_until]
+            if len(buf) != len(part.buffer):
+                part.buffer = buf
+                committed = part.skip_until + 1
+                continue
+            chunk = part.buffer[: self.max_run]
+            found = self.ledger.get_run(name, self.topic, part.number, chunk[0][0])
+            if found is not None:
+                run, etag = found
+                if run.state == RECORDED:
+                    self._remember(part, run.alert_ids())
+                    self.stats.bump("already", name, len(run.alert_ids()))
+                    part.skip_until = run.end
+                    continue
+                if run.end > part.buffer[-1][0]:
+                    return committed  # adopt once the whole range is here (next poll)
+                run.adopt(self.ledger.clock(), self.owner, part.epoch)
+                etag = self.ledger.save_run(run, etag)
+                by_offset = {b[0]: b for b in part.buffer if b[0] <= run.end}
+                self.stats.bump("retried", name, sum(1 for e in run.entries if e[2] == PENDING))
+            else:
+                run, by_offset = self._new_run(part, chunk)
+                etag = self.ledger.claim_run(run)
+                if etag is None:
+                    continue  # someone created it meanwhile: read it on the next turn
+            self._send_run(part, run, etag, by_offset)
+            part.skip_until = run.end
+            committed = run.end + 1
+        return committed
+
+    def _new_run(self, part: Partition, chunk: list) -> tuple[Run, dict]:
+        entries, in_run = [], set()
+        for offset, raw, alert, error in chunk:
+            if alert is None:
+                entries.append([offset, None, MALFORMED, {"reason": error}])
+            elif alert.alert_id in part.seen or alert.alert_id in in_run:
+                entries.append([offset, alert.alert_id, REPEAT, None])
+            else:
+                in_run.add(alert.alert_id)
+                entries.append([offset, alert.alert_id, PENDING, None])
+        run = Run.claim(self.channel.name, self.topic, part.number, entries, part.epoch, self.owner, self.ledger.clock())
+        return run, {b[0]: b for b in chunk}
+
+    def _send_run(self, part: Partition, run: Run, etag: str, by_offset: dict) -> None:
+        name = self.channel.name
+        pending = [e for e in run.entries if e[2] == PENDING]
+        for e in run.entries:
+            if e[2] == MALFORMED:
+                offset, raw = e[0], by_offset[e[0]][1]
+                self.dead_letters.add(self.topic, part.number, offset, raw, (e[3] or {}).get("reason", "malformed"))
+        alerts = [by_offset[e[0]][2] for e in pending]
+        outcomes = self.channel.send_many(alerts) if alerts else []
+        by = {e[0]: o for e, o in zip(pending, outcomes)}
+        self.ledger.record_run(run, etag, by, {e[0]: by_offset[e[0]][2] for e in pending})
+        self._remember(part, run.alert_ids())
+        delivered = sum(1 for o in outcomes if o.status == "delivered")
+        with self.stats.lock:
+            self.stats.runs += 1
+            self.stats.malformed += sum(1 for e in run.entries if e[2] == MALFORMED)
+            now_ms = time.time() * 1000
+            for alert, o in zip(alerts, outcomes):
+                if o.status == "delivered" and isinstance(alert.detected_at, (int, float)):
+                    self.stats.latencies_ms.append(now_ms - alert.detected_at)
+        self.stats.bump("sent", name, delivered)
+        self.stats.bump("failed", name, len(outcomes) - delivered)
+        self.stats.bump("already", name, sum(1 for e in run.entries if e[2] == REPEAT))
+
+    # --- channels that cannot deduplicate: one record per alert -----------------------------------
+    def _settle_singly(self, part: Partition, stop: threading.Event) -> int | None:
+        name = self.channel.name
+        claims, waiting, in_poll = [], [], set()
+        for offset, raw, alert, error in part.buffer:
+            if alert is None:
+                self.dead_letters.add(self.topic, part.number, offset, raw, error)
+                with self.stats.lock:
+                    self.stats.malformed += 1
+                continue
+            if alert.alert_id in in_poll:
+                self.stats.bump("already", name)  # a repeat within this poll: its first copy settles it
+                continue
+            in_poll.add(alert.alert_id)
+            got = self.ledger.claim(name, alert.to_dict(), self.owner)
+            if got is not None:
+                claims.append((alert, *got))
+                continue
+            found = self.ledger.get(name, alert.alert_id)
+            if found is None:
+                waiting.append(alert)
+                continue
+            record, etag = found
             if record.state in SETTLED:
                 self.stats.bump("already", name)
-                return True
-            if (record.lease_until or 0) > self.ledger.clock():
-                return False  # someone is on it right now
-            claim = self.ledger.reclaim(name, alert_id, self.owner, self.channel.can_dedupe)
-            if claim is None:
-                got = self.ledger.get(name, alert_id)
-                return got is not None and got[0].state in SETTLED
-            self.stats.bump("retried", name)
-        self.send(claim)
-        return True
-
-    def send(self, claim: Claim) -> None:
-        name, alert = self.channel.name, claim.record.alert
-        try:
-            receipt = self.channel.send(alert, alert["alert_id"])
-        except OutcomeUnknown as exc:
-            if self.channel.can_dedupe:
-                self.ledger.failed(claim, f"outcome unknown, will resend with the same key: {exc}")
-                self.stats.bump("failed", name)
+            elif record.due(self.ledger.clock()):
+                taken = self.ledger.take_over(record, etag, self.owner, self.channel.can_dedupe)
+                if taken is not None:
+                    claims.append((alert, *taken))
+                else:
+                    self.stats.bump("in_doubt", name)
             else:
-                self.ledger.in_doubt(claim, f"outcome unknown: {exc}")
-                self.stats.bump("in_doubt", name)
-            return
-        except PermanentError as exc:
-            self.ledger.failed(claim, f"permanent: {exc}", permanent=True)
-            self.stats.bump("failed", name)
-            return
-        except RetryableError as exc:
-            self.ledger.failed(claim, f"retryable: {exc}")
-            self.stats.bump("failed", name)
-            return
-        self._record_delivered(claim, receipt)
+                waiting.append(alert)  # another worker holds it under a live lease
+        if claims:
+            outcomes = self.channel.send_many([a for a, _, _ in claims])
+            for (alert, record, etag), outcome in zip(claims, outcomes):
+                self._report(record, etag, outcome)
+        if waiting:
+            stop.wait(min(5.0, self.ledger.lease_seconds / 4))
+            return None  # the buffer stays; settled ones are found settled next time
+        last = part.buffer[-1][0]
+        part.buffer.clear()
+        return last + 1
 
-    def _record_delivered(self, claim: Claim, receipt: dict) -> None:
+    def _report(self, record, etag, outcome) -> None:
         name = self.channel.name
-        try:
-            self.ledger.delivered(claim, receipt)
-        except LostLease:
-            log.warning("%s/%s: lease lost after a successful send (rescued by another worker)",
-                        name, claim.record.alert_id)
-        except ObjectStoreError:
-            with self._lock:
-                self.unrecorded[claim.record.alert_id] = (claim, receipt)
-            raise
-        self.stats.bump("sent", name)
-        detected = claim.record.alert.get("detected_at")
-        if isinstance(detected, (int, float)):
+        settled = self.ledger.settle(record, etag, outcome, self.channel.can_dedupe)
+        if settled is None:
+            log.warning("%s/%s: record changed under us after the send (rescued by another worker)", name, record.alert_id)
+            return
+        what = {DELIVERED: "sent", IN_DOUBT: "in_doubt"}.get(settled.state, "failed")
+        self.stats.bump(what, name)
+        detected = record.alert.get("detected_at")
+        if settled.state == DELIVERED and isinstance(detected, (int, float)):
             with self.stats.lock:
                 self.stats.latencies_ms.append(time.time() * 1000 - detected)
 
-    # --- the loop ---------------------------------------------------------------------------------
-    def settle(self, pool: ThreadPoolExecutor, alerts: list[dict], stop: threading.Event) -> None:
-        """Deliver a batch; returns when every alert is settled (blocked ones wait for their lease)."""
-        waiting = alerts
-        backoff = 1.0
-        while waiting and not stop.is_set():
-            try:
-                results = list(pool.map(self.deliver, waiting))
-            except ObjectStoreError as exc:
-                log.warning("%s: object store unavailable (%s); backing off %.0fs", self.channel.name, exc, backoff)
-                stop.wait(backoff)
-                backoff = min(30.0, backoff * 2)
-                continue
-            backoff = 1.0
-            waiting = [a for a, ok in zip(waiting, results) if not ok]
-            if waiting:
-                stop.wait(min(5.0, self.ledger.lease_seconds / 4))
-
-    def sweep(self, pool: ThreadPoolExecutor) -> int:
-        """Retry what is due in the retry index (RETRY past next_at, CLAIMED past its lease)."""
-        name = self.channel.name
-        done = 0
-        for alert_id in self.ledger.indexed(RETRY.lower(), name):
+    # --- the sweep --------------------------------------------------------------------------------
+    def sweep(self) -> int:
+        """Retry what is due in the retry index; ask providers about IN_DOUBT deliveries (with a lookup)."""
+        name, now, done = self.channel.name, self.ledger.clock(), 0
+        claims = []
+        for alert_id in self.ledger.indexed("retry", name):
             got = self.ledger.get(name, alert_id)
             if got is None:
+                self.ledger.unmark("retry", name, alert_id)
                 continue
-            record = got[0]
-            if record.state in (DELIVERED, DEAD, IN_DOUBT):
-                self.ledger.backend.delete(self.ledger.index_key(RETRY.lower(), name, alert_id))
-                continue
-            claim = self.ledger.reclaim(name, alert_id, self.owner, self.channel.can_dedupe)
-            if claim is not None:
-                self.stats.bump("retried", name)
-                pool.submit(self.send, claim).result()
+            record, etag = got
+            if record.state not in (RETRY, "CLAIMED"):
+                self.ledger.unmark("retry", name, alert_id)
+            elif record.due(now):
+                taken = self.ledger.take_over(record, etag, self.owner, self.channel.can_dedupe)
+                if taken is not None:
+                    claims.append(taken)
+        if claims:
+            self.stats.bump("retried", name, len(claims))
+            outcomes = self.channel.send_many([Alert.from_dict(r.alert) for r, _ in claims])
+            for (record, etag), outcome in zip(claims, outcomes):
+                self._report(record, etag, outcome)
                 done += 1
+        if getattr(self.channel, "has_lookup", False):
+            done += self._settle_doubts(now)
         return done
 
-    def run(self, stop: threading.Event, idle_timeout: float, max_alerts: int | None) -> None:
-        from aldebaran.kafka_io import consumer
+    def _settle_doubts(self, now: float) -> int:
+        name, done = self.channel.name, 0
+        for alert_id in self.ledger.indexed("in_doubt", name):
+            got = self.ledger.get(name, alert_id)
+            if got is None or got[0].state != IN_DOUBT:
+                self.ledger.unmark("in_doubt", name, alert_id)
+                continue
+            record, etag = got
+            if (record.doubted_at or record.updated_at) + self.settings.lookup_grace_seconds > now:
+                continue
+            found = self.channel.lookup(alert_id)  # RetryableError: ask again at the next sweep
+            if self.ledger.settle_by_lookup(record, etag, found) is not None:
+                done += 1
+                log.info("%s/%s: IN_DOUBT settled by the provider's lookup: %s", name, alert_id,
+                         "delivered" if found else "no such message, sending")
+        return done
 
-        # A short session: when a dispatcher dies, its partitions move to a live one within ~10 s.
-        c = consumer(self.kafka, self.group, **{"enable.partition.eof": False, "session.timeout.ms": 10000,
-                                                "heartbeat.interval.ms": 2000})
-        last_data = time.monotonic()
+    def _retrying(self, fn, *args):
+        """Object-store calls outside a partition's settle loop: back off while the store is down."""
+        from aldebaran.delivery.channels import RetryableError
 
-        def on_assign(consumer_, partitions) -> None:
-            nonlocal last_data
-            last_data = time.monotonic()  # the idle clock starts once there is something to read
-
-        c.subscribe([self.kafka.alerts_topic], on_assign=on_assign)
-        seen = 0
-        last_sweep = 0.0
-        try:
-            with ThreadPoolExecutor(self.concurrency, thread_name_prefix=f"send-{self.channel.name}") as pool:
-                while not stop.is_set() and (max_alerts is None or seen < max_alerts):
-                    if time.monotonic() - last_sweep >= self.sweep_every:
-                        self._safely(self.sweep, pool)
-                        last_sweep = time.monotonic()
-                    msgs = c.consume(num_messages=self.batch, timeout=0.5)
-                    if not msgs:
-                        if time.monotonic() - last_data > idle_timeout and c.assignment():
-                            break
-                        continue
-                    last_data = time.monotonic()
-                    alerts = []
-                    for msg in msgs:
-                        if msg.error():
-                            log.warning("%s: consumer error %s (retrying)", self.channel.name, msg.error())
-                            continue
-                        try:
-                            alerts.append(decode_alert(msg.value()))
-                        except AlertError as exc:
-                            with self.stats.lock:
-                                self.stats.malformed += 1
-                            log.error("malformed alert at %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), exc)
-                            self._safely(self.dead_letters.add, msg.topic(), msg.partition(), msg.offset(), msg.value(), str(exc))
-                    seen += len(alerts)
-                    with self.stats.lock:
-                        self.stats.alerts = max(self.stats.alerts, seen)
-                    self.settle(pool, alerts, stop)
-                    if stop.is_set():
-                        break
-                    # Every alert of this batch is settled on this channel: now the offsets may move.
-                    c.commit(asynchronous=False)
-                self._safely(self.sweep, pool)
-        finally:
-            c.close()
-
-    def _safely(self, fn, *args):
         backoff = 1.0
-        for _ in range(6):
+        for _ in range(8):
             try:
                 return fn(*args)
-            except ObjectStoreError as exc:
-                log.warning("%s: object store unavailable (%s); backing off %.0fs", self.channel.name, exc, backoff)
+            except (ObjectStoreError, RetryableError) as exc:
+                log.warning("%s: %s; backing off %.0fs", self.channel.name, exc, backoff)
                 time.sleep(backoff)
                 backoff = min(30.0, backoff * 2)
-        return None
+        return fn(*args)
 
 
 class Dispatcher:
-    def __init__(self, ledger: Ledger, channels: list[Channel], kafka: KafkaSettings | None = None,
-                 group: str = GROUP, owner: str | None = None, concurrency: int = 16) -> None:
+    """Every configured channel's ChannelDispatcher, one thread each."""
+
+    def __init__(self, ledger: Ledger, channels: list, kafka: KafkaSettings | None = None, group: str = GROUP,
+                 owner: str | None = None, settings: DeliverySettings | None = None) -> None:
         self.ledger = ledger
         self.channels = channels
         self.kafka = kafka or load(KafkaSettings)
         self.group = group
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
-        self.concurrency = concurrency
-        self.dead_letters = DeadLetters(ledger.backend)
+        self.settings = settings or load(DeliverySettings)
+        self.dead_letters = DeadLetters(ledger.store)
 
-    def run_once(self, max_alerts: int | None = None, idle_timeout: float = 5.0,
-                 stop: threading.Event | None = None) -> DispatchStats:
-        """Drain what is waiting on the alerts topic for every channel, then return."""
-        stats = DispatchStats()
+    def run(self, stop: threading.Event | None = None, idle_timeout: float | None = None,
+            max_alerts: int | None = None, heartbeat=None, stats: DispatchStats | None = None) -> DispatchStats:
+        """Deliver every channel's alerts: until `stop` (streaming), or until idle for idle_timeout."""
+        stats = stats if stats is not None else DispatchStats()
         stop = stop or threading.Event()
         t0 = time.monotonic()
-        workers = [
-            ChannelWorker(ch, self.ledger, self.kafka, self.group, self.owner, stats, self.dead_letters,
-                          concurrency=self.concurrency)
-            for ch in self.channels
-        ]
+        workers = [ChannelDispatcher(ch, self.ledger, self.settings, self.kafka, self.group, self.owner, stats,
+                                     self.dead_letters) for ch in self.channels]
         errors: list[BaseException] = []
 
-        def run(w: ChannelWorker) -> None:
+        def run(w: ChannelDispatcher) -> None:
             try:
-                w.run(stop, idle_timeout, max_alerts)
+                w.run(stop, idle_timeout, max_alerts, heartbeat)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller below
                 errors.append(exc)
                 stop.set()
@@ -325,21 +466,53 @@ class Dispatcher:
             t.start()
         for t in threads:
             t.join()
+        for ch in self.channels:
+            ch.close()
         stats.seconds = time.monotonic() - t0
         if errors:
             raise errors[0]
         return stats
 
-
-def default_ledger(backend: Backend | None = None) -> Ledger:
-    return Ledger(
-        backend or S3Backend(),
-        prefix=os.environ.get("ALDEBARAN_DELIVERY_PREFIX", "deliveries"),
-        lease_seconds=float(os.environ.get("ALDEBARAN_DELIVERY_LEASE_SECONDS", "60")),
-        max_attempts=int(os.environ.get("ALDEBARAN_DELIVERY_MAX_ATTEMPTS", "5")),
-    )
+    def run_once(self, max_alerts: int | None = None, idle_timeout: float | None = None,
+                 stop: threading.Event | None = None) -> DispatchStats:
+        """Drain what is waiting on the alerts topic for every channel, then return."""
+        idle = self.settings.idle_seconds if idle_timeout is None else idle_timeout
+        return self.run(stop, idle, max_alerts)
 
 
-def run_once(channels: list[str] | None = None, max_alerts: int | None = None, idle_timeout: float = 5.0) -> DispatchStats:
+def deliver_direct(ledger: Ledger, channel, alert: dict, owner: str, stats: DispatchStats) -> str:
+    """Deliver one alert that does not come from the alerts topic (the supervisor's page) through its own
+    record, exactly once per channel: "sent", "already", "failed", "in_doubt" or "busy" (another
+    worker holds it under a live lease)."""
+    name = channel.name
+    got = ledger.claim(name, alert, owner)
+    if got is None:
+        found = ledger.get(name, alert["alert_id"])
+        if found is None or found[0].state in SETTLED:
+            stats.bump("already", name)
+            return "already"
+        if not found[0].due(ledger.clock()):
+            return "busy"
+        got = ledger.take_over(*found, owner, channel.can_dedupe)
+        if got is None:
+            stats.bump("in_doubt", name)
+            return "in_doubt"
+    record, etag = got
+    outcome = channel.send_many([Alert.from_dict(alert)])[0]
+    settled = ledger.settle(record, etag, outcome, channel.can_dedupe)
+    state = settled.state if settled else "busy"
+    what = {DELIVERED: "sent", IN_DOUBT: "in_doubt"}.get(state, "failed")
+    stats.bump(what, name)
+    return what
+
+
+def default_ledger(store=None) -> Ledger:
+    return Ledger.from_settings(load(DeliverySettings), store)
+
+
+def run_once(channels: list[str] | None = None, max_alerts: int | None = None,
+             idle_timeout: float | None = None) -> DispatchStats:
+    from aldebaran.delivery.channels import configured_channels
+
     d = Dispatcher(default_ledger(), configured_channels(channels))
     return d.run_once(max_alerts=max_alerts, idle_timeout=idle_timeout)

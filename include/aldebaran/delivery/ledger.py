@@ -1,325 +1,338 @@
-"""The delivery ledger: one record per (channel, alert), the only coordination delivery needs.
+"""The delivery ledger: the repository of runs, per-alert records and partition owners (BRIEF §2).
 
-Key: ``deliveries/<channel>/<alert_id>.json`` (both segments validated: a hostile id cannot climb
-out of its prefix). The record is created as the claim (If-None-Match: *) and every later transition
-is a compare-and-swap on its ETag (If-Match), so exactly one worker wins each step:
+Layout under ``<prefix>`` (default ``deliveries``) in one :class:`aldebaran.storage.Store`:
 
-    (create) CLAIMED(lease_until, attempt) ──send ok──▶ DELIVERED(receipt, delivered_at)
-                 │  └─send failed, retryable──▶ RETRY(next_at = now + backoff·jitter) ──due──▶ CLAIMED(attempt+1)
-                 │  └─permanent, or attempt = max──▶ DEAD
-                 └─lease expired──▶ CLAIMED(attempt+1)  if the channel deduplicates (idempotency key)
-                                 └▶ IN_DOUBT            if it cannot (SMS): never re-sent automatically
+    <prefix>/<channel>/runs/<topic>/<partition:05d>/<start:020d>.json    a run (aldebaran.delivery.runs)
+    <prefix>/<channel>/owners/<topic>/<partition:05d>.json                the partition's owner epoch
+    <prefix>/<channel>/alerts/<alert_id>.json                             a per-alert record (records.py)
+    <prefix>-index/<retry|dead|in_doubt>/<channel>/<alert_id>             records needing attention
 
-A lost race (AlreadyExists / PreconditionFailed) is normal: another worker owns that delivery.
+Costs on a channel that deduplicates: two writes per run (claim + record), whatever the run's size,
+plus one owner write per partition assignment; per-alert records only for failures. The index lets
+the retry sweep, stats and the UI find the records that need attention without listing every object:
+a marker is written before a record enters an indexed state and removed after it leaves, so a crash
+in between leaves an extra marker (the sweep re-checks the record), never a missing one.
 
-Records that need attention later are also listed in a small index beside the records
-(``<prefix>-index/<retry|dead|in_doubt>/<channel>/<alert_id>``): the sweeper finds due retries and
-stranded claims there without listing every record ever written, and stats/UI count them cheaply.
-A marker is written before the record leaves the index's state and removed after it, so a crash in
-between leaves an extra marker (harmless: the sweeper re-checks the record), never a missing one.
+The aggregates own their transitions (Run.adopt/record, Record.delivered/failed/...); the ledger
+loads and stores them with the right condition and translates a lost compare-and-swap into
+:class:`~aldebaran.exceptions.Fenced` (a run) or ``None`` (a record someone else moved on).
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import random
+import threading
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
-from aldebaran.delivery.backends import Backend
-from aldebaran.exceptions import AlreadyExists, NotFound, PreconditionFailed
-from aldebaran.objectstore import safe_segment
+from aldebaran.delivery.records import CLAIMED, DEAD, IN_DOUBT, RETRY, Record, RetryPolicy
+from aldebaran.delivery.runs import DEAD as RUN_DEAD
+from aldebaran.delivery.runs import DELIVERED as RUN_DELIVERED
+from aldebaran.delivery.runs import PENDING, RETRYING, Run
+from aldebaran.delivery.settings import DeliverySettings
+from aldebaran.exceptions import AlreadyExists, Fenced, LedgerCorrupt, NotFound, PreconditionFailed
+from aldebaran.storage import Store, safe_segment
 
-log = logging.getLogger(__name__)
-
-CLAIMED, DELIVERED, RETRY, DEAD, IN_DOUBT = "CLAIMED", "DELIVERED", "RETRY", "DEAD", "IN_DOUBT"
-STATES = (CLAIMED, DELIVERED, RETRY, DEAD, IN_DOUBT)
-FINAL = (DELIVERED, DEAD)
-MAX_HISTORY = 20
-
-
-@dataclass
-class Record:
-    alert_id: str
-    channel: str
-    state: str
-    attempt: int
-    alert: dict
-    created_at: float
-    updated_at: float
-    lease_until: float | None = None
-    next_at: float | None = None
-    owner: str | None = None
-    receipt: dict | None = None
-    delivered_at: float | None = None
-    error: str | None = None
-    indexed: bool = False  # listed in the retry index (removed again once final)
-    history: list = field(default_factory=list)
-
-    def to_bytes(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True).encode()
-
-    @classmethod
-    def from_bytes(cls, body: bytes) -> "Record":
-        return cls(**json.loads(body))
-
-    def note(self, now: float, text: str | None = None) -> None:
-        self.history.append({"state": self.state, "attempt": self.attempt, "at": now, **({"note": text} if text else {})})
-        del self.history[:-MAX_HISTORY]
-
-
-@dataclass
-class Claim:
-    """A delivery this worker owns until `record.lease_until`."""
-
-    record: Record
-    etag: str
-    key: str
-
-
-class LostLease(Exception):
-    """The record changed under us (our lease expired and someone rescued it)."""
+INDEXED = {RETRY: "retry", DEAD: "dead", IN_DOUBT: "in_doubt"}
 
 
 class Ledger:
-    def __init__(
-        self,
-        backend: Backend,
-        prefix: str = "deliveries",
-        lease_seconds: float = 60.0,
-        max_attempts: int = 5,
-        backoff_base: float = 2.0,
-        backoff_max: float = 300.0,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.backend = backend
+    def __init__(self, store: Store, prefix: str = "deliveries", lease_seconds: float = 60.0,
+                 policy: RetryPolicy | None = None, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
         self.prefix = prefix.strip("/")
         self.lease_seconds = lease_seconds
-        self.max_attempts = max_attempts
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
+        self.policy = policy or RetryPolicy()
         self.clock = clock
+        self.writes = 0  # object write requests made through this ledger (benchmarks: writes per delivery)
+        self._count = threading.Lock()
+
+    @classmethod
+    def from_settings(cls, settings: DeliverySettings, store: Store | None = None) -> "Ledger":
+        from aldebaran.storage import open_store
+
+        return cls(store or open_store(settings.store), prefix=settings.prefix, lease_seconds=settings.lease_seconds,
+                   policy=RetryPolicy(settings.max_attempts, settings.backoff_base_seconds, settings.backoff_max_seconds))
+
+    @property
+    def max_attempts(self) -> int:
+        return self.policy.max_attempts
+
+    # --- keys -----------------------------------------------------------------------------------
+    def _channel(self, channel: str) -> str:
+        return f"{self.prefix}/{safe_segment(channel, 'channel')}"
+
+    def run_prefix(self, channel: str, topic: str, partition: int) -> str:
+        return f"{self._channel(channel)}/runs/{safe_segment(topic, 'topic')}/{partition:05d}/"
+
+    def run_key(self, channel: str, topic: str, partition: int, start: int) -> str:
+        return f"{self.run_prefix(channel, topic, partition)}{start:020d}.json"
+
+    def owner_key(self, channel: str, topic: str, partition: int) -> str:
+        return f"{self._channel(channel)}/owners/{safe_segment(topic, 'topic')}/{partition:05d}.json"
 
     def key(self, channel: str, alert_id: str) -> str:
-        return f"{self.prefix}/{safe_segment(channel, 'channel')}/{safe_segment(alert_id, 'alert id')}.json"
+        return f"{self._channel(channel)}/alerts/{safe_segment(alert_id, 'alert id')}.json"
 
     def index_key(self, kind: str, channel: str, alert_id: str) -> str:
         return f"{self.prefix}-index/{kind}/{safe_segment(channel, 'channel')}/{safe_segment(alert_id, 'alert id')}"
 
-    def _mark(self, kind: str, record: "Record") -> None:
-        if kind == RETRY.lower():
-            record.indexed = True
-        self.backend.put(self.index_key(kind, record.channel, record.alert_id), b"")
-
-    def _unmark(self, kind: str, record: "Record") -> None:
-        self.backend.delete(self.index_key(kind, record.channel, record.alert_id))
-
-    def indexed(self, kind: str, channel: str) -> list[str]:
-        """Alert ids listed in one index (retry, dead, in_doubt) of a channel."""
-        prefix = f"{self.prefix}-index/{kind}/{safe_segment(channel, 'channel')}/"
-        return [k[len(prefix):] for k in self.backend.list(prefix)]
-
-    # --- reads ---------------------------------------------------------------------------------
-    def get(self, channel: str, alert_id: str) -> tuple[Record, str] | None:
-        try:
-            body, etag = self.backend.get(self.key(channel, alert_id))
-        except NotFound:
-            return None
-        return Record.from_bytes(body), etag
-
-    def records(self, channel: str) -> list[Record]:
-        out = []
-        for key in self.backend.list(f"{self.prefix}/{safe_segment(channel, 'channel')}/"):
+    # --- partition owners -----------------------------------------------------------------------
+    def take_partition(self, channel: str, topic: str, partition: int, owner: str) -> int:
+        """Become the owner of (channel, topic, partition): returns the new epoch (previous + 1)."""
+        key = self.owner_key(channel, topic, partition)
+        while True:
             try:
-                body, _ = self.backend.get(key)
+                obj = self.store.get(key)
             except NotFound:
-                continue
-            out.append(Record.from_bytes(body))
-        return out
+                body = {"epoch": 1, "owner": owner, "since": self.clock()}
+                try:
+                    self._write(self.store.create, key, json.dumps(body).encode())
+                    return 1
+                except AlreadyExists:
+                    continue
+            try:
+                epoch = int(json.loads(obj.body)["epoch"]) + 1
+            except (ValueError, KeyError, TypeError) as exc:
+                raise LedgerCorrupt(f"partition owner {key} cannot be read: {exc}") from None
+            body = {"epoch": epoch, "owner": owner, "since": self.clock()}
+            try:
+                self._write(self.store.replace, key, json.dumps(body).encode(), obj.etag)
+                return epoch
+            except PreconditionFailed:
+                continue  # someone else took it meanwhile: read again and go one higher
 
-    def channels(self) -> list[str]:
-        seen = []
-        for key in self.backend.list(self.prefix + "/"):
-            parts = key[len(self.prefix) + 1:].split("/")
-            if len(parts) == 2 and parts[0] not in seen:
-                seen.append(parts[0])
-        return seen
-
-    # --- transitions ---------------------------------------------------------------------------
-    def claim(self, channel: str, alert: dict, owner: str) -> Claim | None:
-        """Create the record as CLAIMED (attempt 1). None if it already exists (someone has it)."""
-        now = self.clock()
-        record = Record(
-            alert_id=alert["alert_id"], channel=channel, state=CLAIMED, attempt=1, alert=alert,
-            created_at=now, updated_at=now, lease_until=now + self.lease_seconds, owner=owner,
-        )
-        record.note(now, "claimed")
-        key = self.key(channel, record.alert_id)
+    def owner_epoch(self, channel: str, topic: str, partition: int) -> int:
         try:
-            etag = self.backend.create(key, record.to_bytes())
+            return int(json.loads(self.store.get(self.owner_key(channel, topic, partition)).body)["epoch"])
+        except NotFound:
+            return 0
+
+    # --- runs -----------------------------------------------------------------------------------
+    def claim_run(self, run: Run) -> str | None:
+        """Create the run (If-None-Match: *). Its ETag, or None if a run already starts there."""
+        try:
+            return self._write(self.store.create, self.run_key(run.channel, run.topic, run.partition, run.start),
+                               run.to_bytes())
         except AlreadyExists:
             return None
-        return Claim(record, etag, key)
 
-    def reclaim(self, channel: str, alert_id: str, owner: str, can_dedupe: bool) -> Claim | None:
-        """Take over a delivery that is due: RETRY past next_at, or CLAIMED past its lease.
-
-        An expired lease on a channel that cannot deduplicate becomes IN_DOUBT instead (returns None).
-        """
-        got = self.get(channel, alert_id)
-        if got is None:
+    def get_run(self, channel: str, topic: str, partition: int, start: int) -> tuple[Run, str] | None:
+        key = self.run_key(channel, topic, partition, start)
+        try:
+            obj = self.store.get(key)
+        except NotFound:
             return None
-        record, etag = got
-        now = self.clock()
-        if record.state == RETRY and (record.next_at or 0) <= now:
-            note = "retry"
-        elif record.state == CLAIMED and (record.lease_until or 0) <= now:
-            if not can_dedupe:
-                record.state = IN_DOUBT
-                record.error = f"lease of {record.owner} expired at attempt {record.attempt}: a send may have happened"
-                record.updated_at = now
-                record.lease_until = None
-                record.note(now, "lease expired on a channel that cannot deduplicate")
-                self._mark(IN_DOUBT.lower(), record)
-                if self._swap(record, etag, self.key(channel, alert_id), lost_ok=True):
-                    self._unmark(RETRY.lower(), record)
+        return Run.from_bytes(obj.body, key), obj.etag
+
+    def save_run(self, run: Run, etag: str) -> str:
+        """Store the run's new state (after adopt/record) if nobody changed it since `etag`; else Fenced."""
+        key = self.run_key(run.channel, run.topic, run.partition, run.start)
+        try:
+            return self._write(self.store.replace, key, run.to_bytes(), etag)
+        except PreconditionFailed:
+            raise Fenced(f"{key} changed under {run.owner} (epoch {run.epoch}): another owner took this run") from None
+
+    def runs(self, channel: str, topic: str, partition: int, from_offset: int = 0) -> Iterator[Run]:
+        """The partition's runs whose start is ≥ from_offset, in offset order (StartAfter: no full listing)."""
+        prefix = self.run_prefix(channel, topic, partition)
+        after = f"{prefix}{from_offset - 1:020d}.json" if from_offset > 0 else None
+        for obj in self.store.list(prefix, start_after=after):
+            try:
+                body = self.store.get(obj["Key"]).body
+            except NotFound:
+                continue
+            yield Run.from_bytes(body, obj["Key"])
+
+    def run_covering(self, channel: str, topic: str, partition: int, offset: int, max_run: int) -> Run | None:
+        """The run whose range holds `offset` (runs are at most max_run offsets long... unless malformed
+        alerts or gaps stretched one; then a longer look back is needed: see `runs`)."""
+        for run in self.runs(channel, topic, partition, max(0, offset - max_run)):
+            if run.start > offset:
                 return None
-            self._mark(RETRY.lower(), record)  # rescued work stays findable if this worker dies too
-            note = f"rescued from {record.owner} (lease expired)"
-        else:
-            return None
-        record.state = CLAIMED
-        record.attempt += 1
-        record.owner = owner
-        record.lease_until = now + self.lease_seconds
-        record.next_at = None
-        record.updated_at = now
-        record.note(now, note)
+            if run.start <= offset <= run.end:
+                return run
+        return None
+
+    # --- per-alert records ----------------------------------------------------------------------
+    def get(self, channel: str, alert_id: str) -> tuple[Record, str] | None:
         key = self.key(channel, alert_id)
-        new_etag = self._swap(record, etag, key, lost_ok=True)
-        return Claim(record, new_etag, key) if new_etag else None
+        try:
+            obj = self.store.get(key)
+        except NotFound:
+            return None
+        return Record.from_bytes(obj.body, key), obj.etag
 
-    def delivered(self, claim: Claim, receipt: dict) -> Record:
-        r = claim.record
-        now = self.clock()
-        was_indexed, r.indexed = r.indexed, False
-        r.state, r.receipt, r.delivered_at, r.updated_at = DELIVERED, receipt, now, now
-        r.lease_until, r.error = None, None
-        r.note(now, "delivered")
-        claim.etag = self._swap(r, claim.etag, claim.key)
-        if was_indexed:
-            self._unmark(RETRY.lower(), r)
-        return r
+    def create(self, record: Record) -> str | None:
+        """Store a new record (If-None-Match: *): its ETag, or None if the alert already has one."""
+        self._mark(record.state, record)
+        try:
+            return self._write(self.store.create, self.key(record.channel, record.alert_id), record.to_bytes())
+        except AlreadyExists:
+            return None
 
-    def failed(self, claim: Claim, error: str, permanent: bool = False) -> Record:
-        r = claim.record
-        now = self.clock()
-        r.error, r.updated_at, r.lease_until = error[:500], now, None
-        if permanent or r.attempt >= self.max_attempts:
-            r.state = DEAD
-            r.note(now, "permanent failure" if permanent else f"gave up after {r.attempt} attempts")
-            self._mark(DEAD.lower(), r)
-            claim.etag = self._swap(r, claim.etag, claim.key)
-            self._unmark(RETRY.lower(), r)
-        else:
-            r.state = RETRY
-            delay = min(self.backoff_max, self.backoff_base * 2 ** (r.attempt - 1))
-            r.next_at = now + delay * random.uniform(0.5, 1.0)  # jitter over the upper half of the backoff
-            r.note(now, f"retry in {r.next_at - now:.1f}s")
-            self._mark(RETRY.lower(), r)
-            claim.etag = self._swap(r, claim.etag, claim.key)
-        return r
+    def save(self, record: Record, etag: str, previous_state: str) -> str | None:
+        """Store a record's transition if nobody moved it since `etag`; None if someone did."""
+        self._mark(record.state, record)
+        try:
+            new = self._write(self.store.replace, self.key(record.channel, record.alert_id), record.to_bytes(), etag)
+        except PreconditionFailed:
+            return None
+        if previous_state != record.state:
+            # A retried delivery keeps its retry marker while CLAIMED, so it stays findable if this
+            # worker dies mid-send; the marker goes once the record leaves for any other state.
+            if previous_state != CLAIMED:
+                if record.state != CLAIMED:
+                    self._unmark(previous_state, record)
+            elif record.state != RETRY:
+                self._unmark(RETRY, record)
+        return new
 
-    def in_doubt(self, claim: Claim, error: str) -> Record:
-        """The send may or may not have reached a provider that cannot deduplicate: never resend."""
-        r = claim.record
-        now = self.clock()
-        r.state, r.error, r.updated_at, r.lease_until = IN_DOUBT, error[:500], now, None
-        r.note(now, "outcome unknown on a channel that cannot deduplicate")
-        self._mark(IN_DOUBT.lower(), r)
-        claim.etag = self._swap(r, claim.etag, claim.key)
-        self._unmark(RETRY.lower(), r)
-        return r
+    def claim(self, channel: str, alert: dict, owner: str) -> tuple[Record, str] | None:
+        """Claim one alert's delivery with its own record (channels that cannot deduplicate, pages)."""
+        record = Record.claimed(channel, alert, owner, self.clock(), self.lease_seconds)
+        etag = self.create(record)
+        return (record, etag) if etag else None
 
     def resolve(self, channel: str, alert_id: str, outcome: str, reason: str, who: str) -> Record:
-        """An operator settles an IN_DOUBT or DEAD delivery by hand; the reason is recorded.
-
-        DELIVERED: it did reach the recipient (checked with the provider). DEAD: give up.
-        RETRY: send again, with a fresh set of attempts (only after making sure it did not arrive).
-        """
-        if outcome not in (DELIVERED, DEAD, RETRY):
-            raise ValueError(f"outcome must be DELIVERED, DEAD or RETRY, not {outcome!r}")
-        if not reason.strip():
-            raise ValueError("a reason is required")
         got = self.get(channel, alert_id)
         if got is None:
             raise NotFound(f"no delivery record for {channel}/{alert_id}")
         record, etag = got
-        if record.state not in (IN_DOUBT, DEAD):
-            raise ValueError(f"{channel}/{alert_id} is {record.state}: only IN_DOUBT or DEAD can be resolved by hand")
-        previous = record.state
-        now = self.clock()
-        record.state, record.updated_at, record.lease_until, record.owner = outcome, now, None, who
-        if outcome == RETRY:
-            record.next_at, record.attempt, record.error = now, 0, None
-            self._mark(RETRY.lower(), record)
-        elif outcome == DELIVERED:
-            record.delivered_at = record.delivered_at or now
-        record.note(now, f"resolved {previous} → {outcome} by {who}: {reason}")
-        self._swap(record, etag, self.key(channel, alert_id))
-        if outcome != previous:
-            self._unmark(previous.lower(), record)
-        if outcome == DEAD:
-            self._mark(DEAD.lower(), record)
+        previous = record.resolved(self.clock(), outcome, reason, who)
+        if self.save(record, etag, previous) is None:
+            raise PreconditionFailed(f"{channel}/{alert_id} changed while it was being resolved; try again")
         return record
 
-    def _swap(self, record: Record, etag: str, key: str, lost_ok: bool = False) -> str | None:
-        try:
-            return self.backend.replace(key, record.to_bytes(), etag)
-        except PreconditionFailed:
-            if lost_ok:
-                return None
-            raise LostLease(f"{key} changed under {record.owner}") from None
+    def indexed(self, kind: str, channel: str) -> list[str]:
+        """Alert ids listed in one index (retry, dead, in_doubt) of a channel."""
+        prefix = f"{self.prefix}-index/{kind}/{safe_segment(channel, 'channel')}/"
+        return [o["Key"][len(prefix):] for o in self.store.list(prefix)]
 
-    # --- stats ----------------------------------------------------------------------------------
-    def stats(self, channel: str, detail: bool = True) -> dict:
-        """Per-channel figures. Counts come from key listings and the small index; only the
-        records in the retry index are read (for in-flight vs waiting and the oldest age)."""
+    def _mark(self, state: str, record: Record) -> None:
+        if state in INDEXED:
+            self._write(self.store.put, self.index_key(INDEXED[state], record.channel, record.alert_id), b"")
+
+    def _unmark(self, state: str, record: Record) -> None:
+        if state in INDEXED:
+            self.store.delete(self.index_key(INDEXED[state], record.channel, record.alert_id))
+
+    def unmark(self, kind: str, channel: str, alert_id: str) -> None:
+        self.store.delete(self.index_key(kind, channel, alert_id))
+
+    # --- outcomes: the dispatcher reports, the aggregates transition, the ledger stores ------------
+    def record_run(self, run: Run, etag: str, outcomes: dict, alerts: dict) -> str:
+        """Record every outcome of a run in one write. `outcomes`: offset → Outcome for the entries
+        that were sent; `alerts`: offset → the Alert (or its dict). A failed alert gets its own record first
+        (RETRY, or DEAD when permanent), so a crash between the two writes loses nothing. Fenced if
+        a newer owner adopted the run meanwhile."""
         now = self.clock()
-        total = sum(1 for _ in self.backend.list(f"{self.prefix}/{safe_segment(channel, 'channel')}/"))
-        retry_ids = self.indexed(RETRY.lower(), channel)
-        dead = len(self.indexed(DEAD.lower(), channel))
-        in_doubt = len(self.indexed(IN_DOUBT.lower(), channel))
-        retrying = in_flight = 0
-        oldest = None
-        if detail:
-            for alert_id in retry_ids:
-                got = self.get(channel, alert_id)
-                if got is None:
-                    continue
-                r = got[0]
-                if r.state == RETRY:
-                    retrying += 1
-                elif r.state == CLAIMED and (r.lease_until or 0) > now:
-                    in_flight += 1
-                if r.state in (RETRY, CLAIMED):
-                    age = now - r.created_at
-                    oldest = age if oldest is None else max(oldest, age)
+        key = self.run_key(run.channel, run.topic, run.partition, run.start)
+        for entry in run.entries:
+            if entry[2] != PENDING:
+                continue
+            outcome = outcomes[entry[0]]
+            if outcome.status == "delivered":
+                entry[2], entry[3] = RUN_DELIVERED, outcome.receipt
+                continue
+            error = outcome.error or outcome.status
+            if outcome.status == "unknown":  # runs are only for channels that deduplicate: resend is safe
+                error = f"outcome unknown, will resend with the same key: {error}"
+            failed = alerts[entry[0]]
+            failed = failed if isinstance(failed, dict) else failed.to_dict()
+            record = Record.failed_in_run(run.channel, failed, run.owner, now, key, error,
+                                          outcome.status == "permanent", self.policy)
+            self.create(record)  # None: the alert already has a record (an earlier run); that one carries on
+            entry[2], entry[3] = (RUN_DEAD if record.state == DEAD else RETRYING), {"error": error[:200]}
+        run.record(now)
+        return self.save_run(run, etag)
+
+    def settle(self, record: Record, etag: str, outcome, can_dedupe: bool) -> Record | None:
+        """Apply one send's outcome to a per-alert record and store it; None if someone moved it."""
+        previous, now = record.state, self.clock()
+        error = outcome.error or outcome.status
+        if outcome.status == "delivered":
+            record.delivered(now, outcome.receipt)
+        elif outcome.status == "unknown" and not can_dedupe:
+            record.doubted(now, f"outcome unknown: {error}")
+        elif outcome.status == "unknown":
+            record.failed(now, f"outcome unknown, will resend with the same key: {error}", False, self.policy)
         else:
-            retrying = len(retry_ids)
+            record.failed(now, error, outcome.status == "permanent", self.policy)
+        return record if self.save(record, etag, previous) else None
+
+    def take_over(self, record: Record, etag: str, owner: str, can_dedupe: bool) -> tuple[Record, str] | None:
+        """Claim a due record for another attempt (or mark it IN_DOUBT): (record, etag) to send, or None."""
+        previous = record.state
+        send = record.take_over(self.clock(), owner, self.lease_seconds, can_dedupe)
+        new = self.save(record, etag, previous)
+        return (record, new) if send and new else None
+
+    def settle_by_lookup(self, record: Record, etag: str, found: dict | None) -> Record | None:
+        previous = record.state
+        record.settled_by_lookup(self.clock(), found)
+        return record if self.save(record, etag, previous) else None
+
+    # --- channels and figures -------------------------------------------------------------------
+    def channels(self) -> list[str]:
+        """Channels with anything in the ledger (one delimiter listing per channel would be cheaper on
+        S3; the store contract has no delimiter, so this lists the owners and records it finds)."""
+        seen: list[str] = []
+        for obj in self.store.list(self.prefix + "/"):
+            name = obj["Key"][len(self.prefix) + 1:].split("/", 1)[0]
+            if name not in seen:
+                seen.append(name)
+        return seen
+
+    def states(self, channel: str) -> dict[str, str]:
+        """alert id → its delivery state on this channel (DELIVERED from a run's entry; a per-alert
+        record's state wins). Lists the channel's whole ledger: for checks and campaigns that verify a
+        finished run, never on the delivery path."""
+        base = f"{self._channel(channel)}/"
+        out: dict[str, str] = {}
+        records: dict[str, str] = {}
+        for obj in self.store.list(base):
+            key = obj["Key"]
+            if "/runs/" in key:
+                run = Run.from_bytes(self.store.get(key).body, key)
+                for e in run.entries:
+                    if e[2] == RUN_DELIVERED:
+                        out.setdefault(e[1], "DELIVERED")
+                    elif e[2] == PENDING:
+                        out.setdefault(e[1], "CLAIMED")
+            elif "/alerts/" in key and key.endswith(".json"):
+                got = self.get(channel, key.rsplit("/", 1)[1][: -len(".json")])
+                if got is not None:
+                    records[got[0].alert_id] = got[0].state
+        out.update(records)
+        return out
+
+    def known_alert_ids(self, channel: str) -> set[str]:
+        """Every alert id this channel has a run entry or a record for. Lists the channel's whole ledger:
+        for batch reports (a replay's "which alerts are new"), never on the delivery path."""
+        base = f"{self._channel(channel)}/"
+        ids: set[str] = set()
+        for obj in self.store.list(base):
+            key = obj["Key"]
+            if "/runs/" in key:
+                ids.update(Run.from_bytes(self.store.get(key).body, key).alert_ids())
+            elif "/alerts/" in key and key.endswith(".json"):
+                ids.add(key.rsplit("/", 1)[1][: -len(".json")])
+        return ids
+
+    def stats(self, channel: str) -> dict:
+        """Per-channel figures from the small index (delivered counts come from the consumer group's
+        committed offsets: see aldebaran.delivery.tools)."""
         return {
             "channel": channel,
-            "records": total,
-            "pending": retrying,
-            "in_flight": in_flight,
-            "delivered": max(0, total - len(retry_ids) - dead - in_doubt),
-            "retrying": retrying,
-            "dead": dead,
-            "in_doubt": in_doubt,
-            "oldest_pending_age_s": round(oldest, 1) if oldest is not None else None,
+            "retrying": len(self.indexed("retry", channel)),
+            "dead": len(self.indexed("dead", channel)),
+            "in_doubt": len(self.indexed("in_doubt", channel)),
             "lease_seconds": self.lease_seconds,
-            "rescue_interval_s": self.lease_seconds,
             "max_attempts": self.max_attempts,
         }
+
+    def _write(self, fn, *args) -> str:
+        with self._count:
+            self.writes += 1
+        return fn(*args)

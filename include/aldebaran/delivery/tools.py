@@ -1,10 +1,15 @@
-"""`aldebaran deliveries stats|list|show|retry|resolve`: look into and settle the delivery ledger.
+"""`aldebaran deliveries stats|list|runs|show|retry|resolve`: look into and settle the delivery ledger.
 
-    aldebaran deliveries stats                              per-channel table
+    aldebaran deliveries stats                              per-channel table (backlog from Kafka, exceptions)
     aldebaran deliveries list --channel sms --state IN_DOUBT
-    aldebaran deliveries show --channel sms --alert-id <id>
+    aldebaran deliveries runs --channel webhook --partition 0 [--from-offset N]
+    aldebaran deliveries show <alert_id> [--channel webhook]   its outcome and history on every channel
     aldebaran deliveries resolve --channel sms --alert-id <id> --outcome DELIVERED --reason "provider log shows SM123"
     aldebaran deliveries retry --channel webhook --alert-id <id> --reason "endpoint fixed"
+
+`show` finds an alert without listing the ledger: its own record (failures, SMS) is one GET; a
+delivered alert is found in its run: the alert's partition and offset come from the alerts topic
+(a key scan of the topic, bounded by its retention), then one StartAfter listing finds the run.
 """
 
 from __future__ import annotations
@@ -12,27 +17,31 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import logging
 
-from aldebaran.delivery.dispatcher import default_ledger
-from aldebaran.delivery.ledger import DEAD, DELIVERED, IN_DOUBT, RETRY, STATES
+from aldebaran.delivery.records import DEAD, DELIVERED, IN_DOUBT, RETRY, STATES
 
-STAT_COLUMNS = ["channel", "records", "backlog", "pending", "in_flight", "delivered", "retrying", "dead", "in_doubt",
-                "oldest_pending_age_s", "lease_seconds", "max_attempts"]
+log = logging.getLogger(__name__)
+
+STAT_COLUMNS = ["channel", "backlog", "committed", "retrying", "dead", "in_doubt", "lease_seconds", "max_attempts"]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=["stats", "list", "show", "retry", "resolve"])
-    p.add_argument("--channel", help="channel name (default for stats/list: every channel in the ledger)")
+    p.add_argument("action", choices=["stats", "list", "runs", "show", "retry", "resolve"])
+    p.add_argument("alert", nargs="?", help="show: the alert id (same as --alert-id)")
+    p.add_argument("--channel", help="channel name (default for stats/list/show: every channel in the ledger)")
     p.add_argument("--alert-id", help="show/retry/resolve: the alert id")
-    p.add_argument("--state", choices=STATES, help="list: only records in this state")
-    p.add_argument("--limit", type=int, default=50, help="list: at most this many rows per channel")
+    p.add_argument("--state", choices=[RETRY, DEAD, IN_DOUBT], help="list: records in this state")
+    p.add_argument("--partition", type=int, default=0, help="runs: the alerts-topic partition")
+    p.add_argument("--from-offset", type=int, default=0, help="runs: first offset")
+    p.add_argument("--limit", type=int, default=50, help="list/runs: at most this many rows")
     p.add_argument("--outcome", choices=[DELIVERED, DEAD], help="resolve: what really happened")
     p.add_argument("--reason", help="retry/resolve: why (recorded in the record's history)")
-    p.add_argument("--prefix", default="deliveries", help="ledger key prefix in the bucket")
+    p.add_argument("--prefix", help="ledger key prefix (default ALDEBARAN_DELIVERY_PREFIX)")
 
 
 def with_backlog(stats: dict, group: str | None = None) -> dict:
-    """Add the channel's backlog: alerts on the topic its consumer group has not settled yet."""
+    """Add the channel's backlog (alerts its consumer group has not settled) and committed offsets."""
     from aldebaran.delivery.dispatcher import GROUP
     from aldebaran.exceptions import AldebaranError
     from aldebaran.kafka_admin import consumer_lag
@@ -40,10 +49,10 @@ def with_backlog(stats: dict, group: str | None = None) -> dict:
 
     kafka = load(KafkaSettings)
     try:
-        lag = consumer_lag(kafka, f"{group or GROUP}-{stats['channel']}", kafka.alerts_topic)["lag"]
+        lag = consumer_lag(kafka, f"{group or GROUP}-{stats['channel']}", kafka.alerts_topic)
     except AldebaranError:
-        lag = None
-    return {**stats, "backlog": lag, "pending": (stats["pending"] + lag) if lag is not None else stats["pending"]}
+        lag = {}
+    return {**stats, "backlog": lag.get("lag"), "committed": lag.get("committed")}
 
 
 def format_table(rows: list[dict], columns: list[str]) -> str:
@@ -57,44 +66,114 @@ def _cell(value) -> str:
     return "-" if value is None else str(value)
 
 
-def main(args: argparse.Namespace) -> int:
-    from aldebaran.delivery.backends import S3Backend
-    from aldebaran.delivery.ledger import Ledger
+def locate_alert(alert_id: str, timeout: float = 30.0) -> tuple[int, int] | None:
+    """(partition, offset) of the alert's first message on the alerts topic: a scan of the keys (values
+    are not decoded), every partition at once; None if the topic no longer holds it."""
+    from aldebaran.kafka_io import consumer, end_offsets
+    from aldebaran.settings import KafkaSettings, load
 
-    base = default_ledger()
-    ledger = Ledger(base.backend if args.prefix == "deliveries" else S3Backend(), prefix=args.prefix,
-                    lease_seconds=base.lease_seconds, max_attempts=base.max_attempts)
+    kafka = load(KafkaSettings)
+    ends = {p: e for p, e in end_offsets(kafka, kafka.alerts_topic).items() if e > 0}
+    if not ends:
+        return None
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    c = consumer(kafka, f"aldebaran-locate-{getpass.getuser()}", **{"enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(kafka.alerts_topic, p, OFFSET_BEGINNING) for p in ends])
+        key, done = alert_id.encode(), set()
+        import time
+
+        deadline = time.monotonic() + timeout
+        while len(done) < len(ends) and time.monotonic() < deadline:
+            for msg in c.consume(num_messages=10_000, timeout=0.5):
+                if msg.error():
+                    continue
+                if msg.key() == key:
+                    return msg.partition(), msg.offset()
+                if msg.offset() + 1 >= ends[msg.partition()]:
+                    done.add(msg.partition())
+    finally:
+        c.close()
+    return None
+
+
+def find(ledger, channel: str, alert_id: str, position: tuple[int, int] | None, max_run: int = 100_000) -> dict:
+    """One channel's view of an alert: its own record if it has one, else its entry in the run."""
+    got = ledger.get(channel, alert_id)
+    if got is not None:
+        return {"channel": channel, "source": "record", **got[0].__dict__}
+    if position is None:
+        return {"channel": channel, "state": "UNKNOWN", "note": "no record, and the alerts topic no longer holds it"}
+    from aldebaran.settings import KafkaSettings, load
+
+    topic = load(KafkaSettings).alerts_topic
+    partition, offset = position
+    run = ledger.run_covering(channel, topic, partition, offset, max_run)
+    if run is None:
+        return {"channel": channel, "state": "PENDING", "partition": partition, "offset": offset,
+                "note": "not yet in a run on this channel"}
+    entry = next((e for e in run.entries if e[0] == offset), None)
+    state = {"D": DELIVERED, "S": "REPEAT", "M": "MALFORMED", "R": RETRY, "X": DEAD, "?": "CLAIMED"}.get(entry[2] if entry else "?")
+    return {"channel": channel, "source": "run", "state": state, "receipt": entry[3] if entry else None,
+            "run": {"partition": run.partition, "start": run.start, "end": run.end, "state": run.state,
+                    "owner": run.owner, "epoch": run.epoch, "claimed_at": run.claimed_at,
+                    "recorded_at": run.recorded_at, "history": run.history}}
+
+
+def main(args: argparse.Namespace) -> int:
+    from aldebaran.delivery.ledger import Ledger
+    from aldebaran.delivery.settings import DeliverySettings
+    from aldebaran.settings import load
+
+    settings = load(DeliverySettings, prefix=args.prefix)
+    ledger = Ledger.from_settings(settings)
     channels = [args.channel] if args.channel else ledger.channels()
+    alert_id = args.alert_id or args.alert
     if args.action == "stats":
         rows = [with_backlog(ledger.stats(c)) for c in channels]
-        print(format_table(rows, STAT_COLUMNS) if rows else "(no delivery records yet)")
+        print(format_table(rows, STAT_COLUMNS) if rows else "(nothing in the delivery ledger yet)")
         return 0
     if args.action == "list":
+        states = [args.state] if args.state else [RETRY, DEAD, IN_DOUBT]
         for c in channels:
-            if args.state in (RETRY, DEAD, IN_DOUBT):
-                ids = ledger.indexed(args.state.lower(), c)
-                records = [g[0] for g in (ledger.get(c, i) for i in ids[: args.limit]) if g is not None]
-            else:
-                records = [r for r in ledger.records(c) if not args.state or r.state == args.state][: args.limit]
-            for r in records:
-                print(f"{c:<12} {r.alert_id}  {r.state:<9} attempt={r.attempt:<2} {r.alert.get('kind'):<9} "
-                      f"order={r.alert.get('order_id')} {('error=' + r.error) if r.error else ''}")
+            for state in states:
+                for i in ledger.indexed(state.lower(), c)[: args.limit]:
+                    got = ledger.get(c, i)
+                    if got is not None:
+                        r = got[0]
+                        print(f"{c:<12} {r.alert_id}  {r.state:<9} attempt={r.attempt:<2} {r.alert.get('kind'):<9} "
+                              f"order={r.alert.get('order_id')} {('error=' + r.error) if r.error else ''}")
         return 0
-    if not (args.channel and args.alert_id):
-        raise SystemExit(f"{args.action} needs --channel and --alert-id")
+    if args.action == "runs":
+        from aldebaran.settings import KafkaSettings
+
+        topic = load(KafkaSettings).alerts_topic
+        for c in channels:
+            for n, run in enumerate(ledger.runs(c, topic, args.partition, args.from_offset)):
+                if n >= args.limit:
+                    break
+                print(f"{c:<12} p{run.partition} {run.start}-{run.end} {run.state:<8} epoch={run.epoch} "
+                      f"owner={run.owner} {json.dumps(run.counts())}")
+        return 0
+    if not alert_id:
+        raise SystemExit(f"{args.action} needs an alert id (--alert-id)")
     if args.action == "show":
-        got = ledger.get(args.channel, args.alert_id)
-        if got is None:
-            print(f"no record for {args.channel}/{args.alert_id}")
-            return 1
-        print(json.dumps(got[0].__dict__, indent=2, default=str))
+        position = locate_alert(alert_id)
+        views = [find(ledger, c, alert_id, position, settings.run_max) for c in channels]
+        print(json.dumps({"alert_id": alert_id, "position": position, "channels": views}, indent=2, default=str))
         return 0
+    if not args.channel:
+        raise SystemExit(f"{args.action} needs --channel")
     if not args.reason:
         raise SystemExit(f"{args.action} needs --reason (it is recorded)")
     who = f"{getpass.getuser()} (cli)"
     outcome = RETRY if args.action == "retry" else args.outcome
     if outcome is None:
         raise SystemExit("resolve needs --outcome DELIVERED or DEAD")
-    record = ledger.resolve(args.channel, args.alert_id, outcome, args.reason, who)
-    print(f"{args.channel}/{args.alert_id}: now {record.state} ({args.reason})")
+    record = ledger.resolve(args.channel, alert_id, outcome, args.reason, who)
+    print(f"{args.channel}/{alert_id}: now {record.state} ({args.reason})")
     return 0
+
+
+__all__ = ["STATES", "add_arguments", "main", "locate_alert", "find"]

@@ -13,7 +13,12 @@ Checks (each independent: one failing probe never hides the others):
 - **auditor_progress** — the heartbeat exists, its query is not terminated, and its last progress is
   younger than ``ALDEBARAN_HEALTH_MAX_PROGRESS_AGE_SECONDS``;
 - **deliveries** — per channel, DEAD and IN_DOUBT delivery records (operators must settle them:
-  ``aldebaran deliveries list --state IN_DOUBT``) and those waiting to be retried.
+  ``aldebaran deliveries list --state IN_DOUBT``) and those waiting to be retried;
+- **dispatchers** — each streaming dispatcher the dispatch supervisor runs
+  (aldebaran.platform.dispatch_supervisor.plan) has a heartbeat, ``running`` and younger than
+  ``ALDEBARAN_HEALTH_MAX_DISPATCHER_HEARTBEAT_AGE_SECONDS``, and no partition ``broken`` in it (fenced,
+  or an unreadable ledger object: that partition is not delivered). ``ALDEBARAN_HEALTH_CHECK_DISPATCHERS``
+  turns it off where only the alert_dispatch DAG delivers.
 
 Every run writes one record, ``<prefix>/runs/<run id>.json``, and ``<prefix>/latest.json``; then
 fails naming every problem if there is one.
@@ -145,8 +150,8 @@ def check_deliveries(channels: list[str], settings: HealthSettings) -> dict:
     out: dict = {"ok": True, "channels": {}}
     problems = []
     for channel in channels:
-        stats = ledger.stats(channel, detail=False)
-        out["channels"][channel] = {k: stats[k] for k in ("records", "delivered", "retrying", "dead", "in_doubt")}
+        stats = ledger.stats(channel)
+        out["channels"][channel] = {k: stats[k] for k in ("retrying", "dead", "in_doubt")}
         if stats["dead"] > settings.max_dead:
             problems.append(f"channel {channel}: {stats['dead']} DEAD deliveries (limit {settings.max_dead}, "
                             f"ALDEBARAN_HEALTH_MAX_DEAD; see `aldebaran deliveries list --channel {channel} --state DEAD`)")
@@ -154,6 +159,44 @@ def check_deliveries(channels: list[str], settings: HealthSettings) -> dict:
             problems.append(f"channel {channel}: {stats['in_doubt']} IN_DOUBT deliveries need an operator (limit "
                             f"{settings.max_in_doubt}, ALDEBARAN_HEALTH_MAX_IN_DOUBT; see `aldebaran deliveries "
                             f"list --channel {channel} --state IN_DOUBT`)")
+    if problems:
+        out.update(ok=False, problem="; ".join(problems))
+    return out
+
+
+def check_dispatchers(settings: HealthSettings, now: float) -> dict:
+    from aldebaran.delivery.service import heartbeat_key, read_heartbeat
+    from aldebaran.exceptions import ObjectStoreError
+    from aldebaran.platform import dispatch_supervisor
+
+    store = dispatch_supervisor.delivery_store()
+    out: dict = {"ok": True, "dispatchers": {}}
+    problems = []
+    for name, channels in dispatch_supervisor.plan().items():
+        uri = store.uri(heartbeat_key(name))
+        try:
+            hb = read_heartbeat(store, name)
+        except ObjectStoreError as exc:
+            problems.append(f"dispatcher {name!r}: heartbeat unreadable: {exc}")
+            continue
+        if hb is None:
+            problems.append(f"dispatcher {name!r} ({', '.join(channels)}): no heartbeat at {uri} — is it running? "
+                            "(the dispatch_supervisor DAG starts it)")
+            continue
+        age = now - float(hb.get("at") or 0)
+        broken = dispatch_supervisor.broken_partitions(hb)
+        out["dispatchers"][name] = {"status": hb.get("status"), "age_seconds": round(age, 1), "host": hb.get("host"),
+                                    "pid": hb.get("pid"), "broken": broken}
+        if hb.get("status") != "running":
+            problems.append(f"dispatcher {name!r}: {hb.get('status')} {age:.0f}s ago "
+                            f"{str(hb.get('error') or '')[:300]}".rstrip())
+        elif age > settings.max_dispatcher_heartbeat_age_seconds:
+            problems.append(f"dispatcher {name!r}: last heartbeat {age:.0f}s ago at {uri} (limit "
+                            f"{settings.max_dispatcher_heartbeat_age_seconds:.0f}s, "
+                            "ALDEBARAN_HEALTH_MAX_DISPATCHER_HEARTBEAT_AGE_SECONDS)")
+        for where, why in broken.items():
+            channel, partition = where.rsplit("/", 1)
+            problems.append(f"dispatcher {name!r}: channel {channel} partition {partition} broken, not delivered: {why}")
     if problems:
         out.update(ok=False, problem="; ".join(problems))
     return out
@@ -190,6 +233,8 @@ def check(run_id: str, query_name: str | None = None, overrides: dict | None = N
         checks["auditor_progress"] = check_auditor_progress(store, query, heartbeat,
                                                             settings.max_progress_age_seconds, now)
         checks["deliveries"] = check_deliveries(channels, settings)
+        if settings.check_dispatchers:
+            checks["dispatchers"] = check_dispatchers(settings, now)
 
     problems = [c["problem"] for c in checks.values() if not c["ok"]]
     record = {"run_id": run_id, "at": now, "at_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),

@@ -195,10 +195,7 @@ def report(replay: dict) -> dict:
     by_id = {a["alert_id"]: a for a in alerts}
     ledger = default_ledger()
     channels = channel_names()
-    recorded: dict[str, set[str]] = {}
-    for channel in channels:
-        prefix = f"{ledger.prefix}/{channel}/"
-        recorded[channel] = {k[len(prefix):-len(".json")] for k in ledger.backend.list(prefix) if k.endswith(".json")}
+    recorded: dict[str, set[str]] = {channel: ledger.known_alert_ids(channel) for channel in channels}
     new = sorted(i for i in by_id if not any(i in recorded[c] for c in channels))
     partial = sorted(i for i in by_id if i not in new and not all(i in recorded[c] for c in channels))
     kinds: dict[str, int] = {}

@@ -273,17 +273,15 @@ def page_if_needed(decision: dict) -> dict:
     if not decision.get("page"):
         return {"paged": False}
     from aldebaran.delivery.channels import configured_channels
-    from aldebaran.delivery.dispatcher import DeadLetters, DispatchStats, ChannelWorker, default_ledger
-    from aldebaran.settings import KafkaSettings, load
+    from aldebaran.delivery.dispatcher import DispatchStats, default_ledger, deliver_direct
 
     alert = page_alert(decision)
     ledger = default_ledger()
     stats = DispatchStats()
     owner = f"{socket.gethostname()}:{os.getpid()}:supervisor"
     for channel in configured_channels():
-        worker = ChannelWorker(channel, ledger, load(KafkaSettings), "aldebaran-supervisor", owner, stats,
-                               DeadLetters(ledger.backend))
-        worker.deliver(alert)
+        deliver_direct(ledger, channel, alert, owner, stats)
+        channel.close()
     log.error("PAGED: %s (sent %s, already sent %s, failed %s)", alert["message"], stats.sent, stats.already,
               stats.failed)
     settings = settings_with(None)

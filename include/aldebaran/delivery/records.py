@@ -1,0 +1,189 @@
+"""Per-alert delivery records: the exceptions of the group-commit ledger, and single deliveries.
+
+Most alerts are settled inside a run (aldebaran.delivery.runs) and never get a record of their own.
+A record is kept where one alert needs its own state:
+
+- RETRY / DEAD: a send failed (retry with backoff until DEAD after N attempts);
+- IN_DOUBT: a send may have reached a provider that cannot deduplicate; never re-sent automatically,
+  settled by asking the provider (a channel with a lookup) or by an operator;
+- every delivery on a channel that cannot deduplicate (SMS): the record is created as the claim, so a
+  crash puts at most the alerts in flight into doubt, and a repeated alert id is recognised forever;
+- out-of-band deliveries (the supervisor's pages).
+
+Key ``<prefix>/<channel>/alerts/<alert_id>.json``. Created with If-None-Match: * (the claim), every
+later transition is a compare-and-swap on its ETag (If-Match), so exactly one worker wins each step:
+
+    CLAIMED(lease_until, attempt) ──ok──▶ DELIVERED
+       │  └─retryable──▶ RETRY(next_at) ──due──▶ CLAIMED(attempt+1)      └─attempt = max, or permanent──▶ DEAD
+       └─lease expired──▶ CLAIMED(attempt+1) if the channel deduplicates, else IN_DOUBT
+    IN_DOUBT ──provider lookup: sent──▶ DELIVERED        ──lookup: provider has no such message──▶ RETRY
+    IN_DOUBT / DEAD ──operator──▶ DELIVERED | DEAD | RETRY (with a reason)
+
+The record owns these transitions (its methods); the ledger stores it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field
+
+from aldebaran.exceptions import LedgerCorrupt
+
+CLAIMED, DELIVERED, RETRY, DEAD, IN_DOUBT = "CLAIMED", "DELIVERED", "RETRY", "DEAD", "IN_DOUBT"
+STATES = (CLAIMED, DELIVERED, RETRY, DEAD, IN_DOUBT)
+SETTLED = (DELIVERED, DEAD, IN_DOUBT, RETRY)  # nothing more to do now for the alert's Kafka offset
+MAX_HISTORY = 20
+
+
+class InvalidTransition(ValueError):
+    """A transition the record's state does not allow (a caller's bug or an operator's mistake)."""
+
+
+@dataclass
+class Record:
+    alert_id: str
+    channel: str
+    state: str
+    attempt: int
+    alert: dict
+    created_at: float
+    updated_at: float
+    lease_until: float | None = None
+    next_at: float | None = None
+    owner: str | None = None
+    receipt: dict | None = None
+    delivered_at: float | None = None
+    error: str | None = None
+    doubted_at: float | None = None
+    run: str | None = None  # the run key this alert came from, when it was an exception of a run
+    history: list = field(default_factory=list)
+
+    # --- codec ----------------------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, body: bytes, key: str = "?") -> "Record":
+        try:
+            data = json.loads(body)
+            data.pop("indexed", None)  # written by the ledger before turn 2
+            return cls(**data)
+        except (ValueError, TypeError) as exc:
+            raise LedgerCorrupt(f"delivery record {key} cannot be read: {exc}") from None
+
+    def _note(self, now: float, text: str | None = None) -> None:
+        self.updated_at = now
+        self.history.append({"state": self.state, "attempt": self.attempt, "at": now, **({"note": text} if text else {})})
+        del self.history[:-MAX_HISTORY]
+
+    # --- creation -------------------------------------------------------------------------------
+    @classmethod
+    def claimed(cls, channel: str, alert: dict, owner: str, now: float, lease_seconds: float,
+                run: str | None = None) -> "Record":
+        record = cls(alert_id=alert["alert_id"], channel=channel, state=CLAIMED, attempt=1, alert=alert,
+                     created_at=now, updated_at=now, lease_until=now + lease_seconds, owner=owner, run=run)
+        record._note(now, "claimed")
+        return record
+
+    @classmethod
+    def failed_in_run(cls, channel: str, alert: dict, owner: str, now: float, run: str, error: str,
+                      permanent: bool, policy: "RetryPolicy") -> "Record":
+        """An alert of a run whose send failed: its exception record, RETRY (or DEAD if permanent)."""
+        record = cls(alert_id=alert["alert_id"], channel=channel, state=CLAIMED, attempt=1, alert=alert,
+                     created_at=now, updated_at=now, owner=owner, run=run)
+        record._note(now, f"sent in run {run}")
+        record.failed(now, error, permanent, policy)
+        return record
+
+    # --- transitions ----------------------------------------------------------------------------
+    def delivered(self, now: float, receipt: dict | None, note: str = "delivered") -> None:
+        if self.state not in (CLAIMED, IN_DOUBT):
+            raise InvalidTransition(f"{self.channel}/{self.alert_id}: {self.state} cannot become DELIVERED")
+        self.state, self.receipt, self.delivered_at = DELIVERED, receipt, now
+        self.lease_until, self.error, self.next_at = None, None, None
+        self._note(now, note)
+
+    def failed(self, now: float, error: str, permanent: bool, policy: "RetryPolicy") -> None:
+        if self.state != CLAIMED:
+            raise InvalidTransition(f"{self.channel}/{self.alert_id}: {self.state} cannot fail")
+        self.error, self.lease_until = error[:500], None
+        if permanent or self.attempt >= policy.max_attempts:
+            self.state = DEAD
+            self._note(now, "permanent failure" if permanent else f"gave up after {self.attempt} attempts")
+        else:
+            self.state = RETRY
+            self.next_at = now + policy.delay(self.attempt)
+            self._note(now, f"retry in {self.next_at - now:.1f}s")
+
+    def doubted(self, now: float, error: str) -> None:
+        """The send may or may not have reached a provider that cannot deduplicate: never resend blindly."""
+        if self.state != CLAIMED:
+            raise InvalidTransition(f"{self.channel}/{self.alert_id}: {self.state} cannot become IN_DOUBT")
+        self.state, self.error, self.lease_until, self.doubted_at = IN_DOUBT, error[:500], None, now
+        self._note(now, "outcome unknown on a channel that cannot deduplicate")
+
+    def due(self, now: float) -> bool:
+        return (self.state == RETRY and (self.next_at or 0) <= now) or \
+            (self.state == CLAIMED and (self.lease_until or 0) <= now)
+
+    def take_over(self, now: float, owner: str, lease_seconds: float, can_dedupe: bool) -> bool:
+        """Claim a due delivery for another attempt. An expired lease on a channel that cannot
+        deduplicate becomes IN_DOUBT instead (returns False: nothing to send)."""
+        if not self.due(now):
+            raise InvalidTransition(f"{self.channel}/{self.alert_id}: {self.state} is not due")
+        if self.state == CLAIMED:
+            if not can_dedupe:
+                self.doubted(now, f"lease of {self.owner} expired at attempt {self.attempt}: a send may have happened")
+                return False
+            note = f"rescued from {self.owner} (lease expired)"
+        else:
+            note = "retry"
+        self.state, self.attempt, self.owner = CLAIMED, self.attempt + 1, owner
+        self.lease_until, self.next_at = now + lease_seconds, None
+        self._note(now, note)
+        return True
+
+    def settled_by_lookup(self, now: float, found: dict | None) -> None:
+        """The provider answered "did you send reference <alert_id>?": yes → DELIVERED with its receipt;
+        no → RETRY now (the provider never had it, so the next send is the first one)."""
+        if self.state != IN_DOUBT:
+            raise InvalidTransition(f"{self.channel}/{self.alert_id}: {self.state} is not IN_DOUBT")
+        if found is not None:
+            self.state, self.receipt, self.delivered_at, self.error = DELIVERED, found, now, None
+            self._note(now, "settled by the provider's lookup: it has the message")
+        else:
+            self.state, self.next_at = RETRY, now
+            self._note(now, "settled by the provider's lookup: no such message; sending it")
+
+    def resolved(self, now: float, outcome: str, reason: str, who: str) -> str:
+        """An operator settles an IN_DOUBT or DEAD delivery by hand; returns the previous state.
+
+        DELIVERED: it did reach the recipient (checked with the provider). DEAD: give up.
+        RETRY: send again, with a fresh set of attempts (only after making sure it did not arrive).
+        """
+        if outcome not in (DELIVERED, DEAD, RETRY):
+            raise ValueError(f"outcome must be DELIVERED, DEAD or RETRY, not {outcome!r}")
+        if not reason.strip():
+            raise ValueError("a reason is required")
+        if self.state not in (IN_DOUBT, DEAD):
+            raise ValueError(f"{self.channel}/{self.alert_id} is {self.state}: only IN_DOUBT or DEAD can be resolved by hand")
+        previous = self.state
+        self.state, self.lease_until, self.owner = outcome, None, who
+        if outcome == RETRY:
+            self.next_at, self.attempt, self.error = now, 0, None
+        elif outcome == DELIVERED:
+            self.delivered_at = self.delivered_at or now
+        self._note(now, f"resolved {previous} → {outcome} by {who}: {reason}")
+        return previous
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_attempts: int = 5
+    backoff_base: float = 2.0
+    backoff_max: float = 300.0
+
+    def delay(self, attempt: int) -> float:
+        base = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
+        return base * random.uniform(0.5, 1.0)  # jitter over the upper half of the backoff

@@ -1,0 +1,120 @@
+"""Runs: the group commit of the delivery ledger (BRIEF §2).
+
+A run is a contiguous range of one alerts-topic partition's offsets, delivered to one channel by the
+partition's owner:
+
+    claim (one conditional create, key from channel/topic/partition/start offset)
+      → send every alert of the range
+      → record every outcome (one If-Match write)
+      → commit the Kafka offsets
+
+Key ``<prefix>/<channel>/runs/<topic>/<partition:05d>/<start:020d>.json``. The key is a function of
+the range's first offset alone, so two workers reading the same partition from the same committed
+offset meet at the same key and only one create succeeds (Kafka Connect's S3 sink keys its objects the
+same way). The body holds the range's end, so whoever finds the run uses the same range.
+
+Fencing: each owner of a (channel, partition) holds an **epoch** (:mod:`aldebaran.delivery.ledger`
+bumps it with a compare-and-swap when a dispatcher is assigned the partition). A run carries the epoch
+of its claimer. A newer owner that finds a run CLAIMED but never RECORDED adopts it (If-Match: the
+stale owner's record write then fails, so it can never record past the new owner) and sends the run
+again: this path is for channels that deduplicate by the alert id, where a repeated send is harmless.
+A run of a newer epoch tells an older owner that it is stale.
+
+Entries: ``[offset, alert_id, status, receipt]``; status is one of
+
+    D delivered · S a repeat of an alert id already settled (same run or an earlier one) ·
+    R / X failed: the alert's own record (RETRY / DEAD) carries on · M malformed alert (dead-lettered)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+
+from aldebaran.exceptions import Fenced, LedgerCorrupt
+
+CLAIMED, RECORDED = "CLAIMED", "RECORDED"
+DELIVERED, REPEAT, RETRYING, DEAD, MALFORMED, PENDING = "D", "S", "R", "X", "M", "?"
+FINAL = (DELIVERED, REPEAT, RETRYING, DEAD, MALFORMED)
+
+
+@dataclass
+class Run:
+    channel: str
+    topic: str
+    partition: int
+    start: int
+    end: int
+    epoch: int
+    owner: str
+    state: str
+    claimed_at: float
+    entries: list  # [[offset, alert_id | None, status, receipt | None], ...]
+    recorded_at: float | None = None
+    history: list = field(default_factory=list)
+
+    # --- codec ----------------------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        # Not dataclasses.asdict: it deep-copies every entry and receipt, which cost more than the
+        # run's whole send in a profile of a 2,000-alert run.
+        return json.dumps({f: getattr(self, f) for f in _FIELDS}, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, body: bytes, key: str = "?") -> "Run":
+        try:
+            return cls(**json.loads(body))
+        except (ValueError, TypeError) as exc:
+            raise LedgerCorrupt(f"delivery run {key} cannot be read: {exc}") from None
+
+    # --- creation -------------------------------------------------------------------------------
+    @classmethod
+    def claim(cls, channel: str, topic: str, partition: int, entries: list, epoch: int, owner: str,
+              now: float) -> "Run":
+        """A new run over `entries` ([offset, alert_id | None, status, receipt]; offsets ascending)."""
+        if not entries:
+            raise ValueError("a run holds at least one offset")
+        run = cls(channel=channel, topic=topic, partition=partition, start=entries[0][0], end=entries[-1][0],
+                  epoch=epoch, owner=owner, state=CLAIMED, claimed_at=now, entries=entries)
+        run.history.append({"at": now, "owner": owner, "epoch": epoch, "note": "claimed"})
+        return run
+
+    # --- transitions ----------------------------------------------------------------------------
+    def adopt(self, now: float, owner: str, epoch: int) -> None:
+        """A newer owner takes over a run its claimer never recorded."""
+        if self.state != CLAIMED:
+            raise ValueError(f"run {self.channel}/{self.partition}@{self.start} is {self.state}: nothing to adopt")
+        if epoch <= self.epoch and owner != self.owner:
+            raise Fenced(f"run {self.channel}/{self.topic}[{self.partition}]@{self.start} belongs to epoch "
+                         f"{self.epoch} ({self.owner}); this dispatcher holds epoch {epoch}")
+        self.history.append({"at": now, "owner": owner, "epoch": epoch, "note": f"adopted from {self.owner} (epoch {self.epoch})"})
+        self.owner, self.epoch = owner, epoch
+        for entry in self.entries:  # everything not settled elsewhere is sent again (same idempotency key)
+            if entry[2] not in (MALFORMED, REPEAT):
+                entry[2], entry[3] = PENDING, None
+
+    def record(self, now: float) -> None:
+        """Every entry has its outcome: the run is settled (the one write that records them follows)."""
+        open_ = [e[0] for e in self.entries if e[2] not in FINAL]
+        if open_:
+            raise ValueError(f"run {self.channel}/{self.partition}@{self.start}: offsets {open_[:5]} have no outcome")
+        self.state, self.recorded_at = RECORDED, now
+        self.history.append({"at": now, "owner": self.owner, "epoch": self.epoch, "note": "recorded"})
+
+    # --- reading --------------------------------------------------------------------------------
+    def alert_ids(self) -> list[str]:
+        return [e[1] for e in self.entries if e[1] is not None and e[2] != MALFORMED]
+
+    def entry(self, alert_id: str) -> list | None:
+        for e in self.entries:
+            if e[1] == alert_id and e[2] != REPEAT:
+                return e
+        return None
+
+    def counts(self) -> dict:
+        out: dict[str, int] = {}
+        for e in self.entries:
+            out[e[2]] = out.get(e[2], 0) + 1
+        return out
+
+
+_FIELDS = tuple(f.name for f in fields(Run))

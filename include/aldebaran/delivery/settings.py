@@ -1,0 +1,67 @@
+"""Settings of alert delivery (ledger and dispatchers). Each field names its env var; an invalid value
+fails at start naming it (aldebaran.settings.load)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class DeliverySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ALDEBARAN_DELIVERY_", extra="ignore")
+
+    prefix: str = Field(
+        "deliveries", pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,200}$",
+        description="ALDEBARAN_DELIVERY_PREFIX: object-store prefix of the delivery ledger",
+    )
+    store: str | None = Field(
+        None,
+        description="ALDEBARAN_DELIVERY_STORE: where the ledger lives: empty = the S3/MinIO bucket "
+                    "(ALDEBARAN_S3_*), or a local directory (file:///path) for tests and demos",
+    )
+    lease_seconds: float = Field(
+        60.0, gt=0, le=3600,
+        description="ALDEBARAN_DELIVERY_LEASE_SECONDS: a claimed per-alert delivery (or a run) is its owner's for "
+                    "this long; then it is rescued (or IN_DOUBT on a channel that cannot deduplicate)",
+    )
+    max_attempts: int = Field(5, ge=1, le=100, description="ALDEBARAN_DELIVERY_MAX_ATTEMPTS: RETRY until DEAD")
+    backoff_base_seconds: float = Field(
+        2.0, gt=0, description="ALDEBARAN_DELIVERY_BACKOFF_BASE_SECONDS: first retry delay; doubles per attempt"
+    )
+    backoff_max_seconds: float = Field(300.0, gt=0, description="ALDEBARAN_DELIVERY_BACKOFF_MAX_SECONDS: retry delay cap")
+    run_max: int = Field(
+        5000, ge=1, le=100_000,
+        description="ALDEBARAN_DELIVERY_RUN_MAX: most alerts one ledger run holds on a channel that deduplicates "
+                    "(a channel may set its own lower max_run)",
+    )
+    dedupe_window_offsets: int = Field(
+        200_000, ge=0,
+        description="ALDEBARAN_DELIVERY_DEDUPE_WINDOW_OFFSETS: on taking a partition, a dispatcher reads the runs "
+                    "of the last this-many offsets to recognise repeated alert ids; older repeats reach the "
+                    "recipient, which deduplicates by the alert id",
+    )
+    concurrency: int = Field(
+        64, ge=1, le=1024, description="ALDEBARAN_DELIVERY_CONCURRENCY: sends in flight per channel"
+    )
+    poll_max: int = Field(
+        20_000, ge=1, description="ALDEBARAN_DELIVERY_POLL_MAX: most alerts read from Kafka per poll"
+    )
+    sweep_seconds: float = Field(
+        5.0, gt=0, description="ALDEBARAN_DELIVERY_SWEEP_SECONDS: how often due retries and doubts are swept"
+    )
+    lookup_grace_seconds: float = Field(
+        30.0, ge=0,
+        description="ALDEBARAN_DELIVERY_LOOKUP_GRACE_SECONDS: an IN_DOUBT delivery on a channel with a provider "
+                    "lookup is asked about after this long (providers' message logs lag a little)",
+    )
+    heartbeat_seconds: float = Field(
+        5.0, gt=0, description="ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS: a streaming dispatcher's heartbeat period"
+    )
+    session_timeout_ms: int = Field(
+        10_000, ge=1000, le=300_000,
+        description="ALDEBARAN_DELIVERY_SESSION_TIMEOUT_MS: Kafka consumer session; a dead dispatcher's partitions "
+                    "move to a live one after about this long",
+    )
+    idle_seconds: float = Field(
+        5.0, gt=0, description="ALDEBARAN_DELIVERY_IDLE_SECONDS: `dispatch` (one pass) returns after this long idle"
+    )

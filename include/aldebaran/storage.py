@@ -1,0 +1,342 @@
+"""The platform's one storage layer: every durable write (delivery ledger, book state, leases,
+heartbeats, the alert archive, supervisor state) goes through a :class:`Store`.
+
+Two backends honour one contract (tests/integration/test_storage_contract.py runs it against both):
+
+- :class:`S3Store`: S3 or MinIO over boto3. Only calls AWS S3 itself supports are used (PutObject with
+  If-None-Match / If-Match, GetObject, ListObjectsV2 with StartAfter, DeleteObject), so the same code
+  runs against MinIO here and S3 in AWS. botocore errors are translated at this boundary:
+  412 → AlreadyExists / PreconditionFailed, 404 → NotFound, anything else → ObjectStoreError.
+- :class:`LocalStore`: a directory, for tests and demos on one machine: O_EXCL create, and
+  compare-and-swap by content hash under an exclusive flock.
+
+The contract: ``create`` stores only if absent (AlreadyExists otherwise); ``replace`` only if the
+current ETag is the one given (PreconditionFailed otherwise); ``get`` → StoredObject (NotFound);
+``list(prefix, start_after)`` yields {Key, ETag, Size} in key order; ``put``/``delete`` are
+unconditional.
+
+(A hand-written SigV4 client, ``s3lite``, used to carry the ledger's hot path when every delivery
+cost two conditional PUTs. The group-commit ledger writes ≤ 0.02 objects per delivery, so boto3's
+per-call overhead no longer matters and the client is gone: one S3 code path, boto3's retries,
+session tokens and addressing styles included.)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import os
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Protocol
+
+from aldebaran.exceptions import AlreadyExists, NotFound, ObjectStoreError, PreconditionFailed
+from aldebaran.settings import ObjectStoreSettings, load
+
+# Keys are built from ids that may come from outside; nothing may climb out of its prefix.
+_SAFE_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,254}$")
+
+
+def safe_segment(value: str, what: str = "key segment") -> str:
+    """Validate one path segment derived from an id (no '/', '..', control characters, ...)."""
+    if not isinstance(value, str) or not _SAFE_SEGMENT.match(value) or ".." in value:
+        raise ValueError(f"unsafe {what} for an object key: {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    key: str
+    body: bytes
+    etag: str
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class S3Store:
+    """One bucket of S3/MinIO. Cheap to create; the boto3 client is built lazily."""
+
+    def __init__(self, settings: ObjectStoreSettings | None = None) -> None:
+        self.settings = settings or load(ObjectStoreSettings)
+        self.bucket = self.settings.bucket
+        self._client = None
+
+    @property
+    def client(self):
+        if self._client is None:
+            import boto3
+            from botocore.config import Config
+
+            s = self.settings
+            self._client = boto3.client(
+                "s3",
+                endpoint_url=s.endpoint(),
+                region_name=s.region,
+                aws_access_key_id=s.access_key.get_secret_value() if s.access_key else None,
+                aws_secret_access_key=s.secret_key.get_secret_value() if s.secret_key else None,
+                aws_session_token=s.session_token.get_secret_value() if s.session_token else None,
+                config=Config(
+                    signature_version="s3v4",
+                    s3={"addressing_style": "path" if s.endpoint() else "auto"},
+                    retries={"max_attempts": 3, "mode": "standard"},
+                    connect_timeout=3,
+                    read_timeout=10,
+                    max_pool_connections=32,
+                ),
+            )
+        return self._client
+
+    # --- errors ---------------------------------------------------------------------------
+    def _translate(self, exc: Exception, key: str, conditional: str | None = None) -> Exception:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if isinstance(exc, ClientError):
+            code = exc.response.get("Error", {}).get("Code", "")
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status == 412 or code in ("PreconditionFailed", "ConditionalRequestConflict") or status == 409 and conditional:
+                if conditional == "create":
+                    return AlreadyExists(f"s3://{self.bucket}/{key} already exists")
+                return PreconditionFailed(f"s3://{self.bucket}/{key} changed since it was read")
+            if status == 404 or code in ("NoSuchKey", "NotFound", "404"):
+                return NotFound(f"s3://{self.bucket}/{key} not found")
+            return ObjectStoreError(f"s3://{self.bucket}/{key}: {code or status}: {exc}")
+        if isinstance(exc, BotoCoreError):
+            return ObjectStoreError(
+                f"object store {self.settings.endpoint() or 'AWS S3'} unreachable for s3://{self.bucket}/{key}: {exc}"
+            )
+        return exc
+
+    # --- buckets ---------------------------------------------------------------------------
+    def ensure_bucket(self) -> bool:
+        """Create the bucket if missing; True if created."""
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+            return False
+        except ClientError as exc:
+            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") != 404:
+                raise self._translate(exc, "") from exc
+        kwargs: dict[str, Any] = {"Bucket": self.bucket}
+        if self.settings.region != "us-east-1" and not self.settings.endpoint():
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": self.settings.region}
+        try:
+            self.client.create_bucket(**kwargs)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                raise self._translate(exc, "") from exc
+            return False
+        return True
+
+    def bucket_exists(self) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+            return True
+        except ClientError:
+            return False
+
+    # --- objects ---------------------------------------------------------------------------
+    def put(self, key: str, body: bytes, content_type: str = "application/json") -> str:
+        try:
+            resp = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type)
+        except Exception as exc:  # noqa: BLE001 - translated, not swallowed
+            raise self._translate(exc, key) from exc
+        return resp["ETag"]
+
+    def create(self, key: str, body: bytes, content_type: str = "application/json") -> str:
+        """Create `key` only if absent (If-None-Match: *). Returns the ETag; AlreadyExists if present."""
+        try:
+            resp = self.client.put_object(
+                Bucket=self.bucket, Key=key, Body=body, ContentType=content_type, IfNoneMatch="*"
+            )
+        except Exception as exc:  # noqa: BLE001
+            raise self._translate(exc, key, conditional="create") from exc
+        return resp["ETag"]
+
+    def replace(self, key: str, body: bytes, etag: str, content_type: str = "application/json") -> str:
+        """Overwrite `key` only if its ETag is still `etag` (If-Match). PreconditionFailed otherwise."""
+        try:
+            resp = self.client.put_object(
+                Bucket=self.bucket, Key=key, Body=body, ContentType=content_type, IfMatch=etag
+            )
+        except Exception as exc:  # noqa: BLE001
+            raise self._translate(exc, key, conditional="update") from exc
+        return resp["ETag"]
+
+    def get(self, key: str) -> StoredObject:
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=key)
+            return StoredObject(key, resp["Body"].read(), resp["ETag"])
+        except Exception as exc:  # noqa: BLE001
+            raise self._translate(exc, key) from exc
+
+    def delete(self, key: str) -> None:
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=key)
+        except Exception as exc:  # noqa: BLE001
+            raise self._translate(exc, key) from exc
+
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[dict]:
+        """Yield {Key, ETag, Size, LastModified} under `prefix`, in key order (after `start_after`)."""
+        paginator = self.client.get_paginator("list_objects_v2")
+        kwargs = {"StartAfter": start_after} if start_after else {}
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, **kwargs):
+                yield from page.get("Contents", [])
+        except Exception as exc:  # noqa: BLE001
+            raise self._translate(exc, prefix) from exc
+
+    def delete_prefix(self, prefix: str) -> int:
+        keys = [o["Key"] for o in self.list(prefix)]
+        for i in range(0, len(keys), 1000):
+            self.client.delete_objects(
+                Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in keys[i : i + 1000]], "Quiet": True}
+            )
+        return len(keys)
+
+    def uri(self, key: str = "") -> str:
+        return f"s3://{self.bucket}/{key}"
+
+    describe = uri
+
+
+# Most callers know it by its old name; both mean the S3/MinIO store.
+ObjectStore = S3Store
+
+
+def _etag(body: bytes) -> str:
+    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+class LocalStore:
+    """The same contract on a local directory (tests, demos, a single machine without an object store)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.bucket = str(self.root)
+
+    def _path(self, key: str) -> Path:
+        path = (self.root / key).resolve()
+        if self.root.resolve() not in path.parents:
+            raise ValueError(f"key escapes the store's root: {key!r}")
+        return path
+
+    def create(self, key: str, body: bytes, content_type: str = "application/json") -> str:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise AlreadyExists(f"{path} already exists") from None
+        with os.fdopen(fd, "wb") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)  # readers wait for the whole body
+            fh.write(body)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return _etag(body)
+
+    def replace(self, key: str, body: bytes, etag: str, content_type: str = "application/json") -> str:
+        path = self._path(key)
+        try:
+            fh = open(path, "r+b")
+        except FileNotFoundError:
+            raise NotFound(f"{path} not found") from None
+        with fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)  # the compare and the swap happen under one lock
+            if _etag(fh.read()) != etag:
+                raise PreconditionFailed(f"{path} changed since it was read")
+            fh.seek(0)
+            fh.write(body)
+            fh.truncate()
+            fh.flush()
+            os.fsync(fh.fileno())
+        return _etag(body)
+
+    def get(self, key: str) -> StoredObject:
+        path = self._path(key)
+        try:
+            with open(path, "rb") as fh:
+                fcntl.flock(fh, fcntl.LOCK_SH)
+                body = fh.read()
+        except FileNotFoundError:
+            raise NotFound(f"{path} not found") from None
+        return StoredObject(key, body, _etag(body))
+
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[dict]:
+        base = self.root / prefix
+        directory = base if prefix.endswith("/") else base.parent
+        if not directory.exists():
+            return
+        keys = []
+        for path in directory.rglob("*"):
+            if path.is_file() and not path.name.startswith("."):
+                key = str(path.relative_to(self.root))
+                if key.startswith(prefix) and (start_after is None or key > start_after):
+                    keys.append((key, path))
+        for key, path in sorted(keys):
+            st = path.stat()
+            yield {"Key": key, "Size": st.st_size,
+                   "LastModified": dt.datetime.fromtimestamp(st.st_mtime, dt.timezone.utc)}
+
+    def put(self, key: str, body: bytes, content_type: str = "application/json") -> str:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_bytes(body)
+        os.replace(tmp, path)
+        return _etag(body)
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+    def delete_prefix(self, prefix: str) -> int:
+        keys = [o["Key"] for o in self.list(prefix)]
+        for key in keys:
+            self.delete(key)
+        return len(keys)
+
+    def ensure_bucket(self) -> bool:
+        created = not self.root.exists()
+        self.root.mkdir(parents=True, exist_ok=True)
+        return created
+
+    def bucket_exists(self) -> bool:
+        return self.root.is_dir()
+
+    def uri(self, key: str = "") -> str:
+        return f"file://{self.root}/{key}"
+
+    describe = uri
+
+
+class Store(Protocol):
+    """What every backend offers (S3Store, LocalStore)."""
+
+    bucket: str
+
+    def create(self, key: str, body: bytes, content_type: str = ...) -> str: ...
+    def replace(self, key: str, body: bytes, etag: str, content_type: str = ...) -> str: ...
+    def get(self, key: str) -> StoredObject: ...
+    def list(self, prefix: str, start_after: str | None = None) -> Iterator[dict]: ...
+    def put(self, key: str, body: bytes, content_type: str = ...) -> str: ...
+    def delete(self, key: str) -> None: ...
+    def delete_prefix(self, prefix: str) -> int: ...
+    def uri(self, key: str = "") -> str: ...
+
+
+def open_store(location: str | None = None) -> "S3Store | LocalStore":
+    """The store at `location`: ``file:///dir`` or a plain path → LocalStore; None or ``s3://…`` → the
+    configured S3/MinIO bucket (ALDEBARAN_S3_*)."""
+    if location and not location.startswith("s3://"):
+        return LocalStore(location[len("file://"):] if location.startswith("file://") else location)
+    if location and location.startswith("s3://"):
+        bucket = location[len("s3://"):].split("/", 1)[0]
+        return S3Store(load(ObjectStoreSettings, bucket=bucket))
+    return S3Store()
