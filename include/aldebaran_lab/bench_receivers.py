@@ -20,20 +20,23 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
-import concurrent.futures
-import hashlib
-import hmac
+import json
 import logging
-import multiprocessing
+import os
+import subprocess
+import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from urllib.parse import quote_plus
 
+from aldebaran.delivery.channels import signature
 from aldebaran_lab.receivers import BATCH_HEADER, ReceiverProcess
 from aldebaran_lab.receivers.base import new_event_loop
 
 log = logging.getLogger(__name__)
 
+SPEC_ENV = "ALDEBARAN_BENCH_CLIENT_SPEC"
 _ALERT = ('{"alert_id":"%s","client":"Sendence","detected_at":%d,"kind":"OVERFILL","order_id":"%s",'
           '"purchase_count":2,"purchased":120,"requested":100,"stock":"AAPL","trigger_event_id":"p-%s",'
           '"trigger_event_ts":%d}')
@@ -42,7 +45,7 @@ _ALERT = ('{"alert_id":"%s","client":"Sendence","detected_at":%d,"kind":"OVERFIL
 def _requests(spec: dict):
     """Endless (headers, body, alerts) for one client, each alert with a fresh id."""
     kind, batch, tag = spec["kind"], spec["batch"], spec["tag"]
-    secret = spec["secret"].encode()
+    secret = spec["secret"]
     n = 0
     if kind == "sms":
         auth = "Basic " + base64.b64encode(f"{spec['account_sid']}:{spec['auth_token']}".encode()).decode()
@@ -64,13 +67,13 @@ def _requests(spec: dict):
         else:
             body, key = ('{"alerts":[' + ",".join(alerts) + "]}").encode(), f"{tag}-batch-{n}"
         headers = {"Content-Type": "application/json", "Idempotency-Key": key,
-                   "X-Aldebaran-Signature": "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()}
+                   "X-Aldebaran-Signature": signature(body, secret)}
         if batch > 1:
             headers[BATCH_HEADER] = str(batch)
         yield headers, body, batch
 
 
-async def _drive_async(spec: dict) -> dict:
+async def _drive_async(spec: dict, ready: Callable[[], Awaitable[None]]) -> dict:
     import aiohttp
 
     requests = _requests(spec)
@@ -85,7 +88,7 @@ async def _drive_async(spec: dict) -> dict:
                 async with session.post(spec["url"], data=body, headers=headers) as resp:
                     await resp.read()
                     status = resp.status
-            except aiohttp.ClientError as exc:
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 log.debug("request failed: %s", exc)
                 counts["errors"] += 1
                 return
@@ -99,9 +102,9 @@ async def _drive_async(spec: dict) -> dict:
             else:
                 counts["errors"] += 1
 
-        # Open the connections before the clock starts (these alerts are not counted).
+        # Open the connections before the clock starts (these alerts are not counted), then wait for "go".
         await asyncio.gather(*(one(False) for _ in range(spec["concurrency"])))
-        await asyncio.sleep(max(0.0, spec["start_at"] - time.time()))
+        await ready()
         deadline = time.monotonic() + spec["seconds"]
 
         async def worker() -> None:
@@ -115,10 +118,17 @@ async def _drive_async(spec: dict) -> dict:
 
 
 def _drive(spec: dict) -> dict:
-    """One client process: `spec["concurrency"]` requests in flight until `spec["seconds"]` passed."""
+    """A client process: opens `spec["concurrency"]` connections, says "ready" on stdout, waits for a
+    line on stdin, then keeps that many requests in flight for `spec["seconds"]`; returns the counts."""
+
+    async def ready() -> None:
+        sys.stdout.write("ready\n")
+        sys.stdout.flush()
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+
     loop = new_event_loop()
     try:
-        return loop.run_until_complete(_drive_async(spec))
+        return loop.run_until_complete(_drive_async(spec, ready))
     finally:
         loop.close()
 
@@ -137,20 +147,33 @@ def ceiling(kind: str = "webhook", seconds: float = 5.0, concurrency: int = 64, 
     tag = uuid.uuid4().hex[:8]
     with ReceiverProcess(kind) as receiver:
         url = receiver.url + (receiver.path if kind == "sms" else "/alerts")
-        start_at = time.time() + 3.0  # after every client imported aiohttp and opened its connections
         specs = [{"kind": kind, "url": url, "secret": receiver.secret, "account_sid": receiver.account_sid,
-                  "auth_token": receiver.auth_token, "batch": batch, "seconds": seconds, "start_at": start_at,
-                  "tag": f"{tag}-{c}", "concurrency": concurrency // clients + (c < concurrency % clients)}
-                 for c in range(clients)]
+                  "auth_token": receiver.auth_token, "batch": batch, "seconds": seconds, "tag": f"{tag}-{c}",
+                  "concurrency": concurrency // clients + (c < concurrency % clients)} for c in range(clients)]
         proc = psutil.Process(receiver.pid)
-        ctx = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(max_workers=clients, mp_context=ctx) as pool:
-            futures = [pool.submit(_drive, spec) for spec in specs]
-            time.sleep(max(0.0, start_at - time.time()))
+        # Client processes of their own (not multiprocessing: that would re-import the caller's script).
+        # Each gets its spec (secrets included) through the environment, opens its connections, says
+        # "ready", and starts when told: the receiver's CPU is measured over the timed part only.
+        drivers = [subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    text=True, env={**os.environ, SPEC_ENV: json.dumps(spec)}) for spec in specs]
+        try:
+            if any(driver.stdout.readline().strip() != "ready" for driver in drivers):
+                raise RuntimeError("a client process failed to start (its stderr is above)")
             cpu0, t0 = sum(proc.cpu_times()[:2]), time.monotonic()
-            results = [f.result() for f in futures]
+            for driver in drivers:
+                driver.stdin.write("go\n")
+                driver.stdin.flush()
+            outputs = [driver.communicate(timeout=seconds + 120)[0] for driver in drivers]
             cpu1, wall = sum(proc.cpu_times()[:2]), time.monotonic() - t0
+        finally:
+            for driver in drivers:
+                if driver.poll() is None:
+                    driver.kill()
+                    driver.wait()
         stats = receiver.stats(summary=True)
+    if any(d.returncode for d in drivers):
+        raise RuntimeError(f"a client process failed (exit codes {[d.returncode for d in drivers]}; stderr above)")
+    results = [json.loads(out) for out in outputs]
     elapsed = max(r["elapsed"] for r in results)
     requests, alerts = sum(r["requests"] for r in results), sum(r["alerts"] for r in results)
     warmup_alerts = sum(r["warmup_alerts"] for r in results)
@@ -171,3 +194,7 @@ def ceiling(kind: str = "webhook", seconds: float = 5.0, concurrency: int = 64, 
     }
     log.info("receiver ceiling: %s", result)
     return result
+
+
+if __name__ == "__main__":  # a client process of ceiling(): spec in the environment, counts on stdout
+    sys.stdout.write(json.dumps(_drive(json.loads(os.environ[SPEC_ENV]))) + "\n")

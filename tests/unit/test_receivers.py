@@ -197,3 +197,12 @@ def test_a_receiver_in_its_own_process(kind):
         pid = receiver.pid
     with pytest.raises(ProcessLookupError):  # stopped and reaped
         os.kill(pid, 0)
+
+
+def test_the_ceiling_benchmark_runs_and_checks_what_the_receiver_got():
+    from aldebaran_lab.bench_receivers import ceiling
+
+    result = ceiling("webhook", seconds=0.5, concurrency=4, batch=10)
+    assert result["correct"] is True and result["requests"] > 0 and result["errors"] == 0
+    assert result["alerts"] == 10 * result["requests"] and result["statuses"] == {"200": result["requests"]}
+    assert {"requests_per_s", "alerts_per_s", "receiver_cpu_s", "requests_per_receiver_cpu_s"} <= set(result)

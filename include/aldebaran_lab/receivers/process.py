@@ -17,6 +17,7 @@ all of this: ``with ReceiverProcess("webhook", secret=s) as rp: ... rp.stats()``
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -69,6 +70,11 @@ def run(receiver: HttpReceiver) -> None:
     # Blocked before the receiver's thread starts, so that thread inherits the mask and the signals
     # wait for sigwait() here.
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+    # The request path leaves no cyclic garbage (a run of thousands of requests with the collector off
+    # leaves ~10 unreachable objects), while everything it records stays alive and would be rescanned
+    # by every collection, 10-20 % of the receiver's CPU. In its own process: collector off.
+    gc.freeze()
+    gc.disable()
     with receiver:
         sys.stdout.write(json.dumps({"kind": kind, "url": receiver.url, "pid": os.getpid()}) + "\n")
         sys.stdout.flush()
