@@ -1,18 +1,25 @@
 """
-### alert_dispatch — deliver every alert to every configured channel, exactly once
+### alert_dispatch — catch-up delivery: every waiting alert to every configured channel, exactly once
+
+**The normal path is streaming**: one `aldebaran dispatch --follow` per channel, kept running by the
+`dispatch_supervisor` DAG. This DAG stays for catch-up, backfill (e.g. after `trades_replay`) and
+manual runs, and as a safety net while a streaming dispatcher is down.
 
 **Triggered by new alerts** (Airflow 3 event-driven scheduling: an Asset whose AssetWatcher runs the
 Kafka provider's `AwaitMessageTrigger` on the alerts topic, in its own consumer group) **or every
 5 minutes** (sweeps expired leases and due retries even when no alert arrives).
 
 The watcher is only a wake-up signal: one run drains what is waiting, in batches, through the
-dispatcher's own consumer group per channel (`aldebaran-dispatcher-<channel>`), so a burst of 100k
-alerts means a few runs, not 100k. One mapped task per channel (`ALDEBARAN_CHANNELS`; channel
+channel's own consumer group (`aldebaran-dispatcher-<channel>`), so a burst of 100k alerts means a
+few runs, not 100k. That group is **shared with the channel's streaming dispatcher**: while both run
+they split the partitions, and the delivery ledger's partition epochs fence whichever of them loses
+one, so an alert is still delivered once. One mapped task per channel (`ALDEBARAN_CHANNELS`; channel
 `<name>` is the connection `aldebaran_<name>`), so a failing SMS provider never holds back the webhook.
 
-Exactly once per channel comes from the delivery records in S3/MinIO (`deliveries/<channel>/<alert_id>.json`,
-conditional writes); see `aldebaran deliveries stats` or the Aldebaran page in the Airflow UI.
-The same logic runs outside Airflow as `aldebaran dispatch`.
+Exactly once per channel comes from the group-commit delivery ledger in S3/MinIO (under
+`ALDEBARAN_DELIVERY_PREFIX`: runs of alerts claimed per channel and partition with a conditional
+create, per-alert records for retries and doubts); see `aldebaran deliveries stats` or the Aldebaran
+page in the Airflow UI. The same logic runs outside Airflow as `aldebaran dispatch`.
 """
 
 from __future__ import annotations

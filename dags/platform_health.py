@@ -5,7 +5,8 @@
 the auditor's lag behind the trades topic (from its heartbeat's processed offsets); each channel's
 dispatcher lag on the alerts topic (consumer group `aldebaran-dispatcher-<channel>`); MinIO/S3
 reachable; the auditor's last progress (heartbeat age, query not terminated); DEAD and IN_DOUBT
-delivery records per channel.
+delivery records per channel; each streaming dispatcher's heartbeat (running, fresh, no partition
+`broken`).
 
 `check` writes a health record to the object store (`health/platform/runs/<day>/<run>.json` and
 `health/platform/latest.json`, prefix `ALDEBARAN_HEALTH_PREFIX`) and returns it; `verdict` fails the

@@ -64,6 +64,7 @@ def supervised(kafka_topics, store, s3_prefix, tmp_path, monkeypatch, unique):
         "AIRFLOW_CONN_ALDEBARAN_LOG": json.dumps({"conn_type": "log", "extra": {"path": str(tmp_path / "pages.jsonl")}}),
         "ALDEBARAN_DELIVERY_PREFIX": f"{s3_prefix}/deliveries",
         "ALDEBARAN_HEALTH_PREFIX": f"{s3_prefix}/health",
+        "ALDEBARAN_HEALTH_CHECK_DISPATCHERS": "false",  # no streaming dispatcher in this test
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]",
                                                   "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}),
     }

@@ -23,7 +23,8 @@ HEAVY = ("pyspark", "boto3", "botocore", "confluent_kafka", "pandas")
 
 
 # DAGs the platform ships (docs/airflow.md); others may be added.
-EXPECTED_DAGS = {"alert_dispatch", "auditor_supervisor", "capacity_test", "platform_health", "trades_replay"}
+EXPECTED_DAGS = {"alert_dispatch", "auditor_supervisor", "capacity_test", "dispatch_supervisor", "platform_health",
+                 "trades_replay"}
 
 
 def test_dags_folder_exists():

@@ -22,6 +22,8 @@ def health_env(kafka_topics, s3_prefix, tmp_path, monkeypatch):
                                                                  "extra": {"path": str(tmp_path / "a.jsonl")}}))
     monkeypatch.setenv("ALDEBARAN_DELIVERY_PREFIX", f"{s3_prefix}/deliveries")
     monkeypatch.setenv("ALDEBARAN_HEALTH_PREFIX", f"{s3_prefix}/health")
+    # No streaming dispatcher here; the dispatcher check is tested in test_dispatch_supervisor.py.
+    monkeypatch.setenv("ALDEBARAN_HEALTH_CHECK_DISPATCHERS", "false")
 
 
 def test_missing_and_stale_heartbeats_fail_the_run_naming_the_problem(airflow_db, dagbag, health_env, store,

@@ -30,6 +30,7 @@ def test_every_settings_class_of_the_package_is_found():
         ("aldebaran.settings", "ObjectStoreSettings"),
         ("aldebaran.audit.settings", "AuditorSettings"),
         ("aldebaran.platform.settings", "SupervisorSettings"),
+        ("aldebaran.platform.settings", "DispatchSupervisorSettings"),
         ("aldebaran.platform.settings", "HealthSettings"),
         ("aldebaran.platform.settings", "ReplaySettings"),
     ]

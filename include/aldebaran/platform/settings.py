@@ -1,10 +1,12 @@
-"""Settings of the platform DAGs (supervisor, health, replay). Each field names its env var; the DAGs'
+"""Settings of the platform DAGs (supervisors, health, replay). Each field names its env var; the DAGs'
 Params override them per run (a Param left empty means: use the setting)."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from aldebaran.storage import safe_segment
 
 
 class SupervisorSettings(BaseSettings):
@@ -38,6 +40,62 @@ class SupervisorSettings(BaseSettings):
     )
 
 
+class DispatchSupervisorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ALDEBARAN_DISPATCH_SUPERVISOR_", extra="ignore")
+
+    stale_after_seconds: float = Field(
+        30.0, gt=0,
+        description="ALDEBARAN_DISPATCH_SUPERVISOR_STALE_AFTER_SECONDS: a dispatcher heartbeat older than this = "
+                    "restart (the dispatcher beats every ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS)",
+    )
+    start_timeout_seconds: float = Field(
+        60.0, gt=0,
+        description="ALDEBARAN_DISPATCH_SUPERVISOR_START_TIMEOUT_SECONDS: a (re)started dispatcher must report "
+                    "'running' within this",
+    )
+    backoff_base_seconds: float = Field(
+        30.0, ge=0,
+        description="ALDEBARAN_DISPATCH_SUPERVISOR_BACKOFF_BASE_SECONDS: wait before the 2nd restart of an incident",
+    )
+    backoff_max_seconds: float = Field(
+        600.0, ge=0,
+        description="ALDEBARAN_DISPATCH_SUPERVISOR_BACKOFF_MAX_SECONDS: the backoff doubles per restart up to this",
+    )
+    stable_after_seconds: float = Field(
+        300.0, gt=0,
+        description="ALDEBARAN_DISPATCH_SUPERVISOR_STABLE_AFTER_SECONDS: healthy this long after a restart closes "
+                    "the incident (and resets the backoff)",
+    )
+    stop_timeout_seconds: float = Field(
+        30.0, gt=0,
+        description="ALDEBARAN_DISPATCH_SUPERVISOR_STOP_TIMEOUT_SECONDS: SIGTERM to a dispatcher being replaced "
+                    "(it finishes the runs in hand), SIGKILL to its process group after this",
+    )
+    state_prefix: str = Field(
+        "supervisor/dispatcher", min_length=1,
+        description="ALDEBARAN_DISPATCH_SUPERVISOR_STATE_PREFIX: object-store prefix of the state (<prefix>/<name>.json)",
+    )
+    groups: dict[str, list[str]] | None = Field(
+        None,
+        description="ALDEBARAN_DISPATCH_SUPERVISOR_GROUPS: JSON {dispatcher name: [channel, ...]} to run several "
+                    "channels in one dispatcher; a configured channel in no group gets its own, named after it",
+    )
+
+    @field_validator("groups")
+    @classmethod
+    def _one_group_per_channel(cls, groups: dict[str, list[str]] | None) -> dict[str, list[str]] | None:
+        seen: dict[str, str] = {}
+        for name, channels in (groups or {}).items():
+            safe_segment(name, "dispatcher name")  # it names the heartbeat and state objects
+            if not channels:
+                raise ValueError(f"group {name!r} has no channel")
+            for channel in channels:
+                if channel in seen:
+                    raise ValueError(f"channel {channel!r} is in groups {seen[channel]!r} and {name!r}")
+                seen[channel] = name
+        return groups
+
+
 class HealthSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ALDEBARAN_HEALTH_", extra="ignore")
 
@@ -53,6 +111,16 @@ class HealthSettings(BaseSettings):
     max_dead: int = Field(0, ge=0, description="ALDEBARAN_HEALTH_MAX_DEAD: DEAD delivery records tolerated per channel")
     max_in_doubt: int = Field(
         0, ge=0, description="ALDEBARAN_HEALTH_MAX_IN_DOUBT: IN_DOUBT delivery records tolerated per channel"
+    )
+    check_dispatchers: bool = Field(
+        True,
+        description="ALDEBARAN_HEALTH_CHECK_DISPATCHERS: check the streaming dispatchers' heartbeats (off where "
+                    "only the alert_dispatch DAG delivers)",
+    )
+    max_dispatcher_heartbeat_age_seconds: float = Field(
+        60.0, gt=0,
+        description="ALDEBARAN_HEALTH_MAX_DISPATCHER_HEARTBEAT_AGE_SECONDS: oldest acceptable streaming dispatcher "
+                    "heartbeat",
     )
     prefix: str = Field("health/platform", min_length=1, description="ALDEBARAN_HEALTH_PREFIX: where health records go")
     timeout_seconds: float = Field(5.0, gt=0, description="ALDEBARAN_HEALTH_TIMEOUT_SECONDS: per reachability probe")

@@ -1,0 +1,336 @@
+"""The dispatch supervisor: what the `dispatch_supervisor` DAG's tasks call (docs/airflow.md).
+
+The streaming dispatchers (``aldebaran dispatch --follow``, aldebaran.delivery.service) are the normal
+delivery path: one per configured channel, named after it, unless ``ALDEBARAN_DISPATCH_SUPERVISOR_GROUPS``
+puts several channels in one (:func:`plan`). Per dispatcher, each run (every minute, one at a time):
+
+1. **observe** its heartbeat (``heartbeats/dispatcher/<name>.json``) and, on this host, whether its
+   process lives (the pid + start ticks recorded at launch, or the heartbeat's pid);
+2. **diagnose** (no heartbeat, ``failed``/``stopped``, older than ``stale_after_seconds``, process gone,
+   other channels than configured) and **decide**, purely: ``none``, ``wait`` (a launch still starting,
+   or backing off: 0, base, 2·base, … ≤ max within one incident, as the auditor supervisor does) or
+   ``restart``;
+3. **restart**: SIGTERM to what is left (it finishes the runs in hand), SIGKILL to its process group
+   after ``stop_timeout_seconds``; launch it detached with its own log; record pid/start ticks/log;
+   return once its heartbeat says ``running``.
+
+A dispatcher left over (or alert_dispatch) shares the channel's consumer group, and the ledger's
+partition epochs fence whichever loses a partition, so an alert is never delivered twice. State: one
+object per dispatcher, ``<state prefix>/<name>.json``, written with If-Match.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from aldebaran.exceptions import AlreadyExists, ConfigError, DispatcherError, PreconditionFailed
+from aldebaran.platform.lease import pid_alive, start_ticks
+from aldebaran.platform.settings import DispatchSupervisorSettings
+from aldebaran.platform.supervisor import _wait_gone, backoff_seconds, load_state
+from aldebaran.storage import safe_segment
+
+log = logging.getLogger(__name__)
+
+NONE, WAIT, RESTART = "none", "wait", "restart"
+TERMINATED = ("failed", "stopped")
+MAX_HISTORY = 20
+
+
+def settings() -> DispatchSupervisorSettings:
+    from aldebaran.settings import load
+
+    return load(DispatchSupervisorSettings)
+
+
+def plan(cfg: DispatchSupervisorSettings | None = None) -> dict[str, list[str]]:
+    """{dispatcher name: its channels}: the groups of ALDEBARAN_DISPATCH_SUPERVISOR_GROUPS (validated
+    by the settings), then one dispatcher per configured channel in no group, named after it."""
+    from aldebaran.delivery.channels import channel_names
+
+    cfg = cfg or settings()
+    configured = channel_names()
+    out = {name: list(channels) for name, channels in (cfg.groups or {}).items()}
+    grouped = {channel for channels in out.values() for channel in channels}
+    unknown = [(name, channel) for name, channels in out.items() for channel in channels if channel not in configured]
+    if unknown:
+        raise ConfigError(f"ALDEBARAN_DISPATCH_SUPERVISOR_GROUPS: group {unknown[0][0]!r} names channel "
+                          f"{unknown[0][1]!r}, which is not configured (ALDEBARAN_CHANNELS: {', '.join(configured)})")
+    for channel in configured:
+        if channel not in grouped:
+            if channel in out:
+                raise ConfigError(f"ALDEBARAN_DISPATCH_SUPERVISOR_GROUPS: group {channel!r} is named like a "
+                                  "channel that is in no group")
+            out[channel] = [channel]
+    return out
+
+
+def delivery_store():
+    """The store the dispatchers write their heartbeats to: the delivery ledger's."""
+    from aldebaran.delivery.settings import DeliverySettings
+    from aldebaran.settings import load
+    from aldebaran.storage import open_store
+
+    return open_store(load(DeliverySettings).store)
+
+
+def broken_partitions(heartbeat: dict | None) -> dict[str, str]:
+    """{"<channel>/<partition>": why} for each partition the dispatcher stopped delivering."""
+    return {f"{channel}/{number}": str(part["broken"])
+            for channel, parts in ((heartbeat or {}).get("partitions") or {}).items()
+            for number, part in (parts or {}).items() if (part or {}).get("broken")}
+
+
+# --- state ---------------------------------------------------------------------------------------
+def state_key(cfg: DispatchSupervisorSettings, name: str) -> str:
+    return f"{cfg.state_prefix.strip('/')}/{safe_segment(name, 'dispatcher name')}.json"
+
+
+def save_state(store, key: str, state: dict, etag: str | None) -> str:
+    body = json.dumps(state, separators=(",", ":"), default=str).encode()
+    try:
+        return store.create(key, body) if etag is None else store.replace(key, body, etag)
+    except (AlreadyExists, PreconditionFailed):
+        raise DispatcherError(f"supervisor state {store.uri(key)} changed during this run: is a second "
+                              "supervisor running? (the dispatch_supervisor DAG runs with max_active_runs=1)") from None
+
+
+# --- 1-3. observe, diagnose, decide --------------------------------------------------------------------
+def observe(store, name: str, channels: list[str], state: dict, now: float) -> dict:
+    """Everything the decision rests on, as plain JSON (logged and kept in the state)."""
+    from aldebaran.delivery.service import heartbeat_key, read_heartbeat
+
+    host = socket.gethostname()
+    hb = read_heartbeat(store, name)
+    launch = state.get("launch") or {}
+    hb_local = bool(hb and hb.get("host") == host and hb.get("pid"))
+    ticks = launch.get("start_ticks") if hb and hb.get("pid") == launch.get("pid") else None
+    return {
+        "now": now, "host": host, "name": name, "channels": sorted(channels),
+        "heartbeat_uri": store.uri(heartbeat_key(name)),
+        "heartbeat": None if hb is None else {
+            **{k: hb.get(k) for k in ("status", "pid", "host", "at", "started_at", "error")},
+            "channels": sorted(hb.get("channels") or []), "broken": broken_partitions(hb)},
+        "heartbeat_alive": pid_alive(hb["pid"], ticks) if hb_local else None,
+        "launch": launch or None,
+        "launch_alive": (pid_alive(launch.get("pid"), launch.get("start_ticks"))
+                         if launch.get("pid") and launch.get("host") == host else None),
+    }
+
+
+def diagnose(facts: dict, cfg: DispatchSupervisorSettings) -> list[str]:
+    """What is wrong with the dispatcher, in words (empty = healthy). Pure."""
+    problems: list[str] = []
+    now, hb, launch = facts["now"], facts["heartbeat"], facts["launch"] or {}
+    if hb is None:
+        problems.append(f"no heartbeat at {facts['heartbeat_uri']}")
+    else:
+        age = now - float(hb.get("at") or 0)
+        if hb.get("status") in TERMINATED:
+            detail = f": {str(hb.get('error'))[:300]}" if hb.get("error") else ""
+            problems.append(f"dispatcher {hb.get('status')} {age:.0f}s ago{detail}")
+        elif facts["heartbeat_alive"] is False:
+            problems.append(f"dispatcher process {hb.get('pid')} on {hb.get('host')} is gone "
+                            f"(last heartbeat {age:.0f}s ago)")
+        elif age > cfg.stale_after_seconds:
+            problems.append(f"heartbeat {age:.0f}s old (limit {cfg.stale_after_seconds:.0f}s, "
+                            "ALDEBARAN_DISPATCH_SUPERVISOR_STALE_AFTER_SECONDS)")
+        if hb.get("channels") and hb["channels"] != facts["channels"]:
+            problems.append(f"it runs channel(s) {', '.join(hb['channels'])}, configured: {', '.join(facts['channels'])}")
+    # A launch that died before its first heartbeat (bad connection, import error): name its log.
+    if facts["launch_alive"] is False and (hb is None or float(hb.get("at") or 0) < float(launch.get("at") or 0)):
+        problems.append(f"launched process {launch.get('pid')} exited before it reported (log {launch.get('log')})")
+    return problems
+
+
+def decide(facts: dict, problems: list[str], state: dict, cfg: DispatchSupervisorSettings) -> tuple[dict, dict]:
+    """(decision, new state). Pure: tests/unit/test_dispatch_supervisor_decisions.py."""
+    now = facts["now"]
+    state = dict(state)
+    incident = dict(state["incident"]) if state.get("incident") else None
+    launch = facts["launch"] or {}
+    launched_at = float(launch.get("at") or 0)
+    if not problems:
+        state["last_healthy_at"] = now
+        if incident and now - launched_at >= cfg.stable_after_seconds:
+            log.info("incident %s closed: healthy for %.0fs since the last restart", incident["id"], now - launched_at)
+            incident = None
+        state["incident"] = incident
+        return {"action": NONE, "healthy": True, "reason": "healthy", "incident": incident}, state
+
+    if incident is None:
+        incident = {"id": f"{int(now)}", "opened_at": now, "first_problem": problems[0], "restarts": 0}
+    state["incident"] = incident
+    restarts = int(incident["restarts"])
+    starting_for = now - launched_at
+    if (launch and not launch.get("started_at") and facts["launch_alive"] is not False
+            and starting_for < cfg.start_timeout_seconds and launched_at >= float(incident["opened_at"]) - 1):
+        reason = f"launched {starting_for:.0f}s ago, still starting (timeout {cfg.start_timeout_seconds:.0f}s)"
+        return {"action": WAIT, "healthy": False, "reason": reason, "incident": incident}, state
+    delay = backoff_seconds(restarts, cfg)
+    if launch and starting_for < delay:
+        reason = (f"backing off: restart {restarts + 1} of incident {incident['id']} in "
+                  f"{delay - starting_for:.0f}s ({'; '.join(problems)})")
+        return {"action": WAIT, "healthy": False, "reason": reason, "incident": incident}, state
+    return {"action": RESTART, "healthy": False, "reason": "; ".join(problems), "incident": incident}, state
+
+
+# --- 4. stop, launch, wait ---------------------------------------------------------------------------
+def _is_dispatcher(pid: int) -> bool:
+    """Guards signals to a pid read from a heartbeat (no start ticks there): is it `dispatch --follow`?"""
+    try:
+        argv = Path(f"/proc/{int(pid)}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"dispatch" in argv and b"--follow" in argv
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        # The supervisor launches each dispatcher as the leader of its own session: signal the group.
+        os.killpg(pid, sig) if os.getpgid(pid) == pid else os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop(store, name: str, cfg: DispatchSupervisorSettings, reason: str) -> list[int]:
+    """Stop the dispatcher `name` if it runs on this host: SIGTERM (it finishes the runs in hand and
+    commits), SIGKILL after the stop timeout. Returns the pids it signalled."""
+    from aldebaran.delivery.service import read_heartbeat
+
+    host = socket.gethostname()
+    launch = load_state(store, state_key(cfg, name))[0].get("launch") or {}
+    hb = read_heartbeat(store, name) or {}
+    targets: list[tuple[int, int | None]] = []
+    if launch.get("host") == host and pid_alive(launch.get("pid"), launch.get("start_ticks")):
+        targets.append((int(launch["pid"]), launch.get("start_ticks")))
+    if (hb.get("host") == host and hb.get("pid") and hb.get("pid") != launch.get("pid")
+            and pid_alive(hb["pid"]) and _is_dispatcher(hb["pid"])):
+        targets.append((int(hb["pid"]), start_ticks(int(hb["pid"]))))
+    if not targets:
+        return []
+    log.warning("stopping dispatcher %s (%s): pids %s", name, reason, [p for p, _ in targets])
+    for pid, _ in targets:
+        _signal(pid, signal.SIGTERM)
+    if not _wait_gone(targets, cfg.stop_timeout_seconds):
+        for pid, ticks in targets:
+            if pid_alive(pid, ticks):
+                log.warning("dispatcher pid %d did not stop within %.0fs: SIGKILL", pid, cfg.stop_timeout_seconds)
+                _signal(pid, signal.SIGKILL)
+        _wait_gone(targets, 10)
+    return [p for p, _ in targets]
+
+
+def launch(name: str, channels: list[str]) -> tuple[subprocess.Popen, Path]:
+    """`aldebaran dispatch --follow` detached (own session: it outlives the task that started it)."""
+    from aldebaran import paths
+
+    logs = paths.run_dir() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"dispatcher-{safe_segment(name, 'dispatcher name')}-{time.strftime('%Y%m%dT%H%M%S')}.log"
+    command = [str(paths.venv_bin("aldebaran")), "dispatch", "--follow", "--name", name,
+               *[arg for channel in channels for arg in ("--channel", channel)]]
+    try:
+        with open(log_path, "ab") as out:
+            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True, cwd=str(paths.ROOT))
+    except OSError as exc:
+        raise DispatcherError(f"dispatcher {name}: cannot run {command[0]}: {exc}") from exc
+    return proc, log_path
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    text = path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else []
+    return "\nLast lines of its log:\n" + "\n".join(text) if text else ""
+
+
+def wait_running(store, name: str, proc: subprocess.Popen, log_path: Path, timeout: float) -> dict:
+    """Block until the launched process's heartbeat says ``running``; fail with its log tail if it
+    exits first or the start timeout passes."""
+    from aldebaran.delivery.service import read_heartbeat
+
+    deadline = time.monotonic() + timeout
+    while True:
+        hb = read_heartbeat(store, name) or {}
+        if hb.get("pid") == proc.pid and hb.get("status") == "running":
+            return hb
+        if proc.poll() is not None:
+            raise DispatcherError(f"dispatcher {name} exited with code {proc.returncode} before it reported "
+                                  f"running (log {log_path}){_tail(log_path)}")
+        if time.monotonic() > deadline:
+            raise DispatcherError(f"dispatcher {name} did not report running within {timeout:.0f}s "
+                                  f"(ALDEBARAN_DISPATCH_SUPERVISOR_START_TIMEOUT_SECONDS; heartbeat "
+                                  f"{hb.get('status')} by pid {hb.get('pid')}, log {log_path}){_tail(log_path)}")
+        time.sleep(0.25)
+
+
+def restart(store, cfg: DispatchSupervisorSettings, name: str, channels: list[str], decision: dict) -> dict:
+    key = state_key(cfg, name)
+    stopped = stop(store, name, cfg, reason=f"supervisor restart: {decision['reason']}")
+    launched_at = time.time()
+    proc, log_path = launch(name, channels)
+    # Recorded before waiting: a start that times out is still known (and stopped) next run.
+    state, etag = load_state(store, key)
+    incident = state.get("incident")
+    if incident:
+        incident["restarts"] = int(incident.get("restarts", 0)) + 1
+    state["launch"] = {"at": launched_at, "pid": proc.pid, "start_ticks": start_ticks(proc.pid),
+                       "host": socket.gethostname(), "log": str(log_path), "reason": decision["reason"],
+                       "incident": incident["id"] if incident else None}
+    save_state(store, key, state, etag)
+    wait_running(store, name, proc, log_path, cfg.start_timeout_seconds)
+    started_at = time.time()
+    state, etag = load_state(store, key)
+    state["launch"]["started_at"] = started_at
+    history = state.setdefault("restarts", [])
+    history.append({k: state["launch"].get(k) for k in ("at", "started_at", "pid", "reason", "incident")})
+    del history[:-MAX_HISTORY]
+    save_state(store, key, state, etag)
+    log.info("dispatcher %s running as pid %d after %.1fs (log %s)", name, proc.pid, started_at - launched_at, log_path)
+    return {"pid": proc.pid, "log": str(log_path), "stopped": stopped,
+            "started_in_seconds": round(started_at - launched_at, 2)}
+
+
+# --- the DAG's tasks -------------------------------------------------------------------------------------
+def dispatchers() -> list[str]:
+    """Task 1: the dispatchers to supervise (validated now, so a bad grouping fails this task, named)."""
+    names = plan()
+    log.info("supervising %d dispatcher(s): %s", len(names),
+             "; ".join(f"{n} ({', '.join(c)})" for n, c in names.items()))
+    return list(names)
+
+
+def supervise(name: str) -> dict:
+    """Task 2 (mapped per dispatcher): observe, diagnose, decide; restart when due. Returns the decision."""
+    cfg = settings()
+    channels = plan(cfg).get(name)
+    if channels is None:
+        raise ConfigError(f"dispatcher {name!r} is no longer configured (ALDEBARAN_CHANNELS / "
+                          "ALDEBARAN_DISPATCH_SUPERVISOR_GROUPS changed during this run)")
+    store = delivery_store()
+    key = state_key(cfg, name)
+    state, etag = load_state(store, key)
+    facts = observe(store, name, channels, state, time.time())
+    problems = diagnose(facts, cfg)
+    decision, state = decide(facts, problems, state, cfg)
+    decision.update(name=name, channels=channels, problems=problems, observed_at=facts["now"],
+                    broken=(facts["heartbeat"] or {}).get("broken") or {})
+    state.update(name=name, channels=channels, last_assessment={
+        k: decision[k] for k in ("action", "reason", "problems", "observed_at")})
+    save_state(store, key, state, etag)
+    log.log(logging.INFO if decision["healthy"] else logging.WARNING, "dispatcher %s: %s — %s", name,
+            decision["action"], decision["reason"])
+    log.info("observed: %s", json.dumps({k: v for k, v in facts.items() if k != "now"}, default=str))
+    if decision["broken"]:
+        # Not a restart reason: a fenced partition is revoked at the next rebalance, and a restart would
+        # break again on an unreadable ledger object (an operator's job). platform_health names them.
+        log.warning("dispatcher %s: broken partition(s): %s", name, decision["broken"])
+    if decision["action"] == RESTART:
+        decision["launched"] = restart(store, cfg, name, channels, decision)
+    return decision
