@@ -29,6 +29,7 @@ def test_every_settings_class_of_the_package_is_found():
         ("aldebaran.settings", "KafkaSettings"),
         ("aldebaran.settings", "ObjectStoreSettings"),
         ("aldebaran.audit.settings", "AuditorSettings"),
+        ("aldebaran.delivery.settings", "DeliverySettings"),
         ("aldebaran.platform.settings", "SupervisorSettings"),
         ("aldebaran.platform.settings", "DispatchSupervisorSettings"),
         ("aldebaran.platform.settings", "HealthSettings"),

@@ -4,9 +4,10 @@ writes per delivery, and the ledger's ceiling, side by side in one run.
     aldebaran bench dispatch --alerts 50000
 
 Per channel (webhook one alert per request, webhook batched, Kafka bus, SMS), a backlog of alerts
-(+10 % repeats of the same ids) is put on a fresh alerts topic, then one in-process dispatcher drains
-it into a real recipient: a receiver in a process of its own (aldebaran_lab.receivers, so it does not
-share the GIL with the dispatcher) or, for the bus, a Kafka topic read back by the bench. Figures:
+(+10 % repeats of the same ids) is put on a fresh alerts topic, then a streaming dispatcher process
+(``aldebaran dispatch --follow``, as dispatch_supervisor runs it) drains it into a real recipient: a
+receiver in a process of its own (aldebaran_lab.receivers) or, for the bus, a Kafka topic read back by
+the bench. Nothing else shares the dispatcher's process (its GIL). Figures:
 
 - deliveries/s: unique alerts received at the recipient ÷ (last receipt − first receipt), the
   sustained rate; ``deliveries_eps_incl_start`` divides by (last receipt − dispatcher start), which
@@ -145,12 +146,16 @@ def _recipient(kind: str, kafka, tag: str):
 
 def channel_run(kind: str, alerts: int, duplicates: float = 0.1, timeout: float = 600.0,
                 settings_overrides: dict | None = None) -> dict:
-    """Drain `alerts` (+ repeats) into one channel of `kind`; deliveries/s, writes/delivery, exactly-once."""
-    from aldebaran import kafka_admin, kafka_io
-    from aldebaran.delivery.channels import Connection, channel_from_connection
-    from aldebaran.delivery.dispatcher import Dispatcher
-    from aldebaran.delivery.ledger import Ledger
-    from aldebaran.delivery.settings import DeliverySettings
+    """Drain `alerts` (+ repeats) into one channel of `kind` through a streaming dispatcher process
+    (``aldebaran dispatch --follow``, as dispatch_supervisor starts it); deliveries/s, ledger writes per
+    delivery (from its final heartbeat), exactly-once at the recipient."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from aldebaran import kafka_admin, kafka_io, paths
+    from aldebaran.delivery.service import read_heartbeat
     from aldebaran.settings import KafkaSettings, load
     from aldebaran.storage import S3Store
 
@@ -160,53 +165,60 @@ def channel_run(kind: str, alerts: int, duplicates: float = 0.1, timeout: float 
     batch = make_alerts(alerts, tag)
     repeats = batch[: int(alerts * duplicates)]
     kafka_io.produce_all(kafka_io.producer(kafka), kafka.alerts_topic,
-                         [(a["alert_id"], json.dumps(a)) for a in batch + repeats])
-    settings = load(DeliverySettings, prefix=f"bench/{tag}/deliveries", **(settings_overrides or {}))
+                         [(a["alert_id"], json.dumps(a, separators=(",", ":"))) for a in batch + repeats])
     store = S3Store()
-    ledger = Ledger.from_settings(settings, store)
     recipient, conn, stop_recipient = _recipient(kind, kafka, tag)
-    name = kind.replace("_", "")
-    channel = channel_from_connection(name, Connection.parse(f"bench {kind}", json.dumps(conn)))
-    stop = threading.Event()
-    dispatcher = Dispatcher(ledger, [channel], kafka=kafka, group=f"bench-{tag}", settings=settings)
-    box: dict = {}
+    name, dispatcher_name = kind.replace("_", ""), f"bench-{tag}"
+    env = {**os.environ, "ALDEBARAN_CHANNELS": name, f"AIRFLOW_CONN_ALDEBARAN_{name.upper()}": json.dumps(conn),
+           "ALDEBARAN_DELIVERY_PREFIX": f"bench/{tag}/deliveries", "ALDEBARAN_KAFKA_ALERTS_TOPIC": kafka.alerts_topic,
+           "ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS": "1",
+           **{f"ALDEBARAN_DELIVERY_{k.upper()}": str(v) for k, v in (settings_overrides or {}).items()}}
+    log_path = paths.run_dir() / "bench" / f"dispatch-{tag}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    thread = threading.Thread(target=lambda: box.setdefault("stats", dispatcher.run(stop=stop)), daemon=True)
-    thread.start()
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "aldebaran.cli", "dispatch", "--follow", "--channel", name,
+                                 "--name", dispatcher_name], env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    beat: dict = {}
     try:
         deadline = time.monotonic() + timeout
         got = recipient.stats()
-        while got["received"] < alerts and time.monotonic() < deadline and thread.is_alive():
+        while got["received"] < alerts and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
             got = recipient.stats()
         time.sleep(1.0)  # let late repeats (which must not come) show up
         got = recipient.stats()
     finally:
-        stop.set()
-        thread.join(60)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        beat = read_heartbeat(store, dispatcher_name) or {}
         stop_recipient()
         kafka_admin.delete_topics(kafka, [kafka.alerts_topic])
         store.delete_prefix(f"bench/{tag}/")
-    stats = box.get("stats")
+        store.delete(f"heartbeats/dispatcher/{dispatcher_name}.json")
     received_at = got.get("received_at") or {}
     last = max(received_at.values()) if received_at else time.time()
     first = min(received_at.values()) if received_at else t0
     elapsed = max(1e-6, last - first)
     unique = got["received"]
+    writes = beat.get("ledger_writes")
     result = {
         "channel": kind, "alerts": alerts, "repeats_on_topic": len(repeats), "received": unique,
         "received_twice": got.get("duplicates", 0), "missing": alerts - unique, "seconds": round(elapsed, 3),
         "deliveries_eps": unique / elapsed, "deliveries_eps_incl_start": unique / max(1e-6, last - t0),
-        "runs": stats.runs if stats else None,
-        "ledger_writes": ledger.writes, "ledger_writes_per_delivery": ledger.writes / max(1, unique),
-        "correct": unique == alerts and got.get("duplicates", 0) == 0,
-        "max_run": min(settings.run_max, getattr(channel, "max_run", settings.run_max)),
+        "runs": beat.get("runs"), "ledger_writes": writes,
+        "ledger_writes_per_delivery": (writes / max(1, unique)) if writes is not None else None,
+        "dispatcher_exit": proc.returncode, "dispatcher_log": str(log_path),
+        "correct": unique == alerts and got.get("duplicates", 0) == 0 and proc.returncode == 0,
     }
-    if stats is not None and stats.latencies_ms:
-        lat = list(stats.latencies_ms)
-        result.update(p50_ms=percentile(lat, 50), p99_ms=percentile(lat, 99))
-    log.info("dispatch %s: %d alerts in %.1fs = %.0f deliveries/s, %.4f ledger writes/delivery, correct=%s",
+    log.info("dispatch %s: %d alerts in %.1fs = %.0f deliveries/s, %s ledger writes/delivery, correct=%s",
              kind, unique, elapsed, result["deliveries_eps"], result["ledger_writes_per_delivery"], result["correct"])
+    if result["correct"]:
+        log_path.unlink(missing_ok=True)
     return result
 
 
@@ -223,7 +235,7 @@ def run(alerts: int = 50_000, sms_alerts: int = 500, repeats: int = 1, channels:
         out["channels"][kind] = {**med, "runs_eps": [round(r["deliveries_eps"]) for r in runs_by_channel[kind]],
                                  "correct": all(r["correct"] for r in runs_by_channel[kind])}
     dedupe = [c for k, c in out["channels"].items() if k != "sms"]
-    out["ledger_writes_per_delivery"] = max((c["ledger_writes_per_delivery"] for c in dedupe), default=None)
+    out["ledger_writes_per_delivery"] = max((c["ledger_writes_per_delivery"] or 0 for c in dedupe), default=None)
     run_size = max(1, round(statistics.mean([c["alerts"] / max(1, c["runs"] or 1) for c in dedupe]))) if dedupe else 1
     out["ledger_ceiling"] = ledger_ceiling(run_size)
     for c in out["channels"].values():

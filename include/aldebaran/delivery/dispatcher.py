@@ -46,7 +46,7 @@ from aldebaran.storage import safe_segment
 
 log = logging.getLogger(__name__)
 
-GROUP = "aldebaran-dispatcher"
+GROUP = "aldebaran-dispatcher"  # the default of ALDEBARAN_DELIVERY_GROUP
 
 
 @dataclass
@@ -210,7 +210,7 @@ class ChannelDispatcher:
             if not part.loaded:
                 self._load_recent(part)
             if self.channel.can_dedupe:
-                return self._settle_runs(part)
+                return self._settle_runs(part, stop)
             return self._settle_singly(part, stop)
         except (Fenced, LedgerCorrupt) as exc:
             part.broken = str(exc)
@@ -245,7 +245,7 @@ class ChannelDispatcher:
         for _ in range(max(0, excess)):
             seen.popitem(last=False)
 
-    def _settle_runs(self, part: Partition) -> int | None:
+    def _settle_runs(self, part: Partition, stop: threading.Event) -> int | None:
         name, committed = self.channel.name, None
         while part.buffer:
             buf = [b for b in part.buffer if b[0] > part.skip_until]
@@ -273,7 +273,7 @@ class ChannelDispatcher:
                 etag = self.ledger.claim_run(run)
                 if etag is None:
                     continue  # someone created it meanwhile: read it on the next turn
-            self._send_run(part, run, etag, by_offset)
+            self._send_run(part, run, etag, by_offset, stop)
             part.skip_until = run.end
             committed = run.end + 1
         return committed
@@ -291,7 +291,7 @@ class ChannelDispatcher:
         run = Run.claim(self.channel.name, self.topic, part.number, entries, part.epoch, self.owner, self.ledger.clock())
         return run, {b[0]: b for b in chunk}
 
-    def _send_run(self, part: Partition, run: Run, etag: str, by_offset: dict) -> None:
+    def _send_run(self, part: Partition, run: Run, etag: str, by_offset: dict, stop: threading.Event) -> None:
         name = self.channel.name
         pending = [e for e in run.entries if e[2] == PENDING]
         for e in run.entries:
@@ -301,7 +301,7 @@ class ChannelDispatcher:
         alerts = [by_offset[e[0]][2] for e in pending]
         outcomes = self.channel.send_many(alerts) if alerts else []
         by = {e[0]: o for e, o in zip(pending, outcomes)}
-        self.ledger.record_run(run, etag, by, {e[0]: by_offset[e[0]][2] for e in pending})
+        self._record(run, etag, by, {e[0]: by_offset[e[0]][2] for e in pending}, part, stop)
         self._remember(part, run.alert_ids())
         delivered = sum(1 for o in outcomes if o.status == "delivered")
         with self.stats.lock:
@@ -314,6 +314,29 @@ class ChannelDispatcher:
         self.stats.bump("sent", name, delivered)
         self.stats.bump("failed", name, len(outcomes) - delivered)
         self.stats.bump("already", name, sum(1 for e in run.entries if e[2] == REPEAT))
+
+    def _record(self, run: Run, etag: str, outcomes: dict, alerts: dict, part: Partition, stop: threading.Event) -> None:
+        """Record the run's outcomes. The sends happened: while the object store is unreachable, keep the
+        outcomes in memory and retry only this write (no resend), until it lands or the dispatcher stops."""
+        backoff, failed_once = 0.5, False
+        while True:
+            try:
+                self.ledger.record_run(run, etag, outcomes, alerts)
+                return
+            except Fenced:
+                if failed_once:  # the earlier attempt may have landed with its answer lost: is it ours?
+                    found = self.ledger.get_run(run.channel, run.topic, run.partition, run.start)
+                    if found and found[0].state == RECORDED and (found[0].owner, found[0].epoch) == (self.owner, part.epoch):
+                        return
+                raise
+            except ObjectStoreError as exc:
+                if stop.is_set():
+                    raise
+                failed_once = True
+                log.warning("%s: recording run %d@%d failed (%s); the sends stand, retrying the record in %.1fs",
+                            self.channel.name, run.partition, run.start, exc, backoff)
+                stop.wait(backoff)
+                backoff = min(10.0, backoff * 2)
 
     # --- channels that cannot deduplicate: one record per alert -----------------------------------
     def _settle_singly(self, part: Partition, stop: threading.Event) -> int | None:
@@ -434,14 +457,14 @@ class ChannelDispatcher:
 class Dispatcher:
     """Every configured channel's ChannelDispatcher, one thread each."""
 
-    def __init__(self, ledger: Ledger, channels: list, kafka: KafkaSettings | None = None, group: str = GROUP,
+    def __init__(self, ledger: Ledger, channels: list, kafka: KafkaSettings | None = None, group: str | None = None,
                  owner: str | None = None, settings: DeliverySettings | None = None) -> None:
         self.ledger = ledger
         self.channels = channels
         self.kafka = kafka or load(KafkaSettings)
-        self.group = group
-        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self.settings = settings or load(DeliverySettings)
+        self.group = group or self.settings.group
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self.dead_letters = DeadLetters(ledger.store)
 
     def run(self, stop: threading.Event | None = None, idle_timeout: float | None = None,

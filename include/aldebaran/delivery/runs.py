@@ -93,7 +93,10 @@ class Run:
                 entry[2], entry[3] = PENDING, None
 
     def record(self, now: float) -> None:
-        """Every entry has its outcome: the run is settled (the one write that records them follows)."""
+        """Every entry has its outcome: the run is settled (the one write that records them follows).
+        Idempotent: a record write retried after an object-store error notes it once."""
+        if self.state == RECORDED:
+            return
         open_ = [e[0] for e in self.entries if e[2] not in FINAL]
         if open_:
             raise ValueError(f"run {self.channel}/{self.partition}@{self.start}: offsets {open_[:5]} have no outcome")

@@ -4,7 +4,7 @@ It delivers until SIGTERM/SIGINT (then finishes the runs in hand, commits and ex
 heartbeat every ``ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS`` at ``heartbeats/dispatcher/<name>.json``:
 
     {"status": "running"|"stopped"|"failed", "name", "channels", "owner", "host", "pid", "started_at",
-     "at", "alerts", "runs", "sent", "failed", "in_doubt", "already_recorded", "retried",
+     "at", "alerts", "runs", "sent", "failed", "in_doubt", "already_recorded", "retried", "ledger_writes",
      "partitions": {channel: {partition: {"epoch", "broken"}}}, "error"}
 
 Airflow's ``dispatch_supervisor`` DAG (aldebaran.platform.dispatch_supervisor) reads it: a heartbeat
@@ -44,8 +44,9 @@ def read_heartbeat(store, name: str) -> dict | None:
 class Heartbeat:
     """Writes the dispatcher's heartbeat at most every `period` seconds (called from every channel loop)."""
 
-    def __init__(self, store, name: str, channels: list[str], owner: str, stats, period: float) -> None:
-        self.store, self.name, self.channels, self.owner = store, name, channels, owner
+    def __init__(self, store, name: str, channels: list[str], owner: str, stats, period: float,
+                 ledger=None) -> None:
+        self.store, self.name, self.channels, self.owner, self.ledger = store, name, channels, owner, ledger
         self.stats, self.period = stats, period
         self.started_at = time.time()
         self._last = 0.0
@@ -64,6 +65,7 @@ class Heartbeat:
         body = {"status": status, "name": self.name, "channels": self.channels, "owner": self.owner,
                 "host": socket.gethostname(), "pid": os.getpid(), "started_at": self.started_at, "at": time.time(),
                 **(s.summary() if s is not None else {}), "error": error,
+                "ledger_writes": self.ledger.writes if self.ledger is not None else None,
                 "partitions": {c: {p.number: {"epoch": p.epoch, "broken": p.broken} for p in w.partitions.values()}
                                for c, w in self.workers.items()}}
         try:
@@ -91,7 +93,7 @@ def follow(channel_names: list[str] | None = None, name: str | None = None) -> i
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     heartbeat = Heartbeat(ledger.store, name, [c.name for c in channels], dispatcher.owner, stats,
-                          dispatcher.settings.heartbeat_seconds)
+                          dispatcher.settings.heartbeat_seconds, ledger)
     heartbeat.beat(force=True, status="running")
     log.info("dispatcher %s: following the alerts topic for %s (ledger %s)", name,
              ", ".join(c.name for c in channels), ledger.store.uri(ledger.prefix))

@@ -19,6 +19,10 @@ class DeliverySettings(BaseSettings):
         description="ALDEBARAN_DELIVERY_STORE: where the ledger lives: empty = the S3/MinIO bucket "
                     "(ALDEBARAN_S3_*), or a local directory (file:///path) for tests and demos",
     )
+    group: str = Field(
+        "aldebaran-dispatcher", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$",
+        description="ALDEBARAN_DELIVERY_GROUP: Kafka consumer-group prefix; channel <name> consumes as <group>-<name>",
+    )
     lease_seconds: float = Field(
         60.0, gt=0, le=3600,
         description="ALDEBARAN_DELIVERY_LEASE_SECONDS: a claimed per-alert delivery (or a run) is its owner's for "

@@ -42,14 +42,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def with_backlog(stats: dict, group: str | None = None) -> dict:
     """Add the channel's backlog (alerts its consumer group has not settled) and committed offsets."""
-    from aldebaran.delivery.dispatcher import GROUP
+    from aldebaran.delivery.settings import DeliverySettings
     from aldebaran.exceptions import AldebaranError
     from aldebaran.kafka_admin import consumer_lag
     from aldebaran.settings import KafkaSettings, load
 
     kafka = load(KafkaSettings)
     try:
-        lag = consumer_lag(kafka, f"{group or GROUP}-{stats['channel']}", kafka.alerts_topic)
+        lag = consumer_lag(kafka, f"{group or load(DeliverySettings).group}-{stats['channel']}", kafka.alerts_topic)
     except AldebaranError:
         lag = {}
     return {**stats, "backlog": lag.get("lag"), "committed": lag.get("committed")}

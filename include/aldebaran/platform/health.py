@@ -92,13 +92,16 @@ def check_auditor_lag(kafka, heartbeat: dict | None, limit: int) -> dict:
 def check_dispatch_lag(kafka, channels: list[str], limit: int) -> dict:
     from confluent_kafka import KafkaException
 
-    from aldebaran.delivery.dispatcher import GROUP
+    from aldebaran.delivery.settings import DeliverySettings
     from aldebaran.kafka_admin import consumer_lag
+    from aldebaran.settings import load
+
+    group_prefix = load(DeliverySettings).group
 
     out: dict = {"ok": True, "channels": {}}
     problems = []
     for channel in channels:
-        group = f"{GROUP}-{channel}"
+        group = f"{group_prefix}-{channel}"
         try:
             lag = consumer_lag(kafka, group, kafka.alerts_topic)
         except (KafkaException, AldebaranError) as exc:

@@ -22,9 +22,10 @@ from aldebaran.model import Alert
 
 
 def alert_body(alert: Alert | Mapping[str, Any]) -> bytes:
-    """The alert as sent to machines (webhook body, Kafka value): compact JSON, sorted keys, ASCII."""
+    """The alert as sent to machines (webhook body, Kafka value): the bytes it arrived as on the alerts
+    topic (Alert.body), or for an alert built from a dict compact JSON, sorted keys, ASCII."""
     if isinstance(alert, Alert):
-        return alert.to_json()
+        return alert.body()
     return json.dumps(alert, separators=(",", ":"), sort_keys=True).encode()
 
 
