@@ -133,7 +133,7 @@ def test_max_run_follows_can_dedupe():
     class Once(ScriptedChannel):
         can_dedupe: ClassVar[bool] = False
 
-    assert ScriptedChannel().max_run == ch.DEDUPE_MAX_RUN == 2000
+    assert ScriptedChannel().max_run == ch.DEDUPE_MAX_RUN == 5000
     assert Once().max_run == 1
     assert ScriptedChannel(max_run=10).max_run == 10
     with pytest.raises(ValueError, match="max_run must be at least 1"):

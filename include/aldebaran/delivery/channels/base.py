@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from aldebaran.delivery.channels.connection import Connection
 
 Status = Literal["delivered", "retry", "permanent", "unknown"]
-DEDUPE_MAX_RUN = 2000  # alerts per ledger run on a channel that deduplicates
+DEDUPE_MAX_RUN = 5000  # alerts per ledger run on a channel that deduplicates (ALDEBARAN_DELIVERY_RUN_MAX caps it too)
 DEFAULT_CONCURRENCY = 16
 
 
