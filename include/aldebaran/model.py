@@ -28,9 +28,12 @@ these microseconds, the next step is a strict pydantic fast path with this code 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+import msgspec
 
 from pydantic_core import from_json
 
@@ -74,6 +77,10 @@ class Alert:
     @classmethod
     def from_json(cls, raw: bytes | str | None) -> "Alert":
         """Parse and validate one alert (a Kafka message value, an archived line)."""
+        if isinstance(raw, bytes):
+            fast = _fast(raw)
+            if fast is not None:
+                return fast
         try:
             data = from_json(raw or b"")
         except ValueError:  # jiter is stricter in corners (lone surrogates, UTF-16): the stdlib decides
@@ -138,5 +145,47 @@ class Alert:
 
 
 _FIELD_SET = frozenset(Alert.FIELDS)
+
+
+class _Wire(msgspec.Struct, forbid_unknown_fields=True):
+    """The auditor's own alert shape, strictly typed, for a fast decode of the common case; anything else
+    (unknown fields, a wrong type, invalid JSON) takes from_dict's lenient path, which decides."""
+
+    alert_id: str
+    kind: str
+    order_id: str
+    client: str | None = None
+    stock: str | None = None
+    requested: int | None = None
+    purchased: int | None = None
+    purchase_count: int | None = None
+    trigger_event_id: str | None = None
+    trigger_event_ts: int | None = None
+    detected_at: int | None = None
+    rule: Any = msgspec.UNSET  # the auditor's two non-contract fields, kept in `extra`
+    message: Any = msgspec.UNSET
+
+
+_DECODE = msgspec.json.Decoder(_Wire).decode
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,254}$")
+
+
+def _fast(raw: bytes) -> Alert | None:
+    """from_json's fast path (msgspec, ~5x less time than pydantic_core.from_json + from_dict for the
+    auditor's alerts; tests/unit/test_model.py holds both paths to the same results), or None."""
+    try:
+        w = _DECODE(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if not (w.alert_id and w.kind and w.order_id) or ".." in w.alert_id or not _SAFE_ID.match(w.alert_id):
+        return None  # the slow path raises the exact error
+    extra = {}
+    if w.rule is not msgspec.UNSET:
+        extra["rule"] = w.rule
+    if w.message is not msgspec.UNSET:
+        extra["message"] = w.message
+    alert = Alert(w.alert_id, w.kind, w.order_id, w.client, w.stock, w.requested, w.purchased, w.purchase_count,
+                  w.trigger_event_id, w.trigger_event_ts, w.detected_at, extra, raw)
+    return alert
 
 __all__ = ["Alert", "AlertError"]

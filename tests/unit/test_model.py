@@ -121,3 +121,43 @@ def test_frozen_hashable_picklable_and_of_passes_alerts_through():
     assert pickle.loads(pickle.dumps(alert)) == alert
     assert Alert.of(alert) is alert
     assert Alert.of(WITH_EXTRAS) == alert
+
+
+# --- the fast decode path (msgspec) gives what the lenient path gives, or steps aside ---------------------
+FAST_CASES = [
+    b'{"alert_id":"a1","kind":"OVERFILL","rule":"overfill","order_id":"1","client":"Sendence","stock":"AAPL",'
+    b'"requested":100,"purchased":120,"purchase_count":3,"trigger_event_id":"p3","trigger_event_ts":1700000000000,'
+    b'"detected_at":1700000000123,"message":"bought 120 of 100"}',
+    b'{"alert_id":"a1","kind":"ORPHAN","order_id":"1","requested":null,"purchased":0}',
+    b'{"alert_id":"a1","kind":"OVERFILL","order_id":"1","requested":true}',  # a bool is not an int
+    b'{"alert_id":"a1","kind":"OVERFILL","order_id":"1","requested":100.0}',  # a float is not an int
+    b'{"alert_id":"a1","kind":"OVERFILL","order_id":"1","requested":123456789012345678901234567890}',
+    b'{"alert_id":"a1","kind":"OVERFILL","order_id":"1","unknown":{"x":[1,2]}}',
+    b'{"alert_id":"a1","kind":"OVERFILL","order_id":"1","client":7}',
+    b'{"alert_id":"a1","kind":"OVERFILL","order_id":"1","rule":null,"message":{"m":1}}',
+    b'{"alert_id":"a1","kind":"OVERFILL","order_id":"1","alert_id":"a2"}',  # a repeated key
+    b'{"alert_id":"a\\u00e9","kind":"OVERFILL","order_id":"1"}',
+    b'{"alert_id":"","kind":"OVERFILL","order_id":"1"}',
+    b'{"alert_id":"../x","kind":"OVERFILL","order_id":"1"}',
+    b'{"alert_id":"a..b","kind":"OVERFILL","order_id":"1"}',
+    b'{"alert_id":"a1","kind":"","order_id":"1"}',
+    b'{"alert_id":"a1","kind":"OVERFILL"}',
+    b'{"alert_id":"a1","kind":"OVERFILL","order_id":"1"',
+    b'[1,2]', b'null', b'', b'\xff\xfe',
+    b'{"alert_id":"a1","kind":"OVERFILL","order_id":"\\ud800"}',
+]
+
+
+@pytest.mark.parametrize("raw", FAST_CASES)
+def test_the_fast_path_agrees_with_the_lenient_one(raw):
+    """bytes take the fast path first; a bytearray goes straight to the lenient one (pydantic_core, then the
+    stdlib, then from_dict). Both must give the same alert, field for field, or the same error."""
+
+    def outcome(value):
+        try:
+            alert = Alert.from_json(value)
+        except AlertError as exc:
+            return ("error", str(exc))
+        return ("alert", alert, alert.to_dict(), list(alert.to_dict()), alert.extra)
+
+    assert outcome(raw) == outcome(bytearray(raw))
