@@ -11,7 +11,10 @@ load generator and the benchmark measurements (`aldebaran.bench.capacity.run`, t
 - **latency**: trade → alert p50/p95/p99/max at each of `rates` events/s for `duration_seconds`;
 - **books**: throughput and memory with each of `books` open books;
 - **churn**: books opened and closed per second;
-- **dispatch**: deliveries/s into a local webhook receiver through the delivery ledger.
+- **dispatch**: deliveries/s into a local webhook receiver through the delivery ledger;
+- **e2e**: trades → auditor → streaming dispatchers → webhook, Kafka bus and SMS recipients, ramped
+  through `rates` (trades/s, `duration_seconds` each): the highest rate every alert reaches webhook and
+  bus in time, per-channel deliveries/s and trade → recipient latency, each alert received once.
 
 Every measurement runs on its own `bench-*` topics and checkpoint (never the live auditor's), and
 is checked against the independent reference model: the task fails if any run's alerts differ.
@@ -37,9 +40,9 @@ from airflow.sdk import Param, dag, task
     default_args={"retries": 2, "retry_delay": timedelta(minutes=1), "owner": "aldebaran"},
     params={
         "rates": Param([5000, 20000, 50000], type="array", items={"type": "integer", "minimum": 1},
-                       description="Latency: steady trade rates to offer, events/s, one after the other."),
+                       description="Latency and e2e: steady trade rates to offer, events/s, one after the other."),
         "duration_seconds": Param(20, type="number", exclusiveMinimum=0,
-                                  description="Latency: how long each rate is sustained, seconds."),
+                                  description="Latency and e2e: how long each rate is sustained, seconds."),
         "books": Param([100000, 1000000], type="array", items={"type": "integer", "minimum": 1},
                        description="Books: numbers of concurrently open books to measure throughput and memory with."),
         "drain_orders": Param(100000, type="integer", minimum=1,
@@ -54,8 +57,8 @@ from airflow.sdk import Param, dag, task
                      description="Trade mix of the drain and latency runs (aldebaran.loadgen.Mix): purchases_per_order, "
                                  "overfill_fraction, orphan_fraction, purchase_first, duplicate_fraction, "
                                  "malformed_fraction, open_orders, seed."),
-        "sections": Param(["drain", "latency", "books", "churn", "dispatch"], type="array",
-                          items={"type": "string", "enum": ["drain", "latency", "books", "churn", "dispatch"]},
+        "sections": Param(["drain", "latency", "books", "churn", "dispatch", "e2e"], type="array",
+                          items={"type": "string", "enum": ["drain", "latency", "books", "churn", "dispatch", "e2e"]},
                           description="Which measurements to run."),
     },
 )

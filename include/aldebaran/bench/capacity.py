@@ -15,7 +15,7 @@ from aldebaran.exceptions import AldebaranError, ConfigError
 log = logging.getLogger(__name__)
 
 PREFIX = "reports/capacity"
-SECTIONS = ("drain", "latency", "books", "churn", "dispatch")
+SECTIONS = ("drain", "latency", "books", "churn", "dispatch", "e2e")
 
 
 def config_from_params(params: dict):
@@ -50,6 +50,7 @@ def config_from_params(params: dict):
     return Config(drain_orders=drain_orders, drain_repeats=1, rates=rates, latency_seconds=duration,
                   book_sizes=books, churn_orders=int(params.get("churn_orders") or 50_000),
                   dispatch_alerts=int(params.get("dispatch_alerts") or 1000), dispatch_repeats=1, mix=mix,
+                  e2e_rates=rates, e2e_seconds=duration,
                   sections=sections, quick=True)
 
 

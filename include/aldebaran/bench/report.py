@@ -259,7 +259,7 @@ def markdown(results: dict, images: dict[str, Path], img_rel: str = "img") -> st
     if "dispatch" in results:
         lines += _dispatch_markdown(results["dispatch"])
     if "e2e" in results:
-        lines += _e2e_markdown(results["e2e"], images, img_rel)
+        lines += _e2e_markdown(results["e2e"], images, img_rel, m["cores"])
     lines += ["### Targets", "", "| target | measured | met |", "|---|---|---|"]
     lines += _targets(results)
     lines += ["", END]
@@ -299,7 +299,7 @@ def _dispatch_markdown(dp: dict) -> list[str]:
     return lines
 
 
-def _e2e_markdown(e: dict, images: dict[str, Path], img_rel: str) -> list[str]:
+def _e2e_markdown(e: dict, images: dict[str, Path], img_rel: str, cores: int) -> list[str]:
     mix = "the original publisher's mix" if e["mix"] == "original" else f"the custom mix `{json.dumps(e['mix'])}`"
     lines = [
         "### End to end: trades → auditor → dispatchers → recipients",
@@ -316,7 +316,8 @@ def _e2e_markdown(e: dict, images: dict[str, Path], img_rel: str) -> list[str]:
         f"the recipient − the trigger trade's produce stamp. SMS is measured, not required (one ledger record "
         f"per alert).",
         "",
-        f"**Sustained: {_n(e['sustained_trades_eps'])} trades/s** (offered {_n(e.get('sustained_offered_rate'))}/s)"
+        (f"**Sustained: {_n(e['sustained_trades_eps'])} trades/s** (offered {_n(e.get('sustained_offered_rate'))}/s)"
+         if e["sustained_trades_eps"] else f"**No rate sustained** (lowest tried {_n(min(e['rates'], default=None))}/s)")
         + (f"; the auditor alone drained {_n(e['auditor_drain_eps'])} events/s in this run "
            f"({e['sustained_trades_eps'] / e['auditor_drain_eps']:.2f}×)" if e.get("auditor_drain_eps") else
            "; no same-run auditor drain (run with the drain section for the ratio)")
@@ -339,12 +340,14 @@ def _e2e_markdown(e: dict, images: dict[str, Path], img_rel: str) -> list[str]:
                          f"{_n(c['p99_ms'])} | {_n(c['drain_s'], 1)} | {_n(seg['backlog_max'].get(name))} | "
                          f"{_ok(seg['sustained']) if name in e['sustained_channels'] else '(not required)'} | "
                          f"{seg['load_avg']:.2f} |")
-    lines += ["", "CPU per part while producing (% of one core): " + "; ".join(
+    lines += ["", "CPU per part from the segment's start until it caught up or its catch-up time ran out (% of one "
+              "core; the machine's figure counts every process, other users' included, out of "
+              f"{100 * cores}): " + "; ".join(
         f"{seg['rate']:,}/s: " + ", ".join(f"{k} {v:.0f}" for k, v in seg["cpu_percent"].items())
         for seg in e["segments"] if not seg.get("warmup") and seg.get("cpu_percent")) + ".", "",
         "Each recipient against the reference model, whole run (warm-up included). Lost = missing though its "
-        "dispatcher had committed past it (or the auditor never emitted it); not reached = still in the "
-        "channel's backlog when the bench stopped.", "",
+        "dispatcher had committed past it; not reached = still in the channel's backlog (or not yet emitted by "
+        "the auditor) when the bench stopped.", "",
         "| channel | expected | received once | received twice | missing | lost | not reached | unexpected |",
         "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, c in e["channels"].items():

@@ -22,7 +22,7 @@ from aldebaran.loadgen import Mix
 log = logging.getLogger(__name__)
 
 
-SECTIONS = ("drain", "latency", "books", "churn", "dispatch")
+SECTIONS = ("drain", "latency", "books", "churn", "dispatch", "e2e")
 
 
 @dataclass
@@ -37,9 +37,11 @@ class Config:
     churn_orders: int = 300_000
     dispatch_alerts: int = 5_000
     dispatch_repeats: int = 3
+    e2e_rates: list[int] = field(default_factory=lambda: [5_000, 10_000, 20_000, 50_000])  # trades/s, ramped
+    e2e_seconds: float = 20.0
     mix: Mix = field(default_factory=lambda: Mix(overfill_fraction=0.5, purchase_first=0.05, duplicate_fraction=0.01,
                                                  malformed_fraction=0.001, open_orders=1000))
-    sections: tuple[str, ...] = ("drain", "latency", "books", "churn", "dispatch")  # = SECTIONS
+    sections: tuple[str, ...] = ("drain", "latency", "books", "churn", "dispatch", "e2e")  # = SECTIONS
     quick: bool = False
 
     @classmethod
@@ -49,7 +51,8 @@ class Config:
     @classmethod
     def quick_config(cls) -> "Config":
         return cls(drain_orders=5_000, drain_repeats=1, rates=[500, 2_000], latency_seconds=3.0,
-                   book_sizes=[2_000, 10_000], churn_orders=3_000, dispatch_alerts=200, dispatch_repeats=1, quick=True)
+                   book_sizes=[2_000, 10_000], churn_orders=3_000, dispatch_alerts=200, dispatch_repeats=1,
+                   e2e_rates=[500], e2e_seconds=5.0, quick=True)
 
     def override(self, item: str) -> None:
         """`key=value` from the command line: ints, floats, or comma-separated int lists."""
@@ -57,7 +60,8 @@ class Config:
         current = getattr(self, key, None) if sep else None
         if current is None or key in ("mix", "sections", "quick"):
             raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY one of drain_orders, drain_repeats, rates, "
-                             "latency_seconds, book_sizes, churn_orders, dispatch_alerts, dispatch_repeats")
+                             "latency_seconds, book_sizes, churn_orders, dispatch_alerts, dispatch_repeats, "
+                             "e2e_rates, e2e_seconds")
         if isinstance(current, list):
             setattr(self, key, [int(v) for v in value.split(",") if v])
         else:
@@ -71,11 +75,11 @@ class Config:
 
 def run(config: Config, spark=None) -> dict:
     """Run the configured measurements; returns the results (with machine and per-section load average)."""
-    from aldebaran.bench import dispatch, harness, machine
+    from aldebaran.bench import dispatch, e2e, harness, machine
 
     results: dict = {"machine": machine.describe(), "config": config.describe(),
                      "command": "aldebaran " + " ".join(sys.argv[1:]) if sys.argv and "aldebaran" in sys.argv[0] else None}
-    needs_spark = any(s in config.sections for s in ("drain", "latency", "books", "churn"))
+    needs_spark = any(s in config.sections for s in ("drain", "latency", "books", "churn", "e2e"))
     own_spark = False
     if spark is None and needs_spark:
         from pyspark.sql import SparkSession
@@ -105,6 +109,10 @@ def run(config: Config, spark=None) -> dict:
                 out = dispatch.run(alerts=config.dispatch_alerts, repeats=config.dispatch_repeats,
                                    steady_rates=() if config.quick else (50.0,))
                 out["correct"] = out["all_correct"]
+            elif section == "e2e":
+                out = e2e.run(spark, config.e2e_rates, config.e2e_seconds)
+                if "drain" in results:  # the auditor alone, same run: what the target compares with
+                    out["auditor_drain_eps"] = results["drain"]["auditor_eps"]
             else:
                 raise ValueError(f"unknown bench section {section!r}")
             out["seconds"] = time.monotonic() - t0
