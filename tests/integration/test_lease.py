@@ -95,6 +95,21 @@ def test_revoked_lease_stops_the_keeper_and_is_free_after_its_grace(store, cp, c
     nxt.release()
 
 
+def test_the_keeper_renews_at_once_when_it_starts(store, cp, cleanup):
+    """The auditor acquires its lease before building the query and starts the keeper after: a slow start
+    (most of a ttl) must not leave the first batch with an expired lease until the keeper's first interval."""
+    holder = leases.acquire(store, cp, "slow-start", ttl_seconds=3)
+    time.sleep(2.5)  # the query takes its time to start
+    keeper = holder.keep(alive=lambda: True, on_lost=lambda why: None, interval=2.0)
+    try:
+        time.sleep(1.0)  # 3.5 s after the acquire, before the keeper's first interval has passed
+        holder.check()  # renewed when the keeper started: still ours
+        assert float(holder.record["expires_at"]) > time.time()
+    finally:
+        keeper.stop()
+        holder.release()
+
+
 def test_broken_lease_is_free_at_once(store, cp, cleanup):
     leases.acquire(store, cp, "dead", ttl_seconds=300)
     leases.end(store, cp, leases.BROKEN, "holder pid gone")

@@ -189,7 +189,12 @@ class Keeper(threading.Thread):
         self.halt = threading.Event()
 
     def run(self) -> None:
-        while not self.halt.wait(self.interval):
+        # The first renewal comes at once, not one interval later: the lease was acquired before the query
+        # was built, which on a loaded host can take most of a ttl (a restart from an s3a:// checkpoint:
+        # 25 s of a 30 s ttl, measured), and the first batch must not find the lease already expired.
+        first = True
+        while first or not self.halt.wait(self.interval):
+            first = False
             if not self.alive():
                 return  # the query ended: nothing to keep (the auditor releases on its way out)
             try:
