@@ -20,7 +20,7 @@ from typing import Hashable, Iterable, Iterator, Mapping, Sequence
 from aldebaran import kafka_admin, kafka_io, paths, reference
 from aldebaran.delivery.channels import sms_text
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT
-from aldebaran.exceptions import AldebaranError
+from aldebaran.exceptions import AldebaranError, NotFound, ObjectStoreError
 from aldebaran.settings import KafkaSettings, load
 from aldebaran.storage import S3Store
 
@@ -205,8 +205,22 @@ def _read(ws: Workspace, where: str) -> str:
     return Path(where).read_text()
 
 
-def committed(ws: Workspace) -> tuple[int, dict[int, int]]:
-    """(number of committed batches, the trades topic's offsets up to which they reach)."""
+def committed(ws: Workspace, patience: float = 300.0) -> tuple[int, dict[int, int]]:
+    """(number of committed batches, the trades topic's offsets up to which they reach). Waits out an
+    object store that is briefly unreachable (a shared MinIO restarted under the campaign) for up to
+    `patience` seconds."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return _committed(ws)
+        except ObjectStoreError as exc:
+            if isinstance(exc, NotFound) or time.monotonic() > deadline:
+                raise
+            log.warning("reading the checkpoint: %s; retrying", exc)
+            time.sleep(2.0)
+
+
+def _committed(ws: Workspace) -> tuple[int, dict[int, int]]:
     commits = _checkpoint_files(ws, "commits")
     if not commits:
         return 0, {}
@@ -232,8 +246,13 @@ def wait_for(check, timeout: float, interval: float = 1.0, what: str = "conditio
     """Poll `check` until truthy; returns the seconds it took. Raises ChaosError after `timeout`."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
-        if check():
-            return time.monotonic() - t0
+        try:
+            if check():
+                return time.monotonic() - t0
+        except ObjectStoreError as exc:  # a shared MinIO restarted under the campaign: ask again
+            if isinstance(exc, NotFound):
+                raise
+            log.warning("%s: %s; retrying", what, exc)
         if on_tick:
             on_tick()
         time.sleep(interval)
