@@ -7,10 +7,10 @@ Command line (the secrets come from environment variables, never argv, which ``p
     ALDEBARAN_RECEIVER_TOKEN=... python -m aldebaran_lab.receivers serve --kind sms --port 8702 \\
         --account-sid AC... --auth-token-env ALDEBARAN_RECEIVER_TOKEN
 
-Once listening it writes one JSON line to stdout, ``{"kind", "url", "pid"}`` (with ``--port 0`` the
-only way to learn the port), and serves until SIGTERM or SIGINT. ``GET <url>/_stats`` answers
-``{"received", "duplicates", "requests", "incomplete_requests", "received_at": {alert id: epoch s}}``;
-``GET <url>/_stats?summary=1`` leaves out `received_at`. From Python, :class:`ReceiverProcess` does
+Once listening it writes one JSON line to stdout, ``{"kind", "url", "pid"}`` (+ ``"path"``: the SMS
+Messages path; with ``--port 0`` the only way to learn the port) and serves until SIGTERM or SIGINT.
+``GET <url>/_stats`` answers ``{"received", "duplicates", "requests", "incomplete_requests",
+"received_at": {alert id: epoch s}}``; ``GET <url>/_stats?summary=1`` leaves out `received_at`. From Python, :class:`ReceiverProcess` does
 all of this: ``with ReceiverProcess("webhook", secret=s) as rp: ... rp.stats()``.
 """
 
@@ -76,7 +76,10 @@ def run(receiver: HttpReceiver) -> None:
     gc.freeze()
     gc.disable()
     with receiver:
-        sys.stdout.write(json.dumps({"kind": kind, "url": receiver.url, "pid": os.getpid()}) + "\n")
+        announcement = {"kind": kind, "url": receiver.url, "pid": os.getpid()}
+        if isinstance(receiver, SmsProvider):
+            announcement["path"] = receiver.path
+        sys.stdout.write(json.dumps(announcement) + "\n")
         sys.stdout.flush()
         got = signal.sigwait(stop_signals)
         log.info("%s receiver on %s: %s, stopping (%s)", kind, receiver.url, signal.Signals(got).name,
@@ -195,6 +198,8 @@ def main(argv: list[str] | None = None) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
+    if args.kind == "sms" and not args.auth_token_env:
+        parser.error("an SMS provider needs its auth token (--auth-token-env)")
     try:
         receiver = build(args.kind, host=args.host, port=args.port,
                          secret=_secret_from(args.secret_env, "--secret-env"), account_sid=args.account_sid,
