@@ -7,24 +7,48 @@ from __future__ import annotations
 import json
 import logging
 
-from aldebaran.chaos import fuzz, kill_dispatch, kill_scheduler, outages
+from aldebaran.chaos import fuzz, kill_airflow, kill_dispatch, kill_scheduler, outages, under_load
 
 log = logging.getLogger(__name__)
 
 
-def test_kill_dispatch_workers_mid_batch_and_between_send_and_record(services_up):
-    result = kill_dispatch.run(alerts=300, kills=4, seed=3, mode="short", self_kill_probability=0.05)
-    log.info("kill-dispatch (short): %s", json.dumps(result.details))
+def test_streaming_dispatchers_killed_mid_run_and_between_send_and_record(services_up):
+    """Two streaming dispatchers (`aldebaran dispatch --follow`), channels webhook, sms and sms_lookup, SIGKILLed
+    in turn (a kill-after-send injection, then from outside) while alerts flow, restarted at once."""
+    result = kill_dispatch.run(alerts=300, kills=4, seed=3, mode="short")
+    log.info("kill-dispatch (short): %s", json.dumps(result.details, default=str)[:4000])
     d = result.details
     assert d["failures"] == []
-    assert d["kills"]["between_send_and_record"] >= 1 and d["kills"]["external_mid_batch"] >= 1
+    assert d["kills"] == {"between_send_and_record": 2, "external_mid_run": 2}
     # Idempotent channel: every alert accepted exactly once, nothing missing.
     assert d["webhook"]["accepted"] == 300 and d["webhook"]["statuses"].get(201) == 300
     assert d["webhook"]["lost"] == 0 and d["webhook"]["bad_signatures"] == 0
     # SMS: never a text twice; each alert DELIVERED or IN_DOUBT (for an operator), none lost.
     assert d["sms"]["texts_sent_twice"] == 0 and d["sms"]["lost"] == 0
     assert d["sms"]["delivered"] + d["sms"]["in_doubt"] == 300
+    # SMS with the provider's lookup: every doubt settled by asking, each text exactly once.
+    assert d["sms_lookup"]["delivered"] == 300 and d["sms_lookup"]["in_doubt"] == 0
+    assert d["sms_lookup"]["texts_sent_twice"] == 0 and d["sms_lookup"]["messages"] == 300
     # (IN_DOUBT after a kill between an SMS send and its record: deterministic in test_dispatch_failures.py)
+    assert (result.lost, result.duplicated) == (0, 0)
+
+
+def test_under_load_auditor_and_dispatchers_killed_at_20k_trades_per_second(services_up):
+    """The short under-load campaign: 20k trades/s in the original mix for 20 s through the auditor (a
+    subprocess, SIGKILLed once and restarted from its checkpoint) and two streaming dispatchers (webhook, bus;
+    the webhook one SIGKILLed once): every expected alert at every recipient once, nothing else."""
+    result = under_load.run(rate=20_000, seconds=20.0, kills=2, seed=8, mode="short")
+    d = result.details
+    log.info("under-load (short): %s", json.dumps({k: v for k, v in d.items() if k != "backlog"}, default=str)[:4000])
+    assert d["failures"] == []
+    assert d["kills"] == {"auditor": 1, "dispatcher webhook": 1}
+    assert d["trades"]["achieved_per_s"] >= 15_000  # offered 20k/s (a loaded machine may fall a little short)
+    topic = d["alerts_topic"]
+    assert topic["expected"] > 30_000 and (topic["missing"], topic["extra"], topic["changed"]) == (0, 0, 0)
+    for name in ("webhook", "bus"):
+        r = d["recipients"][name]
+        assert (r["received"], r["lost"], r["duplicated"], r["unexpected"]) == (topic["expected"], 0, 0, 0), name
+    assert all(e["recovery_s"] is not None for e in d["kill_events"])
     assert (result.lost, result.duplicated) == (0, 0)
 
 
@@ -79,4 +103,40 @@ def test_airflow_scheduler_killed_while_alert_dispatch_runs():
     assert d["webhook"]["accepted"] == 300 and d["webhook"]["statuses"].get(201) == 300 and d["webhook"]["lost"] == 0
     assert d["sms"]["texts_sent_twice"] == 0 and d["sms"]["lost"] == 0
     assert d["sms"]["delivered"] + d["sms"]["in_doubt"] == 300
+    assert (result.lost, result.duplicated) == (0, 0)
+
+
+def test_airflow_triggerer_killed_idle_and_busy_while_the_asset_watcher_drives_dispatch():
+    """A private Airflow with a triggerer (the alert_dispatch AssetWatcher wakes the DAG; no REST triggering),
+    the triggerer SIGKILLed once with no run active (a wave published while it is down) and once while a dispatch
+    task instance delivers; every alert reaches every recipient once, the waves arrive after the restart."""
+    result = kill_airflow.run("triggerer", alerts=300, kills=2, seed=9, mode="short", **kill_airflow.SHORT["triggerer"])
+    d = result.details
+    log.info("kill-triggerer (short): %s", json.dumps(d, default=str)[:4000])
+    assert d["failures"] == []
+    assert [k["mode"] for k in d["kills"]] == ["idle", "busy"] and d["component_starts"] == 3
+    for k in d["kills"]:
+        assert 0 < k["restart_to_healthy_s"] and k["wave_published_to_all_received_s"] is not None
+    assert d["dag_runs_by_type"].get("asset_triggered", 0) >= 1
+    assert d["webhook"]["accepted"] == 300 and d["webhook"]["lost"] == 0
+    assert d["sms"]["texts_sent_twice"] == 0 and d["sms"]["lost"] == 0
+    assert d["sms_lookup"]["delivered"] == 300 and d["sms_lookup"]["texts_sent_twice"] == 0
+    assert (result.lost, result.duplicated) == (0, 0)
+
+
+def test_airflow_api_server_killed_while_dispatch_task_instances_run():
+    """The api-server (the task processes' Execution API) SIGKILLed while dispatch task instances run, down
+    beyond the task supervisor's failed heartbeats, then briefly; every alert reaches every recipient once and
+    the task instances running at the kills end in success (retried if need be)."""
+    result = kill_airflow.run("api-server", alerts=300, kills=2, seed=10, mode="short",
+                              **kill_airflow.SHORT["api-server"])
+    d = result.details
+    log.info("kill-api-server (short): %s", json.dumps(d, default=str)[:4000])
+    assert d["failures"] == []
+    assert [k["mode"] for k in d["kills"]] == ["long", "short"] and d["component_starts"] == 3
+    assert all(k["running_at_kill"] for k in d["kills"]), "each kill must land while task instances run"
+    assert all(f["final_state"] == "success" for k in d["kills"] for f in k["running_at_kill"])
+    assert d["webhook"]["accepted"] == 300 and d["webhook"]["lost"] == 0
+    assert d["sms"]["texts_sent_twice"] == 0 and d["sms"]["lost"] == 0
+    assert d["sms_lookup"]["delivered"] == 300 and d["sms_lookup"]["texts_sent_twice"] == 0
     assert (result.lost, result.duplicated) == (0, 0)

@@ -1,6 +1,6 @@
-"""`aldebaran chaos kill-auditor|kill-dispatch|kill-scheduler|outages|fuzz|all`: run a campaign, log its verdict, write
-its table into docs/reliability.md (unless --no-report). Exit status 1 when something was lost,
-duplicated or crashed."""
+"""`aldebaran chaos kill-auditor|kill-dispatch|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|all`:
+run a campaign, log its verdict, write its table into docs/reliability.md (unless --no-report). Exit status 1
+when something was lost, duplicated or crashed."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import sys
 
 log = logging.getLogger("aldebaran.chaos")
 
-CAMPAIGNS = ("kill-auditor", "kill-dispatch", "kill-scheduler", "outages", "fuzz")
+CAMPAIGNS = ("kill-auditor", "kill-dispatch", "kill-scheduler", "kill-triggerer", "kill-api-server", "under-load",
+             "outages", "fuzz")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,7 +21,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--short", action="store_true", help="small data, few faults (what the test suite runs)")
     p.add_argument("--events", type=int, default=None, help="kill-auditor/outages: events in the original mix")
     p.add_argument("--kills", type=int, default=None, help="kill campaigns: SIGKILLs to land")
-    p.add_argument("--alerts", type=int, default=None, help="kill-dispatch/kill-scheduler: alerts to deliver")
+    p.add_argument("--alerts", type=int, default=None,
+                   help="kill-dispatch/kill-scheduler/kill-triggerer/kill-api-server: alerts to deliver")
+    p.add_argument("--rate", type=float, default=None, help="under-load: trades/s offered (original publisher's mix)")
+    p.add_argument("--seconds", type=float, default=None, help="under-load: seconds of load")
     p.add_argument("--payloads", type=int, default=None, help="fuzz: hostile trade messages")
     p.add_argument("--kafka-down", type=float, default=None, help="outages: seconds Kafka stays stopped")
     p.add_argument("--minio-down", type=float, default=None, help="outages: seconds MinIO stays stopped")
@@ -52,6 +56,18 @@ def run_one(name: str, args: argparse.Namespace):
 
         return kill_scheduler.run(alerts=_pick(args.alerts, 3_000, 300, short), kills=_pick(args.kills, 3, 1, short),
                                   seed=args.seed, mode=mode, **(kill_scheduler.SHORT if short else {}))
+    if name in ("kill-triggerer", "kill-api-server"):
+        from aldebaran.chaos import kill_airflow
+
+        component = name.removeprefix("kill-")
+        return kill_airflow.run(component, alerts=_pick(args.alerts, 3_000, 300, short),
+                                kills=_pick(args.kills, 4, 2, short), seed=args.seed, mode=mode,
+                                **(kill_airflow.SHORT[component] if short else {}))
+    if name == "under-load":
+        from aldebaran.chaos import under_load
+
+        return under_load.run(rate=_pick(args.rate, 20_000, 20_000, short), seconds=_pick(args.seconds, 120.0, 20.0, short),
+                              kills=_pick(args.kills, 8, 2, short), seed=args.seed, mode=mode)
     if name == "outages":
         from aldebaran.chaos import outages
 
