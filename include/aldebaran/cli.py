@@ -11,7 +11,8 @@
     aldebaran bench state-designs                      candidate state designs side by side → docs/benchmarks.md
     aldebaran bench parse-cost                         Kafka read vs parse vs aggregate, batch jobs → docs/benchmarks.md
     aldebaran demo                                     the end-to-end demo (make demo)
-    aldebaran chaos kill-auditor|kill-dispatch|kill-scheduler|outages|fuzz|all   reliability campaigns (make chaos)
+    aldebaran chaos kill-auditor|kill-dispatch|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|all
+                                                       reliability campaigns (make chaos)
     aldebaran docs config [--check]                    the configuration reference in docs/operations.md
 
 Every subcommand loads the git-ignored .env first (generated credentials); real environment
