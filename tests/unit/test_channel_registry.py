@@ -145,7 +145,7 @@ def test_max_run_follows_can_dedupe():
 def test_builtin_max_run_and_lookup_flags():
     webhook = ch.WebhookChannel("w", "http://127.0.0.1:1", "k")
     sms = ch.SmsChannel("s", "http://127.0.0.1:1", "AC1", "t", "+15550001111", "+15552223333")
-    assert (webhook.max_run, webhook.has_lookup, webhook.concurrency) == (2000, False, 64)
+    assert (webhook.max_run, webhook.has_lookup, webhook.concurrency) == (5000, False, 64)
     assert (sms.max_run, sms.has_lookup) == (1, False)
     assert ch.SmsChannel("s", "http://127.0.0.1:1", "AC1", "t", "+15550001111", "+15552223333", lookup=True).has_lookup
     assert (ch.LogChannel("log").max_run, ch.KafkaChannel("k", "t", {"bootstrap.servers": "x:1"}).max_run) == (1, 2000)
