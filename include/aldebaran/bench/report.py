@@ -273,9 +273,10 @@ def _dispatch_markdown(dp: dict) -> list[str]:
         "",
         *_origin(dp),
         f"`aldebaran bench dispatch`: per channel, {dp['alerts']:,} alerts (SMS {dp['sms_alerts']:,}) + 10 % repeats "
-        "of the same ids on a fresh alerts topic (2 partitions), drained by one in-process dispatcher through the "
-        "group-commit ledger in MinIO into a real recipient: a receiver in its own process (webhook, SMS provider) "
-        "or a Kafka topic read back (bus). deliveries/s = unique alerts received ÷ (last − first receipt); "
+        "of the same ids on a fresh alerts topic (2 partitions), drained by a streaming dispatcher process "
+        "(`aldebaran dispatch --follow`, as dispatch_supervisor runs it) through the group-commit ledger in MinIO "
+        "into a real recipient: a receiver in its own process (webhook one alert per POST, webhook batched 100 per "
+        "POST, SMS provider) or a Kafka topic read back by the bench (bus). deliveries/s = unique alerts received ÷ (last − first receipt); "
         "\"incl. start\" also counts joining the consumer group. Writes/delivery = ledger object write requests ÷ "
         f"deliveries. Median of {dp['repeats']} run(s) per channel.",
         "",
