@@ -135,6 +135,7 @@ def test_airflow_api_server_killed_while_dispatch_task_instances_run():
     assert d["failures"] == []
     assert [k["mode"] for k in d["kills"]] == ["long", "short"] and d["component_starts"] == 3
     assert all(k["running_at_kill"] for k in d["kills"]), "each kill must land while task instances run"
+    # The tries in flight fail (no Execution API); two kills leave the DAG's last retry to succeed.
     assert all(f["final_state"] == "success" for k in d["kills"] for f in k["running_at_kill"])
     assert d["webhook"]["accepted"] == 300 and d["webhook"]["lost"] == 0
     assert d["sms"]["texts_sent_twice"] == 0 and d["sms"]["lost"] == 0
