@@ -16,6 +16,10 @@ CAMPAIGNS = ("kill-auditor", "kill-dispatch", "kill-scheduler", "kill-triggerer"
              "outages", "fuzz")
 
 
+# Campaigns that can run on private services (the others bring their own already, or fuzz the shared setup).
+PRIVATE_OK = ("kill-auditor", "kill-dispatch", "under-load")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("campaign", choices=[*CAMPAIGNS, "all"])
     p.add_argument("--short", action="store_true", help="small data, few faults (what the test suite runs)")
@@ -30,6 +34,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--minio-down", type=float, default=None, help="outages: seconds MinIO stays stopped")
     p.add_argument("--signal", choices=["term", "kill"], default="term",
                    help="outages: stop Kafka/MinIO gracefully (SIGTERM, default) or SIGKILL their process groups")
+    p.add_argument("--private-services", action="store_true",
+                   help="kill-auditor/kill-dispatch/under-load: run on a Kafka and a MinIO of the campaign's own (free "
+                        "ports, own run directory) instead of the shared ones, so that nothing else restarting the "
+                        "shared services (a `make test` stops them at its end) cuts a long campaign short")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-report", action="store_true", help="do not write docs/reliability.md")
 
@@ -94,7 +102,14 @@ def main(args: argparse.Namespace) -> int:
     names = CAMPAIGNS if args.campaign == "all" else (args.campaign,)
     bad = []
     for name in names:
-        result = run_one(name, args)
+        if args.private_services and name in PRIVATE_OK:
+            from aldebaran.chaos.common import private_ports
+            from aldebaran.chaos.outages import private_services
+
+            with private_services(ports=private_ports(airflow=False)):
+                result = run_one(name, args)
+        else:
+            result = run_one(name, args)
         command = "aldebaran chaos " + " ".join(sys.argv[2:]).replace(" all", f" {name}").strip()
         verdict = "OK" if result.ok else "FAILED"
         log.info("%s: %s — runs %d, faults %d, lost %s, duplicated %s, %.0f s", name, verdict, result.runs,

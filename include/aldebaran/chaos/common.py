@@ -242,6 +242,32 @@ def caught_up(ws: Workspace, ends: dict[int, int] | None = None) -> bool:
     return all(done.get(p, 0) >= end for p, end in ends.items() if end > 0)
 
 
+def private_ports(airflow: bool = True) -> dict[str, int]:
+    """Free ports on 127.0.0.1 for a campaign's private Kafka (broker, controller), MinIO and Airflow
+    api-server (whose task and trigger log servers take api+713 and api+714, as kill_scheduler sets them),
+    so that a campaign never collides with another one or with the test suite's short variants."""
+    import random
+    import socket
+
+    def free(port: int) -> bool:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+        return True
+
+    rng = random.SystemRandom()
+    names = ["kafka", "kafka_controller", "minio"] + (["airflow_api"] if airflow else [])
+    out: dict[str, int] = {}
+    while len(out) < len(names):
+        port = rng.randrange(20_000, 29_000)
+        need = [port] + ([port + 713, port + 714] if names[len(out)] == "airflow_api" else [])
+        if all(free(p) for p in need) and not set(need) & set(out.values()):
+            out[names[len(out)]] = port
+    return out
+
+
 def wait_for(check, timeout: float, interval: float = 1.0, what: str = "condition", on_tick=None) -> float:
     """Poll `check` until truthy; returns the seconds it took. Raises ChaosError after `timeout`."""
     t0 = time.monotonic()

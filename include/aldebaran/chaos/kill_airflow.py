@@ -3,9 +3,9 @@
 it after a pause, and check that every alert still reaches its recipient exactly once.
 
 The shared Airflow is never touched. As kill-scheduler (whose private stack this reuses:
-``kill_scheduler.private_airflow``), the campaign starts a Kafka and a MinIO of its own (ports
-19292/19293, 19200) and an Airflow 3 (SQLite, LocalExecutor) run as separate processes — api-server
-(127.0.0.1:18180), dag-processor, scheduler **and triggerer** — with a DAG folder holding only
+``kill_scheduler.private_airflow``), the campaign starts a Kafka and a MinIO of its own and an Airflow 3
+(SQLite, LocalExecutor) run as separate processes — api-server, dag-processor, scheduler **and
+triggerer** — on ports found free at start (common.private_ports), with a DAG folder holding only
 dags/alert_dispatch.py. Unlike kill-scheduler, nothing triggers DAG runs through the REST API: the
 DAG's Kafka AssetWatcher (the provider's AwaitMessageTrigger, run by the triggerer, in its own consumer
 group) wakes `alert_dispatch` when alerts arrive, as in production, and its 5-minute schedule is the
@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from aldebaran import kafka_io
 from aldebaran.chaos.common import (
     CampaignResult, ChaosError, DeliveryVerdict, Workspace, campaign_ledger, channel_connections, delivery_env,
-    first_receipt_after, lookup_settled, recovery_text, settled, sms_verdict_of, unsettled, wait_for,
+    first_receipt_after, lookup_settled, private_ports, recovery_text, settled, sms_verdict_of, unsettled, wait_for,
 )
 from aldebaran.chaos.kill_dispatch import make_alerts
 from aldebaran.chaos.kill_scheduler import ACTIVE_RUN_STATES, DAG_ID, fate, fate_summary, private_airflow, ti_key
@@ -56,7 +56,6 @@ from aldebaran.delivery.records import DELIVERED, IN_DOUBT
 log = logging.getLogger(__name__)
 
 KILL_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-PORTS = {"kafka": 19292, "kafka_controller": 19293, "minio": 19200, "airflow_api": 18180}
 LEASE_SECONDS = 10.0
 IDLE_SECONDS = 15.0
 CHANNELS = ("webhook", "sms", "sms_lookup")
@@ -142,7 +141,8 @@ def run(component: str, alerts: int = 3000, kills: int = 4, seed: int = 1, mode:
     kill_plan = plan(component, kills, rng, pause, delay)
     secret = secrets.token_urlsafe(24)
     try:
-        with private_services(ports=PORTS) as svcs, WebhookReceiver(secret) as webhook, SmsProvider() as sms, \
+        ports = private_ports()
+        with private_services(ports=ports) as svcs, WebhookReceiver(secret) as webhook, SmsProvider() as sms, \
                 SmsProvider() as sms_lookup:
             ws = Workspace.create(campaign, s3a=False)
             batch = make_alerts(alerts, ws.name)
@@ -186,7 +186,7 @@ def run(component: str, alerts: int = 3000, kills: int = 4, seed: int = 1, mode:
                     complete = ids <= webhook.received_at.keys()
                 return (min(times) if times else None), (max(times) if complete and times else None)
 
-            with private_airflow(svcs["run_dir"], env_extra, PORTS["airflow_api"], triggerer=True) as airflow:
+            with private_airflow(svcs["run_dir"], env_extra, ports["airflow_api"], triggerer=True) as airflow:
                 api = airflow.api
                 target = airflow.triggerer if component == "triggerer" else airflow.api_server
                 result.runs = 1
@@ -330,6 +330,7 @@ def run(component: str, alerts: int = 3000, kills: int = 4, seed: int = 1, mode:
                 "private_airflow": {"executor": "LocalExecutor", "database": "SQLite", "parallelism": 4,
                                     "triggerer": "runs the alert_dispatch AssetWatcher (AwaitMessageTrigger)",
                                     "dag_runs_triggered_through_the_api": 0, "delivery_lease_s": LEASE_SECONDS,
+                                    "ports": ports,
                                     "dispatch_idle_s": IDLE_SECONDS},
                 "failures": failures,
             }
