@@ -53,10 +53,13 @@ ORDERS_PER_CHUNK = 20_000
 EVENTS_PER_ORDER = 5  # the original publisher: a request and 4 purchases
 
 
-def mix(orders: int, seed: int):
-    """The original publisher's mix, `orders` orders in chunks (deterministic: twice the same records)."""
+def mix(orders: int, seed: int, part: tuple[int, int] = (0, 1)):
+    """The original publisher's mix, `orders` orders in chunks (deterministic: twice the same records);
+    `part` (k, n): only every n-th chunk from the k-th (one of n producers)."""
+    k, n = part
     for i, start in enumerate(range(0, orders, ORDERS_PER_CHUNK)):
-        yield list(loadgen.records(loadgen.original_mix(min(ORDERS_PER_CHUNK, orders - start), seed * 100_000 + i)))
+        if i % n == k:
+            yield list(loadgen.records(loadgen.original_mix(min(ORDERS_PER_CHUNK, orders - start), seed * 100_000 + i)))
 
 
 def expected_keys(orders: int, seed: int) -> dict[str, tuple]:
@@ -113,7 +116,7 @@ class Sampler:
 
 
 def run(rate: float = 20_000, seconds: float = 120.0, kills: int = 8, seed: int = 1, mode: str = "full",
-        sms: bool = False, webhook_batch: int = 1, max_offsets: int | None = None, jitter: float = 0.25,
+        sms: bool = False, webhook_batch: int = 1, producers: int = 2, max_offsets: int | None = None, jitter: float = 0.25,
         catch_up_timeout: float = 1800.0, cleanup: bool = True) -> CampaignResult:
     from aldebaran_lab.receivers import ReceiverProcess
 
@@ -166,16 +169,23 @@ def run(rate: float = 20_000, seconds: float = 120.0, kills: int = 8, seed: int 
         sent: dict = {}
 
         def produce() -> None:
-            # The producer runs in a process of its own: in this one it would share the GIL with the
-            # campaign's polling and fall short of the rate on a busy machine.
-            cmd = [sys.executable, "-m", "aldebaran.chaos.under_load", "--orders", str(orders), "--seed", str(seed),
-                   "--rate", str(rate)]
+            # The producers run in processes of their own (in this one they would share the GIL with the
+            # campaign's polling), `producers` of them, each with every producers-th chunk of the mix at
+            # rate / producers: one Python producer falls short of 20k/s on a busy 2-core machine.
+            procs = []
             with open(ws.logs / "producer.log", "ab") as err:
-                proc = subprocess.run(cmd, env=ws.env(), stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
-            if proc.returncode != 0:
-                sent["error"] = f"producer exited {proc.returncode}; see {ws.logs / 'producer.log'}"
-            else:
-                sent["result"] = loadgen.Sent(**json.loads(proc.stdout.decode().strip().splitlines()[-1]))
+                for k in range(producers):
+                    cmd = [sys.executable, "-m", "aldebaran.chaos.under_load", "--orders", str(orders), "--seed",
+                           str(seed), "--rate", str(rate / producers), "--part", f"{k}/{producers}"]
+                    procs.append(subprocess.Popen(cmd, env=ws.env(), stdout=subprocess.PIPE, stderr=err,
+                                                  stdin=subprocess.DEVNULL))
+                outs = [(p, p.communicate()[0]) for p in procs]
+            bad = [p.returncode for p, _ in outs if p.returncode != 0]
+            if bad:
+                sent["error"] = f"producer(s) exited {bad}; see {ws.logs / 'producer.log'}"
+                return
+            parts = [json.loads(out.decode().strip().splitlines()[-1]) for _, out in outs]
+            sent["result"] = loadgen.Sent(sum(p["count"] for p in parts), max(p["seconds"] for p in parts))
 
         targets = ["auditor" if i % 2 == 0 else f"dispatcher {channels[(i // 2) % 2]}" for i in range(kills)]
         moments = sorted((i + 0.5 + rng.uniform(-jitter, jitter)) * seconds / max(kills, 1) for i in range(kills))
@@ -288,7 +298,7 @@ def run(rate: float = 20_000, seconds: float = 120.0, kills: int = 8, seed: int 
         for e in events:
             by_target.setdefault(e.target, []).append(e)
         result.details = {
-            "offered_trades_per_s": rate, "seconds": seconds, "orders": orders,
+            "offered_trades_per_s": rate, "seconds": seconds, "orders": orders, "producer_processes": producers,
             "trades": {"sent": trades.count, "elapsed_s": round(trades.seconds, 1),
                        "achieved_per_s": round(trades.count / trades.seconds), "load_s": round(load_s, 1)},
             "alerts_expected": len(expected), "channels": channels, "webhook_batch": webhook_batch,
@@ -419,11 +429,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--orders", type=int, required=True)
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--rate", type=float, required=True)
+    p.add_argument("--part", default="0/1", help="k/n: this producer's share of the chunks (one of n producers)")
     args = p.parse_args(argv)
+    k, n = (int(x) for x in args.part.split("/"))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     envfile.load_env()
     kafka = load(KafkaSettings)
-    recs = (r for chunk in mix(args.orders, args.seed) for r in chunk)
+    recs = (r for chunk in mix(args.orders, args.seed, (k, n)) for r in chunk)
     sent = loadgen.send(recs, kafka.trades_topic, rate=args.rate, progress_every=500_000, settings=kafka)
     print(json.dumps({"count": sent.count, "seconds": sent.seconds}), flush=True)
     return 0
