@@ -367,6 +367,8 @@ def run(spark, rates=DEFAULT_RATES, seconds: float = 20.0, mix: Mix | None = Non
                 break
         # Final drain: everything to webhook + bus; SMS at most 30 s more once they are done.
         t_last = time.time()
+        for seg, nxt in zip(segments, segments[1:] + [None]):
+            seg["t_next"] = nxt["t_start"] if nxt else t_last + final_drain_s
         done_at = None
         while time.time() < t_last + final_drain_s:
             got = received()
@@ -414,6 +416,11 @@ def run(spark, rates=DEFAULT_RATES, seconds: float = 20.0, mix: Mix | None = Non
                 **latency_ms(at, seg_trigger)}
         seg["sustained"] = segment_sustained({c: v["caught_up"] for c, v in seg["channels"].items()}, seg["growing"],
                                              [c for c in SUSTAINED if c in channels])
+        # CPU while this segment's work was done: from its start to its last receipt at webhook/bus, at most
+        # until the next segment started (the live log line covers only up to the catch-up decision).
+        done = max([seg["t_stop"]] + [seg["t_stop"] + v["drain_s"] for c, v in seg["channels"].items()
+                                      if c in SUSTAINED and v["drain_s"] is not None])
+        seg["cpu_percent"] = sampler.cpu_percent(seg["t_start"], min(done, seg.pop("t_next")))
     out = {"tag": t, "mix": "original" if mix is None else {"custom": asdict(mix)}, "rates": list(rates), "seconds": seconds,
            "catch_up_s": catch_up_s, "growth_tolerance": growth_tolerance, "webhook_batch": webhook_batch,
            "sustained_channels": [c for c in SUSTAINED if c in channels], "segments": segments,

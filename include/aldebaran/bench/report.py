@@ -341,9 +341,9 @@ def _e2e_markdown(e: dict, images: dict[str, Path], img_rel: str, cores: int) ->
                          f"{_n(c['p99_ms'])} | {_n(c['drain_s'], 1)} | {_n(seg['backlog_max'].get(name))} | "
                          f"{_ok(seg['sustained']) if name in e['sustained_channels'] else '(not required)'} | "
                          f"{seg['load_avg']:.2f} |")
-    lines += ["", "CPU per part from the segment's start until it caught up or its catch-up time ran out (% of one "
-              "core; the machine's figure counts every process, other users' included, out of "
-              f"{100 * cores}): " + "; ".join(
+    lines += ["", "CPU per part from the segment's start to its last receipt at webhook/bus (at most until the next "
+              "segment started; % of one core; the machine's figure counts every process, other users' included, "
+              f"out of {100 * cores}): " + "; ".join(
         f"{seg['rate']:,}/s: " + ", ".join(f"{k} {v:.0f}" for k, v in seg["cpu_percent"].items())
         for seg in e["segments"] if not seg.get("warmup") and seg.get("cpu_percent")) + ".", "",
         "Each recipient against the reference model, whole run (warm-up included). Lost = missing though its "
