@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV  := .venv
 ALD   := $(VENV)/bin/aldebaran
 
-.PHONY: help setup up up-cluster down status demo test test-unit chaos clean bench bench-quick
+.PHONY: help setup up up-cluster down status demo test test-unit chaos chaos-short clean bench bench-quick
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -42,6 +42,9 @@ bench-quick: setup  ## every benchmark small (< 5 min), asserts correctness only
 chaos: setup  ## reliability campaigns, full size (~30 min; shared services up; tables into docs/reliability.md)
 	@$(ALD) services up
 	@$(ALD) chaos all $(CHAOS_ARGS)
+
+chaos-short:  ## the short Airflow triggerer/api-server campaigns left out of `make test` (~10 min, private services)
+	@$(VENV)/bin/pytest tests/integration/test_chaos.py -m campaign $(PYTEST_ARGS)
 
 clean: down  ## stop services and delete local service data (.run)
 	rm -rf .run

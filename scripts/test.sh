@@ -16,7 +16,7 @@ if ! "$ALD" services up; then
 fi
 echo "make test: services up in $(( $(date +%s) - t0 ))s"
 
-.venv/bin/pytest "$@"
+.venv/bin/pytest --durations=25 "$@"
 rc=$?
 stop
 if [ "$rc" -eq 5 ]; then

@@ -231,15 +231,19 @@ class LocalStore:
     def create(self, key: str, body: bytes, content_type: str = "application/json") -> str:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            raise AlreadyExists(f"{path} already exists") from None
-        with os.fdopen(fd, "wb") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)  # readers wait for the whole body
+        # the body is complete before the name exists: a link to a finished temporary file is an atomic
+        # create-if-absent, so a reader never sees an empty or half-written object
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        with open(tmp, "wb") as fh:
             fh.write(body)
             fh.flush()
             os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise AlreadyExists(f"{path} already exists") from None
+        finally:
+            tmp.unlink(missing_ok=True)
         return _etag(body)
 
     def replace(self, key: str, body: bytes, etag: str, content_type: str = "application/json") -> str:

@@ -1,11 +1,14 @@
 """Shortened reliability campaigns (aldebaran.chaos) on the real services: the same code `make chaos` runs
-at full size, with few faults and small data. The kill-auditor campaign's short variant is
+at full size, with few faults and small data (the two marked `campaign` run in `make chaos-short`, not in
+`make test`). The kill-auditor campaign's short variant is
 tests/integration/test_auditor_recovery.py."""
 
 from __future__ import annotations
 
 import json
 import logging
+
+import pytest
 
 from aldebaran.chaos import fuzz, kill_airflow, kill_dispatch, kill_scheduler, outages, under_load
 
@@ -107,6 +110,7 @@ def test_airflow_scheduler_killed_while_alert_dispatch_runs():
     assert (result.lost, result.duplicated) == (0, 0)
 
 
+@pytest.mark.campaign
 def test_airflow_triggerer_killed_idle_and_busy_while_the_asset_watcher_drives_dispatch():
     """A private Airflow with a triggerer (the alert_dispatch AssetWatcher wakes the DAG; no REST triggering),
     the triggerer SIGKILLed once with no run active (a wave published while it is down) and once while a dispatch
@@ -125,6 +129,7 @@ def test_airflow_triggerer_killed_idle_and_busy_while_the_asset_watcher_drives_d
     assert (result.lost, result.duplicated) == (0, 0)
 
 
+@pytest.mark.campaign
 def test_airflow_api_server_killed_while_dispatch_task_instances_run():
     """The api-server (the task processes' Execution API) SIGKILLed while dispatch task instances run, down
     beyond the task supervisor's failed heartbeats, then briefly; every alert reaches every recipient once and

@@ -148,7 +148,7 @@ def test_builtin_max_run_and_lookup_flags():
     assert (webhook.max_run, webhook.has_lookup, webhook.concurrency) == (5000, False, 64)
     assert (sms.max_run, sms.has_lookup) == (1, False)
     assert ch.SmsChannel("s", "http://127.0.0.1:1", "AC1", "t", "+15550001111", "+15552223333", lookup=True).has_lookup
-    assert (ch.LogChannel("log").max_run, ch.KafkaChannel("k", "t", {"bootstrap.servers": "x:1"}).max_run) == (1, 2000)
+    assert (ch.LogChannel("log").max_run, ch.KafkaChannel("k", "t", {"bootstrap.servers": "x:1"}).max_run) == (1, ch.DEDUPE_MAX_RUN)
     with pytest.raises(NotImplementedError, match="webhook channel w has no lookup"):
         webhook.lookup("a1")
 

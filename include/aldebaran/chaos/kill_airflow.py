@@ -234,9 +234,16 @@ def run(component: str, alerts: int = 3000, kills: int = 4, seed: int = 1, mode:
                     else:
                         pub = publish(wave, wave_seconds)
                         k.published_wall = time.time()
-                        wait_for(lambda: running_dispatch(), 900, 0.5, f"kill {k.n}: a dispatch task instance running")
-                        time.sleep(k.delay)
-                        k.running_at_kill = running_dispatch()
+                        # a try seen running may end within the delay (a short wave, or an older run's last
+                        # try): look again after the delay and kill only while one still runs
+                        for _ in range(20):
+                            wait_for(lambda: running_dispatch(), 900, 0.5,
+                                     f"kill {k.n}: a dispatch task instance running")
+                            time.sleep(k.delay)
+                            k.running_at_kill = running_dispatch()
+                            if k.running_at_kill:
+                                break
+                            k.delay = round(k.delay / 2, 2)
                     k.killed_at, k.killed_wall = dt.datetime.now(dt.UTC), time.time()
                     k.processes = len(target.kill_tree())
                     result.faults += 1
