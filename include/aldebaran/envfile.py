@@ -46,6 +46,7 @@ def ensure(path: Path | None = None) -> Path:
     """Create the .env with generated credentials if absent; add any newly required key if missing."""
     path = path or paths.env_file()
     existing = parse(path.read_text()) if path.exists() else {}
+    # Not configuration read here: a secret already in the environment (compose, a CI secret) is not generated.
     missing = {k: gen() for k, gen in GENERATED.items() if k not in existing and k not in os.environ}
     if missing:
         header = "" if path.exists() else (
@@ -66,6 +67,7 @@ def load_env(path: Path | None = None, *, create: bool = False) -> dict[str, str
     if not path.exists():
         return {}
     values = parse(path.read_text())
+    # The settings classes read the environment: the file's values go there, under what is already set.
     for key, value in values.items():
         os.environ.setdefault(key, value)
     return values

@@ -4,28 +4,32 @@ download cache that `make setup` fills (keyed by version, outside the work tree)
 from __future__ import annotations
 
 import hashlib
-import os
 from functools import cache
 from pathlib import Path
 
 from aldebaran.exceptions import SetupError
+from aldebaran.settings import PathSettings, load
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _settings() -> PathSettings:
+    return load(PathSettings)
+
+
 def run_dir() -> Path:
     """Service data, logs and PID files (ALDEBARAN_RUN_DIR, default <work tree>/.run)."""
-    return Path(os.environ.get("ALDEBARAN_RUN_DIR", ROOT / ".run")).resolve()
+    return (_settings().run_dir or ROOT / ".run").resolve()
 
 
 def cache_dir() -> Path:
     """Download/build cache shared by every clone on this machine (ALDEBARAN_CACHE)."""
-    return Path(os.environ.get("ALDEBARAN_CACHE", Path.home() / ".cache" / "aldebaran"))
+    return _settings().cache or Path.home() / ".cache" / "aldebaran"
 
 
 def env_file() -> Path:
     """The git-ignored .env with generated credentials (ALDEBARAN_ENV_FILE, default <work tree>/.env)."""
-    return Path(os.environ.get("ALDEBARAN_ENV_FILE", ROOT / ".env"))
+    return _settings().env_file or ROOT / ".env"
 
 
 @cache

@@ -7,9 +7,10 @@ setting fails at start with :class:`ConfigError` naming the variable, never late
 
 from __future__ import annotations
 
-from typing import TypeVar
+from pathlib import Path
+from typing import Literal, TypeVar
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aldebaran.exceptions import ConfigError
@@ -72,6 +73,47 @@ class ObjectStoreSettings(BaseSettings):
 
     def endpoint(self) -> str | None:
         return self.endpoint_url or None
+
+
+class PathSettings(BaseSettings):
+    """Where this machine keeps local data: the run directory, the download cache, the env file."""
+
+    # Empty = the default: an empty path would mean the current directory.
+    model_config = SettingsConfigDict(env_prefix="ALDEBARAN_", extra="ignore", env_ignore_empty=True)
+
+    run_dir: Path | None = Field(
+        None, description="ALDEBARAN_RUN_DIR: service data, logs, PID files (unset: `<work tree>/.run`)"
+    )
+    cache: Path | None = Field(
+        None, description="ALDEBARAN_CACHE: download/build cache `make setup` fills, shared by every clone "
+                          "on the machine (unset: `~/.cache/aldebaran`)"
+    )
+    env_file: Path | None = Field(
+        None, description="ALDEBARAN_ENV_FILE: the git-ignored env file with generated credentials "
+                          "(unset: `<work tree>/.env`)"
+    )
+
+
+SparkLogLevel = Literal["ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"]
+
+
+class SparkSettings(BaseSettings):
+    """The Spark sessions this package builds (the auditor under spark-submit, tests, benchmarks)."""
+
+    model_config = SettingsConfigDict(env_prefix="ALDEBARAN_SPARK_", extra="ignore")
+
+    master: str = Field(
+        "local[2]", min_length=1,
+        description="ALDEBARAN_SPARK_MASTER: master of a session built outside spark-submit (under "
+                    "spark-submit, --master decides)",
+    )
+    log_level: SparkLogLevel = Field("WARN", description="ALDEBARAN_SPARK_LOG_LEVEL: Spark driver log level")
+    ui: bool = Field(False, description="ALDEBARAN_SPARK_UI: start the Spark web UI")
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
 
 
 def env_var_of(cls: type[BaseSettings], field: str) -> str:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from aldebaran import paths
+from aldebaran.settings import ObjectStoreSettings, SparkSettings, load
 
 
 def spark_home() -> str:
@@ -22,7 +23,8 @@ def spark_home() -> str:
 
 
 def spark_env() -> dict[str, str]:
-    env = dict(os.environ)
+    """The environment of Spark's launchers: this process's, with Spark's own variables defaulted."""
+    env = dict(os.environ)  # not configuration: the whole environment, passed on to the JVM launchers
     env.setdefault("SPARK_HOME", spark_home())
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -33,6 +35,7 @@ def spark_env() -> dict[str, str]:
 
 
 def apply_spark_env() -> None:
+    # pyspark launches its JVM with this process's environment: export Spark's variables into it.
     for key, value in spark_env().items():
         os.environ.setdefault(key, value)
 
@@ -47,8 +50,6 @@ def connector_jars(s3a: bool = False) -> list[str]:
 
 def s3a_conf(prefix: str = "spark.hadoop.") -> dict[str, str]:
     """Hadoop s3a settings for the configured object store (MinIO endpoint or AWS)."""
-    from aldebaran.settings import ObjectStoreSettings, load
-
     s3 = load(ObjectStoreSettings)
     conf = {
         "fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
@@ -82,7 +83,7 @@ def base_conf(shuffle_partitions: int = 2, s3a: bool = False) -> dict[str, str]:
         "spark.jars": ",".join(connector_jars(s3a)),
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",
-        "spark.ui.enabled": os.environ.get("ALDEBARAN_SPARK_UI", "false"),
+        "spark.ui.enabled": str(load(SparkSettings).ui).lower(),
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
@@ -103,6 +104,7 @@ def base_conf(shuffle_partitions: int = 2, s3a: bool = False) -> dict[str, str]:
 def session(app: str = "aldebaran", master: str | None = None, conf: dict[str, str] | None = None,
             s3a: bool = False, shuffle_partitions: int = 2):
     """Build (or reuse) a SparkSession with the connector jars on the classpath."""
+    settings = load(SparkSettings)  # before the JVM starts: an invalid setting fails here, named
     apply_spark_env()
     import logging
 
@@ -111,11 +113,12 @@ def session(app: str = "aldebaran", master: str | None = None, conf: dict[str, s
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines outlive pytest's log capture
 
     builder = SparkSession.builder.appName(app)
+    # Not configuration: spark-submit sets PYSPARK_GATEWAY_PORT for the Python it launches.
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         # Not under spark-submit: choose the master here. Under spark-submit, --master decides.
-        builder = builder.master(master or os.environ.get("ALDEBARAN_SPARK_MASTER", "local[2]"))
+        builder = builder.master(master or settings.master)
     for key, value in {**base_conf(shuffle_partitions, s3a), **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("ALDEBARAN_SPARK_LOG_LEVEL", "WARN"))
+    spark.sparkContext.setLogLevel(settings.log_level)
     return spark

@@ -28,6 +28,8 @@ def test_every_settings_class_of_the_package_is_found():
     assert docsgen.settings_class_names() == [
         ("aldebaran.settings", "KafkaSettings"),
         ("aldebaran.settings", "ObjectStoreSettings"),
+        ("aldebaran.settings", "PathSettings"),
+        ("aldebaran.settings", "SparkSettings"),
         ("aldebaran.audit.settings", "AuditorSettings"),
         ("aldebaran.delivery.settings", "DeliverySettings"),
         ("aldebaran.platform.settings", "SupervisorSettings"),
@@ -55,6 +57,10 @@ def test_reference_names_the_real_env_vars_with_types_and_defaults():
         "no heartbeat for this long = unhealthy |",
         "| `ALDEBARAN_HEALTH_MAX_IN_DOUBT` | int (≥ 0) | `0` | IN_DOUBT delivery records tolerated per channel |",
         "| `ALDEBARAN_REPLAY_ARCHIVE_PREFIX` | str (not empty) | `archive/replays` | replays' alert archive |",
+        "| `ALDEBARAN_RUN_DIR` | Path | unset | service data, logs, PID files (unset: `<work tree>/.run`) |",
+        "| `ALDEBARAN_SPARK_LOG_LEVEL` | `ALL` or `TRACE` or `DEBUG` or `INFO` or `WARN` or `ERROR` or `FATAL` or "
+        "`OFF` | `WARN` | Spark driver log level |",
+        "| `ALDEBARAN_SPARK_UI` | bool | `false` | start the Spark web UI |",
     ]:
         assert row in text.splitlines(), row
 

@@ -115,6 +115,7 @@ def submit_env() -> dict[str, str]:
 
     env = sparkmod.spark_env()
     out = {k: env[k] for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP")}
+    # Not configuration: the task's PATH, with this venv's spark-submit first, for the subprocess.
     out["PATH"] = f"{paths.venv_bin('spark-submit').parent}{os.pathsep}{os.environ.get('PATH', '')}"
     return out
 
