@@ -30,7 +30,7 @@ demo: setup  ## the platform end to end on local defaults (leaves services runni
 test: setup  ## the whole suite against real services (started, then stopped even on failure)
 	@bash scripts/test.sh $(PYTEST_ARGS)
 
-test-unit: setup  ## only the fast tests (no services)
+test-unit: setup  ## only the fast tests: unit and DAG integrity (no services needed)
 	@$(VENV)/bin/pytest tests/unit tests/dags -q $(PYTEST_ARGS)
 
 bench: setup  ## capacity benchmarks, full size (shared services up; tables + plots into docs/benchmarks.md, docs/img/)

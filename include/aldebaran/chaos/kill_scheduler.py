@@ -372,7 +372,7 @@ def private_airflow(run_dir: Path, env_extra: dict[str, str], port: int, trigger
     config.prepare()
     env = config.environment()
     # env_extra is built from this process's environment, which a test session may have pointed at its own
-    # Airflow home and metadata DB (tests/dags/conftest.py): only its non-Airflow settings and connections
+    # Airflow home and metadata DB (tests/airflow_home.py): only its non-Airflow settings and connections
     # pass, so the private Airflow never migrates or reads another instance's database.
     env.update({k: v for k, v in env_extra.items()
                 if not (k.startswith("AIRFLOW__") or k in ("AIRFLOW_HOME", "AIRFLOW_CONFIG"))})

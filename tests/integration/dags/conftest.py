@@ -1,0 +1,4 @@
+"""DAGs run for real with dag.test() against the services `make test` starts. Airflow's test home:
+tests/airflow_home.py."""
+
+from tests.airflow_home import airflow_db, dagbag  # noqa: F401  (fixtures; sets AIRFLOW_HOME before airflow loads)
