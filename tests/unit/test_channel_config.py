@@ -126,7 +126,7 @@ def test_conn_type_wins_over_the_name(monkeypatch):
 
 def test_airflow_connection_object():
     airflow_conn = SimpleNamespace(conn_id="aldebaran_pager", conn_type="http", host="pager.example.com", port=8443,
-                                   login=None, password=SECRET, schema="https", extra_dejson={"timeout": 2})
+                                   login=None, password=SECRET, schema="https", extra='{"timeout": 2}')
     channel = ch.channel_from_connection("pager", Connection.from_airflow(airflow_conn))
     assert (channel.url, channel.timeout) == ("https://pager.example.com:8443", 2.0)
     (built,) = configured_channels(["pager"], lookup=lambda name: Connection.from_airflow(airflow_conn))

@@ -228,8 +228,11 @@ def stop(store, name: str, cfg: DispatchSupervisorSettings, reason: str) -> list
 
 
 def launch(name: str, channels: list[str]) -> tuple[subprocess.Popen, Path]:
-    """`aldebaran dispatch --follow` detached (own session: it outlives the task that started it)."""
+    """`aldebaran dispatch --follow` detached (own session: it outlives the task that started it).
+    It runs outside Airflow and reads only its environment, so it gets the channels' connections as
+    Airflow resolved them for this task (UI, API, secrets backend) as ``AIRFLOW_CONN_ALDEBARAN_*``."""
     from aldebaran import paths
+    from aldebaran.delivery.channels.sources import connections_env
 
     logs = paths.run_dir() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -239,7 +242,8 @@ def launch(name: str, channels: list[str]) -> tuple[subprocess.Popen, Path]:
     try:
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, cwd=str(paths.ROOT))
+                                    start_new_session=True, cwd=str(paths.ROOT),
+                                    env={**os.environ, **connections_env(channels)})
     except OSError as exc:
         raise DispatcherError(f"dispatcher {name}: cannot run {command[0]}: {exc}") from exc
     return proc, log_path

@@ -5,7 +5,8 @@ module          what
 ==============  ==============================================================================
 base            Channel, Outcome, the errors a send raises, the registry (``@register``)
 connection      an Airflow connection in its JSON or URI form, typed accessors for the extras
-config          ALDEBARAN_CHANNELS + one connection per channel → channel objects
+sources         where the channel list and connections come from: Airflow in a task, else the env
+config          the channel list + one connection per channel → channel objects
 text            the machine body and its signature; the e-mail and SMS texts
 http            one aiohttp session per channel on a private event loop; HTTP errors translated
 webhook         ``webhook``  HTTP(S) POST, ``Idempotency-Key`` + HMAC signature; batches optional
@@ -62,14 +63,14 @@ from aldebaran.delivery.channels.config import (  # noqa: E402 (after the kinds 
     channel_from_connection,
     channel_names,
     configured_channels,
-    env_connection,
 )
+from aldebaran.delivery.channels.sources import CHANNELS_VARIABLE, env_connection, in_airflow_task
 
 __all__ = [
-    "BATCH_HEADER", "CONN_ID_PREFIX", "CONN_TYPES", "DEDUPE_MAX_RUN", "E164", "ENV_PREFIX", "KINDS", "NAME_PATTERN",
+    "BATCH_HEADER", "CHANNELS_VARIABLE", "CONN_ID_PREFIX", "CONN_TYPES", "DEDUPE_MAX_RUN", "E164", "ENV_PREFIX", "KINDS", "NAME_PATTERN",
     "SECRET_KEY_PATTERN", "USER_AGENT", "Channel", "Connection", "EmailChannel", "KafkaChannel", "LogChannel",
     "Outcome", "OutcomeUnknown", "PermanentError", "RetryableError", "SmsChannel", "WebhookChannel", "alert_body",
     "batch_key", "channel_from_connection", "channel_names", "conn_env_var", "conn_id", "configured_channels",
-    "email_subject", "email_text", "env_connection", "register", "signature", "sms_text", "utc_iso",
+    "email_subject", "email_text", "env_connection", "in_airflow_task", "register", "signature", "sms_text", "utc_iso",
     "verify_signature",
 ]

@@ -1,23 +1,27 @@
-"""Which channels, built from what: ALDEBARAN_CHANNELS names them, one connection per channel.
+"""Which channels, built from what: a list of channel names, one connection per channel.
 
-ALDEBARAN_CHANNELS is a comma list of channel names (default ``log``). Channel ``<name>`` is defined
-by the Airflow connection ``aldebaran_<name>``, which outside Airflow is the env var
-``AIRFLOW_CONN_ALDEBARAN_<NAME>`` in Airflow's JSON or URI form, e.g.
+The list is a comma list of channel names (default ``log``): inside an Airflow task the Airflow
+Variable ``aldebaran_channels`` when it exists (changeable in the UI, no restart), else the
+ALDEBARAN_CHANNELS setting. Channel ``<name>`` is defined by the Airflow connection
+``aldebaran_<name>``: inside an Airflow task as Airflow resolves it (UI/API, ``AIRFLOW_CONN_*``,
+secrets backend), outside Airflow the env var ``AIRFLOW_CONN_ALDEBARAN_<NAME>`` in Airflow's JSON or
+URI form (channels/sources.py), e.g.
 ``{"conn_type": "http", "host": "hooks.example.com", "schema": "https", "password": "<secret>",
 "extra": {"endpoint": "/aldebaran", "timeout": 10}}``. The channel kind is the connection's conn_type
 (looked up in the registry: http → webhook, smtp → email, kafka, sms, log, ...), or the channel's
-name when that is a kind. .env.example shows one definition per kind. Errors name the env var and
+name when that is a kind. .env.example shows one definition per kind. Errors name the connection and
 the field, never a secret.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 
 from aldebaran.delivery.channels.base import CONN_TYPES, KINDS, Channel
-from aldebaran.delivery.channels.connection import NAME_PATTERN, Connection, conn_env_var, conn_id
+from aldebaran.delivery.channels.connection import NAME_PATTERN, Connection, conn_id
 from aldebaran.delivery.channels.log import LogChannel
+from aldebaran.delivery.channels.sources import channels_setting, missing
+from aldebaran.delivery.channels.sources import lookup as default_lookup
 from aldebaran.exceptions import ConfigError
 
 
@@ -30,11 +34,10 @@ def channel_from_connection(name: str, conn: Connection | None) -> Channel:
     if conn is None:
         if name == "log":
             return LogChannel(name)
-        var = conn_env_var(name)
         if name in KINDS:
-            raise ConfigError(f"{var} is not set: the {name} channel needs a connection "
+            raise ConfigError(f"{missing(name)}: the {name} channel needs a connection "
                               f"(Airflow connection {conn_id(name)}; see .env.example)")
-        raise ConfigError(f"ALDEBARAN_CHANNELS names {name!r}, but {var} is not set: define the connection "
+        raise ConfigError(f"{channels_setting()[0]} names {name!r}, but {missing(name)}: define the connection "
                           f"(conn_type {_choices()})")
     if conn.conn_type:
         kind = CONN_TYPES.get(conn.conn_type)
@@ -50,22 +53,16 @@ def channel_from_connection(name: str, conn: Connection | None) -> Channel:
         raise conn.error("connection", f"is invalid: {exc}") from None
 
 
-def env_connection(name: str, environ: Mapping[str, str] | None = None) -> Connection | None:
-    """Channel `name`'s connection from ``AIRFLOW_CONN_ALDEBARAN_<NAME>``, or None if unset."""
-    env = os.environ if environ is None else environ
-    var = conn_env_var(name)
-    raw = env.get(var)
-    if raw is None or not raw.strip():
-        return None
-    return Connection.parse(var, raw)
-
-
 def channel_names(names: list[str] | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
-    """The channel names: `names`, else ALDEBARAN_CHANNELS (default ``log``). Validated: lower-case
-    letters, digits and _ (they are ledger key segments and connection ids), no repeats."""
-    env = os.environ if environ is None else environ
-    source = "channel names" if names else "ALDEBARAN_CHANNELS"
-    wanted = list(names) if names else [n.strip() for n in env.get("ALDEBARAN_CHANNELS", "log").split(",") if n.strip()]
+    """The channel names: `names`, else the configured list (sources.channels_setting: the Airflow
+    Variable ``aldebaran_channels`` inside a task, else ALDEBARAN_CHANNELS, default ``log``).
+    Validated: lower-case letters, digits and _ (they are ledger key segments and connection ids),
+    no repeats; errors name where the list came from."""
+    if names:
+        source, wanted = "channel names", list(names)
+    else:
+        source, raw = channels_setting(environ)
+        wanted = [n.strip() for n in raw.split(",") if n.strip()]
     if not wanted:
         raise ConfigError(f"{source}: no channel named (e.g. log,webhook)")
     for name in wanted:
@@ -80,10 +77,10 @@ def channel_names(names: list[str] | None = None, environ: Mapping[str, str] | N
 
 def configured_channels(names: list[str] | None = None,
                         lookup: Callable[[str], Connection | None] | None = None) -> list[Channel]:
-    """The channels named in ALDEBARAN_CHANNELS (default: log), each built from its connection.
+    """The configured channels (or `names`), each built from its connection.
 
-    `lookup(name)` returns a channel's Connection; the default reads ``AIRFLOW_CONN_ALDEBARAN_<NAME>``.
-    Inside Airflow pass e.g. ``lambda n: Connection.from_airflow(BaseHook.get_connection(conn_id(n)))``.
+    The connection of each comes from `lookup(name)`; the default (sources.lookup) asks Airflow inside
+    an Airflow task and reads ``AIRFLOW_CONN_ALDEBARAN_<NAME>`` outside it.
     """
-    lookup = lookup or env_connection
+    lookup = lookup or default_lookup
     return [channel_from_connection(name, lookup(name)) for name in channel_names(names)]

@@ -1,13 +1,13 @@
 """Channel connections: Airflow's connection in its JSON or URI form, with typed accessors whose errors
 name the source (the env var) and the field, never a value.
 
-Channel ``<name>`` is defined by the Airflow connection ``aldebaran_<name>``; outside Airflow that is
-the env var ``AIRFLOW_CONN_ALDEBARAN_<NAME>`` (:func:`aldebaran.delivery.channels.env_connection`).
+Channel ``<name>`` is defined by the Airflow connection ``aldebaran_<name>``: inside an Airflow task as
+Airflow resolves it, outside Airflow the env var ``AIRFLOW_CONN_ALDEBARAN_<NAME>`` (channels/sources.py).
 
 Parsed here rather than by ``airflow.models.Connection``: dispatch workers run outside Airflow, and
 importing Airflow's Connection to parse one took 5.0-5.7 s and 132 MB RSS per process on the 2-core
 dev box, against 0.5-0.6 s and 37 MB for this whole package (same run, 2026-11-24, ``/usr/bin/time``).
-Inside Airflow, :meth:`Connection.from_airflow` takes Airflow's object.
+Inside Airflow, Airflow's own lookup finds the connection and its fields come in through :meth:`from_fields`.
 """
 
 from __future__ import annotations
@@ -148,11 +148,22 @@ class Connection:
 
     @classmethod
     def from_airflow(cls, conn: Any, source: str | None = None) -> "Connection":
-        """From an ``airflow.models.Connection`` (or anything with its attributes), inside Airflow."""
+        """From Airflow's Connection (Task SDK or ``airflow.models``; anything with its attributes).
+
+        The extra goes in as Airflow stores it, a JSON string: Airflow's ``extra_dejson`` turns a
+        malformed extra into ``{}`` with a log line, and the channel would start half-configured."""
         return cls.from_fields(source or f"Airflow connection {conn.conn_id}", {
             "conn_type": conn.conn_type, "host": conn.host, "port": conn.port, "login": conn.login,
-            "password": conn.password, "schema": conn.schema, "extra": conn.extra_dejson,
+            "password": conn.password, "schema": conn.schema, "extra": conn.extra or None,
         })
+
+    def to_json(self) -> str:
+        """Airflow's JSON form of this connection (an ``AIRFLOW_CONN_*`` value for a child process).
+        It holds the password: for a process's environment only, never for a log."""
+        data = {"conn_type": self.conn_type, "host": self.host, "port": self.port, "login": self.login,
+                "password": self.password.get_secret_value() if self.password else None,
+                "schema": self.schema, "extra": self.extra}
+        return json.dumps({k: v for k, v in data.items() if v not in (None, {})})
 
     # --- typed accessors: each failure names the source and the field, never the value ------------
     def require(self, name: str, hint: str) -> str:
