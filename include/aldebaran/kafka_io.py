@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -171,14 +171,3 @@ def end_offsets(settings: KafkaSettings, topic: str) -> dict[int, int]:
         return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in meta.partitions}
     finally:
         c.close()
-
-
-def iter_messages(c: Consumer, timeout: float) -> Iterator:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        msg = c.poll(0.5)
-        if msg is None or (msg.error() and msg.error().code() == KafkaError._PARTITION_EOF):
-            continue
-        if msg.error():
-            raise KafkaException(msg.error())
-        yield msg

@@ -45,12 +45,10 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import gzip
 import heapq
 import itertools
 import json
 import logging
-import operator
 import os
 import re
 import time
@@ -65,7 +63,7 @@ from aldebaran.audit.rules import Alert, Book, EventRow, Rule, render
 
 log = logging.getLogger(__name__)
 
-_NAME = re.compile(r"^(delta|snapshot)-(\d{12})\.(json|jsonl)\.gz$")
+_NAME = re.compile(r"^(delta|snapshot)-(\d{12})\.jsonl\.gz$")
 
 
 # --- durable files ----------------------------------------------------------------------------
@@ -134,41 +132,6 @@ def files_for(root: str) -> Files:
 
 
 # --- serialisation -----------------------------------------------------------------------------
-def decode_book(data: dict | list, order_id: str | None = None) -> Book:
-    """A book from a delta or snapshot: positional (what _book_row writes) or, from files written
-    before 2026-11-23 evening, keyed by field name. `order_id`, the key it was stored under, becomes
-    the book's own (one string object, not two), and the names are shared (see _compact)."""
-    if isinstance(data, list):
-        if order_id is not None:
-            data[0] = order_id
-        book = Book(*data)
-    else:
-        book = Book(**data)
-    return _compact(book)
-
-
-def _compact(book: Book) -> Book:
-    """Share the strings a decoded book repeats: client and stock names (interned: a handful of names
-    across millions of books) and the request's and first purchase's event ids (the same strings as
-    in `seen`). A decoded book then takes about the memory of one built by the batch loop."""
-    seen = book.seen
-    for part in (book.request, book.first_purchase):
-        if part is not None:
-            client, stock, event_id = part.get("client"), part.get("stock"), part.get("event_id")
-            if client is not None:
-                part["client"] = intern(client)
-            if stock is not None:
-                part["stock"] = intern(stock)
-            for e in seen:
-                if e == event_id:
-                    part["event_id"] = e
-                    break
-    return book
-
-
-# The persisted form of a book: its fields in declaration order, as one JSON array. Encoded right away
-# (json.dumps), so it may share the live book's containers; ~2x faster than keyed dicts, and smaller.
-_book_row = operator.attrgetter(*(f.name for f in dataclasses.fields(Book)))
 _encode_key = json.encoder.encode_basestring_ascii  # C: the order id as a JSON string
 
 
@@ -249,8 +212,7 @@ def _times(book: Book | bytes) -> tuple[int, int]:
 
 # --- files: a header line, then one line per book ------------------------------------------------
 # `{"format":2,"clock_ms":..,"clock_moved_ms":..}` then `<order id as a JSON string>\t<frozen row or null>`
-# (null: the book was dropped; deltas only). Files named *.json.gz (one JSON document, before
-# 2026-11-24) still load.
+# (null: the book was dropped; deltas only).
 _FORMAT = 2
 _CHUNK = 50_000  # books encoded and compressed at a time: bounds the peak memory of a snapshot
 
@@ -270,12 +232,8 @@ def _dump_lines(items: Iterable[tuple[str, bytes | None]], **header) -> bytes:
 
 
 def _read_lines(data: bytes, name: str) -> tuple[dict, Iterable[tuple[str, bytes | None]]]:
-    """(header, (order id, frozen row or None) ...) of a file written by _dump_lines or, by name, of an
-    older one-document file (its rows re-encoded as frozen rows). Decompressed a piece at a time."""
-    if not name.endswith(".jsonl.gz"):
-        doc = json.loads(gzip.decompress(data))
-        rows = doc.pop("books")
-        return doc, ((o, None if r is None else freeze(decode_book(r, o))) for o, r in rows.items())
+    """(header, (order id, frozen row or None) ...) of a file written by _dump_lines. Decompressed a
+    piece at a time."""
     z = zlib.decompressobj(31)
     first, _, rest = z.decompress(data, 1 << 16).partition(b"\n")
     while not _ and z.unconsumed_tail:  # a header longer than the first piece (not written by us)

@@ -46,11 +46,6 @@ class Limits:
     max_shares: int = events.MAX_SHARES
 
 
-EVENT_COLUMNS = [
-    "kind", "event_id", "order_id", "shares", "client", "stock", "event_ts",
-    "topic", "partition", "offset", "kafka_ts", "key", "value",
-]
-
 # The fast path's extraction: plain types are exact for a message fast_shape_regex accepted (an integer
 # id's literal is its text, as the contract compares ids as strings).
 FAST_SCHEMA = "id string, initial_order_id string, `#shares` long, client string, stock string, ts long"

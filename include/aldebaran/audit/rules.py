@@ -21,7 +21,7 @@ from aldebaran import events
 
 @dataclass(slots=True)
 class Book:
-    """One order's state. Persisted as a JSON array of its fields (books._book_row); keep fields JSON-friendly.
+    """One order's state. Persisted frozen, as one JSON array (books.freeze/thaw); keep fields JSON-friendly.
     Slotted: a shard holds millions of these (no per-instance __dict__, faster attribute access)."""
 
     order_id: str
