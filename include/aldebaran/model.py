@@ -14,15 +14,11 @@ like every unknown field (``rule``, ``message``, ...), in ``extra``. So ``to_dic
 back everything that came in: a re-serialised alert loses nothing. ``kind`` is any non-empty string
 (audit alerts are OVERFILL or ORPHAN; the platform pages operators with AUDITOR_DOWN in the same shape).
 
-A frozen, slotted dataclass rather than a pydantic model, though not for speed. Same run (2026-11-24,
-2-core dev box under other tests' load, Python 3.11, one 349-byte alert, best of 5 x 100k; the script
-is in this file's first commit message): ``from_json`` 7.4 µs (10.3 µs parsing with json.loads, hence
-pydantic-core's jiter first and the stdlib only for what jiter rejects, for its exact errors);
-pydantic 2.14 ``model_validate_json`` 3.7 µs with ``extra="allow"``, but that model coerces ``"100"``
-to 100 (lax) or rejects it (strict) where this one keeps it verbatim; a pydantic dataclass that keeps
-extras apart as here 6.8 µs. ``to_json`` 9.0 µs vs ``model_dump_json`` 2.1 µs (unsorted and not
-ASCII-escaped: other bytes than the signed bodies receivers get today). Should dispatch profiles show
-these microseconds, the next step is a strict pydantic fast path with this code as its fallback.
+A frozen, slotted dataclass rather than a pydantic model, though not for speed: a pydantic model
+coerces ``"100"`` to 100 (lax) or rejects it (strict) where this one keeps it verbatim, and its JSON
+(unsorted, not ASCII-escaped) is other bytes than the signed bodies receivers get. The same-run
+comparison is in docs/design.md §9 (trade-off 12). pydantic-core's jiter parses first, the stdlib only
+what jiter rejects (for its exact errors).
 """
 
 from __future__ import annotations
@@ -60,8 +56,8 @@ class Alert:
     detected_at: int | None = None  # epoch ms
     # Unknown fields, and contract fields of the wrong type, verbatim (do not mutate: shared by copies).
     extra: dict[str, Any] = field(default_factory=dict, hash=False, repr=False)
-    # The bytes it was read from (from_json of bytes), forwarded unchanged by body(): re-encoding cost
-    # more than the rest of a Kafka-bus delivery in a profile of the dispatcher (2026-11-24).
+    # The bytes it was read from (from_json of bytes), forwarded unchanged by body(): re-encoding was
+    # the largest cost of a Kafka-bus delivery (docs/design.md §9, trade-off 12).
     raw: bytes | None = field(default=None, compare=False, hash=False, repr=False)
 
     REQUIRED: ClassVar[tuple[str, ...]] = ("alert_id", "kind", "order_id")

@@ -70,8 +70,8 @@ def s3a_conf(prefix: str = "spark.hadoop.") -> dict[str, str]:
 
 # The JVM runs each whole-stage-codegen'd plan as one generated method per stage. The parse's (every contract
 # check as a column expression, aldebaran.audit.parse) is larger than the 8,000 bytes of bytecode HotSpot
-# compiles by default, so it ran interpreted: 3× slower (measured 15.9 s → 5.6 s for the same 505k-event
-# parse job, `local[2]`). Let the JIT compile huge methods, in the driver (local mode) and the executors.
+# compiles by default, so it ran interpreted, several times slower (measured in docs/design.md §5, "What
+# limits throughput"). Let the JIT compile huge methods, in the driver (local mode) and the executors.
 JVM_OPTIONS = "-XX:-DontCompileHugeMethods"
 # For spark-submit (the Airflow operators): the driver JVM starts before any session is built.
 SUBMIT_CONF = {"spark.driver.extraJavaOptions": JVM_OPTIONS, "spark.executor.extraJavaOptions": JVM_OPTIONS}

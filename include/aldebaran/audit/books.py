@@ -20,17 +20,16 @@ Each micro-batch, every shard task (one Python call per shard, see aldebaran.aud
 The snapshot rule keeps the state's cost per batch proportional to the books touched, amortised: a
 snapshot is O(open books), but it is only written after deltas of at least that size (the touched
 books) were written since the last one; and a cold load reads a snapshot plus at most about as much
-delta. Taking snapshots on a fixed schedule instead made a batch with 700k open books spend 15.6 s on
-its snapshot every 20 batches (capacity bench, 2026-11-23); at 10M open books that would dominate.
+delta. Snapshots on a fixed schedule instead made every snapshot batch pay O(open books) whatever it
+touched (measured in docs/design.md §2); at 10M open books that would dominate.
 
 Memory: between batches a shard holds every book frozen — one compact JSON row as bytes (see
 `freeze`), decoded only when an event touches it and frozen again at the end of that batch — and
-indexes the deadlines in buckets of plain lists (`DeadlineIndex`). A process holding 1M open books
-grew by ~478 bytes per book (a ~173-byte row) instead of ~1,470 with a live object per book (one
-shard driven directly, 2M events, a throwaway profile, 2026-11-24), so two Python workers can each
-hold every shard of 10M open books on a 24 GiB machine (Spark hands a shard task to any idle Python
-worker: each worker ends up with a copy). The same bytes are the book's line in its delta and in the
-snapshots: a snapshot is a concatenation, a cold load a split (1M books: ~2 s instead of 27 s).
+indexes the deadlines in buckets of plain lists (`DeadlineIndex`). A frozen book takes about a third
+of the memory of a live one, so two Python workers can each hold every shard of 10M open books on a
+24 GiB machine (Spark hands a shard task to any idle Python worker: each worker ends up with a copy).
+The same bytes are the book's line in its delta and in the snapshots: a snapshot is a concatenation,
+a cold load a split. The measurements are in docs/design.md §8.
 
 If the batch fails part-way (its input iterator or a write raises), this worker's cached copy of the
 shard is dropped: the retry reloads version batch_id-1 rather than half-applied books.
@@ -493,7 +492,7 @@ class ShardStore:
         # (refcounting frees them), and each generation-2 collection would walk every live object — a
         # cost O(books open) per batch. After the batch, the survivors are frozen out of the collector's
         # generations, so later collections skip them (frozen books are bytes: not tracked at all).
-        # Shard step +20-40% on 200k events / 40k books (/tmp profile, 2026-11-23).
+        # What the collector cost the shard step: docs/design.md §8.
         gc_enabled = gc.isenabled()
         gc.disable()
         try:
