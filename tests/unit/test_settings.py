@@ -79,3 +79,51 @@ def test_the_spark_ui_setting_reaches_the_session_conf(clean_env):
     assert spark.base_conf()["spark.ui.enabled"] == "false"
     clean_env.setenv("ALDEBARAN_SPARK_UI", "true")
     assert spark.base_conf()["spark.ui.enabled"] == "true"
+
+
+# --- no configuration read around the settings classes -------------------------------------------------
+ROOT = Path(__file__).resolve().parents[2]
+LAB = ("include/aldebaran/chaos/", "include/aldebaran/bench/", "include/aldebaran/services/",
+       "include/aldebaran/demo.py")
+# Product code whose raw reads are still to move into settings, owned by work in progress elsewhere:
+# the channel connections and channel list (issue 17 item 2), the alert watcher's wake-up interval
+# and the DAG's alerts topic (ALDEBARAN_DISPATCH_WAKEUP_SECONDS, ALDEBARAN_KAFKA_ALERTS_TOPIC).
+PENDING = ("include/aldebaran/delivery/channels/", "include/aldebaran/delivery/wakeup.py", "dags/alert_dispatch.py")
+
+
+def _environment_reads(path: Path) -> list[int]:
+    """Lines that read os.environ / os.getenv (setting a variable, os.environ.setdefault, is no read)."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    lines = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv")
+                and isinstance(node.value, ast.Name) and node.value.id == "os"):
+            parent = parents.get(node)
+            if isinstance(parent, ast.Attribute) and parent.attr == "setdefault":
+                continue
+            if isinstance(parent, ast.Subscript) and isinstance(parent.ctx, (ast.Store, ast.Del)):
+                continue
+            lines.append(node.lineno)
+    return lines
+
+
+def test_product_code_reads_the_environment_only_where_it_says_it_is_not_configuration():
+    files = [p for pattern in ("include/aldebaran/**/*.py", "dags/*.py", "plugins/*.py", "spark_apps/*.py")
+             for p in ROOT.glob(pattern)]
+    assert len(files) > 30  # the scan itself found the package
+    unexplained = []
+    for path in sorted(files):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(LAB + PENDING):
+            continue
+        source = path.read_text().splitlines()
+        for line in _environment_reads(path):
+            said = " ".join(source[max(0, line - 2):line]).lower()
+            if "not configuration" not in said:
+                unexplained.append(f"{rel}:{line}: {source[line - 1].strip()}")
+    assert not unexplained, ("configuration belongs in a pydantic-settings class (aldebaran.settings); another "
+                             "environment read says '# not configuration: why' on its line or the one above: "
+                             + "; ".join(unexplained))

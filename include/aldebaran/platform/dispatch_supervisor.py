@@ -243,6 +243,7 @@ def launch(name: str, channels: list[str]) -> tuple[subprocess.Popen, Path]:
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=str(paths.ROOT),
+                                    # Not configuration: the child inherits this environment, plus the connections.
                                     env={**os.environ, **connections_env(channels)})
     except OSError as exc:
         raise DispatcherError(f"dispatcher {name}: cannot run {command[0]}: {exc}") from exc
