@@ -38,9 +38,17 @@ def assert_eventually(check, timeout: float = 30.0, interval: float = 0.25, mess
 
 
 def pytest_collection_modifyitems(config, items):
+    misplaced = []
     for item in items:
         if "/integration/" in str(item.fspath):
             item.add_marker(pytest.mark.integration)
+        elif "services_up" in getattr(item, "fixturenames", ()):
+            misplaced.append(item.nodeid)
+    if misplaced:
+        # `make test-unit` (tests/unit, tests/dags) runs with no services: a test that needs them lives
+        # under tests/integration.
+        raise pytest.UsageError("tests that need the services (fixture services_up) outside tests/integration: "
+                                + ", ".join(misplaced))
 
 
 @pytest.fixture(scope="session")
