@@ -1,7 +1,7 @@
 """The platform's one storage layer: every durable write (delivery ledger, book state, leases,
 heartbeats, the alert archive, supervisor state) goes through a :class:`Store`.
 
-Two backends honour one contract (tests/integration/test_storage_contract.py runs it against both):
+Two backends honour one contract (tests/integration/test_ledger_contract.py runs it against both):
 
 - :class:`S3Store`: S3 or MinIO over boto3. Only calls AWS S3 itself supports are used (PutObject with
   If-None-Match / If-Match, GetObject, ListObjectsV2 with StartAfter, DeleteObject), so the same code
