@@ -14,8 +14,9 @@
 # project's requirements.txt pins apache-airflow==3.3.2 for the local venv. The -base flavour has no
 # triggers, so the same steps are spelled out below, in the same order, minus the Airflow pin.
 #
-# Why python-3.12: the Runtime's default interpreter is Python 3.14; 3.12 is the newest one every
-# pinned wheel here (pyspark 4.2.0, confluent-kafka, pandas 2.3.3, ...) is published and tested for.
+# Why python-3.11: it is the interpreter of the local venv that constraints.txt was resolved and
+# tested with (scripts/setup.sh; the Runtime's default is 3.14). tests/unit/test_compose.py holds the
+# tag's Python equal to the venv's and its Airflow minor equal to constraints.txt.
 
 # --- stage 1: Spark connector jars --------------------------------------------------------------
 # The auditor puts spark-sql-kafka (and hadoop-aws for s3a:// checkpoints) on spark.jars from
@@ -34,7 +35,7 @@ RUN set -eu; \
     done
 
 # --- stage 2: the Airflow image -----------------------------------------------------------------
-FROM astrocrpublic.azurecr.io/runtime:3.3-8-python-3.12-base
+FROM astrocrpublic.azurecr.io/runtime:3.3-8-python-3.11-base
 
 WORKDIR /usr/local/airflow
 USER root
@@ -53,14 +54,22 @@ RUN set -eux; \
 ENV JAVA_HOME=/usr/lib/jvm/default-java
 
 # Python packages: requirements.txt without its apache-airflow pin (the base image *is* Airflow, its
-# tag is the Airflow version). The image's own Airflow distributions are passed as constraints, so no
-# requirement can silently up- or downgrade Airflow underneath the Runtime.
-COPY requirements.txt ./
+# tag is the Airflow version), installed with constraints.txt, the transitive versions the local venv
+# was tested with. First the build checks that the Runtime's Airflow is the one constraints.txt pins
+# (a Runtime tag of another Airflow patch fails here, naming both, instead of pip replacing Airflow
+# underneath the Runtime); the image's own Airflow distributions are passed as constraints too.
+COPY requirements.txt constraints.txt ./
 RUN set -eu; \
+    image_airflow="$(python -c 'import airflow; print(airflow.__version__)')"; \
+    pinned_airflow="$(sed -n 's/^apache-airflow-core==//p' constraints.txt)"; \
+    if [ "$image_airflow" != "$pinned_airflow" ]; then \
+      echo "the base image has Airflow $image_airflow, constraints.txt pins $pinned_airflow: use the Runtime tag of Airflow $pinned_airflow" >&2; \
+      exit 1; \
+    fi; \
     pip list --format=freeze | grep -iE '^apache-airflow(-core|-task-sdk)?==' > /tmp/airflow-pins.txt; \
     grep -vE '^[[:space:]]*apache-airflow[[:space:]]*[=<>~!]' requirements.txt > /tmp/requirements-image.txt; \
     pip install --no-cache-dir --root-user-action=ignore \
-      -r /tmp/requirements-image.txt -c /tmp/airflow-pins.txt; \
+      -r /tmp/requirements-image.txt -c constraints.txt -c /tmp/airflow-pins.txt; \
     rm -f /tmp/airflow-pins.txt /tmp/requirements-image.txt
 
 # The project. A bind mount of the build context instead of `COPY . .`: only the parts below reach the

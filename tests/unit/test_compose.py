@@ -214,13 +214,12 @@ def test_airflow_environment_matches_the_brief():
     assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://airflow-api-server:8080/execution/"
     assert env["ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
     assert env["ALDEBARAN_S3_ENDPOINT_URL"] == "http://minio:9000"
-    assert env["ALDEBARAN_SPARK_MASTER"] == "spark://spark-master:7077"
-    assert json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])["host"] == "spark://spark-master:7077"
-    assert json.loads(env["AIRFLOW_CONN_KAFKA_DEFAULT"])["extra"]["bootstrap.servers"] == "kafka:9092"
-    aws = json.loads(REFERENCE.sub(lambda m: m.group(1), env["AIRFLOW_CONN_AWS_DEFAULT"]))
-    assert aws["conn_type"] == "aws"
-    assert (aws["login"], aws["password"]) == ("ALDEBARAN_S3_ACCESS_KEY", "ALDEBARAN_S3_SECRET_KEY")
-    assert aws["extra"]["endpoint_url"] == "http://minio:9000"
+    # Spark: local mode unless ALDEBARAN_SPARK_MASTER says otherwise (the cluster is a profile).
+    assert env["ALDEBARAN_SPARK_MASTER"] == "${ALDEBARAN_SPARK_MASTER:-local[*]}"
+    assert json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])["host"] == "${ALDEBARAN_SPARK_MASTER:-local[*]}"
+    watcher = json.loads(env["AIRFLOW_CONN_KAFKA_ALERTS_WATCHER"])
+    assert watcher["extra"]["bootstrap.servers"] == "kafka:9092"
+    assert watcher["extra"]["group.id"] == "aldebaran-alert-watcher"
 
 
 def test_airflow_mounts_the_project():

@@ -15,30 +15,24 @@ import signal
 from aldebaran import paths
 from aldebaran.exceptions import ConfigError
 from aldebaran.services.base import Service
-from aldebaran.settings import KafkaSettings, ObjectStoreSettings, load
+from aldebaran.settings import KafkaSettings, load
 
 log = logging.getLogger(__name__)
 
 
 def connections_env() -> dict[str, str]:
-    """AIRFLOW_CONN_* for the platform's connections, derived from the Aldebaran settings.
+    """AIRFLOW_CONN_* for the Airflow connections the DAGs name, derived from the Aldebaran settings:
+    ``kafka_alerts_watcher`` (alert_dispatch's AssetWatcher) and ``spark_default`` (SparkSubmitOperator).
+
+    There is no ``aws_default`` or ``kafka_default``: nothing reads them. The code that talks to S3 and
+    Kafka runs inside tasks *and* in processes Airflow starts but does not host (the auditor under
+    spark-submit, the streaming dispatchers), so it takes ALDEBARAN_S3_* / ALDEBARAN_KAFKA_* everywhere;
+    a second copy in Airflow connections would only drift from them.
 
     A variable already present in the environment (a real deployment's secret) wins.
     """
     kafka = load(KafkaSettings)
-    s3 = load(ObjectStoreSettings)
-    aws: dict = {"conn_type": "aws", "extra": {"region_name": s3.region}}
-    if s3.access_key and s3.secret_key:
-        aws["login"] = s3.access_key.get_secret_value()
-        aws["password"] = s3.secret_key.get_secret_value()
-    if s3.endpoint():
-        aws["extra"]["endpoint_url"] = s3.endpoint()
     conns = {
-        "AIRFLOW_CONN_AWS_DEFAULT": aws,
-        "AIRFLOW_CONN_KAFKA_DEFAULT": {
-            "conn_type": "kafka",
-            "extra": {"bootstrap.servers": kafka.bootstrap_servers, "group.id": "aldebaran-airflow"},
-        },
         # The alert watcher's own group: it only wakes the dispatch DAG, the dispatcher reads alerts itself.
         "AIRFLOW_CONN_KAFKA_ALERTS_WATCHER": {
             "conn_type": "kafka",
