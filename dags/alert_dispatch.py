@@ -13,8 +13,10 @@ The watcher is only a wake-up signal: one run drains what is waiting, in batches
 channel's own consumer group (`aldebaran-dispatcher-<channel>`), so a burst of 100k alerts means a
 few runs, not 100k. That group is **shared with the channel's streaming dispatcher**: while both run
 they split the partitions, and the delivery ledger's partition epochs fence whichever of them loses
-one, so an alert is still delivered once. One mapped task per channel (`ALDEBARAN_CHANNELS`; channel
-`<name>` is the connection `aldebaran_<name>`), so a failing SMS provider never holds back the webhook.
+one, so an alert is still delivered once. One mapped task per channel (the Variable
+`aldebaran_channels`, else `ALDEBARAN_CHANNELS`; channel `<name>` is the connection `aldebaran_<name>`,
+wherever Airflow keeps it: UI, API, environment, secrets backend), so a failing SMS provider never
+holds back the webhook.
 
 Exactly once per channel comes from the group-commit delivery ledger in S3/MinIO (under
 `ALDEBARAN_DELIVERY_PREFIX`: runs of alerts claimed per channel and partition with a conditional

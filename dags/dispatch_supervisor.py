@@ -2,9 +2,11 @@
 ### dispatch_supervisor — keep the streaming dispatchers running
 
 **Every minute** (one run at a time). The streaming dispatchers (`aldebaran dispatch --follow`) are
-the normal delivery path: one per configured channel (`ALDEBARAN_CHANNELS`), named after it, unless
+the normal delivery path: one per configured channel (the Variable `aldebaran_channels`, else
+`ALDEBARAN_CHANNELS`), named after it, unless
 `ALDEBARAN_DISPATCH_SUPERVISOR_GROUPS` runs several channels in one. Each writes a heartbeat every
-`ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS` at `heartbeats/dispatcher/<name>.json`.
+`ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS` at `heartbeats/dispatcher/<name>.json`. A dispatcher runs outside
+Airflow: it is started with its channels' connections as Airflow resolves them (`aldebaran_<name>`).
 
 Tasks: `dispatchers` (which dispatchers to supervise) → `supervise` (mapped, one per dispatcher):
 unhealthy means no heartbeat, status `failed`/`stopped`, a heartbeat older than
