@@ -1,5 +1,5 @@
 """Channel connections: Airflow's connection in its JSON or URI form, with typed accessors whose errors
-name the source (the env var) and the field, never a value.
+name the source (the env var or the Airflow connection) and the field, never a value.
 
 Channel ``<name>`` is defined by the Airflow connection ``aldebaran_<name>``: inside an Airflow task as
 Airflow resolves it, outside Airflow the env var ``AIRFLOW_CONN_ALDEBARAN_<NAME>`` (channels/sources.py).
@@ -7,7 +7,7 @@ Airflow resolves it, outside Airflow the env var ``AIRFLOW_CONN_ALDEBARAN_<NAME>
 Parsed here rather than by ``airflow.models.Connection``: dispatch workers run outside Airflow, and
 importing Airflow's Connection to parse one took 5.0-5.7 s and 132 MB RSS per process on the 2-core
 dev box, against 0.5-0.6 s and 37 MB for this whole package (same run, 2026-11-24, ``/usr/bin/time``).
-Inside Airflow, Airflow's own lookup finds the connection and its fields come in through :meth:`from_fields`.
+Inside an Airflow task, Airflow's own lookup finds the connection and :meth:`Connection.from_airflow` takes it.
 """
 
 from __future__ import annotations
