@@ -2,9 +2,10 @@
 `aldebaran_channels` Variable created through Airflow's REST API (POST /api/v2/connections and
 /api/v2/variables, served in-process on the DAG tests' metadata DB) are what dag.test() dispatches to,
 while the environment names a channel that has no connection at all. A bad connection created the same
-way fails the run at its start, naming the connection and the field.
+way fails the run at its start, naming the connection and the field. A streaming dispatcher, which runs
+outside Airflow, gets the same connection from dispatch_supervisor.
 
-Real Kafka alerts; the delivery ledger in a local directory (the local-directory store)."""
+Real Kafka alerts; alert_dispatch's ledger in a local directory, the streaming dispatcher's in MinIO."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ import pytest
 from aldebaran import kafka_io
 from aldebaran.audit.rules import alert_id
 from aldebaran.delivery.ledger import Ledger
+from aldebaran.delivery.service import read_heartbeat
 from aldebaran.storage import LocalStore
+from tests.conftest import assert_eventually
+from tests.integration.dags.test_dispatch_supervisor import dispatcher_env  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.integration
 
@@ -103,3 +107,28 @@ def test_a_bad_connection_created_through_the_api_fails_the_run_naming_it(
     output = "".join(capfd.readouterr())  # the task log: Airflow writes it to the process's stdout
     assert "Airflow connection aldebaran_api_hook: field host is required" in output
     assert "x" * 24 not in output
+
+
+def test_a_streaming_dispatcher_gets_the_connection_created_through_the_api(
+        airflow_db, dagbag, dispatcher_env, kafka_topics, api_objects, monkeypatch, store):
+    """dispatch_supervisor starts `aldebaran dispatch --follow` outside Airflow, where only the
+    environment counts: it hands the dispatcher the connection Airflow resolved."""
+    name, _ = dispatcher_env
+    log_file = dispatcher_env[1].parent / "api-streaming.jsonl"
+    monkeypatch.setenv("ALDEBARAN_CHANNELS", "env_only")
+    monkeypatch.setenv("ALDEBARAN_DISPATCH_SUPERVISOR_GROUPS", json.dumps({name: [CHANNEL]}))
+    monkeypatch.delenv(f"AIRFLOW_CONN_ALDEBARAN_{CHANNEL.upper()}", raising=False)
+    api_objects("connections", {"connection_id": f"aldebaran_{CHANNEL}", "conn_type": "log",
+                                "extra": json.dumps({"path": str(log_file)})})
+    api_objects("variables", {"key": "aldebaran_channels", "value": CHANNEL})
+    alerts = [_alert(f"api-stream-{i}") for i in range(3)]
+    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.alerts_topic,
+                         [(a["alert_id"], json.dumps(a)) for a in alerts])
+
+    run = dagbag.dags["dispatch_supervisor"].test()
+
+    assert run.state == "success", run.state
+    assert read_heartbeat(store, name)["channels"] == [CHANNEL]
+    assert_eventually(lambda: sorted(json.loads(line)["alert"]["alert_id"] for line in log_file.read_text().splitlines())
+                      == sorted(a["alert_id"] for a in alerts) if log_file.exists() else False,
+                      timeout=60, message="the streaming dispatcher delivers through the API's connection")
