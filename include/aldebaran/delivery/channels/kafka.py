@@ -96,36 +96,42 @@ class KafkaChannel(Channel):
         producer = self._get_producer()
         where = f"kafka {self.name} (topic {self.topic})"
         outcomes: list[Outcome | None] = [None] * len(items)
+        waiting: dict[bytes, list[int]] = {}  # key → the indexes produced with it, oldest first
+        topic, delivered, translate = self.topic, Outcome.delivered, self._translate
 
-        def report(i: int, alert_id: str, key: str):
-            def on_delivery(err, msg) -> None:  # served by poll()/flush() in this thread
-                if err is None:
-                    outcomes[i] = Outcome.delivered(alert_id, {"topic": msg.topic(), "partition": msg.partition(),
-                                                               "offset": msg.offset(), "key": key})
-                else:
-                    if err.fatal():  # the idempotent producer cannot continue: start a fresh one next time
-                        self._drop(producer)
-                    outcomes[i] = Outcome.failed(alert_id, self._translate(where, err))
-            return on_delivery
+        def on_delivery(err, msg) -> None:  # served by poll()/flush() in this thread; one callback for the run
+            queue = waiting[msg.key()]  # one key's messages share a partition, so they are reported in order
+            i = queue.pop(0) if len(queue) > 1 else queue[0]
+            if err is None:
+                alert, key = items[i]
+                outcomes[i] = delivered(alert.alert_id, {"topic": topic, "partition": msg.partition(),
+                                                         "offset": msg.offset(), "key": key})
+            else:
+                if err.fatal():  # the idempotent producer cannot continue: start a fresh one next time
+                    self._drop(producer)
+                outcomes[i] = Outcome.failed(items[i][0].alert_id, translate(where, err))
 
         for i, (alert, key) in enumerate(items):
             if i and i % POLL_EVERY == 0:
                 producer.poll(0)
+            key_bytes = key.encode()
+            waiting.setdefault(key_bytes, []).append(i)
             try:
-                self._produce_one(producer, alert, key, report(i, alert.alert_id, key))
+                self._produce_one(producer, alert, key_bytes, on_delivery)
             except BufferError:  # still full after waiting: the rest goes to the next attempt
                 for j in range(i, len(items)):
                     outcomes[j] = Outcome.retry(items[j][0].alert_id, f"{where}: local producer queue full")
                 break
             except KafkaException as exc:
+                waiting[key_bytes].pop()
                 outcomes[i] = Outcome.failed(alert.alert_id, self._translate(where, exc.args[0]))
         producer.flush(self.flush_timeout)
         # Still queued: it may yet be written (the key lets consumers dedupe a resend).
         unacked = f"{where}: not acknowledged within {self.flush_timeout:g}s"
         return [o if o is not None else Outcome.unknown(items[i][0].alert_id, unacked) for i, o in enumerate(outcomes)]
 
-    def _produce_one(self, producer, alert: Alert, key: str, on_delivery) -> None:
-        value, key_bytes = alert_body(alert), key.encode()
+    def _produce_one(self, producer, alert: Alert, key_bytes: bytes, on_delivery) -> None:
+        value = alert_body(alert)
         for attempt in range(2):
             try:
                 producer.produce(self.topic, key=key_bytes, value=value, headers=[("aldebaran.alert_id", key_bytes)],

@@ -125,7 +125,7 @@ class EmailChannel(Channel):
             raise PermanentError(f"{where}: {exc} (check disable_tls / login)") from None
         except (smtplib.SMTPException, OSError) as exc:  # refused, disconnected, timeouts, TLS failures
             raise RetryableError(f"{where}: {type(exc).__name__}: {one_line(exc, 200)}") from None
-        receipt = {"message_id": msg["Message-ID"], "recipients": self.recipients, "elapsed_ms": elapsed_ms(t0)}
+        receipt = {"message_id": str(msg["Message-ID"]), "recipients": self.recipients, "elapsed_ms": elapsed_ms(t0)}
         if refused:
             receipt["refused"] = {rcpt: code for rcpt, (code, _) in refused.items()}
         return receipt
