@@ -32,6 +32,7 @@ def test_every_settings_class_of_the_package_is_found():
         ("aldebaran.settings", "SparkSettings"),
         ("aldebaran.audit.settings", "AuditorSettings"),
         ("aldebaran.delivery.settings", "DeliverySettings"),
+        ("aldebaran.delivery.settings", "ChannelSettings"),
         ("aldebaran.platform.settings", "SupervisorSettings"),
         ("aldebaran.platform.settings", "DispatchSupervisorSettings"),
         ("aldebaran.platform.settings", "HealthSettings"),

@@ -3,7 +3,9 @@ fails at start naming it (aldebaran.settings.load)."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from pathlib import Path
+
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -68,4 +70,25 @@ class DeliverySettings(BaseSettings):
     )
     idle_seconds: float = Field(
         5.0, gt=0, description="ALDEBARAN_DELIVERY_IDLE_SECONDS: `dispatch` (one pass) returns after this long idle"
+    )
+
+
+class ChannelSettings(BaseSettings):
+    """Which channels every alert goes to, and what their connections fall back on (delivery/channels/).
+
+    A channel's own connection is an Airflow connection (``aldebaran_<name>``), not a setting."""
+
+    model_config = SettingsConfigDict(env_prefix="ALDEBARAN_", extra="ignore", env_ignore_empty=True)
+
+    channels: str = Field(
+        "log",
+        description="ALDEBARAN_CHANNELS: comma list of the channels every alert goes to; inside Airflow's tasks the "
+                    "Airflow Variable aldebaran_channels wins when it exists",
+    )
+    webhook_secret: SecretStr | None = Field(
+        None, description="ALDEBARAN_WEBHOOK_SECRET: HMAC signing secret of a webhook connection without a password",
+    )
+    log_channel_path: Path | None = Field(
+        None, description="ALDEBARAN_LOG_CHANNEL_PATH: file of the `log` channel (JSON lines); default "
+                          "<run dir>/alerts.log.jsonl (alerts.<name>.log.jsonl for another log channel)",
     )

@@ -13,7 +13,6 @@ Inside an Airflow task, Airflow's own lookup finds the connection and :meth:`Con
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -172,12 +171,13 @@ class Connection:
             raise self.error(f"field {name}", f"is required ({hint})")
         return value
 
-    def secret(self, hint: str, fallback_env: str | None = None) -> SecretStr:
+    def secret(self, hint: str, fallback: SecretStr | None = None, fallback_name: str | None = None) -> SecretStr:
+        """The password, else `fallback` (a setting, named `fallback_name` in the error)."""
         if self.password is not None and self.password.get_secret_value():
             return self.password
-        if fallback_env and os.environ.get(fallback_env):
-            return SecretStr(os.environ[fallback_env])
-        also = f", or set {fallback_env}" if fallback_env else ""
+        if fallback is not None and fallback.get_secret_value():
+            return fallback
+        also = f", or set {fallback_name}" if fallback_name else ""
         raise self.error("field password", f"is required ({hint}{also})")
 
     def extra_str(self, key: str, default: str | None = None, required: str | None = None) -> str | None:

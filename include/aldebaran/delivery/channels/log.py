@@ -17,7 +17,9 @@ from aldebaran import paths
 from aldebaran.delivery.channels.base import Channel, register
 from aldebaran.delivery.channels.connection import Connection
 from aldebaran.delivery.exceptions import RetryableError
+from aldebaran.delivery.settings import ChannelSettings
 from aldebaran.model import Alert
+from aldebaran.settings import load
 
 
 @register("log")
@@ -29,7 +31,7 @@ class LogChannel(Channel):
     def __init__(self, name: str = "log", path: str | Path | None = None) -> None:
         super().__init__(name)
         default = paths.run_dir() / ("alerts.log.jsonl" if name == "log" else f"alerts.{name}.log.jsonl")
-        self.path = Path(path or os.environ.get("ALDEBARAN_LOG_CHANNEL_PATH", default))
+        self.path = Path(path or load(ChannelSettings).log_channel_path or default)
 
     @classmethod
     def from_connection(cls, name: str, conn: Connection) -> "LogChannel":

@@ -24,6 +24,8 @@ import sys
 from collections.abc import Mapping
 
 from aldebaran.delivery.channels.connection import Connection, conn_env_var, conn_id
+from aldebaran.delivery.settings import ChannelSettings
+from aldebaran.settings import load
 
 CHANNELS_VARIABLE = "aldebaran_channels"
 CHANNELS_SETTING = "ALDEBARAN_CHANNELS"
@@ -38,6 +40,8 @@ def in_airflow_task() -> bool:
 
 def env_connection(name: str, environ: Mapping[str, str] | None = None) -> Connection | None:
     """Channel `name`'s connection from ``AIRFLOW_CONN_ALDEBARAN_<NAME>``, or None if unset."""
+    # Airflow's own connection variables, one per channel and named after it (no settings class can
+    # list them), read in Airflow's format as Airflow would: not configuration of this package's own.
     env = os.environ if environ is None else environ
     var = conn_env_var(name)
     raw = env.get(var)
@@ -80,8 +84,9 @@ def channels_setting(environ: Mapping[str, str] | None = None) -> tuple[str, str
         value = Variable.get(CHANNELS_VARIABLE, default=None)
         if value is not None:
             return f"Airflow Variable {CHANNELS_VARIABLE}", str(value)
-    env = os.environ if environ is None else environ
-    return CHANNELS_SETTING, env.get(CHANNELS_SETTING, "log")
+    if environ is not None:  # a given environment (e.g. docker compose's, checked in a test)
+        return CHANNELS_SETTING, environ.get(CHANNELS_SETTING, ChannelSettings.model_fields["channels"].default)
+    return CHANNELS_SETTING, load(ChannelSettings).channels
 
 
 def connections_env(names: list[str]) -> dict[str, str]:

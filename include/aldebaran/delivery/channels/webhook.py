@@ -35,7 +35,9 @@ from aldebaran.delivery.channels.connection import Connection
 from aldebaran.delivery.channels.http import HttpClient, Response, elapsed_ms, target
 from aldebaran.delivery.channels.text import alert_body, signature
 from aldebaran.delivery.exceptions import PermanentError, RetryableError
+from aldebaran.delivery.settings import ChannelSettings
 from aldebaran.model import Alert
+from aldebaran.settings import load
 
 BATCH_HEADER = "X-Aldebaran-Batch"
 DEFAULT_CONNECTIONS = 64
@@ -79,7 +81,8 @@ class WebhookChannel(Channel):
         return cls(
             name,
             url=base + ("/" + endpoint.lstrip("/") if endpoint else ""),
-            secret=conn.secret("the HMAC signing secret shared with the receiver", "ALDEBARAN_WEBHOOK_SECRET"),
+            secret=conn.secret("the HMAC signing secret shared with the receiver",
+                               load(ChannelSettings).webhook_secret, "ALDEBARAN_WEBHOOK_SECRET"),
             timeout=conn.extra_seconds("timeout", 10.0),
             verify=conn.extra_verify(),
             response_id_header=conn.extra_str("response_id_header", "X-Request-Id") or "X-Request-Id",
