@@ -340,9 +340,23 @@ class ChannelDispatcher:
 
     # --- channels that cannot deduplicate: one record per alert -----------------------------------
     def _settle_singly(self, part: Partition, stop: threading.Event) -> int | None:
+        """Per-alert claims, made a window at a time (the channel's concurrency) right before that window
+        is sent: a crash leaves at most one window's alerts in doubt, never the whole poll."""
         name = self.channel.name
-        claims, waiting, in_poll = [], [], set()
+        window = max(1, int(getattr(self.channel, "concurrency", 1)))
+        claims, waiting, in_poll = [], False, set()
+
+        def send_window() -> None:
+            if claims:
+                outcomes = self.channel.send_many([a for a, _, _ in claims])
+                for (alert, record, etag), outcome in zip(claims, outcomes):
+                    self._report(record, etag, outcome)
+                claims.clear()
+
         for offset, raw, alert, error in part.buffer:
+            if stop.is_set():
+                send_window()
+                return None  # the buffer stays; what settled is found settled next time
             if alert is None:
                 self.dead_letters.add(self.topic, part.number, offset, raw, error)
                 with self.stats.lock:
@@ -353,28 +367,26 @@ class ChannelDispatcher:
                 continue
             in_poll.add(alert.alert_id)
             got = self.ledger.claim(name, alert.to_dict(), self.owner)
-            if got is not None:
-                claims.append((alert, *got))
-                continue
-            found = self.ledger.get(name, alert.alert_id)
-            if found is None:
-                waiting.append(alert)
-                continue
-            record, etag = found
-            if record.state in SETTLED:
-                self.stats.bump("already", name)
-            elif record.due(self.ledger.clock()):
-                taken = self.ledger.take_over(record, etag, self.owner, self.channel.can_dedupe)
-                if taken is not None:
-                    claims.append((alert, *taken))
-                else:
+            if got is None:
+                found = self.ledger.get(name, alert.alert_id)
+                if found is None:
+                    waiting = True
+                    continue
+                record, etag = found
+                if record.state in SETTLED:
+                    self.stats.bump("already", name)
+                    continue
+                if not record.due(self.ledger.clock()):
+                    waiting = True  # another worker holds it under a live lease
+                    continue
+                got = self.ledger.take_over(record, etag, self.owner, self.channel.can_dedupe)
+                if got is None:
                     self.stats.bump("in_doubt", name)
-            else:
-                waiting.append(alert)  # another worker holds it under a live lease
-        if claims:
-            outcomes = self.channel.send_many([a for a, _, _ in claims])
-            for (alert, record, etag), outcome in zip(claims, outcomes):
-                self._report(record, etag, outcome)
+                    continue
+            claims.append((alert, *got))
+            if len(claims) >= window:
+                send_window()
+        send_window()
         if waiting:
             stop.wait(min(5.0, self.ledger.lease_seconds / 4))
             return None  # the buffer stays; settled ones are found settled next time
