@@ -277,3 +277,29 @@ def test_an_unreadable_ledger_object_stops_its_partition_and_sends_nothing(kafka
         stats = dispatcher(ledger, channel_env("webhook"), kafka_topics, f"g-{unique}", settings).run_once(idle_timeout=2.0)
     assert stats.sent == {} and len(webhook.accepted) == 0  # never a resend on an unreadable record
     assert any("cannot be read" in r.message and "/runs/" in r.message for r in caplog.records)
+
+
+def test_a_stop_mid_poll_commits_only_what_was_settled(kafka_topics, ledger, settings, channel_env, sms, unique):
+    """A dispatcher stopped part-way through a poll (SIGTERM: it finishes the window in hand) must not
+    commit the consumer's position: the alerts it had read but not sent are the next owner's to send.
+    The SMS channel settles a window (its concurrency) at a time; the stop lands after the first one."""
+    alerts = [make_alert(f"t{i}") for i in range(300)]
+    publish(kafka_topics, alerts)
+    (channel,) = channel_env("sms")
+    stop = threading.Event()
+    real_send_many = channel.send_many
+
+    def send_then_stop(batch):
+        out = real_send_many(batch)
+        stop.set()  # as a SIGTERM handler would, while the poll's buffer still holds most alerts
+        return out
+
+    channel.send_many = send_then_stop
+    first = dispatcher(ledger, [channel], kafka_topics, f"g-{unique}", settings, owner="first").run(stop=stop)
+    sent_first = first.sent.get("sms", 0)
+    assert 0 < sent_first < 300 and len(sms.messages) == sent_first
+
+    channel.send_many = real_send_many
+    second = dispatcher(ledger, [channel], kafka_topics, f"g-{unique}", settings, owner="second")
+    second.run_once(idle_timeout=3.0)
+    assert len(sms.messages) == 300 and set(sms.sends.values()) == {1}  # none lost, none twice

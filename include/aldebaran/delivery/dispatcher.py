@@ -135,6 +135,7 @@ class ChannelDispatcher:
             "heartbeat.interval.ms": max(500, self.settings.session_timeout_ms // 5),
             "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024})
         last_data = time.monotonic()
+        settled_upto: dict[int, int] = {}  # partition → the next offset to commit (all below it settled)
 
         def on_assign(_c, tps) -> None:
             nonlocal last_data
@@ -147,6 +148,7 @@ class ChannelDispatcher:
         def on_revoke(_c, tps) -> None:
             for tp in tps:
                 self.partitions.pop(tp.partition, None)
+                settled_upto.pop(tp.partition, None)
 
         c.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
         seen = 0
@@ -189,13 +191,19 @@ class ChannelDispatcher:
                     # Every alert below these offsets is settled on this channel and recorded: now they may move.
                     # Asynchronous: a lost commit only means a replay, which finds the runs RECORDED.
                     c.commit(offsets=commits, asynchronous=True)
+                    for tp in commits:
+                        settled_upto[tp.partition] = tp.offset
             self._retrying(self.sweep)
         finally:
             pool.shutdown(wait=True)
-            try:
-                c.commit(asynchronous=False)
-            except Exception as exc:  # noqa: BLE001 - nothing consumed since the last commit is also fine
-                log.debug("%s: final commit: %s", self.channel.name, exc)
+            # Only what was settled: never the consumer's position, which runs ahead of what is settled
+            # (a poll's buffer cut short by a stop, a partition stopped broken, a run waiting for its range).
+            final = [TopicPartition(self.topic, p, off) for p, off in settled_upto.items() if p in self.partitions]
+            if final:
+                try:
+                    c.commit(offsets=final, asynchronous=False)
+                except Exception as exc:  # noqa: BLE001 - the asynchronous commits before may have landed it
+                    log.debug("%s: final commit: %s", self.channel.name, exc)
             c.close()
 
     def _decode(self, msg) -> tuple:
