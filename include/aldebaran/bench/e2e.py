@@ -422,6 +422,7 @@ def run(spark, rates=DEFAULT_RATES, seconds: float = 20.0, mix: Mix | None = Non
                                       if c in SUSTAINED and v["drain_s"] is not None])
         seg["cpu_percent"] = sampler.cpu_percent(seg["t_start"], min(done, seg.pop("t_next")))
     out = {"tag": t, "mix": "original" if mix is None else {"custom": asdict(mix)}, "rates": list(rates), "seconds": seconds,
+           "rate_seconds": seconds,  # "seconds" becomes the section's whole time in the suite
            "catch_up_s": catch_up_s, "growth_tolerance": growth_tolerance, "webhook_batch": webhook_batch,
            "sustained_channels": [c for c in SUSTAINED if c in channels], "segments": segments,
            "backlog": [{"t": round(r["t"] - t_begin, 2), **{c: r[c] for c in channels if c in r}} for r in sampler.lag],

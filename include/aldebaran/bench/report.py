@@ -306,10 +306,11 @@ def _e2e_markdown(e: dict, images: dict[str, Path], img_rel: str, cores: int) ->
         "### End to end: trades → auditor → dispatchers → recipients",
         "",
         *_origin(e),
-        f"`aldebaran bench e2e` logic: trades in {mix} produced at each rate for {e['seconds']:.0f} s (after a "
+        f"`aldebaran bench e2e` logic: trades in {mix} produced at each rate for {e.get('rate_seconds', e['seconds']):.0f} s (after a "
         f"warm-up) → the auditor (micro-batch, processing-time trigger 0 s) → one streaming dispatcher process per "
         f"channel, started as dispatch_supervisor starts them → a webhook receiver process "
-        f"({e['webhook_batch']} alert(s) per POST), a Kafka bus topic, an SMS provider process. A rate is "
+        f"({e['webhook_batch']} alert(s) per POST), a Kafka bus topic"
+        f"{', an SMS provider process' if 'sms' in e.get('channels', {}) else ''}. A rate is "
         f"sustained when every expected alert reached {' and '.join(e['sustained_channels'])} within "
         f"{e['catch_up_s']:.0f} s of the producer stopping and neither backlog grew along the segment (lag slope "
         f"over its second half ≤ {e['growth_tolerance']:.0%} of the alert rate); the ramp stops at the first rate "
