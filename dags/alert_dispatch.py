@@ -26,7 +26,6 @@ page in the Airflow UI. The same logic runs outside Airflow as `aldebaran dispat
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 
 import pendulum
@@ -36,7 +35,9 @@ import pendulum
 from airflow.providers.apache.kafka.triggers.await_message import AwaitMessageTrigger
 from airflow.sdk import Asset, AssetOrTimeSchedule, AssetWatcher, CronTriggerTimetable, dag, task
 
-ALERTS_TOPIC = os.environ.get("ALDEBARAN_KAFKA_ALERTS_TOPIC", "alerts")
+from aldebaran.settings import KafkaSettings, load
+
+ALERTS_TOPIC = load(KafkaSettings).alerts_topic
 
 new_alerts = Asset(
     name="aldebaran_alerts",

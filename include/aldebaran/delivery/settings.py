@@ -92,3 +92,14 @@ class ChannelSettings(BaseSettings):
         None, description="ALDEBARAN_LOG_CHANNEL_PATH: file of the `log` channel (JSON lines); default "
                           "<run dir>/alerts.log.jsonl (alerts.<name>.log.jsonl for another log channel)",
     )
+
+
+class WatcherSettings(BaseSettings):
+    """The alert_dispatch DAG's AssetWatcher (it runs in Airflow's triggerer)."""
+
+    model_config = SettingsConfigDict(env_prefix="ALDEBARAN_DISPATCH_", extra="ignore")
+
+    wakeup_seconds: float = Field(
+        5.0, gt=0, le=3600,
+        description="ALDEBARAN_DISPATCH_WAKEUP_SECONDS: at most one DAG wake-up per this many seconds, however "
+                    "many alerts arrive")

@@ -9,21 +9,31 @@ by the run already under way, or by the DAG's periodic sweep.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
 _last = 0.0
 _lock = threading.Lock()
+_interval: float | None = None  # read once, on the first message (a bad value fails naming the setting)
+
+
+def interval() -> float:
+    global _interval
+    if _interval is None:
+        from aldebaran.delivery.settings import WatcherSettings
+        from aldebaran.settings import load
+
+        _interval = load(WatcherSettings).wakeup_seconds
+    return _interval
 
 
 def wake_up(message) -> dict | None:
     """apply_function of the Kafka AwaitMessageTrigger: an event payload, at most once per interval."""
     global _last
-    interval = float(os.environ.get("ALDEBARAN_DISPATCH_WAKEUP_SECONDS", "5"))
+    every = interval()
     now = time.monotonic()
     with _lock:
-        if now - _last < interval:
+        if now - _last < every:
             return None
         _last = now
     return {"topic": message.topic(), "partition": message.partition(), "offset": message.offset()}
