@@ -81,10 +81,21 @@ def cmd_auditor(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in vars(args).items() if k in AuditorSettings.model_fields and v is not None}
     settings = load(AuditorSettings, **overrides)
     if args.action == "run":
-        job.run(settings)
+        job.run(settings, kafka=auditor_kafka_settings(args))
     else:
         job.print_status(settings)
     return 0
+
+
+# The auditor's topic flags: each overrides its ALDEBARAN_KAFKA_* setting and is validated like it.
+AUDITOR_TOPIC_FLAGS = ("trades_topic", "alerts_topic", "dlq_topic")
+
+
+def auditor_kafka_settings(args: argparse.Namespace):
+    """KafkaSettings from the environment, with the auditor's topic flags over it."""
+    from aldebaran.settings import KafkaSettings, load
+
+    return load(KafkaSettings, **{name: getattr(args, name, None) for name in AUDITOR_TOPIC_FLAGS})
 
 
 # --- dispatch ----------------------------------------------------------------------------
@@ -180,6 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
     from aldebaran.audit.settings import add_cli_flags
 
     add_cli_flags(a)
+    from aldebaran.settings import KafkaSettings, env_var_of
+
+    for name in AUDITOR_TOPIC_FLAGS:
+        field = KafkaSettings.model_fields[name]
+        a.add_argument("--" + name.replace("_", "-"), dest=name, default=None,
+                       help=f"{field.description.split(': ', 1)[-1]} [env {env_var_of(KafkaSettings, name)}; default {field.default}]")
     a.set_defaults(func=cmd_auditor)
 
     d = sub.add_parser("dispatch", help="deliver alerts to the configured channels (once, or --follow)")

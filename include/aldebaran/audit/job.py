@@ -74,13 +74,13 @@ def tick_source(spark, parsed_columns: list[str]):
     return ticks.select(*cols)
 
 
-def build_query(spark, settings: AuditorSettings, on_batch=None, guard=None):
+def build_query(spark, settings: AuditorSettings, on_batch=None, guard=None, kafka: KafkaSettings | None = None):
     from aldebaran.audit.archive import Archive
     from aldebaran.audit.rules import resolve
     from aldebaran.objectstore import ObjectStore
 
     resolve(settings.rule_names())  # fail at start on an unknown rule, naming the setting
-    kafka = load(KafkaSettings)
+    kafka = kafka or load(KafkaSettings)
     limits = Limits(settings.max_message_bytes, settings.max_id_length, settings.max_shares)
     parsed = parse_events(kafka_source(spark, settings, kafka), limits)
     if settings.idle_ticks and settings.trigger == "processing-time":
@@ -119,8 +119,10 @@ def _guarded(writer, guard):
     return batch
 
 
-def run(settings: AuditorSettings, spark=None, on_batch=None) -> dict:
-    """Run the auditor until it stops (available-now), the timeout passes, or it is interrupted."""
+def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettings | None = None) -> dict:
+    """Run the auditor until it stops (available-now), the timeout passes, or it is interrupted.
+
+    `kafka` (default: from the environment) names the cluster and topics; the CLI's topic flags set it."""
     from aldebaran import spark as sparkmod
 
     spark = spark or sparkmod.session(
@@ -137,7 +139,7 @@ def run(settings: AuditorSettings, spark=None, on_batch=None) -> dict:
                         settings.lease_seconds, wait_seconds=settings.lease_wait_seconds)
     try:
         query, writer, listener = build_query(spark, settings, on_batch=on_batch,
-                                              guard=lease.check if lease else None)
+                                              guard=lease.check if lease else None, kafka=kafka)
     except BaseException:
         if lease:
             lease.release()
