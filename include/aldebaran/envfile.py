@@ -62,6 +62,7 @@ def ensure(path: Path | None = None) -> Path:
     short = {
         k: GENERATED[k]()
         for k, n in MIN_LENGTH.items()
+        # Not configuration: as above, a secret the environment sets is the deployment's, never rewritten.
         if k in existing and len(existing[k].encode()) < n and k not in os.environ
     }
     if short:
