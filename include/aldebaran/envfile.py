@@ -24,7 +24,7 @@ GENERATED = {
     "ALDEBARAN_AIRFLOW_ADMIN_PASSWORD": lambda: secrets.token_urlsafe(18),
     "ALDEBARAN_WEBHOOK_SECRET": lambda: secrets.token_urlsafe(30),
     # Airflow's own secrets: shared by its components, so they must be fixed, not per process.
-    # 64 url-safe characters: Airflow warns (InsecureKeyLengthWarning) below 64 bytes for HS512.
+    # 64 url-safe characters: Airflow warns (InsecureKeyLengthWarning) below 64 bytes.
     "AIRFLOW__API_AUTH__JWT_SECRET": lambda: secrets.token_urlsafe(48),
     "AIRFLOW__API__SECRET_KEY": lambda: secrets.token_urlsafe(32),
     "AIRFLOW__CORE__FERNET_KEY": lambda: base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
