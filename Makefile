@@ -43,7 +43,7 @@ chaos: setup  ## reliability campaigns, full size (~30 min; shared services up; 
 	@$(ALD) services up
 	@$(ALD) chaos all $(CHAOS_ARGS)
 
-chaos-short:  ## the short Airflow triggerer/api-server campaigns left out of `make test` (~10 min, private services)
+chaos-short: setup  ## the short Airflow triggerer/api-server campaigns left out of `make test` (~10 min, private services)
 	@$(VENV)/bin/pytest tests/integration/test_chaos.py -m campaign $(PYTEST_ARGS)
 
 clean: down  ## stop services and delete local service data (.run)
