@@ -22,8 +22,11 @@ def test_streaming_dispatchers_killed_mid_run_and_between_send_and_record(servic
     log.info("kill-dispatch (short): %s", json.dumps(result.details, default=str)[:4000])
     d = result.details
     assert d["failures"] == []
-    kills = d["kills"]  # alternating per dispatcher; an injection that never fires is replaced by an outside kill
-    assert sum(kills.values()) == 4 and kills["between_send_and_record"] >= 1 and kills["external_mid_run"] >= 2
+    # Alternating per dispatcher: an injection that never fires is replaced by an outside kill, and a restarted
+    # dispatcher that still carries the injection may die by it before its outside kill lands (SMS sends a window
+    # at a time, so there are many sends): both kinds must happen, their split is timing.
+    kills = d["kills"]
+    assert sum(kills.values()) == 4 and kills["between_send_and_record"] >= 1 and kills["external_mid_run"] >= 1
     # Idempotent channel: every alert accepted exactly once, nothing missing.
     assert d["webhook"]["accepted"] == 300 and d["webhook"]["statuses"].get(201) == 300
     assert d["webhook"]["lost"] == 0 and d["webhook"]["bad_signatures"] == 0
