@@ -55,7 +55,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from sys import intern
-from typing import Iterable, Protocol
+from typing import Callable, Iterable, Protocol
 
 from aldebaran import events
 from aldebaran.audit.rules import Alert, Book, EventRow, Rule, render
@@ -392,6 +392,9 @@ class Outcome:
     duplicates: int
     state_ms: float
     loaded: str = ""  # cache (this worker had it), replay (caught up on deltas) or cold (snapshot + deltas)
+    # Events of orders this shard does not own (co-partitioned plan: the producer broke the keying
+    # contract). Not applied here; the caller routes them to their owner.
+    misrouted: list[EventRow] = field(default_factory=list)
 
 
 _CACHE: dict[tuple[str, int], Shard] = {}
@@ -484,8 +487,14 @@ class ShardStore:
             shard.clock_moved_ms = max(shard.clock_moved_ms, header.get("clock_moved_ms", 0))
             shard.version = v
 
-    def apply(self, batch_id: int, rows: Iterable[EventRow], now_ms: int | None = None) -> Outcome:
-        """Apply one batch's events (already in Kafka order) and persist version `batch_id`."""
+    def apply(self, batch_id: int, rows: Iterable[EventRow], now_ms: int | None = None,
+              owns: Callable[[str], bool] | None = None) -> Outcome:
+        """Apply one batch's events (already in Kafka order) and persist version `batch_id`.
+
+        `owns(order_id)`, if given, is asked before an event would open a new book: an event of an order
+        this shard does not own is not applied (it touches neither a book nor the clock) and comes back
+        in `Outcome.misrouted`. An order with a book here is owned: only owned events open books. So the
+        check costs one call per new book, not one per event."""
         t0 = time.perf_counter()
         now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
         # The cyclic garbage collector off while the batch allocates: books hold no reference cycles
@@ -500,7 +509,7 @@ class ShardStore:
             if shard.version != batch_id - 1:
                 raise RuntimeError(f"shard {self.shard_id}: loaded version {shard.version}, wanted {batch_id - 1}")
             try:
-                outcome = self._apply(shard, batch_id, rows, now_ms, t0)
+                outcome = self._apply(shard, batch_id, rows, now_ms, t0, owns)
             except BaseException:
                 # The cached shard may hold part of this batch: the retry must start from batch_id-1.
                 _CACHE.pop((self.config.state_root, self.shard_id), None)
@@ -511,8 +520,10 @@ class ShardStore:
             if gc_enabled:
                 gc.enable()
 
-    def _apply(self, shard: Shard, batch_id: int, rows: Iterable[EventRow], now_ms: int, t0: float) -> Outcome:
+    def _apply(self, shard: Shard, batch_id: int, rows: Iterable[EventRow], now_ms: int, t0: float,
+               owns: Callable[[str], bool] | None = None) -> Outcome:
         changed: dict[str, Book | None] = {}
+        misrouted: list[EventRow] = []
         thawed: dict[str, bytes] = {}  # books decoded for this batch: their frozen rows, as they were
         alerts: list[dict] = []
         applied = duplicates = opened = expired = 0
@@ -525,6 +536,9 @@ class ShardStore:
         request_kind = events.REQUEST
         for ev in rows:
             order_id, event_id, ts = ev.order_id, ev.event_id, ev.event_ts
+            if owns is not None and order_id not in books and not owns(order_id):
+                misrouted.append(ev)
+                continue
             # Event-time expiry before the event: the clock counts every valid event (duplicates too).
             if ts > shard.clock_ms:
                 shard.clock_ms = ts
@@ -602,7 +616,7 @@ class ShardStore:
                 and shard.delta_bytes >= self.config.snapshot_delta_ratio * shard.snapshot_bytes):
             self._snapshot(shard)
         return Outcome(alerts, len(shard.books), opened, expired, applied, duplicates,
-                       (time.perf_counter() - t0) * 1000, self.loaded)
+                       (time.perf_counter() - t0) * 1000, self.loaded, misrouted)
 
     @staticmethod
     def _fire(book: Book, rule: Rule, alert: Alert | None, out: list[dict], now_ms: int) -> None:
