@@ -19,6 +19,10 @@ def producer(settings: KafkaSettings, **extra) -> Producer:
     conf = {
         "bootstrap.servers": settings.bootstrap_servers,
         "enable.idempotence": True,  # no duplicates from producer retries; acks=all
+        # Kafka's default partitioner (the Java client's): a keyed trade lands where the auditor's
+        # co-partitioned plan expects it (aldebaran.audit.partitioning). librdkafka's own default,
+        # consistent_random, hashes keys with CRC32 instead.
+        "partitioner": "murmur2_random",
         "linger.ms": 5,
         "batch.num.messages": 10000,
         "queue.buffering.max.messages": 1_000_000,
@@ -75,8 +79,9 @@ class DlqSink:
     headers (settings.dlq_record_bytes). `add` hands records to the producer as they come (librdkafka
     buffers and batches them), `flush` waits for every one and raises if any failed."""
 
-    def __init__(self, settings: KafkaSettings) -> None:
+    def __init__(self, settings: KafkaSettings, topic: str | None = None) -> None:
         self.settings = settings
+        self.topic = topic or settings.dlq_topic
         self._producer: Producer | None = None
         self._errors: list = []
         self.added = 0
@@ -86,6 +91,10 @@ class DlqSink:
             self._errors.append(err)
 
     def add(self, records: Iterable[tuple[bytes | None, bytes, list[tuple[str, bytes]]]]) -> int:
+        return self.add_to(-1, records)
+
+    def add_to(self, partition: int, records: Iterable[tuple[bytes | None, bytes, list[tuple[str, bytes]]]]) -> int:
+        """`add`, to one partition of the topic (-1: the partitioner's choice)."""
         if self._producer is None:
             self._producer = producer(self.settings, **{"linger.ms": 1,
                                                         "message.max.bytes": self.settings.dlq_record_bytes})
@@ -93,7 +102,7 @@ class DlqSink:
         for key, value, headers in records:
             while True:
                 try:
-                    self._producer.produce(self.settings.dlq_topic, value=value, key=key, headers=headers,
+                    self._producer.produce(self.topic, value=value, key=key, headers=headers, partition=partition,
                                            on_delivery=self._on_delivery)
                     break
                 except BufferError:
@@ -109,7 +118,7 @@ class DlqSink:
         errors, self._errors = self._errors, []
         added, self.added = self.added, 0
         if remaining or errors:
-            raise AldebaranError(f"producing to {self.settings.dlq_topic}: {remaining} undelivered, "
+            raise AldebaranError(f"producing to {self.topic}: {remaining} undelivered, "
                                  f"errors: {errors[:3]}")
         return added
 

@@ -34,7 +34,7 @@ TICK_TOPIC = "__aldebaran_tick__"
 OUTPUT_SCHEMA = (
     "row_type string, alert_id string, kind string, order_id string, alert_json string, "
     "shard int, open_books long, opened long, expired long, applied long, duplicates long, dlq long, "
-    "state_ms double, loaded string, worker_rss_mib double"
+    "state_ms double, loaded string, worker_rss_mib double, misrouted long, parsed_fast long, parsed_slow long"
 )
 
 
@@ -49,6 +49,7 @@ class BatchContext:
     snapshot_every: int
     snapshot_delta_ratio: float = 1.0
     kafka: object = None  # aldebaran.settings.KafkaSettings: where the shard tasks send rejected input
+    limits: object = None  # aldebaran.audit.parse.Limits: for the Python parser (co-partitioned plan)
 
 
 _DLQ_SINKS: dict = {}  # one DLQ producer per Python worker and Kafka settings, reused across batches
@@ -145,14 +146,39 @@ def dlq_headers(reason_code: str, reason: str, topic: str, partition: int, offse
     ]
 
 
+@dataclass(frozen=True)
+class Plan:
+    """How a batch reaches the books: `shuffle` (JVM parse, repartition by order id into `shards`) or
+    `copartitioned` (one shard per Kafka partition, no shuffle; aldebaran.audit.copart), with `parser`
+    "jvm" or "python" (the latter only co-partitioned). aldebaran.audit.plans decides it at start."""
+
+    name: str
+    shards: int
+    parser: str = "jvm"
+
+
+class _Row:
+    """A result row as attributes (the shard tasks' rows and the idle shards' dicts alike)."""
+
+    __slots__ = ("_d",)
+
+    def __init__(self, d: dict) -> None:
+        self._d = d
+
+    def __getattr__(self, name: str):
+        return self._d.get(name)
+
+
 class BatchWriter:
     """foreachBatch sink. Order per batch: state deltas and DLQ records (in the shard tasks) → alerts to
     Kafka → archive object → return (Spark then commits the batch's offsets)."""
 
-    def __init__(self, settings, kafka, archive, on_batch=None) -> None:
+    def __init__(self, settings, kafka, archive, on_batch=None, plan=None) -> None:
+        from aldebaran.audit.parse import Limits
         from aldebaran.kafka_io import AlertSink
 
         self.settings = settings
+        self.plan = plan or Plan("shuffle", settings.shards, "jvm")
         self.kafka = kafka
         self.alert_sink = AlertSink(kafka)
         self.archive = archive  # aldebaran.audit.archive.Archive | None
@@ -165,6 +191,7 @@ class BatchWriter:
             snapshot_every=settings.snapshot_every,
             snapshot_delta_ratio=settings.snapshot_delta_ratio,
             kafka=kafka,
+            limits=Limits(settings.max_message_bytes, settings.max_id_length, settings.max_shares),
         )
         self.last: dict = {}
         self.recent: dict[int, dict] = {}  # batch id → figures, for the heartbeat listener
@@ -174,16 +201,29 @@ class BatchWriter:
 
         t0 = time.perf_counter()
         real = batch_df.where(F.col("topic") != F.lit(TICK_TOPIC))
-        invalid = F.col("reason_code").isNotNull()
-        rows_in = real.select(*EVENT_FIELDS, "partition", "offset", "reason_code",
-                              *[F.when(invalid, F.col(c)).alias(c) for c in DLQ_FIELDS if c not in
-                                ("reason_code", "partition", "offset")])
-        sharded = rows_in.repartition(self.settings.shards, "order_id").sortWithinPartitions("partition", "offset")
-        out = sharded.mapInArrow(shard_function(self.ctx, batch_id), OUTPUT_SCHEMA)
-        rows = out.collect()  # runs the shard tasks: state deltas and DLQ records are durable after this
+        if self.plan.name == "copartitioned":
+            from aldebaran.audit.copart import copartitioned_function, idle_shards_function
+
+            out = real.mapInArrow(copartitioned_function(self.ctx, batch_id, self.plan.shards, self.plan.parser),
+                                  OUTPUT_SCHEMA)
+            rows = [r.asDict() for r in out.collect()]
+            ran = {r["shard"] for r in rows if r["row_type"] == "stats"}
+            idle = sorted(set(range(self.plan.shards)) - ran)
+            if idle:  # every shard takes every batch's version (its expiry, its delta): see copart.py
+                rdd = real.sparkSession.sparkContext.parallelize(idle, len(idle))
+                rows += rdd.mapPartitions(idle_shards_function(self.ctx, batch_id, self.plan.shards)).collect()
+        else:
+            invalid = F.col("reason_code").isNotNull()
+            rows_in = real.select(*EVENT_FIELDS, "partition", "offset", "reason_code",
+                                  *[F.when(invalid, F.col(c)).alias(c) for c in DLQ_FIELDS if c not in
+                                    ("reason_code", "partition", "offset")])
+            sharded = rows_in.repartition(self.plan.shards, "order_id").sortWithinPartitions("partition", "offset")
+            out = sharded.mapInArrow(shard_function(self.ctx, batch_id), OUTPUT_SCHEMA)
+            # runs the shard tasks: state deltas and DLQ records are durable after this
+            rows = [r.asDict() for r in out.collect()]
         steps = {"parse_shards": _ms_since(t0)}
-        alerts = [r for r in rows if r.row_type == "alert"]
-        stats = [r for r in rows if r.row_type == "stats"]
+        alerts = [_Row(r) for r in rows if r["row_type"] == "alert"]
+        stats = [_Row(r) for r in rows if r["row_type"] == "stats"]
         if alerts:
             # The alerts are already on the driver: produce them from here (idempotent
             # producer, flushed) rather than recompute the shard tasks for a Spark write.
@@ -205,6 +245,13 @@ class BatchWriter:
             "expired": sum(s.expired for s in stats),
             "applied": sum(s.applied for s in stats),
             "duplicates": sum(s.duplicates for s in stats),
+            # Events of orders another partition owns (co-partitioned plan): produced to their owner.
+            "misrouted": sum(s.misrouted or 0 for s in stats),
+            "plan": self.plan.name,
+            "parser": self.plan.parser,
+            # Messages the Python parser's fast path decided; the rest went to the reference validator.
+            "parsed_fast": sum(s.parsed_fast or 0 for s in stats),
+            "parsed_slow": sum(s.parsed_slow or 0 for s in stats),
             "state_ms_max": max((s.state_ms for s in stats), default=0.0),
             # How each shard task found its books: in its Python worker's cache, caught up there from
             # the deltas another worker wrote, or loaded cold (snapshot + deltas).
@@ -227,7 +274,7 @@ class BatchWriter:
 # A batch in which none of these happened is empty: a processing-time auditor on a quiet topic runs one
 # every trigger interval (70 INFO lines for 4 events), so those are logged at DEBUG. The heartbeat still
 # reports every batch.
-ACTIVITY_FIGURES = ("alerts", "dlq", "opened", "expired", "applied", "duplicates")
+ACTIVITY_FIGURES = ("alerts", "dlq", "opened", "expired", "applied", "duplicates", "misrouted")
 
 
 def batch_log_level(figures: dict) -> int:

@@ -75,6 +75,7 @@ def tick_source(spark, parsed_columns: list[str]):
 
 
 def build_query(spark, settings: AuditorSettings, on_batch=None, guard=None, kafka: KafkaSettings | None = None):
+    from aldebaran.audit import plans
     from aldebaran.audit.archive import Archive
     from aldebaran.audit.rules import resolve
     from aldebaran.objectstore import ObjectStore
@@ -82,13 +83,21 @@ def build_query(spark, settings: AuditorSettings, on_batch=None, guard=None, kaf
     resolve(settings.rule_names())  # fail at start on an unknown rule, naming the setting
     kafka = kafka or load(KafkaSettings)
     limits = Limits(settings.max_message_bytes, settings.max_id_length, settings.max_shares)
-    parsed = parse_events(kafka_source(spark, settings, kafka), limits)
+    plan = plans.decide(settings, kafka, settings.checkpoint.rstrip("/") + "/books")
+    source = kafka_source(spark, settings, kafka)
+    if plan.parser == "python":  # the shard tasks parse (aldebaran.audit.pyparse): the raw columns only
+        from pyspark.sql import functions as F
+
+        parsed = source.select("key", "value", "topic", "partition", "offset",
+                               (F.unix_micros(F.col("timestamp")) / 1000).cast("long").alias("kafka_ts"))
+    else:
+        parsed = parse_events(source, limits)
     if settings.idle_ticks and settings.trigger == "processing-time":
         parsed = parsed.unionByName(tick_source(spark, parsed.columns))
 
     store = ObjectStore(load(ObjectStoreSettings))
     archive = Archive(store, settings.archive_prefix, settings.query_name)
-    writer = BatchWriter(settings, kafka, archive, on_batch=on_batch)
+    writer = BatchWriter(settings, kafka, archive, on_batch=on_batch, plan=plan)
     from aldebaran.audit.heartbeat import make_listener
 
     listener = make_listener(store, settings.query_name, lambda batch_id: writer.recent.get(batch_id))

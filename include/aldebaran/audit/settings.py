@@ -28,7 +28,15 @@ class AuditorSettings(BaseSettings):
         "processing-time", description="processing-time: run forever; available-now: drain what is there, stop"
     )
     trigger_interval: str = Field("0 seconds", description="micro-batch interval for processing-time")
-    shards: int = Field(2, ge=1, le=4096, description="book shards (state partitions)")
+    shards: int = Field(2, ge=1, le=4096, description="book shards (state partitions) of the shuffle plan; the "
+                        "co-partitioned plan has one per partition of the trades topic")
+    plan: Literal["auto", "copartitioned", "shuffle"] = Field(
+        "auto", description="copartitioned: one shard per trades partition, no shuffle (producers key by order id); "
+        "shuffle: repartition by order id; auto: copartitioned if a sample of the topic keeps the keying contract "
+        "(an existing checkpoint keeps its plan)")
+    parser: Literal["auto", "python", "jvm"] = Field(
+        "auto", description="where trades are parsed: python (msgspec + the reference validator, in the shard task; "
+        "co-partitioned plan only) or jvm (Spark column expressions); auto: python when co-partitioned")
     ttl_seconds: float = Field(600.0, gt=0, description="a book expires this long after its first event")
     idle_grace_seconds: float = Field(
         60.0, ge=0, description="idle-stream fallback: also expire ttl+grace after a book was opened (processing time)"
