@@ -146,3 +146,103 @@ def test_merge_keeps_the_run_a_merged_section_came_from_on_its_rows(tmp_path):
 
     assert [(r["books"], r.get("from_run")) for r in rows] == [
         (100, {"command": "aldebaran bench all --sections books", "date": "2026-01-01 12:00 UTC"}), (1_000, None)]
+
+
+def _slow_batch(batch_id: int, trigger: int, **over) -> dict:
+    parts = {"latestOffset": 3, "queryPlanning": 5, "walCommit": 2, "addBatch": trigger - 20, "commitOffsets": 4,
+             "spark_other": 6, "foreach_batch": trigger - 25, "steps.parse_shards": trigger - 60,
+             "steps.alerts": 20, "steps.archive": 15, "shard_step_max": 300.0, "jvm_gc": 12.0}
+    return {"batch_id": batch_id, "trade_rows": 35_000, "trigger_ms": trigger, "parts_ms": parts,
+            "shard_loads": {"cache": 2}, "snapshots": [], "cpu_pct": {"auditor": 150, "others": 30},
+            "alert_latency_ms": {"alerts": 3_500, "p50": 900, "max": 1_400}, **over}
+
+
+def test_latency_renders_the_slowest_batches_and_each_part_per_segment(tmp_path):
+    results = _results()
+    seg = results["latency"]["segments"][0]
+    seg.update({
+        "batches": 40, "batches_with_trades": 38,
+        "slowest_batches": [
+            _slow_batch(60, 4_200, shard_loads={"cold": 1, "replay": 1},
+                        snapshots=[{"shard": 0, "bytes": 3 * 2**20}, {"shard": 1, "bytes": 2 * 2**20}],
+                        parts_ms={"latestOffset": 3, "addBatch": 4_150, "steps.parse_shards": 4_000,
+                                  "steps.snapshot": 1_250.5, "shard_step_max": 3_700.0, "jvm_gc": 40.0}),
+            _slow_batch(41, 1_100),
+        ],
+        "parts_p50_ms": {"trigger": 700, "trade_rows": 34_000, "latestOffset": 3, "addBatch": 650,
+                         "steps.parse_shards": 500, "shard_step_max": 250.0, "jvm_gc": 0.0},
+        "parts_p99_ms": {"trigger": 4_200, "trade_rows": 180_000, "latestOffset": 9, "addBatch": 4_150,
+                         "steps.parse_shards": 4_000, "shard_step_max": 3_700.0, "jvm_gc": 40.0},
+        "p99_alert_batches": [{"batch_id": 61, "alerts": 700}, {"batch_id": None, "alerts": 2}],
+    })
+    results["latency"]["batch_log"] = ".run/bench/batches/latency-x.jsonl"
+
+    doc = report.write(results, tmp_path)["markdown"].read_text()
+
+    assert "(`.run/bench/batches/latency-x.jsonl`)" in doc
+    assert "| part | 50,000/s p50 | 50,000/s p99 |" in doc
+    assert "| trigger | 700 | 4,200 |" in doc
+    assert "| steps.parse_shards | 500 | 4,000 |" in doc
+    assert "| *trades per batch* | 34,000 | 180,000 |" in doc
+    assert "Slowest batches at 50,000 events/s and where their time went (40 batches, 38 with trades):" in doc
+    # The columns: every part either row names, in first-seen order (a step only the first batch has
+    # — an engine's new steps_ms key — gets its column; the other row shows – there).
+    assert ("| batch | trades | trigger ms | latestOffset | addBatch | steps.parse_shards | steps.snapshot | "
+            "shard_step_max | jvm_gc | queryPlanning | walCommit | commitOffsets | spark_other | foreach_batch | "
+            "steps.alerts | steps.archive | shard loads | snapshots | CPU % auditor / others | alerts | "
+            "alerts' max ms |") in doc
+    assert ("| 60 | 35,000 | 4,200 | 3 | 4,150 | 4,000 | 1,250 | 3,700 | 40 | – | – | – | – | – | – | – | "
+            "cold 1, replay 1 | shard 0 3.0 MiB, shard 1 2.0 MiB | 150 / 30 | 3,500 | 1,400 |") in doc
+    assert ("| 41 | 35,000 | 1,100 | 3 | 1,080 | 1,040 | – | 300 | 12 | 5 | 2 | 4 | 6 | 1,075 | 20 | 15 | "
+            "cache 2 | – | 150 / 30 | 3,500 | 1,400 |") in doc
+    assert "The alerts at or above p99 (300 ms) came from: 700 from batch 61, 2 outside any logged batch." in doc
+
+
+def test_latency_results_without_batch_figures_render_the_summary_only(tmp_path):
+    doc = report.write(_results(), tmp_path)["markdown"].read_text()
+    assert "| 50,000 | 49,000 | 5 | 100 | 200 | 300 | 400 | yes |" in doc
+    assert "Where a batch's time goes" not in doc
+
+
+def test_batch_records_join_progress_and_engine_figures_by_batch_id():
+    from aldebaran.bench import harness
+
+    t0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
+    progress = {
+        7: {"batchId": 7, "timestamp": "2023-11-14T22:13:20.000Z", "numInputRows": 1_001,
+            "sources": [{"description": "KafkaV2[Subscribe[t]]", "numInputRows": 1_000},
+                        {"description": "RateStreamV2[...]", "numInputRows": 1}],
+            "durationMs": {"triggerExecution": 900, "latestOffset": 10, "queryPlanning": 20, "walCommit": 30,
+                           "addBatch": 800, "commitOffsets": 25, "getBatch": 0, "setOffsetRange": 1}},
+        8: {"batchId": 8, "timestamp": "2023-11-14T22:13:21.000Z", "numInputRows": 1,
+            "sources": [{"description": "KafkaV2[Subscribe[t]]", "numInputRows": 0}],
+            "durationMs": {"triggerExecution": 100, "addBatch": 90}},
+    }
+    figures = {7: {"batch_id": 7, "batch_ms": 780.4, "state_ms_max": 400.04, "shard_loads": {"replay": 2},
+                   "steps_ms": {"parse_shards": 700.0, "alerts": 50.0, "read_parse_ms": 123.0, "note": "x"},
+                   "open_books": 5, "worker_rss_mib_max": 60.0, "received_ms": 1.0}}
+    windows = [("warmup", 200, t0 - 5_000), ("r50000", 50_000, t0 - 100)]
+    alerts = [({"kind": "OVERFILL", "trigger_event_ts": t0 - 300}, t0 + 850),
+              ({"kind": "OVERFILL", "trigger_event_ts": t0 - 100}, t0 + 850),
+              ({"kind": "ORPHAN", "trigger_event_ts": t0 - 900}, t0 + 850),
+              ({"kind": "OVERFILL", "trigger_event_ts": t0 + 900}, t0 + 1_050)]
+
+    records = harness.batch_records(progress, figures, windows, alerts)
+
+    first, second = records
+    assert (first["batch_id"], first["segment"], first["rate"], first["start_ms"]) == (7, "r50000", 50_000, t0)
+    assert (first["rows"], first["trade_rows"], first["trigger_ms"]) == (1_001, 1_000, 900)
+    assert first["parts_ms"] == {"latestOffset": 10, "getBatch": 0, "queryPlanning": 20, "walCommit": 30,
+                                 "addBatch": 800, "commitOffsets": 25, "setOffsetRange": 1, "spark_other": 14,
+                                 "foreach_batch": 780.4, "steps.parse_shards": 700.0, "steps.alerts": 50.0,
+                                 "steps.read_parse_ms": 123.0, "shard_step_max": 400.0}
+    assert first["shard_loads"] == {"replay": 2} and "received_ms" not in first["engine"]
+    assert first["alert_latency_ms"] == {"alerts": 2, "p50": 950, "max": 1_150}
+    assert second["alert_latency_ms"] == {"alerts": 1, "p50": 150, "max": 150}
+    assert second["parts_ms"] == {"addBatch": 90, "spark_other": 10}  # no engine figures for it
+
+    summary = harness.segment_batches(records, "r50000", slowest=1)
+    assert (summary["batches"], summary["batches_with_trades"]) == (2, 1)
+    assert [r["batch_id"] for r in summary["slowest_batches"]] == [7]
+    assert summary["parts_p99_ms"]["trigger"] == 900 and summary["parts_p50_ms"]["trade_rows"] == 1_000
+    assert harness.p99_alert_batches(records, "r50000", alerts, 900.0) == [{"batch_id": 7, "alerts": 2}]

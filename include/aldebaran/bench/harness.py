@@ -6,7 +6,8 @@ and checkpoint, each checked against the reference model (aldebaran.reference):
   aggregate), :func:`kafka_consume` (Kafka's ConsumerPerformance tool) and :func:`python_peer`
   (single-threaded confluent-kafka consumer auditing in a dict).
 - :func:`latency`: the auditor in micro-batch mode, trades produced at steady rates, trade → alert
-  from Kafka timestamps.
+  from Kafka timestamps; every batch logged with its parts (Spark's progress joined by batch id with
+  the engine's on_batch figures), so a slow batch shows where its time went.
 - :func:`books`: throughput and memory (RSS of the Spark JVM and its Python workers) with N open books.
 - :func:`churn`: books opened and closed (expired) per second, with a short TTL on event time.
 
@@ -20,6 +21,7 @@ import contextlib
 import heapq
 import json
 import logging
+import math
 import os
 import statistics
 import subprocess
@@ -501,21 +503,315 @@ def _wait(predicate: Callable[[], bool], timeout: float, interval: float = 0.25)
     return predicate()
 
 
+# Spark's own parts of a trigger (StreamingQueryProgress.durationMs), in the order they happen; any other
+# key Spark reports is kept too, after these.
+SPARK_PARTS = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
+SLOWEST_BATCHES = 5
+
+
+def _progress_listener(query_name: str):
+    """A StreamingQueryListener keeping the whole progress JSON of every batch the query ran, by batch id."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class BatchProgress(StreamingQueryListener):
+        def __init__(self) -> None:
+            self.by_batch: dict[int, dict] = {}
+            self.lock = threading.Lock()
+
+        def onQueryStarted(self, event) -> None:
+            pass
+
+        def onQueryProgress(self, event) -> None:
+            p = json.loads(event.progress.json)
+            # A trigger that found no new data reports progress without running a batch (no addBatch).
+            if p.get("name") == query_name and "addBatch" in (p.get("durationMs") or {}):
+                with self.lock:
+                    self.by_batch[p["batchId"]] = p
+
+        def onQueryIdle(self, event) -> None:
+            pass
+
+        def onQueryTerminated(self, event) -> None:
+            pass
+
+    return BatchProgress()
+
+
+class _RunSampler(threading.Thread):
+    """Every `interval` s, cumulative counters a batch's window is later cut out of: the JVM's garbage
+    collection time (local mode: the driver JVM is the executor), CPU seconds of the auditor (this
+    process's children: the Spark JVM and its Python workers), of the bench process itself (producer,
+    alert reader) and of the whole machine (other users included); and the book snapshots written under
+    the checkpoint (their version is the batch that wrote them; first seen here, with their size)."""
+
+    def __init__(self, spark, state_root: str, interval: float = 0.25) -> None:
+        super().__init__(daemon=True, name="bench-latency-sampler")
+        self.jvm = spark.sparkContext._jvm
+        self.state_root = state_root
+        self.interval = interval
+        self.samples: list[tuple[float, float, float, float, float]] = []  # (wall ms, gc ms, auditor, bench, machine s)
+        self.snapshots: dict[str, dict] = {}  # file path → {shard, version, bytes, seen_ms}
+        self.gc_error: str | None = None
+        self.stop_event = threading.Event()
+        self.lock = threading.Lock()
+        self._child_cpu: dict[int, float] = {}
+        self._auditor_cpu = 0.0
+
+    def _gc_ms(self) -> float:
+        from py4j.protocol import Py4JError
+
+        if self.gc_error:
+            return float("nan")
+        try:
+            beans = self.jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+            return float(sum(max(0, b.getCollectionTime()) for b in beans))
+        except Py4JError as exc:  # the JVM gone at the end of the run: no more GC figures
+            self.gc_error = str(exc).splitlines()[0]
+            return float("nan")
+
+    def _auditor_cpu_s(self) -> float:
+        import psutil
+
+        seen: dict[int, float] = {}
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                t = child.cpu_times()
+                seen[child.pid] = t.user + t.system
+        # A process's own counter, as a delta from its last sample (a new worker from zero).
+        self._auditor_cpu += sum(max(0.0, v - self._child_cpu.get(pid, 0.0)) for pid, v in seen.items())
+        self._child_cpu = seen
+        return self._auditor_cpu
+
+    def _scan_snapshots(self, now_ms: float) -> None:
+        import glob
+        import re
+
+        for path in glob.glob(os.path.join(self.state_root, "shard-*", "snapshot-*")):
+            if path in self.snapshots:
+                continue
+            m = re.search(r"shard-(\d+).*snapshot-(\d+)", path)
+            with contextlib.suppress(OSError):
+                self.snapshots[path] = {"shard": int(m.group(1)), "version": int(m.group(2)),
+                                        "bytes": os.path.getsize(path), "seen_ms": now_ms}
+
+    def sample(self) -> None:
+        import psutil
+
+        now = time.time() * 1000
+        t = psutil.cpu_times()
+        machine = t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0) + \
+            getattr(t, "steal", 0.0)
+        own = psutil.Process().cpu_times()
+        row = (now, self._gc_ms(), self._auditor_cpu_s(), own.user + own.system, machine)
+        with self.lock:
+            self.samples.append(row)
+            if self.state_root and not self.state_root.startswith(("s3://", "s3a://")):
+                self._scan_snapshots(now)
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            self.sample()
+            self.stop_event.wait(self.interval)
+
+    def between(self, start_ms: float, end_ms: float) -> dict:
+        """GC ms and CPU (% of one core) over [start, end], interpolated between the samples around it."""
+        with self.lock:
+            samples = list(self.samples)
+        if len(samples) < 2 or end_ms <= start_ms:
+            return {}
+
+        def at(ms: float, col: int) -> float:
+            import bisect
+
+            i = bisect.bisect_left([s[0] for s in samples], ms)
+            if i <= 0:
+                return samples[0][col]
+            if i >= len(samples):
+                return samples[-1][col]
+            (t0, *a), (t1, *b) = samples[i - 1], samples[i]
+            f = (ms - t0) / (t1 - t0) if t1 > t0 else 1.0
+            return a[col - 1] + f * (b[col - 1] - a[col - 1])
+
+        secs = (end_ms - start_ms) / 1000
+        gc_ms = at(end_ms, 1) - at(start_ms, 1)
+        auditor, bench, machine = ((at(end_ms, c) - at(start_ms, c)) / secs * 100 for c in (2, 3, 4))
+        return {"jvm_gc_ms": None if math.isnan(gc_ms) else round(gc_ms, 1),
+                "cpu_pct": {"auditor": round(auditor), "bench": round(bench),
+                            "others": round(max(0.0, machine - auditor - bench)), "machine": round(machine)}}
+
+
+def _iso_ms(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000
+
+
+def batch_parts(spark_ms: dict, figures: dict, gc_ms: float | None = None) -> dict:
+    """One batch's parts (ms), flat: Spark's durationMs parts (`spark_other`: the trigger's time outside
+    them), the engine's whole foreachBatch (`foreach_batch`), each of its `steps_ms` (`steps.<name>`,
+    whatever numeric steps the engine reports), the slowest shard's Python step (`shard_step_max`), and
+    the JVM's GC time within the batch. Steps nest: the steps are inside foreach_batch, which is inside
+    addBatch; shard_step_max is inside the step that runs the shard tasks; GC overlaps any of them."""
+    trigger = spark_ms.get("triggerExecution")
+    spark = {k: v for k, v in spark_ms.items() if k != "triggerExecution" and isinstance(v, (int, float))}
+    names = [k for k in SPARK_PARTS if k in spark] + sorted(k for k in spark if k not in SPARK_PARTS)
+    ordered = {k: spark[k] for k in names}
+    parts: dict = dict(ordered)
+    if trigger is not None:
+        parts["spark_other"] = max(0, trigger - sum(ordered.values()))
+    if figures:
+        if isinstance(figures.get("batch_ms"), (int, float)):
+            parts["foreach_batch"] = round(figures["batch_ms"], 1)
+        for name, value in (figures.get("steps_ms") or {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                parts[f"steps.{name}"] = round(value, 1)
+        if isinstance(figures.get("state_ms_max"), (int, float)):
+            parts["shard_step_max"] = round(figures["state_ms_max"], 1)
+    if gc_ms is not None:
+        parts["jvm_gc"] = gc_ms
+    return parts
+
+
+def batch_records(progress: dict[int, dict], figures: dict[int, dict], windows: list[tuple[str, int, float]],
+                  alerts: list[tuple[dict, int]], sampler: _RunSampler | None = None) -> list[dict]:
+    """One record per batch the query ran: Spark's progress joined with the engine's on_batch figures by
+    batch id; its segment (the last of `windows` [(name, rate, start wall ms)] started before the batch);
+    the OVERFILL alerts whose Kafka timestamp falls inside the batch (trigger → alert latency); with a
+    sampler, JVM GC and CPU over the batch, and the snapshots whose version is the batch."""
+    snaps: dict[int, list[dict]] = {}
+    if sampler is not None:
+        for s in sampler.snapshots.values():
+            snaps.setdefault(s["version"], []).append(s)
+    records = []
+    for batch_id in sorted(set(progress) | set(figures)):
+        p = progress.get(batch_id) or {}
+        f = figures.get(batch_id) or {}
+        spark_ms = p.get("durationMs") or {}
+        start = _iso_ms(p["timestamp"]) if p.get("timestamp") else f.get("received_ms", 0) - f.get("batch_ms", 0)
+        trigger = spark_ms.get("triggerExecution")
+        seg = [w for w in windows if w[2] <= start]
+        kafka_rows = [s.get("numInputRows", 0) for s in p.get("sources") or []
+                      if "Kafka" in (s.get("description") or "")]
+        machine = sampler.between(start, start + trigger) if sampler is not None and trigger else {}
+        rec = {
+            "batch_id": batch_id,
+            "segment": seg[-1][0] if seg else "warmup",  # before the first rate: the query's start
+            "rate": seg[-1][1] if seg else None,
+            "start_ms": int(start),
+            "rows": p.get("numInputRows"),
+            "trade_rows": sum(kafka_rows) if kafka_rows else p.get("numInputRows"),
+            "trigger_ms": trigger,
+            "parts_ms": batch_parts(spark_ms, f, machine.get("jvm_gc_ms")),
+            "shard_loads": f.get("shard_loads"),
+            "snapshots": [{"shard": s["shard"], "bytes": s["bytes"]} for s in sorted(snaps.get(batch_id, []),
+                                                                                   key=lambda s: s["shard"])],
+            "cpu_pct": machine.get("cpu_pct"),
+            "open_books": f.get("open_books"),
+            "worker_rss_mib_max": f.get("worker_rss_mib_max"),
+            "spark_duration_ms": spark_ms,
+            "engine": {k: v for k, v in f.items() if k != "received_ms"},
+        }
+        records.append(rec)
+    _attach_alerts(records, alerts)
+    return records
+
+
+def _attach_alerts(records: list[dict], alerts: list[tuple[dict, int]]) -> None:
+    """Each OVERFILL alert to the batch whose trigger window holds its Kafka timestamp: its latency."""
+    import bisect
+
+    spans = sorted((r["start_ms"], r["start_ms"] + (r["trigger_ms"] or 0), i) for i, r in enumerate(records))
+    starts = [s for s, _, _ in spans]
+    lat: dict[int, list[int]] = {}
+    for a, ts in alerts:
+        if a.get("kind") != "OVERFILL":
+            continue
+        k = bisect.bisect_right(starts, ts) - 1
+        if k >= 0 and ts <= spans[k][1] + 5:  # a few ms of clock rounding between JVM and producer stamps
+            lat.setdefault(spans[k][2], []).append(ts - a["trigger_event_ts"])
+    for i, r in enumerate(records):
+        values = lat.get(i, [])
+        r["alert_latency_ms"] = ({"alerts": len(values), "p50": percentile(values, 50), "max": max(values)}
+                                 if values else {"alerts": 0})
+
+
+def segment_batches(records: list[dict], segment: str, slowest: int = SLOWEST_BATCHES) -> dict:
+    """A segment's batches summed up for the results: how many, the `slowest` by trigger time with their
+    parts, and each part's p50/p99 over the batches that read trades (a part a batch did not run counts 0)."""
+    mine = [r for r in records if r["segment"] == segment]
+    busy = [r for r in mine if r.get("trade_rows")] or mine
+    keys: list[str] = []
+    for r in busy:
+        keys += [k for k in r["parts_ms"] if k not in keys]
+    series = {"trigger": [r["trigger_ms"] or 0 for r in busy], "trade_rows": [r["trade_rows"] or 0 for r in busy]}
+    series |= {k: [r["parts_ms"].get(k) or 0 for r in busy] for k in keys}
+    top = sorted(mine, key=lambda r: r["trigger_ms"] or 0, reverse=True)[:slowest]
+    keep = ("batch_id", "trade_rows", "trigger_ms", "parts_ms", "shard_loads", "snapshots", "cpu_pct",
+            "alert_latency_ms", "open_books", "worker_rss_mib_max")
+    return {"batches": len(mine), "batches_with_trades": len([r for r in mine if r.get("trade_rows")]),
+            "slowest_batches": [{k: r.get(k) for k in keep} for r in top],
+            "parts_p50_ms": {k: percentile(v, 50) for k, v in series.items()},
+            "parts_p99_ms": {k: percentile(v, 99) for k, v in series.items()}}
+
+
+def p99_alert_batches(records: list[dict], segment: str, alerts: list[tuple[dict, int]], p99_ms: float,
+                      top: int = SLOWEST_BATCHES) -> list[dict]:
+    """The batches that emitted the segment's alerts at or above its p99 latency, most first."""
+    import bisect
+
+    mine = sorted((r["start_ms"], r["start_ms"] + (r["trigger_ms"] or 0), r["batch_id"]) for r in records
+                  if r["segment"] == segment)
+    starts = [s for s, _, _ in mine]
+    counts: Counter = Counter()
+    for a, ts in alerts:
+        if a.get("kind") != "OVERFILL" or math.isnan(p99_ms) or ts - a["trigger_event_ts"] < p99_ms:
+            continue
+        k = bisect.bisect_right(starts, ts) - 1
+        counts[mine[k][2] if k >= 0 and ts <= mine[k][1] + 5 else None] += 1
+    return [{"batch_id": b, "alerts": n} for b, n in counts.most_common(top)]
+
+
+def batch_log_path(tagname: str):
+    """Where a latency run writes its per-batch log: <run dir>/bench/batches/latency-<UTC time>-<tag>.jsonl."""
+    from aldebaran import paths
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return paths.run_dir() / "bench" / "batches" / f"latency-{stamp}-{tagname}.jsonl"
+
+
 def latency(spark, rates: list[int], duration_s: float, mix: Mix | None = None, catch_up_s: float = 180.0) -> dict:
     """The auditor in micro-batch mode (processing-time trigger, 0 s interval); trades produced at each
-    rate for `duration_s`, stamped as sent; latency = alert record's Kafka timestamp − its trigger's."""
+    rate for `duration_s`, stamped as sent; latency = alert record's Kafka timestamp − its trigger's.
+
+    Every batch is logged (JSON lines, one file per run, `batch_log` in the result): Spark's progress
+    (durationMs parts) joined by batch id with the engine's on_batch figures (steps_ms, the shard step,
+    shard loads), JVM GC and CPU over the batch, snapshots written, and the latency of the alerts it
+    emitted. Each segment carries its slowest batches and each part's p50/p99."""
     from aldebaran.audit import job
 
     mix = mix or Mix(overfill_fraction=0.5, open_orders=100, duplicate_fraction=0.01, malformed_fraction=0.001)
     t = tag()
     segments = []
+    figures: dict[int, dict] = {}
+    figures_lock = threading.Lock()
+
+    def on_batch(f: dict) -> None:
+        with figures_lock:
+            figures[f["batch_id"]] = {**f, "received_ms": time.time() * 1000}
+
+    windows: list[tuple[str, int, float]] = []
+    log_path = batch_log_path(t)
     with bench_topics(t) as kafka, tempfile.TemporaryDirectory(prefix="bench-ckpt-") as ckpt:
         settings = auditor_settings(t, ckpt, trigger="processing-time", trigger_interval="0 seconds",
                                     timeout_seconds=3600)
+        progress = _progress_listener(settings.query_name)
+        spark.streams.addListener(progress)
+        sampler = _RunSampler(spark, settings.checkpoint.rstrip("/") + "/books")
+        sampler.start()
         collector = AlertCollector(kafka)
         collector.start()
-        runner = threading.Thread(target=job.run, args=(settings,), kwargs={"spark": spark}, daemon=True,
-                                  name="bench-auditor")
+        runner = threading.Thread(target=job.run, args=(settings,), kwargs={"spark": spark, "on_batch": on_batch},
+                                  daemon=True, name="bench-auditor")
         runner.start()
         all_recs: list[Record] = []
         all_stamps: list[int] = []
@@ -526,6 +822,7 @@ def latency(spark, rates: list[int], duration_s: float, mix: Mix | None = None, 
                 seg_mix = Mix(**{**mix.__dict__, "orders": max(1, n_events // per_order), "id_prefix": f"{name}-",
                                  "seed": mix.seed + i})
                 recs = list(loadgen.mix_records(seg_mix))
+                windows.append((name, rate, time.time() * 1000))
                 sent = loadgen.send(recs, kafka.trades_topic, rate=rate, stamp_now=True, progress_every=0)
                 all_recs += recs
                 all_stamps += sent.timestamps
@@ -535,13 +832,12 @@ def latency(spark, rates: list[int], duration_s: float, mix: Mix | None = None, 
                            catch_up_s)
                 lat = [ts - a["trigger_event_ts"] for a, ts in collector.snapshot()
                        if a["order_id"].startswith(prefix) and a["kind"] == "OVERFILL"]
-                seg = {"rate": rate, "events": sent.count, "achieved_rate": sent.rate, "alerts": len(lat),
-                       "caught_up": ok, "p50_ms": percentile(lat, 50), "p95_ms": percentile(lat, 95),
-                       "p99_ms": percentile(lat, 99), "max_ms": max(lat) if lat else float("nan"),
-                       "load_avg": os.getloadavg()[0]}
-                log.info("latency %s: %s", name, seg)
-                if name != "warmup":
-                    segments.append(seg)
+                seg = {"name": name, "rate": rate, "events": sent.count, "achieved_rate": sent.rate,
+                       "alerts": len(lat), "caught_up": ok, "p50_ms": percentile(lat, 50),
+                       "p95_ms": percentile(lat, 95), "p99_ms": percentile(lat, 99),
+                       "max_ms": max(lat) if lat else float("nan"), "load_avg": os.getloadavg()[0]}
+                log.info("latency %s: %s", name, {k: v for k, v in seg.items() if k != "name"})
+                segments.append(seg)
                 if not runner.is_alive():
                     raise RuntimeError("the auditor stopped during the latency run (see its log above)")
         finally:
@@ -549,12 +845,41 @@ def latency(spark, rates: list[int], duration_s: float, mix: Mix | None = None, 
                 if q.name == settings.query_name:
                     q.stop()
             runner.join(60)
-            time.sleep(1.0)
+            time.sleep(1.0)  # listener events are asynchronous
+            spark.streams.removeListener(progress)
             collector.stop_event.set()
             collector.join(10)
-        got = [a for a, _ in collector.snapshot()]
+            sampler.stop_event.set()
+            sampler.join(10)
+            alerts = collector.snapshot()
+            with progress.lock, figures_lock:
+                records = batch_records(dict(progress.by_batch), dict(figures), windows, alerts, sampler)
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            with log_path.open("w") as fh:
+                for r in records:
+                    fh.write(json.dumps(r, default=str) + "\n")
+            log.info("latency: %d batches logged to %s", len(records), log_path)
+        got = [a for a, _ in alerts]
         check = compare(got, expected_of(all_recs, all_stamps))
-    return {"segments": segments, "duration_s": duration_s, **check}
+    for seg in segments:
+        seg.update(segment_batches(records, seg["name"]))
+        prefix = f"{seg['name']}-"
+        seg["p99_alert_batches"] = p99_alert_batches(
+            records, seg["name"], [(a, ts) for a, ts in alerts if a["order_id"].startswith(prefix)], seg["p99_ms"])
+    warmup = [s for s in segments if s["name"] == "warmup"]
+    return {"segments": [{k: v for k, v in s.items() if k != "name"} for s in segments if s["name"] != "warmup"],
+            "warmup": {k: v for k, v in warmup[0].items() if k != "name"} if warmup else None,
+            "duration_s": duration_s, "batch_log": _shown(log_path), "gc_sampling_error": sampler.gc_error, **check}
+
+
+def _shown(path) -> str:
+    """A path under the work tree as relative to it (how the report names it), others as they are."""
+    from aldebaran import paths
+
+    try:
+        return str(path.resolve().relative_to(paths.ROOT.resolve()))
+    except ValueError:
+        return str(path)
 
 
 # --- books and churn ----------------------------------------------------------------------------------

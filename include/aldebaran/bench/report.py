@@ -208,6 +208,7 @@ def markdown(results: dict, images: dict[str, Path], img_rel: str = "img") -> st
         lines.append("")
         if "latency" in images:
             lines += [f"![latency vs rate]({img_rel}/{images['latency'].name})", ""]
+        lines += _latency_batches_markdown(lt)
     if "books" in results:
         b = results["books"]
         lines += [
@@ -264,6 +265,85 @@ def markdown(results: dict, images: dict[str, Path], img_rel: str = "img") -> st
     lines += _targets(results)
     lines += ["", END]
     return "\n".join(lines)
+
+
+def _parts_order(rows: list[dict]) -> list[str]:
+    """The parts named in any of the rows' `parts_ms`, in the order they first appear (a batch record
+    lists Spark's parts, then the engine's, then GC: see aldebaran.bench.harness.batch_parts)."""
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r.get("parts_ms") or {} if k not in keys]
+    return keys
+
+
+def _loads(loads: dict | None) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(loads.items())) if loads else "–"
+
+
+def _snapshots(snaps: list[dict] | None) -> str:
+    return ", ".join(f"shard {s['shard']} {s['bytes'] / 2**20:,.1f} MiB" for s in snaps) if snaps else "–"
+
+
+def _latency_batches_markdown(lt: dict) -> list[str]:
+    """Per segment: each part's p50/p99 over its batches, and its slowest batches with their parts (from
+    the latency run's per-batch log). Results without per-batch figures (older runs) render nothing."""
+    segs = [s for s in lt["segments"] if s.get("slowest_batches") is not None]
+    if not segs:
+        return []
+    lines = [
+        "#### Where a batch's time goes",
+        "",
+        "Every batch of the run is logged, one JSON line each "
+        + (f"(`{lt['batch_log']}`)" if lt.get("batch_log") else "")
+        + ": Spark's progress (`durationMs`) joined by batch id with the engine's own figures. Parts, in ms: "
+        "Spark's `latestOffset` (asking Kafka for the end offsets), `queryPlanning`, `walCommit` (the offset log, "
+        "before the batch), `addBatch` (the foreachBatch call: the whole batch), `commitOffsets` (the commit log, "
+        "after it) and `spark_other` (the rest of the trigger); inside addBatch the engine's `foreach_batch` and its "
+        "`steps.*` (`steps.parse_shards`: the Spark job that reads Kafka, parses, shuffles and runs the shard tasks; "
+        "`steps.alerts`: producing the alerts; `steps.archive`: the archive PUT), inside that job the slowest shard's "
+        "Python step `shard_step_max` (including any snapshot it wrote); `jvm_gc`: the JVM's collection time within "
+        "the batch (it overlaps the others). Percentiles over the batches that read trades (a part a batch did not "
+        "run counts 0).",
+        "",
+        "| part | " + " | ".join(f"{s['rate']:,}/s p50 | {s['rate']:,}/s p99" for s in segs) + " |",
+        "|---|" + "---:|---:|" * len(segs),
+    ]
+    keys = ["trigger"] + [k for k in _parts_order([{"parts_ms": s["parts_p50_ms"]} for s in segs])
+                          if k not in ("trigger", "trade_rows")]
+    for k in keys:
+        cells = []
+        for s in segs:
+            cells += [_n(s["parts_p50_ms"].get(k)), _n(s["parts_p99_ms"].get(k))]
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    lines.append("| *trades per batch* | " + " | ".join(
+        f"{_n(s['parts_p50_ms'].get('trade_rows'))} | {_n(s['parts_p99_ms'].get('trade_rows'))}" for s in segs) + " |")
+    lines.append("")
+    for s in segs:
+        rows = s["slowest_batches"]
+        parts = _parts_order(rows)
+        lines += [
+            f"Slowest batches at {s['rate']:,} events/s and where their time went ({s['batches']:,} batches, "
+            f"{s.get('batches_with_trades', s['batches']):,} with trades):",
+            "",
+            "| batch | trades | trigger ms | " + " | ".join(parts) + " | shard loads | snapshots | "
+            "CPU % auditor / others | alerts | alerts' max ms |",
+            "|---:|---:|---:|" + "---:|" * len(parts) + "---|---|---|---:|---:|",
+        ]
+        for r in rows:
+            cpu = r.get("cpu_pct") or {}
+            al = r.get("alert_latency_ms") or {}
+            lines.append(
+                f"| {r['batch_id']} | {_n(r.get('trade_rows'))} | {_n(r.get('trigger_ms'))} | "
+                + " | ".join(_n(r["parts_ms"].get(k)) for k in parts)
+                + f" | {_loads(r.get('shard_loads'))} | {_snapshots(r.get('snapshots'))} | "
+                f"{_n(cpu.get('auditor'))} / {_n(cpu.get('others'))} | {_n(al.get('alerts'))} | {_n(al.get('max'))} |")
+        worst = s.get("p99_alert_batches") or []
+        if worst:
+            lines += ["", f"The alerts at or above p99 ({_n(s['p99_ms'])} ms) came from: " + ", ".join(
+                f"{w['alerts']:,} from batch {w['batch_id']}" if w["batch_id"] is not None else
+                f"{w['alerts']:,} outside any logged batch" for w in worst) + "."]
+        lines.append("")
+    return lines
 
 
 def _dispatch_markdown(dp: dict) -> list[str]:
