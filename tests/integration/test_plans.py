@@ -46,16 +46,24 @@ def _mix(orders: int = 300, seed: int = 5):
     return list(loadgen.records(loadgen.original_mix(orders, seed)))
 
 
-@pytest.mark.parametrize("parser", ["python", "jvm"])
-def test_keyed_topic_runs_copartitioned_and_matches_the_reference(spark, kafka_topics, checkpoint, unique, parser):
+@pytest.mark.parametrize("parser,host", [("python", "dedicated"), ("python", "worker"), ("jvm", "dedicated")])
+def test_keyed_topic_runs_copartitioned_and_matches_the_reference(spark, kafka_topics, checkpoint, unique, parser,
+                                                                  host):
     recs = _mix()
     kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
-    figures = _run(spark, checkpoint, f"plan-{unique}", parser=parser if parser == "jvm" else "auto")
+    figures = _run(spark, checkpoint, f"plan-{unique}", parser=parser if parser == "jvm" else "auto",
+                   shard_host=host, max_offsets_per_trigger=300)
     assert {(f["plan"], f["parser"]) for f in figures} == {("copartitioned", parser)}
     assert sum(f["misrouted"] for f in figures) == 0
     assert sum(f["applied"] for f in figures) == len(recs)
     if parser == "python":
         assert sum(f["parsed_fast"] for f in figures) == len(recs)
+    # Several batches: with dedicated hosts every shard stays in one process (never replayed from the
+    # other's deltas); each worker holding its own copy is what "worker" means.
+    loads = [k for f in figures for k, n in f["shard_loads"].items() for _ in range(n)]
+    assert len(figures) >= 4
+    if host == "dedicated":
+        assert set(loads) == {"cold", "cache"} and loads.count("cold") == 2, loads
     expected = reference.expected_alerts([r.value for r in recs])
     assert expected and _keys(_alerts(kafka_topics)) == _keys(expected)
 

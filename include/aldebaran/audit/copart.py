@@ -23,6 +23,7 @@ worker while it reads the next ones), and nothing is written to or read from a s
 
 from __future__ import annotations
 
+import itertools
 import json
 
 from aldebaran import events
@@ -57,9 +58,11 @@ def rerouted_record(ev: EventRow, topic: str, partition: int) -> tuple[bytes, by
     return ev.order_id.encode(), value, [("aldebaran.rerouted.from", f"{topic}/{partition}".encode())]
 
 
-def copartitioned_function(ctx: BatchContext, batch_id: int, partitions: int, parser: str):
+def copartitioned_function(ctx: BatchContext, batch_id: int, partitions: int, parser: str, host: str = "worker"):
     """The mapInArrow body of the co-partitioned plan. `parser`: "python" (rows are raw Kafka columns,
-    RAW_FIELDS) or "jvm" (rows are aldebaran.audit.parse output)."""
+    RAW_FIELDS) or "jvm" (rows are aldebaran.audit.parse output). `host`: where the shard's books live —
+    "worker" (this Python worker's memory; Spark hands a shard to any idle worker, so each worker ends up
+    with a copy) or "dedicated" (one long-lived process per shard and executor: aldebaran.audit.shardhost)."""
 
     def run(batches):
         import pyarrow as pa
@@ -69,84 +72,99 @@ def copartitioned_function(ctx: BatchContext, batch_id: int, partitions: int, pa
         if first is None:  # an empty task (e.g. the tick stream's, its rows filtered out)
             return
         shard_id = first.column("partition")[0].as_py()
-        topic = first.column("topic")[0].as_py()
-        store = _store(ctx, shard_id)
-        sink = reroute = None
-        figures = {"fast": 0, "slow": 0}
-        py = None
+        if host == "dedicated":
+            from aldebaran.audit.shardhost import call
 
-        def reject(bad: list[tuple]) -> None:
-            nonlocal sink
-            if sink is None:
-                if ctx.kafka is None:
-                    raise RuntimeError("shard task: invalid rows but no Kafka settings for the DLQ")
-                sink = _dlq_sink(ctx.kafka)
-            sink.add((key, value if value is not None else b"", dlq_headers(code, reason, t, part, offset, ts))
-                     for key, value, code, reason, t, part, offset, ts in bad)
-
-        def jvm_rows(rb):
-            codes = rb.column("reason_code")
-            if codes.null_count < len(codes):
-                bad = rb.filter(codes.is_valid())
-                reject(list(zip(*[bad.column(c).to_pylist() for c in DLQ_FIELDS])))
-                rb = rb.filter(codes.is_null())
-            return map(EventRow._make, zip(*[rb.column(c).to_pylist() for c in EVENT_FIELDS]))
-
-        if parser == "python":
-            from aldebaran.audit.pyparse import Parser
-
-            py = Parser(ctx.limits)
-
-            def python_rows(rb):
-                values = rb.column("value").to_pylist()
-                invalid: list = []
-                out = py.parse(values, rb.column("kafka_ts").to_pylist(), invalid)
-                if invalid:
-                    keys, offsets, times = (rb.column(c).to_pylist() for c in ("key", "offset", "kafka_ts"))
-                    reject([(keys[i], values[i], bad.code, bad.reason, topic, shard_id, offsets[i], times[i])
-                            for i, bad in invalid])
-                return out
-
-            convert = python_rows
+            records = call(ctx, batch_id, partitions, parser, shard_id, first.schema,
+                           itertools.chain([first], batches))
         else:
-            convert = jvm_rows
-
-        def rows():
-            yield from convert(first)
-            for rb in batches:
-                if len(rb):
-                    yield from convert(rb)
-
-        out = store.apply(batch_id, rows(), owns=_owns(shard_id, partitions))
-        if out.misrouted:
-            from aldebaran.kafka_io import DlqSink
-
-            reroute = DlqSink(ctx.kafka, topic=topic)
-            by_owner: dict[int, list] = {}
-            for ev in out.misrouted:
-                by_owner.setdefault(owner(ev.order_id, partitions), []).append(rerouted_record(ev, topic, shard_id))
-            for p, records in sorted(by_owner.items()):
-                reroute.add_to(p, records)
-        # Every DLQ and rerouted record acknowledged before the task reports the batch done.
-        dlq = sink.flush() if sink is not None else 0
-        if reroute is not None:
-            reroute.flush()
-        if py is not None:
-            figures = {"fast": py.fast, "slow": py.slow}
-        yield pa.RecordBatch.from_pylist(
-            _records(out, shard_id, dlq, len(out.misrouted), figures), schema=_arrow_schema())
+            records = process(ctx, batch_id, partitions, parser, shard_id, itertools.chain([first], batches))
+        yield pa.RecordBatch.from_pylist(records, schema=_arrow_schema())
 
     return run
 
 
-def idle_shards_function(ctx: BatchContext, batch_id: int, partitions: int):
+def process(ctx: BatchContext, batch_id: int, partitions: int, parser: str, shard_id: int, batches) -> list[dict]:
+    """One shard's batch: the Arrow record batches of its Kafka partition in (none: an idle shard), the
+    alert and figure rows out. Invalid rows are produced to the DLQ and misrouted events to their owner
+    partition, all acknowledged before this returns."""
+    topic = ctx.kafka.trades_topic if ctx.kafka is not None else ""
+    store = _store(ctx, shard_id)
+    sink = reroute = py = None
+    figures = {"fast": 0, "slow": 0}
+
+    def reject(bad: list[tuple]) -> None:
+        nonlocal sink
+        if sink is None:
+            if ctx.kafka is None:
+                raise RuntimeError("shard task: invalid rows but no Kafka settings for the DLQ")
+            sink = _dlq_sink(ctx.kafka)
+        sink.add((key, value if value is not None else b"", dlq_headers(code, reason, t, part, offset, ts))
+                 for key, value, code, reason, t, part, offset, ts in bad)
+
+    def jvm_rows(rb):
+        codes = rb.column("reason_code")
+        if codes.null_count < len(codes):
+            bad = rb.filter(codes.is_valid())
+            reject(list(zip(*[bad.column(c).to_pylist() for c in DLQ_FIELDS])))
+            rb = rb.filter(codes.is_null())
+        return map(EventRow._make, zip(*[rb.column(c).to_pylist() for c in EVENT_FIELDS]))
+
+    if parser == "python":
+        from aldebaran.audit.pyparse import Parser
+
+        py = Parser(ctx.limits)
+
+        def convert(rb):
+            values = rb.column("value").to_pylist()
+            invalid: list = []
+            out = py.parse(values, rb.column("kafka_ts").to_pylist(), invalid)
+            if invalid:
+                keys, offsets, times = (rb.column(c).to_pylist() for c in ("key", "offset", "kafka_ts"))
+                reject([(keys[i], values[i], bad.code, bad.reason, topic, shard_id, offsets[i], times[i])
+                        for i, bad in invalid])
+            return out
+    else:
+        convert = jvm_rows
+
+    def rows():
+        for rb in batches:
+            if len(rb):
+                yield from convert(rb)
+
+    out = store.apply(batch_id, rows(), owns=_owns(shard_id, partitions))
+    if out.misrouted:
+        from aldebaran.kafka_io import DlqSink
+
+        reroute = DlqSink(ctx.kafka, topic=topic)
+        by_owner: dict[int, list] = {}
+        for ev in out.misrouted:
+            by_owner.setdefault(owner(ev.order_id, partitions), []).append(rerouted_record(ev, topic, shard_id))
+        for p, records in sorted(by_owner.items()):
+            reroute.add_to(p, records)
+    # Every DLQ and rerouted record acknowledged before the task reports the batch done.
+    dlq = sink.flush() if sink is not None else 0
+    if reroute is not None:
+        reroute.flush()
+    if py is not None:
+        figures = {"fast": py.fast, "slow": py.slow}
+    return _records(out, shard_id, dlq, len(out.misrouted), figures)
+
+
+def idle_shards_function(ctx: BatchContext, batch_id: int, partitions: int, parser: str, host: str = "worker"):
     """RDD mapPartitions body: run each listed shard with no events for `batch_id` (its expiry, its delta),
     so every shard's version follows the batches. Returns the same rows as the shard tasks."""
 
     def run(shard_ids):
         for shard_id in shard_ids:
-            out = _store(ctx, shard_id).apply(batch_id, (), owns=_owns(shard_id, partitions))
-            yield from _records(out, shard_id, 0, 0, {"fast": 0, "slow": 0})
+            if host == "dedicated":
+                import pyarrow as pa
+
+                from aldebaran.audit.shardhost import call
+
+                yield from call(ctx, batch_id, partitions, parser, shard_id, pa.schema([]), iter(()))
+            else:
+                yield from process(ctx, batch_id, partitions, parser, shard_id, iter(()))
 
     return run
 

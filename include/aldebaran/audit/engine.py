@@ -50,6 +50,7 @@ class BatchContext:
     snapshot_delta_ratio: float = 1.0
     kafka: object = None  # aldebaran.settings.KafkaSettings: where the shard tasks send rejected input
     limits: object = None  # aldebaran.audit.parse.Limits: for the Python parser (co-partitioned plan)
+    host_idle_seconds: float = 600.0  # a dedicated shard host stops after this long without work
 
 
 _DLQ_SINKS: dict = {}  # one DLQ producer per Python worker and Kafka settings, reused across batches
@@ -155,6 +156,7 @@ class Plan:
     name: str
     shards: int
     parser: str = "jvm"
+    host: str = "worker"  # co-partitioned: "dedicated" (aldebaran.audit.shardhost) or "worker"
 
 
 class _Row:
@@ -192,6 +194,7 @@ class BatchWriter:
             snapshot_delta_ratio=settings.snapshot_delta_ratio,
             kafka=kafka,
             limits=Limits(settings.max_message_bytes, settings.max_id_length, settings.max_shares),
+            host_idle_seconds=settings.shard_host_idle_seconds,
         )
         self.last: dict = {}
         self.recent: dict[int, dict] = {}  # batch id → figures, for the heartbeat listener
@@ -204,14 +207,15 @@ class BatchWriter:
         if self.plan.name == "copartitioned":
             from aldebaran.audit.copart import copartitioned_function, idle_shards_function
 
-            out = real.mapInArrow(copartitioned_function(self.ctx, batch_id, self.plan.shards, self.plan.parser),
-                                  OUTPUT_SCHEMA)
+            out = real.mapInArrow(copartitioned_function(self.ctx, batch_id, self.plan.shards, self.plan.parser,
+                                                         self.plan.host), OUTPUT_SCHEMA)
             rows = [r.asDict() for r in out.collect()]
             ran = {r["shard"] for r in rows if r["row_type"] == "stats"}
             idle = sorted(set(range(self.plan.shards)) - ran)
             if idle:  # every shard takes every batch's version (its expiry, its delta): see copart.py
                 rdd = real.sparkSession.sparkContext.parallelize(idle, len(idle))
-                rows += rdd.mapPartitions(idle_shards_function(self.ctx, batch_id, self.plan.shards)).collect()
+                rows += rdd.mapPartitions(idle_shards_function(
+                    self.ctx, batch_id, self.plan.shards, self.plan.parser, self.plan.host)).collect()
         else:
             invalid = F.col("reason_code").isNotNull()
             rows_in = real.select(*EVENT_FIELDS, "partition", "offset", "reason_code",

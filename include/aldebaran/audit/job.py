@@ -170,6 +170,7 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
             # Events are delivered asynchronously: let the listener see the end before detaching it.
             listener.terminated.wait(10)
             spark.streams.removeListener(listener)
+            _stop_shard_hosts(spark, writer)
         finally:
             if keeper:
                 keeper.stop()
@@ -180,6 +181,23 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
         raise AuditorError(f"auditor query {settings.query_name} failed: {exc}")
     log.info("auditor %s stopped after %.1fs", settings.query_name, time.monotonic() - t0)
     return writer.last
+
+
+def _stop_shard_hosts(spark, writer) -> None:
+    """Best effort: the dedicated shard hosts (aldebaran.audit.shardhost) end with the query, not only when
+    idle. A host this misses (another executor) stops when idle or when its executor is gone."""
+    plan = writer.plan
+    if plan.name != "copartitioned" or plan.host != "dedicated":
+        return
+    from py4j.protocol import Py4JError
+
+    from aldebaran.audit.shardhost import stop_function
+
+    try:
+        spark.sparkContext.parallelize(range(plan.shards), plan.shards).foreachPartition(
+            stop_function(writer.ctx.state_root))
+    except (Py4JError, ConnectionError, OSError) as exc:
+        log.info("shard hosts not stopped (%s): they stop when idle", exc)
 
 
 def _active(query) -> bool:

@@ -14,6 +14,7 @@ over the shards), so a checkpoint records its plan in ``<checkpoint>/books/plan.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -62,8 +63,11 @@ def decide(settings, kafka, state_root: str) -> Plan:
                           f"co-partitioned books {plan.shards}: start a new checkpoint and replay")
     if recorded is None:
         write_recorded(state_root, plan)
-    log.info("auditor plan: %s, %d shards%s, parser %s (%s)", plan.name, plan.shards,
-             " = partitions of " + kafka.trades_topic if plan.name == "copartitioned" else "", plan.parser, why)
+    if plan.name == "copartitioned":
+        plan = dataclasses.replace(plan, host=settings.shard_host)
+    log.info("auditor plan: %s, %d shards%s, parser %s%s (%s)", plan.name, plan.shards,
+             " = partitions of " + kafka.trades_topic if plan.name == "copartitioned" else "", plan.parser,
+             f", books in {plan.host} processes" if plan.name == "copartitioned" else "", why)
     return plan
 
 

@@ -49,6 +49,13 @@ class AuditorSettings(BaseSettings):
         1.0, ge=0, description="a snapshot only once the deltas written since the last one reach this × its size "
         "(amortises the O(open books) snapshot over the books touched; 0: every snapshot_every batches)"
     )
+    shard_host: Literal["worker", "dedicated"] = Field(
+        "dedicated", description="co-partitioned plan: where a shard's books live — dedicated: one process per "
+        "shard and executor (one copy of each book); worker: the Python worker that runs the task (Spark picks "
+        "any idle one, so each worker ends up with a copy and replays the other's deltas)")
+    shard_host_idle_seconds: float = Field(
+        600.0, gt=0, description="a dedicated shard host stops after this long without a batch (it also stops with "
+        "its executor, and when the auditor stops)")
     max_message_bytes: int = Field(events.MAX_MESSAGE_BYTES, ge=64, description="larger messages go to the DLQ")
     max_id_length: int = Field(events.MAX_ID_LENGTH, ge=1, description="longer ids go to the DLQ")
     max_shares: int = Field(events.MAX_SHARES, ge=1, description="larger #shares go to the DLQ")

@@ -1,0 +1,230 @@
+"""One long-lived process per shard and executor that holds the shard's books (issue 16: one copy of each
+book, no replay of another worker's deltas).
+
+Spark hands a task to whichever of its Python workers is idle, so with books in the workers' memory each
+worker ends up holding a copy of every shard and catches up on the deltas the other wrote (``replay`` in
+the batch figures). With ``ALDEBARAN_AUDIT_SHARD_HOST=dedicated`` the Python worker that runs shard p's task
+only relays: it streams the task's Arrow batches over a Unix socket to shard p's host process and returns
+its rows. The host runs :func:`aldebaran.audit.copart.process` — parse, book step, DLQ and rerouted
+records, all durable before it replies — so the commit order is unchanged.
+
+Lifetime and identity:
+
+- A host is started by the first task that needs it (a file lock makes sure only one starts) and stops
+  when the process that anchors it — the Python worker's parent, i.e. PySpark's daemon, which lives as
+  long as the executor — is gone, or after ``IDLE_SECONDS`` without work. Its socket's name carries the
+  checkpoint and the anchor's pid, so a new executor (a restarted auditor) never talks to an old host:
+  a host's cache never outlives the executor whose batches built it, exactly like a worker's.
+- A host that dies (killed, out of memory) fails the task; Spark retries it and a new host loads the
+  shard cold (snapshot + deltas). A failure inside the host is sent back and raised in the task.
+
+Wire format per task: a length-prefixed pickle of (context, batch id, partitions, parser), then an Arrow
+IPC stream of the batches; the reply is a length-prefixed pickle of ("ok", rows) or ("error", traceback).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import pickle
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+log = logging.getLogger(__name__)
+
+IDLE_SECONDS = 600.0
+START_SECONDS = 60.0
+_LEN = struct.Struct("!Q")
+
+
+def _dir() -> str:
+    path = os.path.join(tempfile.gettempdir(), f"aldebaran-shards-{os.getuid()}")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
+def socket_path(state_root: str, shard: int, anchor_pid: int) -> str:
+    digest = hashlib.sha1(f"{state_root}|{anchor_pid}".encode()).hexdigest()[:16]
+    return os.path.join(_dir(), f"{digest}-{shard:04d}.sock")
+
+
+def _send(f, payload: bytes) -> None:
+    f.write(_LEN.pack(len(payload)))
+    f.write(payload)
+    f.flush()
+
+
+def _recv(f) -> bytes:
+    head = f.read(_LEN.size)
+    if len(head) < _LEN.size:
+        raise ConnectionError("shard host closed the connection")
+    (n,) = _LEN.unpack(head)
+    body = f.read(n)
+    if len(body) < n:
+        raise ConnectionError("shard host closed the connection mid-message")
+    return body
+
+
+class _Unclosable:
+    """A file the Arrow stream writer may 'close' without closing the socket under it."""
+
+    def __init__(self, f) -> None:
+        self.f = f
+        self.closed = False
+
+    def write(self, data) -> int:
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.flush()
+
+
+# --- the task side -------------------------------------------------------------------------------
+def call(ctx, batch_id: int, partitions: int, parser: str, shard: int, schema, batches) -> list[dict]:
+    """Run one shard's batch (Arrow record batches of `schema`; none for an idle shard) in its host process,
+    started if needed; the rows it returns."""
+    import pyarrow as pa
+
+    anchor = os.getppid()
+    path = socket_path(ctx.state_root, shard, anchor)
+    sock = _connect(path) or _start(path, anchor, ctx.host_idle_seconds)
+    with sock, sock.makefile("rwb") as f:
+        _send(f, pickle.dumps((ctx, batch_id, partitions, parser, shard)))
+        writer = pa.ipc.new_stream(_Unclosable(f), schema)
+        for rb in batches:
+            if len(rb):
+                writer.write_batch(rb)
+        writer.close()
+        f.flush()
+        status, payload = pickle.loads(_recv(f))
+    if status != "ok":
+        raise RuntimeError(f"shard {shard} host ({path}) failed batch {batch_id}:\n{payload}")
+    return payload
+
+
+def _connect(path: str) -> socket.socket | None:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        return s
+    except OSError:
+        s.close()
+        return None
+
+
+def _start(path: str, anchor: int, idle_seconds: float) -> socket.socket:
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        s = _connect(path)  # another task may have started it while we waited for the lock
+        if s is not None:
+            return s
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)  # a dead host's socket
+        with open(path.removesuffix(".sock") + ".log", "ab") as errors:
+            proc = subprocess.Popen([sys.executable, "-m", "aldebaran.audit.shardhost", path, str(anchor),
+                                     str(idle_seconds)],
+                                    stdin=subprocess.DEVNULL, stdout=errors, stderr=errors, close_fds=True,
+                                    start_new_session=True)
+        deadline = time.monotonic() + START_SECONDS
+        while time.monotonic() < deadline:
+            s = _connect(path)
+            if s is not None:
+                return s
+            if proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        raise RuntimeError(f"shard host {path} did not start (exit {proc.poll()}; log {path.removesuffix('.sock')}.log)")
+
+
+# --- the host side -------------------------------------------------------------------------------
+def serve(path: str, anchor: int, idle_seconds: float = IDLE_SECONDS) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(tmp)
+    os.replace(tmp, path)  # the socket appears whole, under its name, only once it listens
+    srv.listen(4)
+    srv.settimeout(1.0)
+    last = time.monotonic()
+    try:
+        while _alive(anchor) and time.monotonic() - last < idle_seconds:
+            try:
+                conn, _ = srv.accept()
+            except socket.timeout:
+                continue
+            conn.settimeout(None)
+            with conn:
+                if not _handle(conn):
+                    break
+            last = time.monotonic()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        srv.close()
+
+
+def _handle(conn: socket.socket) -> bool:
+    """Serve one connection; False when asked to stop."""
+    import pyarrow as pa
+
+    from aldebaran.audit.copart import process
+
+    with conn.makefile("rwb") as f:
+        reader = None
+        try:
+            request = pickle.loads(_recv(f))
+            if request == "stop":
+                _send(f, pickle.dumps(("ok", [])))
+                return False
+            ctx, batch_id, partitions, parser, shard = request
+            reader = pa.ipc.open_stream(f)
+            reply = ("ok", process(ctx, batch_id, partitions, parser, shard, iter(reader)))
+        except Exception:  # sent back and raised in the task, which Spark retries
+            reply = ("error", traceback.format_exc())
+            if reader is not None:
+                with contextlib.suppress(Exception):
+                    for _ in reader:  # let the task finish writing, or it would block on a full socket
+                        pass
+        _send(f, pickle.dumps(reply))
+        return True
+
+
+def stop_function(state_root: str):
+    """RDD foreachPartition body: stop this executor's hosts of the listed shards (the auditor calls it when
+    its query ends; a host it misses stops on its own when idle or when the executor is gone)."""
+
+    def run(shards) -> None:
+        for shard in shards:
+            s = _connect(socket_path(state_root, shard, os.getppid()))
+            if s is None:
+                continue
+            with s, s.makefile("rwb") as f, contextlib.suppress(OSError, ConnectionError):
+                _send(f, pickle.dumps("stop"))
+                _recv(f)
+
+    return run
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    serve(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))

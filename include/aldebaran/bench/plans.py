@@ -1,0 +1,80 @@
+"""The auditor's plans and parsers side by side (issue 16): one backlog on one topic, each variant draining it
+from a fresh checkpoint in turn (the order rotates every repeat, so drift on this shared machine does not
+favour one), each checked against the reference model; and in the same run the two ceilings that bound
+them: Spark's Kafka source alone (read every value, nothing else) and the Spark batch job (JVM parse,
+dedupe, aggregate; harness.spark_batch).
+
+    aldebaran bench all --sections plans            # `make bench` runs it with the drain section
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import tempfile
+import time
+
+from aldebaran import kafka_admin, loadgen
+from aldebaran.bench import harness
+
+log = logging.getLogger(__name__)
+
+# (plan, parser): today's default first-to-last: the shuffle plan with the JVM parse (the plan before
+# issue 16), the co-partitioned plan with the JVM parse, and with the Python parse (the default).
+VARIANTS = (("shuffle", "jvm"), ("copartitioned", "jvm"), ("copartitioned", "python"))
+
+
+def spark_read(spark, kafka) -> dict:
+    """The Kafka source's own ceiling: a Spark batch job that reads every message's value and sums the
+    lengths (so no column is pruned away), with no parse and no state."""
+    from pyspark.sql import functions as F
+
+    t0 = time.monotonic()
+    raw = (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+           .option("subscribe", kafka.trades_topic).option("startingOffsets", "earliest")
+           .option("endingOffsets", "latest").load())
+    row = raw.agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("value")).alias("bytes")).collect()[0]
+    return {"seconds": time.monotonic() - t0, "messages": row["n"], "bytes": row["bytes"]}
+
+
+def compare(spark, backlog: harness.Backlog, repeats: int = 2, ttl_s: float = 600.0,
+            max_offsets: int = 200_000) -> dict:
+    t = harness.tag()
+    with harness.bench_topics(t) as kafka:
+        sent = loadgen.send(backlog.records(), kafka.trades_topic, total=None, progress_every=500_000)
+        expected = harness.expected_of(backlog.records(), ttl_ms=int(ttl_s * 1000))
+        per_trigger = min(max_offsets, max(10_000, sent.count // 10))
+        runs: dict[tuple[str, str], list[dict]] = {v: [] for v in VARIANTS}
+        reads, batch_jobs = [], []
+        for r in range(repeats):
+            order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
+            for plan, parser in order:
+                with tempfile.TemporaryDirectory(prefix="bench-plan-") as ckpt:
+                    settings = harness.auditor_settings(
+                        f"{t}_{plan}_{parser}_{r}", ckpt, ttl_seconds=ttl_s, max_offsets_per_trigger=per_trigger,
+                        idle_ticks=False, plan=plan, parser=parser, shards=2)
+                    res = harness.run_auditor(spark, settings)
+                check = harness.compare(harness.read_alerts(kafka), expected)
+                runs[(plan, parser)].append({"sustained_eps": harness.sustained_rate(res["batches"]),
+                                             "overall_eps": sent.count / res["wall_s"],
+                                             "batches": len(res["batches"]), **check})
+                log.info("plans: %s/%s run %d: %s", plan, parser, r + 1, runs[(plan, parser)][-1])
+                kafka_admin.delete_topics(kafka, [kafka.alerts_topic])  # the next variant compares a clean topic
+                time.sleep(1.0)
+                kafka_admin.ensure_topics(kafka, [kafka.alerts_topic])
+            reads.append(spark_read(spark, kafka))
+            batch_jobs.append(harness.spark_batch(spark, kafka))
+        read_eps = statistics.median(x["messages"] / x["seconds"] for x in reads)
+        batch_eps = statistics.median(x["messages"] / x["seconds"] for x in batch_jobs)
+        variants = []
+        for (plan, parser), rs in runs.items():
+            eps = statistics.median(x["sustained_eps"] for x in rs)
+            variants.append({"plan": plan, "parser": parser, "sustained_eps": eps,
+                             "overall_eps": statistics.median(x["overall_eps"] for x in rs),
+                             "spark_read_ratio": eps / read_eps, "spark_batch_ratio": eps / batch_eps,
+                             "correct": all(x["correct"] for x in rs), "runs": rs})
+        return {"events": sent.count, "repeats": repeats, "max_offsets_per_trigger": per_trigger,
+                "variants": variants, "correct": all(v["correct"] for v in variants),
+                "spark_read": {"eps": read_eps, "runs": reads},
+                "spark_batch": {"eps": batch_eps, "runs": [{k: v for k, v in x.items() if k != "overfilled"}
+                                                           for x in batch_jobs]}}
