@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     from aldebaran.audit import job
     from aldebaran.audit.settings import AuditorSettings, add_cli_flags
     from aldebaran.exceptions import AldebaranError
+    from aldebaran.platform.replay import bounded_progress
     from aldebaran.settings import load
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -31,7 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     envfile.load_env()
     try:
         settings = load(AuditorSettings, **{k: v for k, v in vars(args).items() if v is not None})
-        job.run(settings)
+        with bounded_progress(settings) as on_batch:  # a replay's progress through its range
+            job.run(settings, on_batch=on_batch)
     except AldebaranError as exc:
         logging.getLogger("aldebaran").error("%s", exc)
         return 2

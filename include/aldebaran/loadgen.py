@@ -28,6 +28,7 @@ exact bytes and Kafka timestamps produced: ``--expected`` writes them as JSON ne
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import random
@@ -210,10 +211,14 @@ def send(recs: Iterable[Record], topic: str, rate: float | None = None, stamp_no
 
     A record's own `ts` becomes its Kafka timestamp; with `stamp_now` every record is stamped with the
     wall clock as it is handed to the producer, and the stamps are returned (for the reference model
-    and for latency). Progress is logged every `progress_every` messages.
+    and for latency). Progress (count of `total`, rate, ETA: :mod:`aldebaran.progress`, a bar on a
+    terminal, a log line every 10 s otherwise) is shown unless `progress_every` is 0 (the paced latency
+    runs, which report their own figures); it once counted messages between log lines, and its callers
+    still pass such counts. `total` defaults to ``len(recs)`` when `recs` has one.
     """
     from aldebaran.exceptions import AldebaranError
     from aldebaran.kafka_io import producer
+    from aldebaran.progress import Progress
     from aldebaran.settings import KafkaSettings, load
 
     p = producer(settings or load(KafkaSettings))
@@ -223,32 +228,36 @@ def send(recs: Iterable[Record], topic: str, rate: float | None = None, stamp_no
         if err is not None:
             errors.append(err)
 
+    if total is None and hasattr(recs, "__len__"):
+        total = len(recs)  # type: ignore[arg-type]
     stamps: list[int] | None = [] if stamp_now else None
     chunk = max(1, int(rate / 1000)) if rate else 10_000
     t0 = time.monotonic()
     n = 0
-    for r in recs:
-        ts = int(time.time() * 1000) if stamp_now else (r.ts or 0)
-        while True:
-            try:
-                p.produce(topic, value=r.value, key=r.key, timestamp=ts, on_delivery=on_delivery)
-                break
-            except BufferError:
-                p.poll(0.05)
-        if stamps is not None:
-            stamps.append(ts)
-        n += 1
-        if n % chunk == 0:
-            p.poll(0)
-            if rate:
-                ahead = n / rate - (time.monotonic() - t0)
-                if ahead > 0:
-                    time.sleep(ahead)
-        if progress_every and n % progress_every == 0:
-            elapsed = time.monotonic() - t0
-            of = f"/{total:,}" if total else ""
-            log.info("loadgen: %s%s events to %s, %.0f/s", f"{n:,}", of, topic, n / elapsed if elapsed else 0)
-    remaining = p.flush(120)
+    bar = Progress(f"loadgen → {topic}", total, unit="events", logger=log) if progress_every else None
+    with bar or contextlib.nullcontext():
+        for r in recs:
+            ts = int(time.time() * 1000) if stamp_now else (r.ts or 0)
+            while True:
+                try:
+                    p.produce(topic, value=r.value, key=r.key, timestamp=ts, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            if stamps is not None:
+                stamps.append(ts)
+            n += 1
+            if n % chunk == 0:
+                p.poll(0)
+                if bar:
+                    bar.update(n)
+                if rate:
+                    ahead = n / rate - (time.monotonic() - t0)
+                    if ahead > 0:
+                        time.sleep(ahead)
+        if bar:
+            bar.update(n)
+        remaining = p.flush(120)
     elapsed = time.monotonic() - t0
     if remaining or errors:
         raise AldebaranError(f"loadgen: {remaining} undelivered, {len(errors)} failed deliveries to {topic}: {errors[:3]}")

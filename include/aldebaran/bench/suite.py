@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from aldebaran.loadgen import Mix
+from aldebaran.progress import track
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,8 @@ def run(config: Config, spark=None) -> dict:
                                  conf={"spark.sql.adaptive.enabled": "false", "spark.driver.memory": "4g"})
     t_all = time.monotonic()
     try:
-        for section in config.sections:
+        # Sections differ a lot in length: the ETA is rough, the count and elapsed time exact.
+        for section in track(config.sections, "bench", unit="sections", logger=log):
             t0, load0 = time.monotonic(), os.getloadavg()
             log.info("bench: %s (load average %.2f %.2f %.2f)", section, *load0)
             if section == "drain":

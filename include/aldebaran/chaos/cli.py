@@ -95,13 +95,14 @@ def _terminate(signum, frame):
 
 def main(args: argparse.Namespace) -> int:
     from aldebaran.chaos.common import write_report
+    from aldebaran.progress import track
 
     # SIGTERM (kill, a CI timeout) must unwind like Ctrl-C: the campaigns' `finally` blocks stop the private
     # Kafka/MinIO of `outages` and the auditors they started; Python's default SIGTERM skips them.
     signal.signal(signal.SIGTERM, _terminate)
     names = CAMPAIGNS if args.campaign == "all" else (args.campaign,)
     bad = []
-    for name in names:
+    for name in track(names, "chaos", unit="campaigns", logger=log):
         if args.private_services and name in PRIVATE_OK:
             from aldebaran.chaos.common import private_ports
             from aldebaran.chaos.outages import private_services

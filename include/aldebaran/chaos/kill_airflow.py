@@ -52,6 +52,7 @@ from aldebaran.chaos.common import (
 from aldebaran.chaos.kill_dispatch import make_alerts
 from aldebaran.chaos.kill_scheduler import ACTIVE_RUN_STATES, DAG_ID, fate, fate_summary, private_airflow, ti_key
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT
+from aldebaran.progress import track
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +225,7 @@ def run(component: str, alerts: int = 3000, kills: int = 4, seed: int = 1, mode:
                     failures.append(str(exc))
                 warmup_s = (wave_received(waves[0])[1] or t_warm) - t_warm
                 log.info("warm-up wave of %d alerts delivered %.1fs after it began", len(waves[0]), warmup_s)
-                for k in kill_plan:
+                for k in track(kill_plan, campaign, unit="kills", logger=log):
                     wave = waves[k.n]
                     k.wave = len(wave)
                     pub = None

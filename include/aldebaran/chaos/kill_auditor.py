@@ -28,6 +28,7 @@ from aldebaran.chaos.common import (
     AuditorProcess, CampaignResult, ChaosError, DispatcherProcess, Workspace, auditor_args, caught_up, compare_alerts,
     committed, delivery_env, topic_alerts, wait_for,
 )
+from aldebaran.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "fu
     rng = random.Random(seed)
     auditor: AuditorProcess | None = None
     delivery: WebhookDispatch | None = None
+    faults = Progress("kill-auditor", kills, unit="kills", logger=log)
     try:
         values = produce_mix(ws, events, seed)
         expected = reference.expected_alerts(values, ttl_ms=int(TTL_SECONDS * 1000))
@@ -133,6 +135,7 @@ def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "fu
             delivery = WebhookDispatch(ws)
             delivery.start()
         auditor.start()
+        faults.start()
         kinds = {"after_a_batch": 0, "during_restart": 0}
         while True:
             if 0 < mid_stream < kills and mid_stream % 2 == 1:
@@ -147,6 +150,7 @@ def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "fu
                     killed_at = time.monotonic()
                     mid_stream += 1
                     kinds["during_restart"] += 1
+                    faults.advance()
                     log.info("kill %d/%d %.0fs into a restart (batches committed: %d)", mid_stream, kills, moment,
                              committed(ws)[0])
                     auditor.start()
@@ -174,6 +178,7 @@ def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "fu
             killed_at = time.monotonic()
             mid_stream += 1
             kinds["after_a_batch"] += 1
+            faults.advance()
             log.info("kill %d/%d after a batch (batches committed so far: %d)", mid_stream, kills, committed(ws)[0])
             auditor.start()
         wait_for(lambda: caught_up(ws, ends) or not auditor.alive(), step_timeout * 3, 1.0, "auditor caught up")
@@ -210,6 +215,7 @@ def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "fu
         result.lost = -1  # unknown: the campaign did not finish
         return result.finish(t0)
     finally:
+        faults.close()
         if auditor is not None and auditor.alive():
             auditor.kill()
         if delivery is not None:

@@ -42,6 +42,7 @@ from aldebaran.chaos.common import (
     unsettled,
 )
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT
+from aldebaran.progress import Progress
 from aldebaran_lab.receivers import SmsProvider, WebhookReceiver
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ def run(alerts: int = 5000, kills: int = 20, seed: int = 1, mode: str = "full", 
     secret = secrets.token_urlsafe(24)
     prefix = f"{ws.prefix}/deliveries"
     slots: list[Slot] = []
+    faults = Progress("kill-dispatch", kills, unit="kills", logger=log)
     try:
         with WebhookReceiver(secret) as webhook, SmsProvider() as sms, SmsProvider() as sms_lookup:
             batch = make_alerts(alerts, ws.name)
@@ -153,6 +155,7 @@ def run(alerts: int = 5000, kills: int = 20, seed: int = 1, mode: str = "full", 
             def restart(slot: Slot, why: str) -> None:
                 slot.kills += 1
                 kinds[why] += 1
+                faults.advance()
                 events.append({"n": sum(kinds.values()), "dispatcher": slot.proc.name, "kind": why,
                                "at": time.time(), "after_start_s": round(time.monotonic() - slot.proc.started_at, 1)})
                 publisher.landed = sum(kinds.values())
@@ -161,6 +164,7 @@ def run(alerts: int = 5000, kills: int = 20, seed: int = 1, mode: str = "full", 
                 slot.proc.start(self_kill_probability if slot.injected else 0.0, seed * 1000 + slot.proc.starts)
 
             deadline = time.monotonic() + max(600.0, kills * 60.0)
+            faults.start()
             while sum(kinds.values()) < kills:
                 if time.monotonic() > deadline:
                     raise ChaosError(f"only {sum(kinds.values())} of {kills} kills landed in time: {kinds}")
@@ -192,6 +196,7 @@ def run(alerts: int = 5000, kills: int = 20, seed: int = 1, mode: str = "full", 
                         restart(slot, KINDS[1])
                 time.sleep(0.2)
             result.faults = sum(kinds.values())
+            faults.close()
             last_kill = time.monotonic()
             last_kill_wall = time.time()
             published_at_last_kill = publisher.sent
@@ -274,6 +279,7 @@ def run(alerts: int = 5000, kills: int = 20, seed: int = 1, mode: str = "full", 
         result.lost = -1
         return result.finish(t0)
     finally:
+        faults.close()
         for slot in slots:
             if slot.proc.alive():
                 slot.proc.kill()

@@ -58,6 +58,7 @@ from aldebaran.chaos.common import (
     recovery_text, settled, unsettled, wait_for,
 )
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT
+from aldebaran.progress import track
 from aldebaran.chaos.kill_dispatch import make_alerts
 from aldebaran.services.airflow import Airflow
 from aldebaran.services.base import Service
@@ -507,7 +508,7 @@ def run(alerts: int = 3000, kills: int = 3, seed: int = 1, mode: str = "full",
                     if not any(r["state"] in ACTIVE_RUN_STATES for r in api.runs()):
                         triggered.append(api.trigger())
 
-                for n, plan in enumerate(plans, 1):
+                for n, plan in enumerate(track(plans, "kill-scheduler", unit="kills", logger=log), 1):
                     publish(waves[n - 1])
                     ensure_run()
                     wait_for(lambda: any(t["task_id"] == "dispatch" and t["state"] == "running"

@@ -44,6 +44,7 @@ from aldebaran.chaos.common import (
     AuditorProcess, CampaignResult, ChaosError, DispatcherProcess, Workspace, auditor_args, caught_up,
     campaign_ledger, committed, delivery_env, first_receipt_after, recovery_text, unsettled, wait_for,
 )
+from aldebaran.progress import track
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +196,8 @@ def run(rate: float = 20_000, seconds: float = 120.0, kills: int = 8, seed: int 
         events: list[KillEvent] = []
         pending_auditor: list[tuple[KillEvent, int, float]] = []  # (event, batches at restart, monotonic kill)
         deaths: list[str] = []
-        for n, (target, moment) in enumerate(zip(targets, moments), 1):
+        for n, (target, moment) in enumerate(track(list(zip(targets, moments)), "under-load", unit="kills",
+                                                   logger=log), 1):
             while time.monotonic() - load_t0 < moment and load.is_alive():
                 _supervise(auditor, dispatchers, deaths, pending_auditor, ws)
                 time.sleep(0.2)

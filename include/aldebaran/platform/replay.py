@@ -9,7 +9,8 @@ alert archive is ``archive/replays/<query>/``).
 
 Its alerts go to the alerts topic with the same deterministic ids (f(kind, order id)), so the delivery
 records (``deliveries/<channel>/<alert_id>.json``) suppress everything already delivered; `report`
-lists what is new (no delivery record on any configured channel yet).
+lists what is new (no delivery record on any configured channel yet). While it runs, the auditor logs
+its progress through the range (`bounded_progress`: events read of the range's size, rate, ETA).
 
 Range syntax (start / end Params):
 - ``earliest`` / ``latest``;
@@ -21,12 +22,14 @@ Range syntax (start / end Params):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import re
 import time
 from datetime import datetime, timezone
+from typing import Callable, Iterator
 
 from aldebaran.exceptions import ConfigError
 
@@ -176,6 +179,53 @@ def plan(run_id: str, topic: str | None = None, start: str | None = None, end: s
     log.info("replay %s: %s offsets %s → %s (%d messages), checkpoint %s, rules %s", name, topic, begin, finish,
              events, checkpoint, rules)
     return result
+
+
+def range_size(starting: str | None, ending: str | None) -> int | None:
+    """Messages between two explicit Spark JSON offsets (``{"<topic>": {"<partition>": offset}}``, as
+    `plan` writes them); None when either end is not explicit (earliest/latest, -2/-1)."""
+    try:
+        begin, end = json.loads(starting or ""), json.loads(ending or "")
+        pairs = [(int(begin[t][p]), int(o)) for t, offsets in end.items() for p, o in offsets.items()]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    if any(b < 0 or e < 0 for b, e in pairs):
+        return None
+    return sum(max(0, e - b) for b, e in pairs)
+
+
+# The auditor's per-batch figures that together count the messages it read: valid events (applied or
+# duplicates) and DLQ records.
+READ_FIGURES = ("applied", "duplicates", "dlq")
+
+
+@contextlib.contextmanager
+def bounded_progress(settings) -> Iterator[Callable[[dict], None] | None]:
+    """For a bounded run of the auditor (``--trigger available-now``, as a replay runs it): an `on_batch`
+    callback that logs the events read of the range's size, rate and ETA (aldebaran.progress: a line at
+    most every 10 s, in the task log). None for a streaming run."""
+    if settings.trigger != "available-now":
+        yield None
+        return
+    from aldebaran.progress import Progress
+
+    total = range_size(settings.starting_offsets, settings.ending_offsets)
+    # Plain lines even on a terminal: the Spark driver shares it with the JVM's log output, which writes
+    # past Python and would tear a live bar.
+    bar = Progress(settings.query_name, total, unit="events", logger=log, terminal=False)
+    started = False
+
+    def on_batch(figures: dict) -> None:
+        nonlocal started
+        if not started:  # the clock starts with the first batch: JVM and session start are no part of the rate
+            bar.start()
+            started = True
+        bar.advance(sum(figures.get(k) or 0 for k in READ_FIGURES))
+
+    try:
+        yield on_batch
+    finally:
+        bar.close()
 
 
 def plan_from_params(run_id: str, params: dict) -> dict:
