@@ -6,6 +6,10 @@
 #   venv/<hash of pins+python+tree path>/             Python virtualenv with the pins; .venv links to it
 #   jars/<pom name>-<hash of the pom>/                  Maven-resolved jar sets (setup/maven/*.xml)
 #   minio/<version>/bin/minio                          MinIO server built with `go install`
+#
+# Progress: each step prints "[i/N] name", and its time and the total when it ends. While a step runs
+# (a cold pip install, Maven resolve or Go build takes minutes), a line every $ALDEBARAN_SETUP_TICK
+# seconds (default 30) says it is still going; steps that find their result cached skip the work.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,15 +20,32 @@ MINIO_MODULE="github.com/minio/minio"
 source "$ROOT/setup/versions.env"
 MAVEN_SETS=(kafka-broker spark-kafka spark-s3a)
 
-mkdir -p "$CACHE"
-total_start=$(date +%s)
+TICK="${ALDEBARAN_SETUP_TICK:-30}"
+STEPS=4  # the step calls at the end of this script
 
-step() {  # step NAME CMD... — run CMD, print its duration
+mkdir -p "$CACHE"
+total_start=$EPOCHREALTIME
+step_n=0
+ticker=""
+
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { s = int(b - a + 0.5); printf "%d:%02d", s / 60, s % 60 }'; }
+
+stop_ticker() { if [ -n "$ticker" ]; then kill "$ticker" 2>/dev/null || true; ticker=""; fi; }
+
+step() {  # step NAME CMD... — run CMD as step i of $STEPS: say so, say it is still going, time it
   local name="$1"; shift
   local t0=$EPOCHREALTIME
-  printf '==> %s\n' "$name"
+  step_n=$((step_n + 1))
+  printf '==> [%d/%d] %s\n' "$step_n" "$STEPS" "$name"
+  # A line every $TICK s while the step runs. The ticker also ends once this script has gone (a failed
+  # step exits under set -e), seen with kill -0: an EXIT trap killing it makes bash 5.2 print
+  # "wait_for: No record of process".
+  ( while sleep "$TICK" && kill -0 "$$" 2>/dev/null; do
+      printf '    … %s: still running, %s\n' "$name" "$(since "$t0")"; done ) &
+  ticker=$!
   "$@"
-  awk -v a="$t0" -v b="$EPOCHREALTIME" -v n="$name" 'BEGIN { printf "    %s: %.1fs\n", n, b - a }'
+  stop_ticker
+  printf '    %s: done in %s (total %s)\n' "$name" "$(since "$t0")" "$(since "$total_start")"
 }
 
 short_hash() { cat "$@" | sha256sum | cut -c1-12; }
@@ -97,7 +118,11 @@ minio_server() {
   fi
   echo "    go install $MINIO_MODULE@$MINIO_VERSION (a large build: ~6 min on 2 cores)"
   mkdir -p "$dir"
-  GOBIN="$dir" GOFLAGS="${GOFLAGS:-} -trimpath" go install "$MINIO_MODULE@$MINIO_VERSION"
+  # Go names every module it downloads (~250 lines): count them instead, a line per 50.
+  GOBIN="$dir" GOFLAGS="${GOFLAGS:-} -trimpath" go install "$MINIO_MODULE@$MINIO_VERSION" 2>&1 | awk '
+    /^go: downloading / { if (++n % 50 == 0) printf "    go: %d modules downloaded\n", n; fflush(); next }
+    { print; fflush() }
+    END { if (n % 50) printf "    go: %d modules downloaded\n", n }'
   "$dir/minio" --version | head -1
 }
 
@@ -105,4 +130,4 @@ step "tools" check_tools
 step "python venv" python_venv
 step "maven jars" maven_jars
 step "minio" minio_server
-echo "==> setup complete in $(( $(date +%s) - total_start ))s (cache: $CACHE)"
+echo "==> setup complete in $(since "$total_start") (cache: $CACHE)"
