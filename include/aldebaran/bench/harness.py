@@ -158,15 +158,16 @@ def auditor_settings(tagname: str, checkpoint: str, **overrides):
     return load(AuditorSettings, **{**base, **overrides})
 
 
-def run_auditor(spark, settings) -> dict:
-    """Run the auditor to completion (available-now); rows and time per batch from Spark's progress."""
+def run_auditor(spark, settings, on_batch=None) -> dict:
+    """Run the auditor to completion (available-now); rows and time per batch from Spark's progress;
+    `on_batch` gets the auditor's own figures of each batch."""
     from aldebaran.audit import job
 
     listener = make_progress_listener(settings.query_name)
     spark.streams.addListener(listener)
     t0 = time.monotonic()
     try:
-        job.run(settings, spark=spark)
+        job.run(settings, spark=spark, on_batch=on_batch)
         wall = time.monotonic() - t0
         time.sleep(1.0)  # listener events are asynchronous
     finally:

@@ -19,9 +19,11 @@ from aldebaran.bench import harness
 
 log = logging.getLogger(__name__)
 
-# (plan, parser): today's default first-to-last: the shuffle plan with the JVM parse (the plan before
-# issue 16), the co-partitioned plan with the JVM parse, and with the Python parse (the default).
-VARIANTS = (("shuffle", "jvm"), ("copartitioned", "jvm"), ("copartitioned", "python"))
+# (plan, parser, shard host): the shuffle plan with the JVM parse (the plan before issue 16); the
+# co-partitioned plan with the JVM parse; with the Python parse, books in the Spark Python workers; and
+# with books in dedicated shard hosts (the default).
+VARIANTS = (("shuffle", "jvm", "worker"), ("copartitioned", "jvm", "dedicated"), ("copartitioned", "python", "worker"),
+            ("copartitioned", "python", "dedicated"))
 
 
 def spark_read(spark, kafka) -> dict:
@@ -44,21 +46,29 @@ def compare(spark, backlog: harness.Backlog, repeats: int = 2, ttl_s: float = 60
         sent = loadgen.send(backlog.records(), kafka.trades_topic, total=None, progress_every=500_000)
         expected = harness.expected_of(backlog.records(), ttl_ms=int(ttl_s * 1000))
         per_trigger = min(max_offsets, max(10_000, sent.count // 10))
-        runs: dict[tuple[str, str], list[dict]] = {v: [] for v in VARIANTS}
+        runs: dict[tuple[str, str, str], list[dict]] = {v: [] for v in VARIANTS}
         reads, batch_jobs = [], []
         for r in range(repeats):
             order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
-            for plan, parser in order:
+            for plan, parser, host in order:
+                figures: list[dict] = []
                 with tempfile.TemporaryDirectory(prefix="bench-plan-") as ckpt:
                     settings = harness.auditor_settings(
-                        f"{t}_{plan}_{parser}_{r}", ckpt, ttl_seconds=ttl_s, max_offsets_per_trigger=per_trigger,
-                        idle_ticks=False, plan=plan, parser=parser, shards=2)
-                    res = harness.run_auditor(spark, settings)
+                        f"{t}_{plan}_{parser}_{host}_{r}", ckpt, ttl_seconds=ttl_s,
+                        max_offsets_per_trigger=per_trigger, idle_ticks=False, plan=plan, parser=parser,
+                        shard_host=host, shards=2)
+                    res = harness.run_auditor(spark, settings, on_batch=figures.append)
                 check = harness.compare(harness.read_alerts(kafka), expected)
-                runs[(plan, parser)].append({"sustained_eps": harness.sustained_rate(res["batches"]),
-                                             "overall_eps": sent.count / res["wall_s"],
-                                             "batches": len(res["batches"]), **check})
-                log.info("plans: %s/%s run %d: %s", plan, parser, r + 1, runs[(plan, parser)][-1])
+                loads: dict[str, int] = {}
+                for f in figures:
+                    for k, n in f["shard_loads"].items():
+                        loads[k] = loads.get(k, 0) + n
+                runs[(plan, parser, host)].append({
+                    "sustained_eps": harness.sustained_rate(res["batches"]), "overall_eps": sent.count / res["wall_s"],
+                    "batches": len(res["batches"]), "shard_loads": loads,
+                    "state_ms_max_p50": statistics.median(f["state_ms_max"] for f in figures) if figures else None,
+                    **check})
+                log.info("plans: %s/%s/%s run %d: %s", plan, parser, host, r + 1, runs[(plan, parser, host)][-1])
                 kafka_admin.delete_topics(kafka, [kafka.alerts_topic])  # the next variant compares a clean topic
                 time.sleep(1.0)
                 kafka_admin.ensure_topics(kafka, [kafka.alerts_topic])
@@ -67,9 +77,9 @@ def compare(spark, backlog: harness.Backlog, repeats: int = 2, ttl_s: float = 60
         read_eps = statistics.median(x["messages"] / x["seconds"] for x in reads)
         batch_eps = statistics.median(x["messages"] / x["seconds"] for x in batch_jobs)
         variants = []
-        for (plan, parser), rs in runs.items():
+        for (plan, parser, host), rs in runs.items():
             eps = statistics.median(x["sustained_eps"] for x in rs)
-            variants.append({"plan": plan, "parser": parser, "sustained_eps": eps,
+            variants.append({"plan": plan, "parser": parser, "host": host, "sustained_eps": eps,
                              "overall_eps": statistics.median(x["overall_eps"] for x in rs),
                              "spark_read_ratio": eps / read_eps, "spark_batch_ratio": eps / batch_eps,
                              "correct": all(x["correct"] for x in rs), "runs": rs})
