@@ -246,3 +246,20 @@ def test_batch_records_join_progress_and_engine_figures_by_batch_id():
     assert [r["batch_id"] for r in summary["slowest_batches"]] == [7]
     assert summary["parts_p99_ms"]["trigger"] == 900 and summary["parts_p50_ms"]["trade_rows"] == 1_000
     assert harness.p99_alert_batches(records, "r50000", alerts, 900.0) == [{"batch_id": 7, "alerts": 2}]
+
+
+def test_plans_section_renders_each_variant_against_both_ceilings():
+    from aldebaran.bench.report import _plans_markdown
+
+    run = {"sustained_eps": 20_000.0, "shard_loads": {"cold": 2, "cache": 20}}
+    p = {"events": 1_000_000, "repeats": 1, "max_offsets_per_trigger": 100_000, "load_avg_start": [1.5],
+         "load_avg_end": [2.25],
+         "variants": [{"plan": "copartitioned", "parser": "python", "host": "dedicated", "sustained_eps": 20_000.0,
+                       "spark_read_ratio": 0.125, "spark_batch_ratio": 1.25, "correct": True, "runs": [run]}],
+         "spark_read": {"eps": 160_000.0}, "spark_batch": {"eps": 16_000.0}}
+    text = "\n".join(_plans_markdown(p, {"plans_orders": 200_000}))
+    assert ("| co-partitioned, Python parse, books in dedicated shard hosts (default) | 20,000 | 0.12 | 1.25 | "
+            "cache 20, cold 2 | yes |") in text
+    assert "| Spark's Kafka source alone (read, no parse) | 160,000 | 1.00 | – | – | – |" in text
+    assert "| Spark batch job (JVM parse + dedupe + aggregate) | 16,000 | 0.10 | 1.00 | – | – |" in text
+    assert "Load average 1.50 → 2.25." in text

@@ -23,7 +23,7 @@ from aldebaran.progress import track
 log = logging.getLogger(__name__)
 
 
-SECTIONS = ("drain", "latency", "books", "churn", "dispatch", "e2e")
+SECTIONS = ("drain", "plans", "latency", "books", "churn", "dispatch", "e2e")
 
 
 @dataclass
@@ -32,6 +32,8 @@ class Config:
 
     drain_orders: int = 600_000  # × 5 events (original-like custom mix) = 3M events
     drain_repeats: int = 2
+    plans_orders: int = 200_000  # × 5 events: each plan/parser/host variant drains the same 1M-event topic
+    plans_repeats: int = 2
     rates: list[int] = field(default_factory=lambda: [5_000, 20_000, 50_000, 100_000])
     latency_seconds: float = 20.0
     book_sizes: list[int] = field(default_factory=lambda: [100_000, 1_000_000, 10_000_000])
@@ -49,7 +51,7 @@ class Config:
     e2e_channels: tuple[str, ...] = ("webhook", "bus")
     mix: Mix = field(default_factory=lambda: Mix(overfill_fraction=0.5, purchase_first=0.05, duplicate_fraction=0.01,
                                                  malformed_fraction=0.001, open_orders=1000))
-    sections: tuple[str, ...] = ("drain", "latency", "books", "churn", "dispatch", "e2e")  # = SECTIONS
+    sections: tuple[str, ...] = ("drain", "plans", "latency", "books", "churn", "dispatch", "e2e")  # = SECTIONS
     quick: bool = False
 
     @classmethod
@@ -58,7 +60,7 @@ class Config:
 
     @classmethod
     def quick_config(cls) -> "Config":
-        return cls(drain_orders=5_000, drain_repeats=1, rates=[500, 2_000], latency_seconds=3.0,
+        return cls(drain_orders=5_000, drain_repeats=1, plans_orders=5_000, plans_repeats=1, rates=[500, 2_000], latency_seconds=3.0,
                    book_sizes=[2_000, 10_000], churn_orders=3_000, dispatch_alerts=200, dispatch_repeats=1,
                    e2e_rates=[500], e2e_seconds=5.0, quick=True)
 
@@ -67,7 +69,8 @@ class Config:
         key, sep, value = item.partition("=")
         current = getattr(self, key, None) if sep else None
         if current is None or key in ("mix", "sections", "quick", "e2e_channels"):
-            raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY one of drain_orders, drain_repeats, rates, "
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY one of drain_orders, drain_repeats, "
+                             "plans_orders, plans_repeats, rates, "
                              "latency_seconds, book_sizes, churn_orders, dispatch_alerts, dispatch_repeats, "
                              "e2e_rates, e2e_seconds, e2e_webhook_batch")
         if isinstance(current, list):
@@ -87,7 +90,7 @@ def run(config: Config, spark=None) -> dict:
 
     results: dict = {"machine": machine.describe(), "config": config.describe(),
                      "command": "aldebaran " + " ".join(sys.argv[1:]) if sys.argv and "aldebaran" in sys.argv[0] else None}
-    needs_spark = any(s in config.sections for s in ("drain", "latency", "books", "churn", "e2e"))
+    needs_spark = any(s in config.sections for s in ("drain", "plans", "latency", "books", "churn", "e2e"))
     own_spark = False
     if spark is None and needs_spark:
         from pyspark.sql import SparkSession
@@ -108,6 +111,12 @@ def run(config: Config, spark=None) -> dict:
                 backlog = harness.Backlog(Mix(**{**asdict(config.mix), "orders": config.drain_orders}),
                                           int(time.time() * 1000), events_per_second=20_000.0)
                 out = harness.drain(spark, backlog, repeats=config.drain_repeats)
+            elif section == "plans":
+                from aldebaran.bench import plans
+
+                backlog = harness.Backlog(Mix(**{**asdict(config.mix), "orders": config.plans_orders}),
+                                          int(time.time() * 1000), events_per_second=20_000.0)
+                out = plans.compare(spark, backlog, repeats=config.plans_repeats)
             elif section == "latency":
                 out = harness.latency(spark, config.rates, config.latency_seconds, mix=config.mix)
             elif section == "books":
