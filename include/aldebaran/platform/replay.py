@@ -195,8 +195,9 @@ def range_size(starting: str | None, ending: str | None) -> int | None:
 
 
 # The auditor's per-batch figures that together count the messages it read: valid events (applied or
-# duplicates) and DLQ records.
-READ_FIGURES = ("applied", "duplicates", "dlq")
+# duplicates), DLQ records, and events of another partition's orders (co-partitioned plan: produced to
+# their owner partition, beyond a bounded replay's end offsets).
+READ_FIGURES = ("applied", "duplicates", "dlq", "misrouted")
 
 
 @contextlib.contextmanager
