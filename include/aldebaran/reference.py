@@ -1,10 +1,10 @@
 """The audit semantics (../shared/BRIEF.md §2) as a deliberately simple, independent reference model.
 
-Written from the brief, not from the auditor's code (aldebaran.audit.books / rules / rulebook): one
+Written from the brief, not from the auditor's code (aldebaran.audit.book / rules / state): one
 loop over the messages in order, one plain dict of books, no heaps, no files, no batches. Tests and
 the demo hold the auditor to it: the same input must give the same alerts. It shares only the
 contract-level helpers with the auditor: :func:`aldebaran.events.validate` (which messages are
-valid) and :func:`aldebaran.audit.rules.alert_id` (the id of an alert is a function of its kind and
+valid) and :func:`aldebaran.audit.model.alert_id` (the id of an alert is a function of its kind and
 order id).
 
 Semantics, precisely:
@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Union
 
 from aldebaran import events
-from aldebaran.audit.rules import EventRow, alert_id
+from aldebaran.audit.model import EventRow, alert_id
 
 DEFAULT_TTL_MS = 10 * 60 * 1000
 

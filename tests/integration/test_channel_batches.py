@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from aldebaran import kafka_admin, kafka_io
-from aldebaran.audit.rules import alert_id
+from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import KafkaChannel, RetryableError, SmsChannel, WebhookChannel, batch_key
 from aldebaran.model import Alert
 from aldebaran_lab.receivers import BATCH_HEADER, SmsProvider, WebhookReceiver

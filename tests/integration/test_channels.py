@@ -10,7 +10,7 @@ import secrets
 import pytest
 
 from aldebaran import kafka_admin, kafka_io
-from aldebaran.audit.rules import alert_id
+from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import (
     EmailChannel,
     KafkaChannel,

@@ -20,7 +20,7 @@ import requests
 from aldebaran import paths, services
 from aldebaran.audit.archive import Archive
 from aldebaran.audit.heartbeat import heartbeat_key
-from aldebaran.audit.rules import alert_id
+from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import alert_body, signature
 from aldebaran.delivery.ledger import Ledger
 from aldebaran_lab.receivers import WebhookReceiver

@@ -11,7 +11,7 @@ from aldebaran.audit.settings import AuditorSettings
 from aldebaran.delivery.channels import LogChannel
 from aldebaran.delivery.dispatcher import Dispatcher
 from aldebaran.delivery.ledger import Ledger
-from aldebaran.audit.rules import alert_id as alert_id_of
+from aldebaran.audit.model import alert_id as alert_id_of
 from aldebaran.settings import load
 
 

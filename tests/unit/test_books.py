@@ -1,6 +1,6 @@
-"""Durability and versioning of the books (aldebaran.audit.books) on local files.
+"""Durability and versioning of the books (aldebaran.audit.state) on local files.
 
-A "restart" is simulated by clearing ``books._CACHE`` (a new Python worker has no cache and loads
+A "restart" is simulated by clearing the store's ``_CACHE`` (a new Python worker has no cache and loads
 the shard from its snapshot + deltas); a "second worker" by putting an older copy of the shard in the
 cache. The uninterrupted run is itself checked against the reference model.
 """
@@ -14,9 +14,13 @@ from dataclasses import asdict
 import pytest
 
 from aldebaran import events, reference
-from aldebaran.audit import books
-from aldebaran.audit.books import Config, DeadlineIndex, ShardStore, freeze, thaw
-from aldebaran.audit.rules import EventRow, resolve
+from aldebaran.audit.model import Book, EventRow
+from aldebaran.audit.rules import resolve
+from aldebaran.audit.state import rows as row_files
+from aldebaran.audit.state.deadlines import DeadlineIndex
+from aldebaran.audit.state.files import S3Files
+from aldebaran.audit.state.rows import freeze, thaw
+from aldebaran.audit.state.store import _CACHE, Config, ShardStore
 from aldebaran.exceptions import ConfigError, NotFound
 
 TTL = 200
@@ -26,9 +30,9 @@ RULES = ("overfill", "mismatch")
 
 @pytest.fixture(autouse=True)
 def _fresh_cache():
-    books._CACHE.clear()
+    _CACHE.clear()
     yield
-    books._CACHE.clear()
+    _CACHE.clear()
 
 
 def messages(orders: int = 60, seed: int = 1) -> list[bytes]:
@@ -68,7 +72,7 @@ def store_at(root, snapshot_every: int = 20, delta_ratio: float = 0.0) -> ShardS
 
 
 def state(root) -> dict:
-    shard = books._CACHE[(str(root), 0)]
+    shard = _CACHE[(str(root), 0)]
     return {"version": shard.version, "clock_ms": shard.clock_ms,
             "books": {o: asdict(shard.book(o)) for o in sorted(shard.books)}}
 
@@ -108,7 +112,7 @@ def test_state_survives_a_restart(tmp_path, msgs, restart_at):
     store = store_at(root)
     for i, rows in enumerate(bs):
         if i == restart_at:
-            books._CACHE.clear()  # a new process: nothing in memory
+            _CACHE.clear()  # a new process: nothing in memory
             store = store_at(root)
         assert keys(store.apply(i, rows, now_ms=NOW).alerts) == keys(expected_alerts[i]), f"batch {i}"
         assert state(root) == expected_states[i]
@@ -124,7 +128,7 @@ def test_reexecuted_batch_converges(tmp_path, msgs, cache):
         first = store.apply(i, rows, now_ms=NOW).alerts
         if i % 3 == 1:  # the batch runs again (task retry / restart before Spark committed it)
             if cache == "cleared":
-                books._CACHE.clear()
+                _CACHE.clear()
             again = store.apply(i, rows, now_ms=NOW).alerts
             assert keys(again) == keys(first)
         assert keys(first) == keys(expected_alerts[i]), f"batch {i}"
@@ -177,12 +181,12 @@ def test_snapshots_and_cleanup_reload_correctly(tmp_path, msgs):
 
     # Every version still reachable loads cold to the state the run had.
     for v in range(snaps[0], last + 1):
-        books._CACHE.clear()
+        _CACHE.clear()
         store_at(root, 3).load(v)
         assert state(root) == expected_states[v], f"version {v}"
 
     # Re-executing the batch that wrote the newest snapshot (cold) still works after the cleanup.
-    books._CACHE.clear()
+    _CACHE.clear()
     again = store_at(root, 3).apply(snaps[-1], bs[snaps[-1]], now_ms=NOW).alerts
     assert keys(again) == keys(expected_alerts[snaps[-1]])
 
@@ -210,7 +214,7 @@ def test_snapshots_wait_for_deltas_as_large_as_the_last_snapshot(tmp_path, msgs)
     assert sum(size for v, size in deltas.items() if v > snaps[-1]) < newest + max(deltas.values())
 
     for v in range(snaps[0], len(bs)):
-        books._CACHE.clear()
+        _CACHE.clear()
         store_at(root, 1, 1.0).load(v)
         assert state(root) == expected_states[v], f"version {v}"
 
@@ -225,9 +229,9 @@ def test_stale_worker_cache_falls_back_to_a_cold_load(tmp_path, msgs):
     for i, rows in enumerate(bs[:-1]):
         store.apply(i, rows, now_ms=NOW)
         if i == 2:
-            stale = copy.deepcopy(books._CACHE[(str(root), 0)])
+            stale = copy.deepcopy(_CACHE[(str(root), 0)])
     assert not (root / "shard-0000" / "delta-000000000003.jsonl.gz").exists()
-    books._CACHE[(str(root), 0)] = stale  # the next task runs on the worker that saw version 2
+    _CACHE[(str(root), 0)] = stale  # the next task runs on the worker that saw version 2
     last = len(bs) - 1
     assert keys(store.apply(last, bs[last], now_ms=NOW).alerts) == keys(expected_alerts[last])
     assert state(root) == expected_states[last]
@@ -238,10 +242,10 @@ def test_worker_catching_up_indexes_a_book_reopened_within_a_batch(tmp_path):
     the re-opened book must still expire on time."""
     store = store_at(tmp_path)
     store.apply(0, [EventRow("P", "2", "1", 5, "C", "S", 0)], now_ms=NOW)
-    behind = copy.deepcopy(books._CACHE[(str(tmp_path), 0)])
+    behind = copy.deepcopy(_CACHE[(str(tmp_path), 0)])
     alerts = store.apply(1, [EventRow("P", "3", "1", 7, "C", "S", TTL)], now_ms=NOW).alerts
     assert [(a["kind"], a["purchased"], a["trigger_event_id"]) for a in alerts] == [("ORPHAN", 5, "2")]
-    books._CACHE[(str(tmp_path), 0)] = behind
+    _CACHE[(str(tmp_path), 0)] = behind
     assert store.apply(2, [EventRow("PR", "9", "9", 1, "C", "S", TTL + 10)], now_ms=NOW).alerts == []
     alerts = store.apply(3, [EventRow("PR", "10", "10", 1, "C", "S", 2 * TTL)], now_ms=NOW).alerts
     assert [(a["kind"], a["order_id"], a["purchased"], a["trigger_event_id"]) for a in alerts] == [
@@ -253,7 +257,7 @@ def test_missing_delta_is_a_clear_error(tmp_path):
     for i in range(5):
         store.apply(i, [EventRow("PR", f"o{i}", f"o{i}", 1, "C", "S", i)], now_ms=NOW)
     (tmp_path / "shard-0000" / "delta-000000000002.jsonl.gz").unlink()
-    books._CACHE.clear()
+    _CACHE.clear()
     with pytest.raises(FileNotFoundError, match=r"versions \[2\].*" + str(tmp_path)):
         store.apply(5, [], now_ms=NOW)
 
@@ -261,13 +265,13 @@ def test_missing_delta_is_a_clear_error(tmp_path):
 def test_loading_a_version_that_was_never_written_is_a_clear_error(tmp_path):
     store = store_at(tmp_path)
     store.apply(0, [], now_ms=NOW)
-    books._CACHE.clear()
+    _CACHE.clear()
     with pytest.raises(FileNotFoundError, match=r"versions \[1, 2\]"):
         store.apply(3, [], now_ms=NOW)
 
 
 class MissingKeyStoreFake:
-    """Failure-path fake of aldebaran.objectstore.ObjectStore: every key is missing."""
+    """Failure-path fake of aldebaran.storage.S3Store: every key is missing."""
 
     def get(self, key: str):
         raise NotFound(f"s3://fake/{key} not found")
@@ -275,7 +279,7 @@ class MissingKeyStoreFake:
 
 def test_s3_files_report_a_missing_key_as_file_not_found():
     # The cache catch-up falls back to a cold load on FileNotFoundError, whatever the backend.
-    files = books.S3Files.__new__(books.S3Files)
+    files = S3Files.__new__(S3Files)
     files.store, files.prefix = MissingKeyStoreFake(), "ckpt/books/shard-0000/"
     with pytest.raises(FileNotFoundError, match="delta-000000000001"):
         files.get("delta-000000000001.json.gz")
@@ -297,19 +301,17 @@ BOOK_FIELDS = dict(order_id="o1", first_ts=5, first_seen_ms=6,
 def test_a_frozen_book_round_trips_field_for_field():
     """Between batches a book is its row as bytes (the id is the dict key): every field, including ones
     added later, must come back in its place, and the times read without decoding are the book's."""
-    from aldebaran.audit.rules import Book
-
     book = Book(**BOOK_FIELDS)
     row = freeze(book)
     assert row == b'[5,6,[0,10,"c","s",0],12,2,[1,2,"c","s"],["r","p","q"],["OVERFILL"],{"mismatch":[["p","c","s"]]}]'
     assert thaw(row, "o1") == book
-    assert books._times(row) == (5, 6) == books._times(book)
+    assert row_files.times(row) == (5, 6) == row_files.times(book)
     # An event id that is not in `seen` (not written by the engine, but kept if it happens) is stored as is.
     odd = Book(**dict(BOOK_FIELDS, request=dict(BOOK_FIELDS["request"], event_id="elsewhere")))
     assert thaw(freeze(odd), "o1") == odd
     bare = Book("o2", -3, 0)
     assert freeze(bare) == b"[-3,0,null,0,0,null,[],[],{}]" and thaw(freeze(bare), "o2") == bare
-    assert books._times(freeze(bare)) == (-3, 0)
+    assert row_files.times(freeze(bare)) == (-3, 0)
 
 
 def test_a_checkpoint_of_the_unreleased_one_document_format_is_refused_not_read_as_empty(tmp_path):
@@ -332,13 +334,11 @@ def test_a_file_encoded_in_chunks_reads_back_whole(monkeypatch, n, chunk):
     """Snapshots and deltas are compressed a chunk of books at a time and read back a piece at a time;
     every book, dropped ones (null) and the header come back, whatever the chunk boundaries. Ids with
     characters JSON escapes (quote, backslash, tab, newline, non-ASCII) survive the line format."""
-    from aldebaran.audit.rules import Book
-
-    monkeypatch.setattr(books, "_CHUNK", chunk)
+    monkeypatch.setattr(row_files, "CHUNK", chunk)
     ids = [f"o{i}" if i % 3 else f'o{i}\t"\n\u00e9\\' for i in range(n)]
     rows = [(o, None if i == 4 else freeze(Book(o, i, 100 + i, purchased=i, seen=[f"e{i}\n"])))
             for i, o in enumerate(ids)]
-    header, got = books._read_lines(books._dump_lines(rows, clock_ms=42, clock_moved_ms=7), "snapshot-000000000001.jsonl.gz")
+    header, got = row_files.read_lines(row_files.dump_lines(rows, clock_ms=42, clock_moved_ms=7), "snapshot-000000000001.jsonl.gz")
     assert header == {"format": 2, "clock_ms": 42, "clock_moved_ms": 7}
     assert list(got) == rows
 
@@ -346,7 +346,7 @@ def test_a_file_encoded_in_chunks_reads_back_whole(monkeypatch, n, chunk):
 def test_a_large_file_is_read_back_across_decompression_pieces():
     """More than one 16 MiB piece of decompressed text: the line split across pieces is joined."""
     rows = [(f"order-{i:09d}", b"[%d,0,null,0,0,null,[],[],{}]" % i) for i in range(600_000)]
-    header, got = books._read_lines(books._dump_lines(rows, clock_ms=1), "delta-000000000001.jsonl.gz")
+    header, got = row_files.read_lines(row_files.dump_lines(rows, clock_ms=1), "delta-000000000001.jsonl.gz")
     assert list(got) == rows
 
 
@@ -354,7 +354,7 @@ def test_a_file_of_an_unknown_format_is_refused():
     import gzip
 
     with pytest.raises(ValueError, match="format 3"):
-        books._read_lines(gzip.compress(b'{"format":3}\n"o"\t[]\n'), "delta-000000000001.jsonl.gz")
+        row_files.read_lines(gzip.compress(b'{"format":3}\n"o"\t[]\n'), "delta-000000000001.jsonl.gz")
 
 
 class NaiveDeadlines:

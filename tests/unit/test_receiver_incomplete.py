@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 
 import requests
 
-from aldebaran.audit.rules import alert_id
+from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import alert_body, signature
 from aldebaran_lab.receivers import WebhookReceiver
 

@@ -20,9 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aldebaran import events, reference
-from aldebaran.audit import books
-from aldebaran.audit.books import Config, ShardStore
 from aldebaran.audit.rules import resolve
+from aldebaran.audit.state.store import _CACHE, Config, ShardStore
 
 TTL = 100
 # Book files on tmpfs when there is one: fsync is then nearly free, so the many runs of shrinking stay fast.
@@ -107,7 +106,7 @@ def test_books_equal_the_reference_model(steps, cuts, mishaps, snapshot_every):
     bounds = sorted({0, len(messages), *(c for c in cuts if c < len(messages))})
     batches = [messages[a:b] for a, b in zip(bounds, bounds[1:])]
 
-    books._CACHE.clear()
+    _CACHE.clear()
     with tempfile.TemporaryDirectory(prefix="aldebaran-books-", dir=STATE_DIR) as root:
         config = Config(root, resolve(list(RULES)), ttl_ms=TTL, grace_ms=0, snapshot_every=snapshot_every)
         got: list[dict] = []
@@ -116,23 +115,23 @@ def test_books_equal_the_reference_model(steps, cuts, mishaps, snapshot_every):
             rows = reference.auditor_rows(batch)
             mishap = mishaps[batch_id % len(mishaps)]
             if mishap == "restart":
-                books._CACHE.clear()
+                _CACHE.clear()
             elif mishap == "stale-worker" and len(history) >= 2:
-                books._CACHE[(root, 0)] = copy.deepcopy(history[-2])
+                _CACHE[(root, 0)] = copy.deepcopy(history[-2])
             elif mishap == "crash":  # the task dies part-way through its input, then is retried
                 with pytest.raises(RuntimeError, match="task killed"):
                     ShardStore(config, 0).apply(batch_id, dying(rows, len(rows) // 2), now_ms=NOW)
             if mishap.startswith("retry"):
                 first = ShardStore(config, 0).apply(batch_id, rows, now_ms=NOW).alerts
                 if mishap == "retry-cold":
-                    books._CACHE.clear()
+                    _CACHE.clear()
                 again = ShardStore(config, 0).apply(batch_id, rows, now_ms=NOW).alerts
                 assert sorted(map(full_key, again)) == sorted(map(full_key, first))
                 got += again
             else:
                 got += ShardStore(config, 0).apply(batch_id, rows, now_ms=NOW).alerts
-            history.append(copy.deepcopy(books._CACHE[(root, 0)]))
-    books._CACHE.clear()
+            history.append(copy.deepcopy(_CACHE[(root, 0)]))
+    _CACHE.clear()
 
     expected = reference.expected_alerts(messages, ttl_ms=TTL, rules=RULES)
     assert sorted(map(reference.key, got)) == sorted(map(reference.key, expected))

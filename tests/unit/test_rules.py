@@ -1,4 +1,4 @@
-"""The audit rules and the semantics of BRIEF §2, driven through the books (ShardStore) on local files.
+"""The audit rules and the semantics of BRIEF §2, driven through the state store (ShardStore) on local files.
 
 Every expected value here is written out by hand from the brief, never computed by the code under
 test.
@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from aldebaran import events, loadgen, reference
-from aldebaran.audit import books
-from aldebaran.audit.books import Config, ShardStore
-from aldebaran.audit.rules import EventRow, alert_id, resolve
+from aldebaran.audit.model import EventRow, alert_id
+from aldebaran.audit.rules import resolve
+from aldebaran.audit.state.store import _CACHE, Config, ShardStore
 from aldebaran.exceptions import ConfigError
 
 TTL = 1_000
@@ -21,9 +21,9 @@ NOW = 1_000_000  # processing time passed to every batch unless a test is about 
 
 @pytest.fixture(autouse=True)
 def _fresh_cache():
-    books._CACHE.clear()
+    _CACHE.clear()
     yield
-    books._CACHE.clear()
+    _CACHE.clear()
 
 
 def pr(order_id, shares: int, ts: int = 0, client: str = "Sendence", stock: str = "AAPL") -> EventRow:

@@ -1,68 +1,26 @@
-"""Audit rules: small declarative modules over one order's book, registered by name.
+"""Audit rules: small declarative classes over one order's book, registered by name.
 
-The engine (aldebaran.audit.books) keeps for every order the facts all rules share — the first
+The book step (aldebaran.audit.book) keeps for every order the facts all rules share — the first
 request, the deduplicated purchases (sum and count), the first event — and gives each rule a slot of
 its own in the book (`Rule.keeps`). A rule says *when it fires* (`on_event`, `on_expire`) and *what it
-says* (the Alert it returns). The engine guarantees at most one alert per (kind, order): a rule never
+says* (the Alert it returns). The step guarantees at most one alert per (kind, order): a rule never
 has to remember that it fired.
 
-Adding a rule: write a subclass, decorate it with @register, select it with
-ALDEBARAN_AUDIT_RULES=overfill,mismatch,<yours> (or `--rules`).
+Adding a rule: write a subclass (in this module or your own, importing `Rule` and `register` from
+here), decorate it with @register, select it with ALDEBARAN_AUDIT_RULES=overfill,mismatch,<yours>
+(or `--rules`); a rule of your own module must be imported before `resolve` runs.
+
+The shipped rules live at the bottom of this module, so the registry has them without importing
+anything that imports it back.
 """
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
+from typing import ClassVar
 
 from aldebaran import events
-
-
-@dataclass(slots=True)
-class Book:
-    """One order's state. Persisted frozen, as one JSON array (books.freeze/thaw); keep fields JSON-friendly.
-    Slotted: a shard holds millions of these (no per-instance __dict__, faster attribute access)."""
-
-    order_id: str
-    first_ts: int  # event time of the first event (ms): the book expires ttl after it
-    first_seen_ms: int  # processing time the book was opened (ms): the idle-stream fallback
-    request: dict | None = None  # {"event_id","shares","client","stock","ts"}: the first request wins
-    purchased: int = 0
-    purchase_count: int = 0
-    first_purchase: dict | None = None  # {"event_id","ts","client","stock"}
-    seen: list[str] = field(default_factory=list)  # event ids applied (the bus is at-least-once)
-    fired: list[str] = field(default_factory=list)  # alert kinds already emitted for this order
-    slots: dict[str, Any] = field(default_factory=dict)  # per-rule state, keyed by rule name
-
-
-class EventRow(NamedTuple):
-    """One valid event as the JVM parse hands it to the books (a tuple: built once per event)."""
-
-    kind: str  # events.REQUEST | events.PURCHASE
-    event_id: str
-    order_id: str
-    shares: int
-    client: str | None
-    stock: str | None
-    event_ts: int
-
-
-@dataclass(frozen=True)
-class Alert:
-    kind: str
-    order_id: str
-    trigger_event_id: str | None
-    trigger_event_ts: int | None
-    message: str
-
-    def alert_id(self) -> str:
-        return alert_id(self.kind, self.order_id)
-
-
-def alert_id(kind: str, order_id: str) -> str:
-    """Deterministic: the same (kind, order) always gets the same id, so replays and repeats dedupe."""
-    return hashlib.sha256(f"{kind}\x1f{order_id}".encode()).hexdigest()[:32]
+# The data model, re-exported for rule authors (and for callers that still import it from here).
+from aldebaran.audit.model import Alert, Book, EventRow, alert_id, render
 
 
 class Rule:
@@ -71,7 +29,7 @@ class Rule:
     keeps: ClassVar[str] = ""  # what the rule keeps in its slot, for the docs
 
     def on_event(self, book: Book, event: EventRow) -> Alert | None:
-        """Called after the engine applied a (non-duplicate) event to the book."""
+        """Called after the book step applied a (non-duplicate) event to the book."""
         return None
 
     def on_expire(self, book: Book) -> Alert | None:
@@ -90,9 +48,8 @@ def register(cls: type[Rule]) -> type[Rule]:
 
 
 def resolve(names: list[str] | tuple[str, ...]) -> list[Rule]:
+    """One instance of each named rule, in the order given."""
     from aldebaran.exceptions import ConfigError
-
-    import aldebaran.audit.rulebook  # noqa: F401  (registers the shipped rules)
 
     unknown = [n for n in names if n not in REGISTRY]
     if unknown or not names:
@@ -102,25 +59,86 @@ def resolve(names: list[str] | tuple[str, ...]) -> list[Rule]:
     return [REGISTRY[n]() for n in names]
 
 
-def render(book: Book, alert: Alert, rule: str, detected_at_ms: int) -> dict:
-    """The alert contract (../shared/BRIEF.md §2)."""
-    request = book.request or {}
-    fp = book.first_purchase or {}
-    return {
-        "alert_id": alert.alert_id(),
-        "kind": alert.kind,
-        "rule": rule,
-        "order_id": book.order_id,
-        "client": request.get("client", fp.get("client")),
-        "stock": request.get("stock", fp.get("stock")),
-        "requested": request.get("shares"),
-        "purchased": book.purchased,
-        "purchase_count": book.purchase_count,
-        "trigger_event_id": alert.trigger_event_id,
-        "trigger_event_ts": alert.trigger_event_ts,
-        "detected_at": detected_at_ms,
-        "message": alert.message,
-    }
+# --- the rules that ship with Aldebaran: what each keeps, when it fires, what it says --------------
+@register
+class Overfill(Rule):
+    """OVERFILL: purchased > requested, the first time it becomes true with the request known
+    (equal is not over); ORPHAN: at expiry, purchases but never a request."""
+
+    name = "overfill"
+    kinds = ("OVERFILL", "ORPHAN")
+    keeps = "nothing beyond the book's shared facts (request, purchased, purchase_count)"
+
+    def on_event(self, book: Book, event: EventRow) -> Alert | None:
+        if book.request is not None and book.purchased > book.request["shares"]:
+            return Alert(
+                "OVERFILL",
+                book.order_id,
+                event.event_id,
+                event.event_ts,
+                f"purchased {book.purchased} shares of {book.request['shares']} requested "
+                f"in {book.purchase_count} purchases",
+            )
+        return None
+
+    def on_expire(self, book: Book) -> Alert | None:
+        if book.request is None and book.purchase_count > 0:
+            fp = book.first_purchase or {}
+            return Alert(
+                "ORPHAN",
+                book.order_id,
+                fp.get("event_id"),
+                fp.get("ts"),
+                f"purchased {book.purchased} shares without a request",
+            )
+        return None
 
 
-__all__ = ["Alert", "Book", "EventRow", "Rule", "REGISTRY", "register", "resolve", "render", "alert_id", "events"]
+@register
+class Mismatch(Rule):
+    """MISMATCH: a purchase whose client or stock differs from its request's (a purchase that
+    carries neither field is not compared). Purchases seen before the request are remembered."""
+
+    name = "mismatch"
+    kinds = ("MISMATCH",)
+    keeps = "until the request arrives: the first purchase of each distinct (client, stock) pair (at most 8)"
+    max_pairs = 8
+
+    @staticmethod
+    def _differs(request: dict, client: str | None, stock: str | None) -> bool:
+        return (client is not None and client != request["client"]) or (
+            stock is not None and stock != request["stock"]
+        )
+
+    def on_event(self, book: Book, event: EventRow) -> Alert | None:
+        pending: list = book.slots.setdefault(self.name, [])
+        if book.request is None:
+            if event.kind == events.PURCHASE and len(pending) < self.max_pairs:
+                pair = [event.client, event.stock]
+                if all(p[1:] != pair for p in pending):
+                    pending.append([event.event_id, event.client, event.stock])
+            return None
+        if event.kind == events.PURCHASE:
+            if self._differs(book.request, event.client, event.stock):
+                return self._alert(book, event, event.event_id, event.client, event.stock)
+            return None
+        # The request just arrived: compare the purchases that came before it.
+        book.slots.pop(self.name, None)
+        for purchase_id, client, stock in pending:
+            if self._differs(book.request, client, stock):
+                return self._alert(book, event, purchase_id, client, stock)
+        return None
+
+    def _alert(self, book: Book, event: EventRow, purchase_id, client, stock) -> Alert:
+        r = book.request
+        return Alert(
+            "MISMATCH",
+            book.order_id,
+            event.event_id,
+            event.event_ts,
+            f"purchase {purchase_id} is for {client}/{stock}, the request for {r['client']}/{r['stock']}",
+        )
+
+
+__all__ = ["Alert", "Book", "EventRow", "Rule", "REGISTRY", "register", "resolve", "render", "alert_id",
+           "Overfill", "Mismatch"]

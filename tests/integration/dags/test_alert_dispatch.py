@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from aldebaran import kafka_io
-from aldebaran.audit.rules import alert_id
+from aldebaran.audit.model import alert_id
 from aldebaran.delivery.ledger import Ledger
 
 

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from aldebaran import kafka_io
-from aldebaran.audit.rules import alert_id
+from aldebaran.audit.model import alert_id
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.service import read_heartbeat
 from aldebaran.storage import LocalStore

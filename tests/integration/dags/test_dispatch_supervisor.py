@@ -19,7 +19,7 @@ import time
 import pytest
 
 from aldebaran import kafka_io, paths
-from aldebaran.audit.rules import alert_id
+from aldebaran.audit.model import alert_id
 from aldebaran.delivery.service import heartbeat_key, read_heartbeat
 from aldebaran.platform import dispatch_supervisor as ds
 from aldebaran.platform import health

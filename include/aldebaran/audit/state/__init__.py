@@ -1,0 +1,6 @@
+"""The books' state store: frozen rows and line files (rows), the deadline index (deadlines), where
+the files live (files), and the versioned shard store that owns a batch's commit order (store)."""
+
+from aldebaran.audit.state.store import Config, Outcome, Shard, ShardStore
+
+__all__ = ["Config", "Outcome", "Shard", "ShardStore"]

@@ -1,0 +1,72 @@
+"""Where a shard's state files live: a local directory or an object-store prefix, behind four calls."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Protocol
+
+
+class Files(Protocol):
+    def put(self, name: str, data: bytes) -> None: ...
+    def get(self, name: str) -> bytes: ...
+    def names(self) -> list[str]: ...
+    def delete(self, name: str) -> None: ...
+
+
+class LocalFiles:
+    def __init__(self, root: str) -> None:
+        self.root = Path(root)
+
+    def put(self, name: str, data: bytes) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".{name}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.root / name)  # atomic: a reader sees the old or the new file, whole
+
+    def get(self, name: str) -> bytes:
+        return (self.root / name).read_bytes()
+
+    def names(self) -> list[str]:
+        return sorted(p.name for p in self.root.glob("*.gz")) if self.root.exists() else []
+
+    def delete(self, name: str) -> None:
+        (self.root / name).unlink(missing_ok=True)
+
+
+class S3Files:
+    def __init__(self, uri: str) -> None:
+        from aldebaran.settings import ObjectStoreSettings, load
+        from aldebaran.storage import S3Store
+
+        bucket, _, prefix = uri.split("://", 1)[1].partition("/")
+        self.store = S3Store(load(ObjectStoreSettings, bucket=bucket))  # boto3 client made on first use
+        self.prefix = prefix.rstrip("/") + "/"
+
+    def put(self, name: str, data: bytes) -> None:
+        self.store.put(self.prefix + name, data, content_type="application/gzip")
+
+    def get(self, name: str) -> bytes:
+        from aldebaran.exceptions import NotFound
+
+        try:
+            return self.store.get(self.prefix + name).body
+        except NotFound as exc:
+            # The same error as LocalFiles: ShardStore.load falls back to a cold load on it.
+            raise FileNotFoundError(f"{exc}") from exc
+
+    def names(self) -> list[str]:
+        return sorted(o["Key"][len(self.prefix):] for o in self.store.list(self.prefix))
+
+    def delete(self, name: str) -> None:
+        self.store.delete(self.prefix + name)
+
+
+def files_for(root: str) -> Files:
+    """A new client for `root` each call: a forked snapshot writer makes its own, never its parent's."""
+    if root.startswith(("s3://", "s3a://")):
+        return S3Files(root)
+    return LocalFiles(root.removeprefix("file://"))

@@ -1,0 +1,352 @@
+"""Per-order books, partitioned into shards by key, versioned by micro-batch id.
+
+Each micro-batch, every shard task (one Python call per shard, see aldebaran.audit.engine):
+  1. gets the shard's books at version batch_id-1: from this Python worker's cache, caught up by
+     replaying the durable deltas it missed (cost O(books changed since), not O(books open)); or,
+     cold, from the latest snapshot plus deltas;
+  2. runs the batch's events, in Kafka order, through the book step (aldebaran.audit.book), finding
+     or opening each event's book. Event-time expiry is checked before every event: the shard's
+     clock (the largest event time seen) first takes the event's time into account, and every book
+     with first_ts + ttl <= clock expires before the event is applied. So an event at or past its
+     book's deadline opens a new book, and the alerts do not depend on where the stream was cut into
+     micro-batches (a replay that batches differently gives the same alerts; aldebaran.reference is
+     the model);
+  3. at the end of the batch, expires books whose time is up on the event clock or on the
+     processing-time fallback for idle streams (first seen + ttl + grace, applied only while the
+     shard's event clock has not moved for `grace`, so catching up after a restart is unaffected);
+  4. writes the delta of version batch_id (touched books + dropped ones) durably, and — at most every
+     `snapshot_every` batches, and only once the deltas written since the last snapshot add up to at
+     least `snapshot_delta_ratio` × its size — a full snapshot; only then returns the alerts.
+
+The snapshot rule keeps the state's cost per batch proportional to the books touched, amortised: a
+snapshot is O(open books), but it is only written after deltas of at least that size (the touched
+books) were written since the last one; and a cold load reads a snapshot plus at most about as much
+delta. Snapshots on a fixed schedule instead made every snapshot batch pay O(open books) whatever it
+touched (docs/design.md §2).
+
+Memory: between batches a shard holds every book frozen (aldebaran.audit.state.rows: one compact
+JSON row as bytes), decoded only when an event touches it and frozen again at the end of that batch,
+and indexes the deadlines in buckets of plain lists (aldebaran.audit.state.deadlines). The same
+bytes are the book's line in its delta and in the snapshots. Measurements: docs/design.md §8.
+
+If the batch fails part-way (its input iterator or a write raises), this worker's cached copy of the
+shard is dropped: the retry reloads version batch_id-1 rather than half-applied books.
+
+A re-executed batch (task retry, or a restart after a crash before Spark committed the batch) loads
+version batch_id-1 again and rewrites the same delta: state and alerts converge. Deltas live under
+the query's checkpoint directory (local path or s3://), so the books survive a restart with it and a
+task may run on any executor of a cluster.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from aldebaran.audit import book as book_step
+from aldebaran.audit.model import Book, EventRow
+from aldebaran.audit.rules import Rule
+from aldebaran.audit.state.deadlines import DeadlineIndex, bucket_width
+from aldebaran.audit.state.files import files_for
+from aldebaran.audit.state.rows import dump_lines, freeze, read_lines, thaw, times
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^(delta|snapshot)-(\d{12})\.jsonl\.gz$")
+
+
+@dataclass
+class Shard:
+    version: int = -1
+    # order id → its book: frozen (bytes, see state.rows) between batches, a live Book while a batch works on it
+    books: dict[str, Book | bytes] = field(default_factory=dict)
+    clock_ms: int = 0  # the shard's event-time clock: the largest event time applied
+    clock_moved_ms: int = 0  # processing time at which that clock last moved forward
+    expiry: DeadlineIndex = field(default_factory=DeadlineIndex)  # by event-time deadline (first_ts + ttl)
+    snapshot_bytes: int = 0  # size of the snapshot this state was built on (0: none)
+    delta_bytes: int = 0  # bytes of deltas written (or replayed) since that snapshot
+    fallback: DeadlineIndex = field(default_factory=DeadlineIndex)  # by processing deadline (first seen + ttl + grace)
+
+    def index(self, order_id: str, first_ts: int, first_seen_ms: int, ttl_ms: int, grace_ms: int) -> None:
+        self.expiry.add(first_ts + ttl_ms, order_id)
+        self.fallback.add(first_seen_ms + ttl_ms + grace_ms, order_id)
+
+    def reindex(self, ttl_ms: int, grace_ms: int) -> None:
+        width = bucket_width(ttl_ms)
+        self.expiry, self.fallback = DeadlineIndex(width), DeadlineIndex(width)
+        for order_id, book in self.books.items():
+            self.index(order_id, *times(book), ttl_ms, grace_ms)
+
+    def book(self, order_id: str) -> Book | None:
+        """The book of an order, decoded (a copy if it is frozen): for inspection and tests."""
+        book = self.books.get(order_id)
+        return thaw(book, order_id) if book.__class__ is bytes else book
+
+
+@dataclass
+class Config:
+    state_root: str  # <checkpoint>/books
+    rules: list[Rule]
+    ttl_ms: int = 10 * 60 * 1000
+    grace_ms: int = 60 * 1000  # processing-time fallback: ttl + grace after a book was opened
+    snapshot_every: int = 20  # 0: never
+    snapshot_delta_ratio: float = 1.0  # snapshot only once deltas since the last one reach ratio × its size
+    keep_snapshots: int = 2
+
+    def __post_init__(self) -> None:
+        from aldebaran.exceptions import ConfigError
+
+        if self.ttl_ms <= 0 or self.grace_ms < 0 or self.snapshot_every < 0 or self.snapshot_delta_ratio < 0:
+            raise ConfigError("books: ttl_ms > 0, grace_ms >= 0, snapshot_every >= 0 and snapshot_delta_ratio >= 0 "
+                              f"required, got {self}")
+        if self.keep_snapshots < 2:
+            # Deltas up to the oldest kept snapshot are deleted; with a single snapshot, the batch that
+            # wrote it could not be re-executed (version batch_id - 1 would be gone).
+            raise ConfigError(f"books: keep_snapshots must be at least 2, got {self.keep_snapshots}")
+
+
+@dataclass
+class Outcome:
+    alerts: list[dict]
+    open_books: int
+    opened: int
+    expired: int
+    applied: int
+    duplicates: int
+    state_ms: float
+    loaded: str = ""  # cache (this worker had it), replay (caught up on deltas) or cold (snapshot + deltas)
+    # Events of orders this shard does not own (co-partitioned plan: the producer broke the keying
+    # contract). Not applied here; the caller routes them to their owner.
+    misrouted: list[EventRow] = field(default_factory=list)
+
+
+_CACHE: dict[tuple[str, int], Shard] = {}
+
+
+class ShardStore:
+    """Load, update and persist one shard's books at a given version."""
+
+    def __init__(self, config: Config, shard_id: int) -> None:
+        self.config = config
+        self.shard_id = shard_id
+        self.files = files_for(self.root)
+        self.loaded = ""  # how the last load found the shard: cache | replay | cold
+
+    @property
+    def root(self) -> str:
+        return f"{self.config.state_root.rstrip('/')}/shard-{self.shard_id:04d}"
+
+    def _versions(self) -> tuple[dict[int, str], dict[int, str]]:
+        """{version: file name} of the deltas and of the snapshots present."""
+        deltas, snaps = {}, {}
+        for name in self.files.names():
+            m = _NAME.match(name)
+            if m:
+                (deltas if m.group(1) == "delta" else snaps)[int(m.group(2))] = name
+        return deltas, snaps
+
+    def load(self, version: int) -> Shard:
+        """The shard's state after batch `version` (-1: empty)."""
+        key = (self.config.state_root, self.shard_id)
+        cached = _CACHE.get(key)
+        if cached is not None and cached.version == version:
+            self.loaded = "cache"
+            return cached
+        if cached is not None and cached.version < version:
+            try:
+                deltas, _ = self._versions()
+                self._replay(cached, [(v, deltas[v]) for v in range(cached.version + 1, version + 1)])
+                self.loaded = "replay"  # another Python worker ran this shard's last batch(es)
+                return cached
+            except (FileNotFoundError, KeyError):
+                log.info("shard %d: cache at %d cannot catch up to %d, reloading", self.shard_id, cached.version, version)
+                _CACHE.pop(key, None)  # possibly half caught up: never used again
+        shard = self._load_cold(version)
+        _CACHE[key] = shard
+        self.loaded = "cold"
+        return shard
+
+    def _load_cold(self, version: int) -> Shard:
+        shard = Shard()
+        if version < 0:
+            shard.reindex(self.config.ttl_ms, self.config.grace_ms)
+            return shard
+        deltas, snaps = self._versions()
+        base = max((s for s in snaps if s <= version), default=None)
+        if base is not None:
+            raw = self.files.get(snaps[base])
+            shard.snapshot_bytes = len(raw)
+            header, rows = read_lines(raw, snaps[base])
+            shard.books = dict(rows)
+            shard.clock_ms = header["clock_ms"]
+            shard.clock_moved_ms = header.get("clock_moved_ms", 0)
+            shard.version = base
+        needed = range(shard.version + 1, version + 1)
+        missing = [v for v in needed if v not in deltas]
+        if missing:
+            raise FileNotFoundError(
+                f"books shard {self.shard_id}: versions {missing[:5]}... missing under {self.config.state_root} "
+                f"(state and checkpoint out of step?)"
+            )
+        shard.reindex(self.config.ttl_ms, self.config.grace_ms)
+        self._replay(shard, [(v, deltas[v]) for v in needed])
+        return shard
+
+    def _replay(self, shard: Shard, versions: Iterable[tuple[int, str]]) -> None:
+        """Apply the deltas (version, file name) in order. The rows stay frozen: O(books in the deltas)."""
+        books = shard.books
+        ttl, grace = self.config.ttl_ms, self.config.grace_ms
+        for v, name in versions:
+            raw = self.files.get(name)
+            shard.delta_bytes += len(raw)
+            header, rows = read_lines(raw, name)
+            for order_id, row in rows:
+                if row is None:
+                    books.pop(order_id, None)
+                    continue
+                old = books.get(order_id)
+                books[order_id] = row
+                # A new book, or one that expired and re-opened within that batch: index it.
+                t = times(row)
+                if old is None or times(old) != t:
+                    shard.index(order_id, *t, ttl, grace)
+            shard.clock_ms = max(shard.clock_ms, header["clock_ms"])
+            shard.clock_moved_ms = max(shard.clock_moved_ms, header.get("clock_moved_ms", 0))
+            shard.version = v
+
+    def apply(self, batch_id: int, rows: Iterable[EventRow], now_ms: int | None = None,
+              owns: Callable[[str], bool] | None = None) -> Outcome:
+        """Apply one batch's events (already in Kafka order) and persist version `batch_id`.
+
+        `owns(order_id)`, if given, is asked before an event would open a new book: an event of an order
+        this shard does not own is not applied (it touches neither a book nor the clock) and comes back
+        in `Outcome.misrouted`. An order with a book here is owned: only owned events open books. So the
+        check costs one call per new book, not one per event."""
+        t0 = time.perf_counter()
+        now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        # The cyclic garbage collector off while the batch allocates: books hold no reference cycles
+        # (refcounting frees them), and each generation-2 collection would walk every live object — a
+        # cost O(books open) per batch. After the batch, the survivors are frozen out of the collector's
+        # generations, so later collections skip them (frozen books are bytes: not tracked at all).
+        # What the collector cost the shard step: docs/design.md §8.
+        gc_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            shard = self.load(batch_id - 1)
+            if shard.version != batch_id - 1:
+                raise RuntimeError(f"shard {self.shard_id}: loaded version {shard.version}, wanted {batch_id - 1}")
+            try:
+                outcome = self._apply(shard, batch_id, rows, now_ms, t0, owns)
+            except BaseException:
+                # The cached shard may hold part of this batch: the retry must start from batch_id-1.
+                _CACHE.pop((self.config.state_root, self.shard_id), None)
+                raise
+            gc.freeze()
+            return outcome
+        finally:
+            if gc_enabled:
+                gc.enable()
+
+    def _apply(self, shard: Shard, batch_id: int, rows: Iterable[EventRow], now_ms: int, t0: float,
+               owns: Callable[[str], bool] | None = None) -> Outcome:
+        touched: dict[str, Book | None] = {}  # order id → its live book, None: dropped
+        misrouted: list[EventRow] = []
+        alerts: list[dict] = []
+        rules = self.config.rules
+        ttl, grace = self.config.ttl_ms, self.config.grace_ms
+        expiry, fallback, books = shard.expiry, shard.fallback, shard.books
+        apply_event = book_step.step
+        opened = applied = duplicates = expired = 0
+        for ev in rows:
+            order_id, ts = ev.order_id, ev.event_ts
+            if owns is not None and order_id not in books and not owns(order_id):
+                misrouted.append(ev)
+                continue
+            # Event-time expiry before the event: the clock counts every valid event (duplicates too).
+            if ts > shard.clock_ms:
+                shard.clock_ms = ts
+                shard.clock_moved_ms = now_ms
+            if expiry.next_ms <= shard.clock_ms:
+                expired += self._expire(shard, [(expiry, shard.clock_ms, lambda b: times(b)[0] + ttl)],
+                                        touched, alerts, now_ms)
+            book = books.get(order_id)
+            if book is None:
+                book = books[order_id] = Book(order_id, ts, now_ms)
+                # Shard.index, inlined: a bucket still in the dict is one the clock has not reached.
+                bucket = expiry.buckets.get((ts + ttl) // expiry.width)
+                if bucket is not None:
+                    bucket.append(order_id)
+                else:
+                    expiry.add(ts + ttl, order_id)
+                bucket = fallback.buckets.get((now_ms + ttl + grace) // fallback.width)
+                if bucket is not None:
+                    bucket.append(order_id)
+                else:
+                    fallback.add(now_ms + ttl + grace, order_id)
+                opened += 1
+            elif book.__class__ is bytes:
+                book = books[order_id] = thaw(book, order_id)
+            touched[order_id] = book  # refrozen at the end (a book that only saw duplicates: the same row)
+            if apply_event(book, ev, rules, now_ms, alerts):
+                applied += 1
+            else:
+                duplicates += 1
+        deadlines = [(shard.expiry, shard.clock_ms, lambda b: times(b)[0] + ttl)]
+        # The processing-time fallback only when this shard's event clock has stalled for longer than
+        # the grace: an idle stream still expires its books, while an auditor catching up on a
+        # backlog after a restart (event clock moving) keeps expiring on event time only.
+        if now_ms - shard.clock_moved_ms >= grace:
+            deadlines.append((shard.fallback, now_ms, lambda b: times(b)[1] + ttl + grace))
+        expired += self._expire(shard, deadlines, touched, alerts, now_ms)
+        shard.version = batch_id
+        # Freeze what the batch touched: the new rows are also the books' lines in the delta.
+        frozen: list[tuple[str, bytes | None]] = []
+        for order_id, book in touched.items():
+            if book is None:
+                frozen.append((order_id, None))
+            else:
+                books[order_id] = row = freeze(book)
+                frozen.append((order_id, row))
+        # Durable first: the delta (and maybe a snapshot) is written before any alert leaves.
+        delta = dump_lines(frozen, clock_ms=shard.clock_ms, clock_moved_ms=shard.clock_moved_ms)
+        self.files.put(f"delta-{batch_id:012d}.jsonl.gz", delta)
+        shard.delta_bytes += len(delta)
+        if (self.config.snapshot_every and batch_id % self.config.snapshot_every == 0 and batch_id > 0
+                and shard.delta_bytes >= self.config.snapshot_delta_ratio * shard.snapshot_bytes):
+            self._snapshot(shard)
+        return Outcome(alerts, len(books), opened, expired, applied, duplicates,
+                       (time.perf_counter() - t0) * 1000, self.loaded, misrouted)
+
+    def _expire(self, shard: Shard, deadlines, touched: dict, alerts: list[dict], now_ms: int) -> int:
+        """Drop the books due on any of `deadlines` [(index, clock, deadline_of(book))], asking the rules first."""
+        books = shard.books
+        due: set[str] = set()
+        for index, clock, deadline_of in deadlines:
+            due.update(index.due(clock, lambda o: None if (b := books.get(o)) is None else deadline_of(b)))
+        for order_id in sorted(due):
+            book = books.pop(order_id)
+            if book.__class__ is bytes:
+                book = thaw(book, order_id)
+            book_step.expire(book, self.config.rules, now_ms, alerts)
+            touched[order_id] = None
+        return len(due)
+
+    def _snapshot(self, shard: Shard) -> None:
+        # Every book is frozen between batches: the snapshot is their rows, concatenated and compressed.
+        data = dump_lines(shard.books.items(), clock_ms=shard.clock_ms, clock_moved_ms=shard.clock_moved_ms)
+        self.files.put(f"snapshot-{shard.version:012d}.jsonl.gz", data)
+        shard.snapshot_bytes, shard.delta_bytes = len(data), 0
+        deltas, snaps = self._versions()
+        kept = sorted(snaps)[-self.config.keep_snapshots:]
+        if len(kept) == self.config.keep_snapshots:
+            oldest = kept[0]
+            for v, name in snaps.items():
+                if v < oldest:
+                    self.files.delete(name)
+            for v, name in deltas.items():
+                if v <= oldest:
+                    self.files.delete(name)
