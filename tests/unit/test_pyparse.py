@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from aldebaran import events
 from aldebaran.audit.parse import Limits
 from aldebaran.audit.pyparse import Parser
-from aldebaran.audit.rules import EventRow
+from aldebaran.audit.model import EventRow
 
 from .event_corpus import CASES, PUR, REQ, enc, merged
 from .test_parse import messages, publisher_shaped

@@ -27,12 +27,12 @@ import itertools
 import json
 
 from aldebaran import events
-from aldebaran.audit.books import Config, ShardStore
+from aldebaran.audit.state.store import Config, ShardStore
 from aldebaran.audit.engine import (
     DLQ_FIELDS, EVENT_FIELDS, BatchContext, _arrow_schema, _dlq_sink, _rss_mib, dlq_headers,
 )
 from aldebaran.audit.partitioning import owner
-from aldebaran.audit.rules import EventRow
+from aldebaran.audit.model import EventRow
 
 RAW_FIELDS = ("key", "value", "topic", "partition", "offset", "kafka_ts")
 

@@ -24,8 +24,8 @@ import os
 import time
 from dataclasses import dataclass
 
-from aldebaran.audit.books import Config, ShardStore
-from aldebaran.audit.rules import EventRow
+from aldebaran.audit.state.store import Config, ShardStore
+from aldebaran.audit.model import EventRow
 
 log = logging.getLogger(__name__)
 

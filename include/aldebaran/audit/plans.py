@@ -113,7 +113,7 @@ def sample_keying(kafka, partitions: int) -> tuple[int, int]:
 
 
 def read_recorded(state_root: str) -> Plan | None:
-    from aldebaran.audit.books import files_for
+    from aldebaran.audit.state.files import files_for
 
     files = files_for(state_root)
     try:
@@ -124,7 +124,7 @@ def read_recorded(state_root: str) -> Plan | None:
 
 
 def write_recorded(state_root: str, plan: Plan) -> None:
-    from aldebaran.audit.books import files_for
+    from aldebaran.audit.state.files import files_for
 
     files_for(state_root).put("plan.json", json.dumps(
         {"plan": plan.name, "shards": plan.shards, "parser": plan.parser,
@@ -133,7 +133,7 @@ def write_recorded(state_root: str, plan: Plan) -> None:
 
 def _shard_dirs(state_root: str) -> set[str]:
     if state_root.startswith(("s3://", "s3a://")):
-        from aldebaran.audit.books import files_for
+        from aldebaran.audit.state.files import files_for
 
         return {n.split("/", 1)[0] for n in files_for(state_root).names() if n.startswith("shard-")}
     root = state_root.removeprefix("file://")

@@ -29,7 +29,7 @@ import msgspec
 
 from aldebaran import events
 from aldebaran.audit.parse import Limits
-from aldebaran.audit.rules import EventRow
+from aldebaran.audit.model import EventRow
 
 
 class _Trade(msgspec.Struct, gc=False):
