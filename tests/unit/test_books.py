@@ -17,6 +17,7 @@ from aldebaran import events, reference
 from aldebaran.audit.model import Book, EventRow
 from aldebaran.audit.rules import resolve
 from aldebaran.audit.state import rows as row_files
+from aldebaran.audit.state import snapshots
 from aldebaran.audit.state.deadlines import DeadlineIndex
 from aldebaran.audit.state.files import S3Files
 from aldebaran.audit.state.rows import freeze, thaw
@@ -32,6 +33,7 @@ RULES = ("overfill", "mismatch")
 def _fresh_cache():
     _CACHE.clear()
     yield
+    snapshots.wait_all()  # no snapshot child outlives its test's temp dir
     _CACHE.clear()
 
 
@@ -87,6 +89,7 @@ def run(root, bs, snapshot_every: int = 20, delta_ratio: float = 0.0) -> tuple[l
     alerts, states = [], []
     for i, rows in enumerate(bs):
         alerts.append(store.apply(i, rows, now_ms=NOW).alerts)
+        store.finish_snapshot()  # the schedule these tests count on: each snapshot done before the next batch
         states.append(copy.deepcopy(state(root)))
     return alerts, states
 
@@ -228,6 +231,7 @@ def test_stale_worker_cache_falls_back_to_a_cold_load(tmp_path, msgs):
     stale = None
     for i, rows in enumerate(bs[:-1]):
         store.apply(i, rows, now_ms=NOW)
+        store.finish_snapshot()
         if i == 2:
             stale = copy.deepcopy(_CACHE[(str(root), 0)])
     assert not (root / "shard-0000" / "delta-000000000003.jsonl.gz").exists()

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from aldebaran import events, reference
 from aldebaran.audit.rules import resolve
+from aldebaran.audit.state import snapshots
 from aldebaran.audit.state.store import _CACHE, Config, ShardStore
 
 TTL = 100
@@ -131,6 +132,7 @@ def test_books_equal_the_reference_model(steps, cuts, mishaps, snapshot_every):
             else:
                 got += ShardStore(config, 0).apply(batch_id, rows, now_ms=NOW).alerts
             history.append(copy.deepcopy(_CACHE[(root, 0)]))
+        snapshots.wait_all()  # no snapshot child outlives the temp dir
     _CACHE.clear()
 
     expected = reference.expected_alerts(messages, ttl_ms=TTL, rules=RULES)

@@ -11,6 +11,7 @@ import pytest
 from aldebaran import events, loadgen, reference
 from aldebaran.audit.model import EventRow, alert_id
 from aldebaran.audit.rules import resolve
+from aldebaran.audit.state import snapshots
 from aldebaran.audit.state.store import _CACHE, Config, ShardStore
 from aldebaran.exceptions import ConfigError
 
@@ -23,6 +24,7 @@ NOW = 1_000_000  # processing time passed to every batch unless a test is about 
 def _fresh_cache():
     _CACHE.clear()
     yield
+    snapshots.wait_all()  # no snapshot child outlives its test's temp dir
     _CACHE.clear()
 
 

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Protocol
+
+_NAME = re.compile(r"^(delta|snapshot)-(\d{12})\.jsonl\.gz$")
+
+
+def file_name(kind: str, version: int) -> str:
+    """The state file of a version: `delta-<version>.jsonl.gz` or `snapshot-<version>.jsonl.gz`."""
+    return f"{kind}-{version:012d}.jsonl.gz"
 
 
 class Files(Protocol):
@@ -70,3 +78,13 @@ def files_for(root: str) -> Files:
     if root.startswith(("s3://", "s3a://")):
         return S3Files(root)
     return LocalFiles(root.removeprefix("file://"))
+
+
+def versions(files: Files) -> tuple[dict[int, str], dict[int, str]]:
+    """{version: file name} of the deltas and of the snapshots present."""
+    deltas, snaps = {}, {}
+    for name in files.names():
+        m = _NAME.match(name)
+        if m:
+            (deltas if m.group(1) == "delta" else snaps)[int(m.group(2))] = name
+    return deltas, snaps

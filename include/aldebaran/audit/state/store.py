@@ -1,6 +1,6 @@
 """Per-order books, partitioned into shards by key, versioned by micro-batch id.
 
-Each micro-batch, every shard task (one Python call per shard, see aldebaran.audit.engine):
+Each micro-batch, every shard task (one Python call per shard, see aldebaran.audit.sparkjob.batch):
   1. gets the shard's books at version batch_id-1: from this Python worker's cache, caught up by
      replaying the durable deltas it missed (cost O(books changed since), not O(books open)); or,
      cold, from the latest snapshot plus deltas;
@@ -14,9 +14,11 @@ Each micro-batch, every shard task (one Python call per shard, see aldebaran.aud
   3. at the end of the batch, expires books whose time is up on the event clock or on the
      processing-time fallback for idle streams (first seen + ttl + grace, applied only while the
      shard's event clock has not moved for `grace`, so catching up after a restart is unaffected);
-  4. writes the delta of version batch_id (touched books + dropped ones) durably, and — at most every
-     `snapshot_every` batches, and only once the deltas written since the last snapshot add up to at
-     least `snapshot_delta_ratio` × its size — a full snapshot; only then returns the alerts.
+  4. writes the delta of version batch_id (touched books + dropped ones) durably, and only then
+     returns the alerts; at most every `snapshot_every` batches, and only once the deltas written
+     since the last snapshot add up to at least `snapshot_delta_ratio` × its size, it also starts a
+     full snapshot of that version in a child process (aldebaran.audit.state.snapshots), which the
+     batch does not wait for.
 
 The snapshot rule keeps the state's cost per batch proportional to the books touched, amortised: a
 snapshot is O(open books), but it is only written after deltas of at least that size (the touched
@@ -42,7 +44,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -51,12 +52,11 @@ from aldebaran.audit import book as book_step
 from aldebaran.audit.model import Book, EventRow
 from aldebaran.audit.rules import Rule
 from aldebaran.audit.state.deadlines import DeadlineIndex, bucket_width
-from aldebaran.audit.state.files import files_for
+from aldebaran.audit.state import snapshots
+from aldebaran.audit.state.files import file_name, files_for, versions
 from aldebaran.audit.state.rows import dump_lines, freeze, read_lines, thaw, times
 
 log = logging.getLogger(__name__)
-
-_NAME = re.compile(r"^(delta|snapshot)-(\d{12})\.jsonl\.gz$")
 
 
 @dataclass
@@ -140,25 +140,20 @@ class ShardStore:
     def root(self) -> str:
         return f"{self.config.state_root.rstrip('/')}/shard-{self.shard_id:04d}"
 
-    def _versions(self) -> tuple[dict[int, str], dict[int, str]]:
-        """{version: file name} of the deltas and of the snapshots present."""
-        deltas, snaps = {}, {}
-        for name in self.files.names():
-            m = _NAME.match(name)
-            if m:
-                (deltas if m.group(1) == "delta" else snaps)[int(m.group(2))] = name
-        return deltas, snaps
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.config.state_root, self.shard_id)
 
     def load(self, version: int) -> Shard:
         """The shard's state after batch `version` (-1: empty)."""
-        key = (self.config.state_root, self.shard_id)
+        key = self.key
         cached = _CACHE.get(key)
         if cached is not None and cached.version == version:
             self.loaded = "cache"
             return cached
         if cached is not None and cached.version < version:
             try:
-                deltas, _ = self._versions()
+                deltas, _ = versions(self.files)
                 self._replay(cached, [(v, deltas[v]) for v in range(cached.version + 1, version + 1)])
                 self.loaded = "replay"  # another Python worker ran this shard's last batch(es)
                 return cached
@@ -175,7 +170,7 @@ class ShardStore:
         if version < 0:
             shard.reindex(self.config.ttl_ms, self.config.grace_ms)
             return shard
-        deltas, snaps = self._versions()
+        deltas, snaps = versions(self.files)
         base = max((s for s in snaps if s <= version), default=None)
         if base is not None:
             raw = self.files.get(snaps[base])
@@ -243,8 +238,12 @@ class ShardStore:
                 outcome = self._apply(shard, batch_id, rows, now_ms, t0, owns)
             except BaseException:
                 # The cached shard may hold part of this batch: the retry must start from batch_id-1.
-                _CACHE.pop((self.config.state_root, self.shard_id), None)
+                _CACHE.pop(self.key, None)
                 raise
+            # After _apply returned: the batch's live books and buffers are freed before a snapshot
+            # child shares the pages; freed after the fork, each page they sat on was copied
+            # (docs/design.md §2).
+            self._snapshot_if_due(shard, batch_id)
             gc.freeze()
             return outcome
         finally:
@@ -311,13 +310,10 @@ class ShardStore:
             else:
                 books[order_id] = row = freeze(book)
                 frozen.append((order_id, row))
-        # Durable first: the delta (and maybe a snapshot) is written before any alert leaves.
+        # Durable first: the delta is written before any alert leaves (a snapshot is not: see apply).
         delta = dump_lines(frozen, clock_ms=shard.clock_ms, clock_moved_ms=shard.clock_moved_ms)
-        self.files.put(f"delta-{batch_id:012d}.jsonl.gz", delta)
+        self.files.put(file_name("delta", batch_id), delta)
         shard.delta_bytes += len(delta)
-        if (self.config.snapshot_every and batch_id % self.config.snapshot_every == 0 and batch_id > 0
-                and shard.delta_bytes >= self.config.snapshot_delta_ratio * shard.snapshot_bytes):
-            self._snapshot(shard)
         return Outcome(alerts, len(books), opened, expired, applied, duplicates,
                        (time.perf_counter() - t0) * 1000, self.loaded, misrouted)
 
@@ -335,18 +331,47 @@ class ShardStore:
             touched[order_id] = None
         return len(due)
 
-    def _snapshot(self, shard: Shard) -> None:
-        # Every book is frozen between batches: the snapshot is their rows, concatenated and compressed.
-        data = dump_lines(shard.books.items(), clock_ms=shard.clock_ms, clock_moved_ms=shard.clock_moved_ms)
-        self.files.put(f"snapshot-{shard.version:012d}.jsonl.gz", data)
-        shard.snapshot_bytes, shard.delta_bytes = len(data), 0
-        deltas, snaps = self._versions()
-        kept = sorted(snaps)[-self.config.keep_snapshots:]
-        if len(kept) == self.config.keep_snapshots:
-            oldest = kept[0]
-            for v, name in snaps.items():
-                if v < oldest:
-                    self.files.delete(name)
-            for v, name in deltas.items():
-                if v <= oldest:
-                    self.files.delete(name)
+    def _snapshot_if_due(self, shard: Shard, batch_id: int) -> None:
+        """Take in the last snapshot child's outcome, then start one of this version if it is due:
+        at most every `snapshot_every` batches, once the deltas since the last snapshot reach
+        `snapshot_delta_ratio` × its size, and never two at once for a shard."""
+        self._collect_snapshot(block=False)
+        every = self.config.snapshot_every
+        # Shards take their turns a batch apart (shard_id in the modulo): two snapshot children at once
+        # would each take a core and copy their shard's pages (state.snapshots).
+        if not (every and (batch_id + self.shard_id) % every == 0 and batch_id > 0
+                and shard.delta_bytes >= self.config.snapshot_delta_ratio * shard.snapshot_bytes
+                and snapshots.in_flight(self.key) is None):
+            return
+        t = time.perf_counter()
+        try:
+            snapshots.start(self.key, shard, self.root, self.config.keep_snapshots)
+        except OSError as exc:  # no fork (out of memory, process limit): the deltas keep the state durable
+            log.warning("shard %d: snapshot of version %d not started: %s; retried when next due",
+                        self.shard_id, batch_id, exc)
+            return
+        log.info("shard %d: snapshot of version %d (%d books) started in the background, fork %.1f ms",
+                 self.shard_id, batch_id, len(shard.books), (time.perf_counter() - t) * 1000)
+
+    def _collect_snapshot(self, block: bool) -> snapshots.Done | None:
+        """Take in the outcome of this shard's snapshot child if it has ended (or, with `block`, once it
+        has): on success the shard's state is now built on that snapshot, for the snapshot rule."""
+        done = snapshots.poll(self.key, block)
+        if done is None:
+            return None
+        pending_shard = done.shard
+        if done.size is None:
+            log.warning("shard %d: background snapshot of version %d failed after %.1f s (%s); the previous "
+                        "snapshot and the deltas since stay, and it is retried when next due",
+                        self.shard_id, done.version, done.seconds, done.detail)
+        else:
+            log.info("shard %d: background snapshot of version %d written: %d bytes in %.1f s",
+                     self.shard_id, done.version, done.size, done.seconds)
+            if _CACHE.get(self.key) is pending_shard:  # not reloaded since: its accounting follows
+                pending_shard.snapshot_bytes = done.size
+                pending_shard.delta_bytes -= done.delta_bytes
+        return done
+
+    def finish_snapshot(self) -> snapshots.Done | None:
+        """Wait for this shard's snapshot in flight, if any, and take in its outcome (tests, shutdown)."""
+        return self._collect_snapshot(block=True)
