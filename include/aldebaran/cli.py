@@ -74,7 +74,7 @@ def _print_status(rows) -> None:
 
 # --- auditor -----------------------------------------------------------------------------
 def cmd_auditor(args: argparse.Namespace) -> int:
-    from aldebaran.audit import job
+    from aldebaran.audit.sparkjob import job
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.settings import load
 

@@ -84,9 +84,9 @@ def main(args: argparse.Namespace) -> int:
         print(proc.stdout[-3000:], proc.stderr[-5000:], file=sys.stderr)
         print(f"auditor failed with exit code {proc.returncode}", file=sys.stderr)
         return 1
-    batch_lines = [l for l in proc.stderr.splitlines() if "aldebaran.audit.engine: batch" in l]
+    batch_lines = [l for l in proc.stderr.splitlines() if "aldebaran.audit.sparkjob.batch: batch" in l]
     for line in batch_lines:
-        print("   " + line.split("aldebaran.audit.engine: ", 1)[1][:200])
+        print("   " + line.split("aldebaran.audit.sparkjob.batch: ", 1)[1][:200])
     print(f"   auditor finished in {time.monotonic() - t0:.1f}s")
 
     alerts = [json.loads(m.value()) for m in kafka_io.read_topic(kafka, kafka.alerts_topic)]

@@ -1,6 +1,6 @@
 """The input contract (../shared/BRIEF.md §2) in plain Python.
 
-This module is the *reference* validator: the auditor validates in the JVM (aldebaran.audit.parse)
+This module is the *reference* validator: the auditor validates in the JVM (aldebaran.audit.sparkjob.jvmparse)
 with column expressions, and tests hold the two to the same verdict and reason code on the same
 bytes. The reference model, the load generator and the DLQ tooling use this one.
 
@@ -24,7 +24,7 @@ MAX_INT_ID = 10**38
 # - a number literal of more than 1000 digits (sign, point and exponent marker not counted);
 # - an object key longer than 50,000 UTF-16 code units (a character beyond U+FFFF counts twice);
 # - nesting deeper than 1000 levels, less one for the array the JVM side wraps a message in to detect
-#   trailing content (aldebaran.audit.parse; all but flat objects): at most 999 levels here;
+#   trailing content (aldebaran.audit.sparkjob.jvmparse; all but flat objects): at most 999 levels here;
 # - strings with an unpaired UTF-16 surrogate escape ("\ud800"): not Unicode, so never text downstream;
 # - NaN, Infinity, -Infinity (not JSON). A number that overflows (1e400) is valid JSON: it parses.
 MAX_JSON_DEPTH = 999
@@ -45,6 +45,15 @@ REASONS = {
 __doc__ += "\n".join(f"- ``{k}``: {v}" for k, v in REASONS.items())
 
 REQUEST, PURCHASE = "PR", "P"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The configured limits of the contract (ALDEBARAN_AUDIT_MAX_*), as the parsers take them."""
+
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    max_id_length: int = MAX_ID_LENGTH
+    max_shares: int = MAX_SHARES
 
 
 @dataclass(frozen=True)

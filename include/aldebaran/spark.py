@@ -69,7 +69,7 @@ def s3a_conf(prefix: str = "spark.hadoop.") -> dict[str, str]:
 
 
 # The JVM runs each whole-stage-codegen'd plan as one generated method per stage. The parse's (every contract
-# check as a column expression, aldebaran.audit.parse) is larger than the 8,000 bytes of bytecode HotSpot
+# check as a column expression, aldebaran.audit.sparkjob.jvmparse) is larger than the 8,000 bytes of bytecode HotSpot
 # compiles by default, so it ran interpreted, several times slower (measured in docs/design.md §5, "What
 # limits throughput"). Let the JIT compile huge methods, in the driver (local mode) and the executors.
 JVM_OPTIONS = "-XX:-DontCompileHugeMethods"

@@ -14,7 +14,7 @@ import logging
 import pytest
 
 from aldebaran import events, kafka_admin, kafka_io, reference
-from aldebaran.audit import job
+from aldebaran.audit.sparkjob import job
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.chaos import kill_auditor
 from aldebaran.chaos.common import Workspace, topic_alerts, topic_env

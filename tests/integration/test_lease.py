@@ -9,7 +9,7 @@ import time
 import pytest
 
 from aldebaran.exceptions import LeaseHeld, LeaseLost
-from aldebaran.platform import lease as leases
+from aldebaran import lease as leases
 
 
 @pytest.fixture
@@ -123,7 +123,7 @@ def test_a_killed_local_holder_is_taken_over_at_once(store, cp, cleanup):
     import subprocess
     import sys
 
-    code = ("import sys, time; from aldebaran.objectstore import ObjectStore; from aldebaran.platform import lease; "
+    code = ("import sys, time; from aldebaran.objectstore import ObjectStore; from aldebaran import lease; "
             "lease.acquire(ObjectStore(), sys.argv[1], 'victim', ttl_seconds=300); print('held', flush=True); "
             "time.sleep(300)")
     victim = subprocess.Popen([sys.executable, "-c", code, cp], stdout=subprocess.PIPE, text=True)

@@ -1,4 +1,4 @@
-"""The auditor's plans on real Kafka, Spark and MinIO (aldebaran.audit.plans, copart, pyparse):
+"""The auditor's plans on real Kafka, Spark and MinIO (aldebaran.audit.sparkjob.plans, copart, pyparse):
 
 - a topic keyed by order id (the producer contract) runs co-partitioned, with either parser, and gives
   the reference model's alerts;
@@ -15,7 +15,7 @@ import json
 import pytest
 
 from aldebaran import kafka_io, loadgen, reference
-from aldebaran.audit import job
+from aldebaran.audit.sparkjob import job
 from aldebaran.audit.partitioning import owner
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.exceptions import ConfigError

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from aldebaran import events, kafka_io, loadgen, reference
-from aldebaran.audit import heartbeat, job
+from aldebaran.audit import heartbeat
+from aldebaran.audit.sparkjob import job
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.delivery.channels import LogChannel
 from aldebaran.delivery.dispatcher import Dispatcher

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from aldebaran.audit.engine import ACTIVITY_FIGURES, batch_log_level
+from aldebaran.audit.sparkjob.batch import ACTIVITY_FIGURES, batch_log_level
 
 EMPTY = {
     "batch_id": 7, "alerts": 0, "alert_kinds": {}, "dlq": 0, "open_books": 3, "opened": 0, "expired": 0,

@@ -1,4 +1,4 @@
-"""The JVM parser (aldebaran.audit.parse.parse_events) agrees with the reference validator
+"""The JVM parser (aldebaran.audit.sparkjob.jvmparse.parse_events) agrees with the reference validator
 (aldebaran.events.validate) on every message: the same verdict (valid, or the same reason code, whose
 detail names the same field) and the same event fields.
 
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from aldebaran import events
-from aldebaran.audit.parse import Limits, parse_events
+from aldebaran.audit.sparkjob.jvmparse import Limits, parse_events
 
 from .event_corpus import CASES, PUR, REQ, Case, enc, merged
 

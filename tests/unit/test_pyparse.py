@@ -8,7 +8,6 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 
 from aldebaran import events
-from aldebaran.audit.parse import Limits
 from aldebaran.audit.pyparse import Parser
 from aldebaran.audit.model import EventRow
 
@@ -18,7 +17,7 @@ from .test_parse import messages, publisher_shaped
 KAFKA_TS = 1_715_000_000_000
 
 
-def expected(raw: bytes | None, limits: Limits = Limits()) -> EventRow | tuple[str, str]:
+def expected(raw: bytes | None, limits: events.Limits = events.Limits()) -> EventRow | tuple[str, str]:
     ref = events.validate(raw, max_message_bytes=limits.max_message_bytes, max_id_length=limits.max_id_length,
                           max_shares=limits.max_shares)
     if isinstance(ref, events.Invalid):
@@ -56,7 +55,7 @@ def test_publisher_messages_take_the_fast_path():
 
 
 def test_what_the_fast_path_leaves_to_the_reference():
-    parser = Parser(Limits(max_message_bytes=200, max_id_length=5, max_shares=50))
+    parser = Parser(events.Limits(max_message_bytes=200, max_id_length=5, max_shares=50))
     cases = {
         b'{"id":"a","id":"b","#shares":1,"client":"c","stock":"s"}': "invalid_json",  # repeated key
         b'{"id":"a","#shares":1,"client":"c:d","stock":"s"}': None,  # a colon in a value: slow, valid
@@ -96,5 +95,5 @@ def test_publisher_shaped_messages_agree_with_reference(raw):
 @settings(max_examples=500, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(publisher_shaped())
 def test_configured_limits_agree_with_reference(raw):
-    limits = Limits(max_message_bytes=90, max_id_length=3, max_shares=50)
+    limits = events.Limits(max_message_bytes=90, max_id_length=3, max_shares=50)
     assert parsed(Parser(limits), raw) == expected(raw, limits)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from aldebaran.platform import lease as leases
+from aldebaran import lease as leases
 from aldebaran.platform.settings import SupervisorSettings
 from aldebaran.platform.supervisor import NONE, RESTART, WAIT, backoff_seconds, decide, diagnose
 

@@ -8,7 +8,7 @@ do by default, and librdkafka (confluent-kafka) with ``partitioner=murmur2_rando
 murmur2_random).
 
 With that contract, one order's events share a partition, and the co-partitioned plan
-(aldebaran.audit.engine) audits partition p's events in shard p without a shuffle. The auditor does not
+(aldebaran.audit.sparkjob.batch) audits partition p's events in shard p without a shuffle. The auditor does not
 trust the contract: before an event opens a new book in shard p, :func:`owner` is asked whether the order
 maps to p (once per book, not per event). An event that does not is "misrouted": it is not applied there
 and is produced again to its owner partition.

@@ -1,5 +1,5 @@
 """Parse and validate trade events in the shard task, in Python: raw Kafka values in, EventRows (or the
-reference's verdict) out. The alternative to the JVM parse (aldebaran.audit.parse); `ALDEBARAN_AUDIT_PARSER`
+reference's verdict) out. The alternative to the JVM parse (aldebaran.audit.sparkjob.jvmparse); `ALDEBARAN_AUDIT_PARSER`
 picks one, and docs/benchmarks.md compares them in one run.
 
 **Fast path.** msgspec decodes a message into a typed struct of the contract's fields (``id`` and
@@ -28,7 +28,6 @@ from typing import Iterable
 import msgspec
 
 from aldebaran import events
-from aldebaran.audit.parse import Limits
 from aldebaran.audit.model import EventRow
 
 
@@ -48,7 +47,7 @@ _TS_LIMIT = 2**63
 class Parser:
     """One parser per limits; :meth:`parse` handles a batch of Kafka values."""
 
-    def __init__(self, limits: Limits = Limits()) -> None:
+    def __init__(self, limits: events.Limits = events.Limits()) -> None:
         self.limits = limits
         self.fast = self.slow = 0  # messages each path decided (for the bench and the batch figures)
 

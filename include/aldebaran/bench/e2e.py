@@ -275,7 +275,7 @@ def run(spark, rates=DEFAULT_RATES, seconds: float = 20.0, mix: Mix | None = Non
         final_drain_s: float = 120.0, growth_tolerance: float = 0.1, webhook_batch: int = 1,
         channels=CHANNELS, warmup=(500, 5.0), stop_at_failure: bool = True) -> dict:
     from aldebaran import kafka_admin
-    from aldebaran.audit import job
+    from aldebaran.audit.sparkjob import job
     from aldebaran.bench.dispatch import BusReader
     from aldebaran.delivery.settings import DeliverySettings
     from aldebaran.kafka_io import read_topic

@@ -11,7 +11,7 @@ and checkpoint, each checked against the reference model (aldebaran.reference):
 - :func:`books`: throughput and memory (RSS of the Spark JVM and its Python workers) with N open books.
 - :func:`churn`: books opened and closed (expired) per second, with a short TTL on event time.
 
-The auditor is a black box here: ``aldebaran.audit.job.run(settings, spark=...)``; batch figures
+The auditor is a black box here: ``aldebaran.audit.sparkjob.job.run(settings, spark=...)``; batch figures
 come from Spark's own StreamingQueryListener progress (rows, trigger execution time).
 """
 
@@ -161,7 +161,7 @@ def auditor_settings(tagname: str, checkpoint: str, **overrides):
 def run_auditor(spark, settings, on_batch=None) -> dict:
     """Run the auditor to completion (available-now); rows and time per batch from Spark's progress;
     `on_batch` gets the auditor's own figures of each batch."""
-    from aldebaran.audit import job
+    from aldebaran.audit.sparkjob import job
 
     listener = make_progress_listener(settings.query_name)
     spark.streams.addListener(listener)
@@ -282,7 +282,7 @@ def spark_batch(spark, kafka) -> dict:
     from pyspark.sql import functions as F
 
     from aldebaran import events
-    from aldebaran.audit.parse import parse_events
+    from aldebaran.audit.sparkjob.jvmparse import parse_events
 
     t0 = time.monotonic()
     raw = (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
@@ -798,7 +798,7 @@ def latency(spark, rates: list[int], duration_s: float, mix: Mix | None = None, 
     (durationMs parts) joined by batch id with the engine's on_batch figures (steps_ms, the shard step,
     shard loads), JVM GC and CPU over the batch, snapshots written, and the latency of the alerts it
     emitted. Each segment carries its slowest batches and each part's p50/p99."""
-    from aldebaran.audit import job
+    from aldebaran.audit.sparkjob import job
 
     mix = mix or Mix(overfill_fraction=0.5, open_orders=100, duplicate_fraction=0.01, malformed_fraction=0.001)
     t = tag()

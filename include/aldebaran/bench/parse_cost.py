@@ -5,7 +5,7 @@ a batch job four ways, each a single action, so each stage's cost shows as the s
 - `from_json`: `from_json` with the trade schema and no validation at all — what a hand-written job
   that trusts its input would do (it cannot tell `100` from `100.0` or `"100"`, nor reject trailing
   garbage: not the contract, a yardstick);
-- `parse`: the shipped parse and validation (aldebaran.audit.parse.parse_events: messages in the
+- `parse`: the shipped parse and validation (aldebaran.audit.sparkjob.jvmparse.parse_events: messages in the
   publisher's shape proved valid by one regex and read with `from_json`, the rest through the VARIANT
   parse with exact JSON types and every DLQ reason), counting the valid events;
 - `batch`: the shipped parse + dedupe + aggregate per order (aldebaran.bench.harness.spark_batch), the
@@ -41,7 +41,7 @@ STAGES = {
 def _stage_jobs(spark, kafka):
     from pyspark.sql import functions as F
 
-    from aldebaran.audit.parse import parse_events
+    from aldebaran.audit.sparkjob.jvmparse import parse_events
 
     def raw():
         return (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)

@@ -1,10 +1,10 @@
 """State designs side by side (`aldebaran bench state-designs`): the same preloaded Kafka backlog, the
-same JVM parse (aldebaran.audit.parse), one streaming query per candidate for the per-order books, each
+same JVM parse (aldebaran.audit.sparkjob.jvmparse), one streaming query per candidate for the per-order books, each
 run on its own checkpoint with `Trigger.AvailableNow` and the same maxOffsetsPerTrigger, so the rates
 are comparable within the run. Rate = rows / summed batch time after the first batch (Spark progress).
 
 Candidates:
-- `auditor`: the shipped design (aldebaran.audit.engine): foreachBatch, shuffle by order id,
+- `auditor`: the shipped design (aldebaran.audit.sparkjob.batch): foreachBatch, shuffle by order id,
   one Python call per shard per batch (a dict loop over the shard's events, not per-row UDFs), books
   in the worker with batch-id-keyed deltas in the checkpoint; cost per batch O(books touched).
 - `jvm_agg_update`: `groupBy(order_id).agg(max request, sum purchases)` in update mode, rows
@@ -46,7 +46,7 @@ HDFS = {"spark.sql.streaming.stateStore.providerClass":
 
 
 def _source(spark, kafka, max_offsets: int):
-    from aldebaran.audit.parse import parse_events
+    from aldebaran.audit.sparkjob.jvmparse import parse_events
 
     raw = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
            .option("subscribe", kafka.trades_topic).option("startingOffsets", "earliest")

@@ -146,7 +146,7 @@ def run_trades(payloads: int = 10_000, orders: int = 2_000, big: int = 3, seed: 
         crash = None
         t1 = time.monotonic()
         if spark is not None:
-            from aldebaran.audit import job
+            from aldebaran.audit.sparkjob import job
             from aldebaran.audit.settings import AuditorSettings
             from aldebaran.settings import load
 

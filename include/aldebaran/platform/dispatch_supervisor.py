@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from aldebaran.exceptions import AlreadyExists, ConfigError, DispatcherError, PreconditionFailed
-from aldebaran.platform.lease import pid_alive, start_ticks
+from aldebaran.lease import pid_alive, start_ticks
 from aldebaran.platform.settings import DispatchSupervisorSettings
 from aldebaran.platform.supervisor import _wait_gone, backoff_seconds, load_state
 from aldebaran.storage import safe_segment

@@ -2,7 +2,7 @@
 
 One supervisor run (every minute, one at a time):
 
-1. **assess** — observe the auditor: its checkpoint lease (aldebaran.platform.lease), its heartbeat
+1. **assess** — observe the auditor: its checkpoint lease (aldebaran.lease), its heartbeat
    (aldebaran.audit.heartbeat: Spark progress per micro-batch) and, when it runs on this host, its
    driver processes. Unhealthy = the driver process is gone, the query terminated (heartbeat
    ``failed``/``stopped``), no live lease, or no progress for longer than
@@ -39,7 +39,7 @@ from pathlib import Path
 
 from aldebaran.exceptions import AlreadyExists, AuditorError, NotFound, PreconditionFailed
 from aldebaran.objectstore import ObjectStore, safe_segment
-from aldebaran.platform import lease as leases
+from aldebaran import lease as leases
 from aldebaran.platform.settings import SupervisorSettings
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from aldebaran import kafka_io, loadgen, paths, reference
 from aldebaran.audit import heartbeat
 from aldebaran.audit.archive import Archive
 from aldebaran.exceptions import LeaseHeld
-from aldebaran.platform import lease as leases
+from aldebaran import lease as leases
 from aldebaran.platform import supervisor
 from aldebaran.platform.health import _offsets
 from aldebaran.platform.settings import SupervisorSettings

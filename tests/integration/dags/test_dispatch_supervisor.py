@@ -23,7 +23,7 @@ from aldebaran.audit.model import alert_id
 from aldebaran.delivery.service import heartbeat_key, read_heartbeat
 from aldebaran.platform import dispatch_supervisor as ds
 from aldebaran.platform import health
-from aldebaran.platform.lease import pid_alive
+from aldebaran.lease import pid_alive
 from aldebaran.platform.settings import HealthSettings
 from tests.conftest import assert_eventually
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from aldebaran import kafka_io, loadgen, reference
-from aldebaran.audit import job
+from aldebaran.audit.sparkjob import job
 from aldebaran.audit.archive import Archive
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.delivery.channels import LogChannel

@@ -5,7 +5,7 @@ Spark hands a task to whichever of its Python workers is idle, so with books in 
 worker ends up holding a copy of every shard and catches up on the deltas the other wrote (``replay`` in
 the batch figures). With ``ALDEBARAN_AUDIT_SHARD_HOST=dedicated`` the Python worker that runs shard p's task
 only relays: it streams the task's Arrow batches over a Unix socket to shard p's host process and returns
-its rows. The host runs :func:`aldebaran.audit.copart.process` — parse, book step, DLQ and rerouted
+its rows. The host runs :func:`aldebaran.audit.sparkjob.copartitioned.process` — parse, book step, DLQ and rerouted
 records, all durable before it replies — so the commit order is unchanged.
 
 Lifetime and identity:
@@ -132,7 +132,7 @@ def _start(path: str, anchor: int, idle_seconds: float) -> socket.socket:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # a dead host's socket
         with open(path.removesuffix(".sock") + ".log", "ab") as errors:
-            proc = subprocess.Popen([sys.executable, "-m", "aldebaran.audit.shardhost", path, str(anchor),
+            proc = subprocess.Popen([sys.executable, "-m", "aldebaran.audit.sparkjob.shardhost", path, str(anchor),
                                      str(idle_seconds)],
                                     stdin=subprocess.DEVNULL, stdout=errors, stderr=errors, close_fds=True,
                                     start_new_session=True)
@@ -177,7 +177,7 @@ def _handle(conn: socket.socket) -> bool:
     """Serve one connection; False when asked to stop."""
     import pyarrow as pa
 
-    from aldebaran.audit.copart import process
+    from aldebaran.audit.sparkjob.copartitioned import process
 
     with conn.makefile("rwb") as f:
         reader = None

@@ -1,6 +1,6 @@
 """Which plan the auditor runs, decided once at start and recorded with the books (docs/design.md "Plans").
 
-- ``copartitioned``: one shard per partition of the trades topic, no shuffle (aldebaran.audit.copart).
+- ``copartitioned``: one shard per partition of the trades topic, no shuffle (aldebaran.audit.sparkjob.copartitioned).
   Needs producers to keep the keying contract (aldebaran.audit.partitioning); an event that breaks it is
   detected and routed to its owner, never audited in the wrong book.
 - ``shuffle``: JVM parse, then repartition by order id into ``ALDEBARAN_AUDIT_SHARDS`` shards. Works for
@@ -20,7 +20,7 @@ import logging
 import os
 
 from aldebaran import events
-from aldebaran.audit.engine import Plan
+from aldebaran.audit.sparkjob.batch import Plan
 from aldebaran.audit.partitioning import owner
 from aldebaran.exceptions import ConfigError
 

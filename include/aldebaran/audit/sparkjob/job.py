@@ -6,8 +6,8 @@ import json
 import logging
 import time
 
-from aldebaran.audit.engine import TICK_TOPIC, BatchWriter
-from aldebaran.audit.parse import Limits, parse_events
+from aldebaran.audit.sparkjob.batch import TICK_TOPIC, BatchWriter
+from aldebaran.audit.sparkjob.jvmparse import Limits, parse_events
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.exceptions import AuditorError
 from aldebaran.settings import KafkaSettings, ObjectStoreSettings, load
@@ -75,7 +75,7 @@ def tick_source(spark, parsed_columns: list[str]):
 
 
 def build_query(spark, settings: AuditorSettings, on_batch=None, guard=None, kafka: KafkaSettings | None = None):
-    from aldebaran.audit import plans
+    from aldebaran.audit.sparkjob import plans
     from aldebaran.audit.archive import Archive
     from aldebaran.audit.rules import resolve
     from aldebaran.objectstore import ObjectStore
@@ -140,9 +140,9 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
     )
     spark.conf.set("spark.sql.adaptive.enabled", "false")  # shard id = shuffle partition id
     lease = None
-    if settings.lease_seconds:  # never two auditors on one checkpoint (aldebaran.platform.lease)
+    if settings.lease_seconds:  # never two auditors on one checkpoint (aldebaran.lease)
         from aldebaran.objectstore import ObjectStore
-        from aldebaran.platform.lease import acquire
+        from aldebaran.lease import acquire
 
         lease = acquire(ObjectStore(load(ObjectStoreSettings)), settings.checkpoint, settings.query_name,
                         settings.lease_seconds, wait_seconds=settings.lease_wait_seconds)
@@ -184,14 +184,14 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
 
 
 def _stop_shard_hosts(spark, writer) -> None:
-    """Best effort: the dedicated shard hosts (aldebaran.audit.shardhost) end with the query, not only when
+    """Best effort: the dedicated shard hosts (aldebaran.audit.sparkjob.shardhost) end with the query, not only when
     idle. A host this misses (another executor) stops when idle or when its executor is gone."""
     plan = writer.plan
     if plan.name != "copartitioned" or plan.host != "dedicated":
         return
     from py4j.protocol import Py4JError
 
-    from aldebaran.audit.shardhost import stop_function
+    from aldebaran.audit.sparkjob.shardhost import stop_function
 
     try:
         spark.sparkContext.parallelize(range(plan.shards), plan.shards).foreachPartition(

@@ -34,16 +34,10 @@ cannot fail.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from aldebaran import events
 
 
-@dataclass(frozen=True)
-class Limits:
-    max_message_bytes: int = events.MAX_MESSAGE_BYTES
-    max_id_length: int = events.MAX_ID_LENGTH
-    max_shares: int = events.MAX_SHARES
+Limits = events.Limits  # the configured limits, shared with the reference and the Python parser
 
 
 # The fast path's extraction: plain types are exact for a message fast_shape_regex accepted (an integer

@@ -28,7 +28,7 @@ import json
 
 from aldebaran import events
 from aldebaran.audit.state.store import Config, ShardStore
-from aldebaran.audit.engine import (
+from aldebaran.audit.sparkjob.batch import (
     DLQ_FIELDS, EVENT_FIELDS, BatchContext, _arrow_schema, _dlq_sink, _rss_mib, dlq_headers,
 )
 from aldebaran.audit.partitioning import owner
@@ -60,9 +60,9 @@ def rerouted_record(ev: EventRow, topic: str, partition: int) -> tuple[bytes, by
 
 def copartitioned_function(ctx: BatchContext, batch_id: int, partitions: int, parser: str, host: str = "worker"):
     """The mapInArrow body of the co-partitioned plan. `parser`: "python" (rows are raw Kafka columns,
-    RAW_FIELDS) or "jvm" (rows are aldebaran.audit.parse output). `host`: where the shard's books live —
+    RAW_FIELDS) or "jvm" (rows are aldebaran.audit.sparkjob.jvmparse output). `host`: where the shard's books live —
     "worker" (this Python worker's memory; Spark hands a shard to any idle worker, so each worker ends up
-    with a copy) or "dedicated" (one long-lived process per shard and executor: aldebaran.audit.shardhost)."""
+    with a copy) or "dedicated" (one long-lived process per shard and executor: aldebaran.audit.sparkjob.shardhost)."""
 
     def run(batches):
         import pyarrow as pa
@@ -73,7 +73,7 @@ def copartitioned_function(ctx: BatchContext, batch_id: int, partitions: int, pa
             return
         shard_id = first.column("partition")[0].as_py()
         if host == "dedicated":
-            from aldebaran.audit.shardhost import call
+            from aldebaran.audit.sparkjob.shardhost import call
 
             records = call(ctx, batch_id, partitions, parser, shard_id, first.schema,
                            itertools.chain([first], batches))
@@ -160,7 +160,7 @@ def idle_shards_function(ctx: BatchContext, batch_id: int, partitions: int, pars
             if host == "dedicated":
                 import pyarrow as pa
 
-                from aldebaran.audit.shardhost import call
+                from aldebaran.audit.sparkjob.shardhost import call
 
                 yield from call(ctx, batch_id, partitions, parser, shard_id, pa.schema([]), iter(()))
             else:

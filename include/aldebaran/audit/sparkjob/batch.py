@@ -49,7 +49,7 @@ class BatchContext:
     snapshot_every: int
     snapshot_delta_ratio: float = 1.0
     kafka: object = None  # aldebaran.settings.KafkaSettings: where the shard tasks send rejected input
-    limits: object = None  # aldebaran.audit.parse.Limits: for the Python parser (co-partitioned plan)
+    limits: object = None  # aldebaran.audit.sparkjob.jvmparse.Limits: for the Python parser (co-partitioned plan)
     host_idle_seconds: float = 600.0  # a dedicated shard host stops after this long without work
 
 
@@ -150,13 +150,13 @@ def dlq_headers(reason_code: str, reason: str, topic: str, partition: int, offse
 @dataclass(frozen=True)
 class Plan:
     """How a batch reaches the books: `shuffle` (JVM parse, repartition by order id into `shards`) or
-    `copartitioned` (one shard per Kafka partition, no shuffle; aldebaran.audit.copart), with `parser`
-    "jvm" or "python" (the latter only co-partitioned). aldebaran.audit.plans decides it at start."""
+    `copartitioned` (one shard per Kafka partition, no shuffle; aldebaran.audit.sparkjob.copartitioned), with `parser`
+    "jvm" or "python" (the latter only co-partitioned). aldebaran.audit.sparkjob.plans decides it at start."""
 
     name: str
     shards: int
     parser: str = "jvm"
-    host: str = "worker"  # co-partitioned: "dedicated" (aldebaran.audit.shardhost) or "worker"
+    host: str = "worker"  # co-partitioned: "dedicated" (aldebaran.audit.sparkjob.shardhost) or "worker"
 
 
 class _Row:
@@ -176,7 +176,7 @@ class BatchWriter:
     Kafka → archive object → return (Spark then commits the batch's offsets)."""
 
     def __init__(self, settings, kafka, archive, on_batch=None, plan=None) -> None:
-        from aldebaran.audit.parse import Limits
+        from aldebaran.audit.sparkjob.jvmparse import Limits
         from aldebaran.kafka_io import AlertSink
 
         self.settings = settings
@@ -205,7 +205,7 @@ class BatchWriter:
         t0 = time.perf_counter()
         real = batch_df.where(F.col("topic") != F.lit(TICK_TOPIC))
         if self.plan.name == "copartitioned":
-            from aldebaran.audit.copart import copartitioned_function, idle_shards_function
+            from aldebaran.audit.sparkjob.copartitioned import copartitioned_function, idle_shards_function
 
             out = real.mapInArrow(copartitioned_function(self.ctx, batch_id, self.plan.shards, self.plan.parser,
                                                          self.plan.host), OUTPUT_SCHEMA)
