@@ -378,9 +378,12 @@ class NaiveDeadlines:
 
 @pytest.mark.parametrize("seed", range(30))
 @pytest.mark.parametrize("width", [1, 7, 1000])
-def test_deadline_index_pops_exactly_the_due_books(seed, width):
+@pytest.mark.parametrize("prunes", [False, True])
+def test_deadline_index_pops_exactly_the_due_books(seed, width, prunes):
     """Random opens (deadlines out of order, re-opens with a new deadline, drops) and clock moves: the
-    bucketed index returns exactly the books whose current deadline has passed, like the naive model."""
+    bucketed index returns exactly the books whose current deadline has passed, like the naive model.
+    With prunes (the fallback while the event clock moves: due entries looked at, not popped), the
+    books due at a prune are still returned by the next `due`."""
     rng = random.Random(seed)
     index, naive = DeadlineIndex(width), NaiveDeadlines()
     current: dict[str, int] = {}  # the books: order id → current deadline
@@ -394,6 +397,9 @@ def test_deadline_index_pops_exactly_the_due_books(seed, width):
             naive.add(d, o)
         elif action < 0.7 and current:
             del current[rng.choice(sorted(current))]
+        elif prunes and action < 0.85:
+            clock += rng.randint(0, 400)
+            index.prune(clock, current.get)  # the naive model keeps everything until its due
         else:
             clock += rng.randint(0, 400)
             if index.next_ms <= clock:
@@ -405,3 +411,45 @@ def test_deadline_index_pops_exactly_the_due_books(seed, width):
             for o in got:
                 del current[o]
         assert index.next_ms <= min(current.values(), default=float("inf"))
+
+
+def held(index: DeadlineIndex) -> int:
+    return sum(map(len, index.buckets.values())) + len(index.hot) + len(index.overdue)
+
+
+def test_a_pruned_index_holds_the_open_books_not_every_book_opened():
+    """The fallback index while the event clock moves: books open and are dropped (expired on event
+    time) all along; pruning as processing time passes their entries keeps it to the open ones."""
+    index = DeadlineIndex(10)
+    current: dict[str, int] = {}
+    for t in range(0, 200_000, 10):  # a book a tick, each open for 50 ticks, deadline 100 ticks after
+        o = f"o{t}"
+        current[o] = t + 1_000
+        index.add(t + 1_000, o)
+        current.pop(f"o{t - 500}", None)
+        index.prune(t, current.get)
+        assert held(index) <= 160, (t, held(index))  # 50 open, 100 not reached yet, a bucket's slack
+    # Books still open past their deadline stay due: an idle stream expires them at the next due.
+    current["late"] = 150_000
+    index.add(150_000, "late")
+    index.prune(200_000, current.get)
+    assert sorted(index.due(200_000, current.get)) == sorted(o for o, d in current.items() if d <= 200_000)
+
+
+def test_the_fallback_index_stays_the_size_of_the_open_books_while_the_event_clock_moves(tmp_path):
+    """Orders open and expire on event time all along, processing time keeping pace: the processing-time
+    fallback is never the one expiring, but its entries of expired books are dropped as processing time
+    passes them (before, it kept one per book ever opened, and the first idle batch walked them all)."""
+    ttl, grace = 100, 300
+    store = ShardStore(Config(str(tmp_path), resolve(["overfill"]), ttl_ms=ttl, grace_ms=grace, snapshot_every=0), 0)
+    for b in range(200):  # 20 orders a batch, 10 ms of event and processing time apart
+        rows = [EventRow("PR", f"o{b}-{k}", f"o{b}-{k}", 1, "C", "S", b * 10) for k in range(20)]
+        store.apply(b, rows, now_ms=NOW + b * 10)
+    shard = _CACHE[(str(tmp_path), 0)]
+    open_books = len(shard.books)
+    assert open_books == 20 * ttl // 10  # the last ttl's worth
+    # Held: the open books and those whose fallback deadline (opened + ttl + grace) is still ahead.
+    assert held(shard.fallback) <= 20 * (ttl + grace) // 10 + 20, held(shard.fallback)
+    # The stream idles: the fallback expires what is open, and only that.
+    out = store.apply(200, [], now_ms=NOW + 199 * 10 + grace + ttl + grace)
+    assert (out.expired, out.open_books) == (open_books, 0)

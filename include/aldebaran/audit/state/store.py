@@ -127,6 +127,25 @@ class Outcome:
 _CACHE: dict[tuple[str, int], Shard] = {}
 
 
+def _deadline_of(books: dict, ttl: int, grace: int):
+    """(event deadline, fallback deadline) of an order id's current book, None if it has none: what the
+    two deadline indexes check their entries against. One call each, no decoding of a frozen row."""
+
+    def event(order_id: str) -> int | None:
+        book = books.get(order_id)
+        if book is None:
+            return None
+        if book.__class__ is bytes:
+            return int(book[1:book.index(b",")]) + ttl  # a frozen row starts `[first_ts,` (state.rows)
+        return book.first_ts + ttl
+
+    def fallback(order_id: str) -> int | None:
+        book = books.get(order_id)
+        return None if book is None else times(book)[1] + ttl + grace
+
+    return event, fallback
+
+
 class ShardStore:
     """Load, update and persist one shard's books at a given version."""
 
@@ -258,6 +277,7 @@ class ShardStore:
         rules = self.config.rules
         ttl, grace = self.config.ttl_ms, self.config.grace_ms
         expiry, fallback, books = shard.expiry, shard.fallback, shard.books
+        event_deadline, fallback_deadline = _deadline_of(books, ttl, grace)
         apply_event = book_step.step
         opened = applied = duplicates = expired = 0
         for ev in rows:
@@ -270,8 +290,7 @@ class ShardStore:
                 shard.clock_ms = ts
                 shard.clock_moved_ms = now_ms
             if expiry.next_ms <= shard.clock_ms:
-                expired += self._expire(shard, [(expiry, shard.clock_ms, lambda b: times(b)[0] + ttl)],
-                                        touched, alerts, now_ms)
+                expired += self._expire(books, expiry.due(shard.clock_ms, event_deadline), touched, alerts, now_ms)
             book = books.get(order_id)
             if book is None:
                 book = books[order_id] = Book(order_id, ts, now_ms)
@@ -294,13 +313,17 @@ class ShardStore:
                 applied += 1
             else:
                 duplicates += 1
-        deadlines = [(shard.expiry, shard.clock_ms, lambda b: times(b)[0] + ttl)]
+        due = expiry.due(shard.clock_ms, event_deadline)
         # The processing-time fallback only when this shard's event clock has stalled for longer than
         # the grace: an idle stream still expires its books, while an auditor catching up on a
-        # backlog after a restart (event clock moving) keeps expiring on event time only.
+        # backlog after a restart (event clock moving) keeps expiring on event time only. Meanwhile
+        # its entries of books already expired on event time are dropped as processing time passes
+        # them (prune), so the index holds the open books, not every book opened since the last idle.
         if now_ms - shard.clock_moved_ms >= grace:
-            deadlines.append((shard.fallback, now_ms, lambda b: times(b)[1] + ttl + grace))
-        expired += self._expire(shard, deadlines, touched, alerts, now_ms)
+            due += fallback.due(now_ms, fallback_deadline)
+        else:
+            fallback.prune(now_ms, fallback_deadline)
+        expired += self._expire(books, due, touched, alerts, now_ms)
         shard.version = batch_id
         # Freeze what the batch touched: the new rows are also the books' lines in the delta.
         frozen: list[tuple[str, bytes | None]] = []
@@ -317,13 +340,10 @@ class ShardStore:
         return Outcome(alerts, len(books), opened, expired, applied, duplicates,
                        (time.perf_counter() - t0) * 1000, self.loaded, misrouted)
 
-    def _expire(self, shard: Shard, deadlines, touched: dict, alerts: list[dict], now_ms: int) -> int:
-        """Drop the books due on any of `deadlines` [(index, clock, deadline_of(book))], asking the rules first."""
-        books = shard.books
-        due: set[str] = set()
-        for index, clock, deadline_of in deadlines:
-            due.update(index.due(clock, lambda o: None if (b := books.get(o)) is None else deadline_of(b)))
-        for order_id in sorted(due):
+    def _expire(self, books: dict, due: list[str], touched: dict, alerts: list[dict], now_ms: int) -> int:
+        """Drop the books `due` (an id may come twice), in order id order, asking the rules first."""
+        due = sorted(set(due))
+        for order_id in due:
             book = books.pop(order_id)
             if book.__class__ is bytes:
                 book = thaw(book, order_id)
