@@ -24,9 +24,10 @@ def test_streaming_dispatchers_killed_mid_run_and_between_send_and_record(servic
     assert d["failures"] == []
     # Alternating per dispatcher: an injection that never fires is replaced by an outside kill, and a restarted
     # dispatcher that still carries the injection may die by it before its outside kill lands (SMS sends a window
-    # at a time, so there are many sends): both kinds must happen, their split is timing.
+    # at a time, so there are many sends): both kinds must happen, their split is timing. Both dispatchers can die
+    # by their injections in the same pass of the supervisor, so one kill more than asked is possible.
     kills = d["kills"]
-    assert sum(kills.values()) == 4 and kills["between_send_and_record"] >= 1 and kills["external_mid_run"] >= 1
+    assert 4 <= sum(kills.values()) <= 5 and kills["between_send_and_record"] >= 1 and kills["external_mid_run"] >= 1
     # Idempotent channel: every alert accepted exactly once, nothing missing.
     assert d["webhook"]["accepted"] == 300 and d["webhook"]["statuses"].get(201) == 300
     assert d["webhook"]["lost"] == 0 and d["webhook"]["bad_signatures"] == 0
