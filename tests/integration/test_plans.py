@@ -11,11 +11,12 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from aldebaran import kafka_io, loadgen, reference
-from aldebaran.audit.sparkjob import job
+from aldebaran.audit.sparkjob import job, shardhost
 from aldebaran.audit.partitioning import owner
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.exceptions import ConfigError
@@ -64,8 +65,32 @@ def test_keyed_topic_runs_copartitioned_and_matches_the_reference(spark, kafka_t
     assert len(figures) >= 4
     if host == "dedicated":
         assert set(loads) == {"cold", "cache"} and loads.count("cold") == 2, loads
+        # The hosts end with the query (the stop job finds them by the executor's pid), not only when idle.
+        jvm = spark._jvm.java.lang.ProcessHandle.current().pid()
+        state_root = checkpoint.rstrip("/") + "/books"
+        assert [os.path.exists(shardhost.socket_path(state_root, s, jvm)) for s in range(2)] == [False, False]
     expected = reference.expected_alerts([r.value for r in recs])
     assert expected and _keys(_alerts(kafka_topics)) == _keys(expected)
+
+
+def test_shard_hosts_are_anchored_on_the_executor_jvm_whichever_daemon_runs_the_task(spark):
+    """A batch's mapInArrow tasks and the RDD jobs (idle shards, stopping the hosts) run in Python workers of
+    different PySpark daemons under one executor: the hosts' anchor, the executor JVM, is the same from
+    both, or the stop job would miss the hosts and an idle shard would get a second host."""
+    import pyarrow as pa
+
+    from aldebaran.audit.sparkjob.shardhost import executor_pid
+
+    def arrow_pids(batches):
+        for b in batches:
+            yield pa.RecordBatch.from_pydict({"pid": [executor_pid()] * b.num_rows,
+                                              "parent": [os.getppid()] * b.num_rows})
+
+    sql = spark.range(4, numPartitions=2).mapInArrow(arrow_pids, "pid long, parent long").collect()
+    rdd = spark.sparkContext.parallelize(range(2), 2).map(lambda _: executor_pid()).collect()
+    jvm = spark._jvm.java.lang.ProcessHandle.current().pid()
+    assert {r.pid for r in sql} == set(rdd) == {jvm}
+    assert jvm not in {r.parent for r in sql}  # the worker's parent is a daemon, not the JVM
 
 
 def test_unkeyed_topic_runs_the_shuffle_plan(spark, kafka_topics, checkpoint, unique):

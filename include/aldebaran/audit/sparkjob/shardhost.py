@@ -11,10 +11,13 @@ records, all durable before it replies — so the commit order is unchanged.
 Lifetime and identity:
 
 - A host is started by the first task that needs it (a file lock makes sure only one starts) and stops
-  when the process that anchors it — the Python worker's parent, i.e. PySpark's daemon, which lives as
-  long as the executor — is gone, or after ``IDLE_SECONDS`` without work. Its socket's name carries the
-  checkpoint and the anchor's pid, so a new executor (a restarted auditor) never talks to an old host:
-  a host's cache never outlives the executor whose batches built it, exactly like a worker's.
+  when the process that anchors it — the executor's JVM (:func:`executor_pid`) — is gone, or after
+  ``IDLE_SECONDS`` without work. Its socket's name carries the checkpoint and the anchor's pid, so a new
+  executor (a restarted auditor) never talks to an old host: a host's cache never outlives the executor
+  whose batches built it, exactly like a worker's. The anchor is the JVM, not the Python worker's parent:
+  one executor runs one PySpark daemon per kind of Python work (the batch's mapInArrow tasks and the RDD
+  jobs that run idle shards and stop the hosts had two daemons in the 2026-11-25 bench), and a
+  daemon-named host was missed by the stop job and started twice for an idle shard.
 - A host that dies (killed, out of memory) fails the task; Spark retries it and a new host loads the
   shard cold (snapshot + deltas). A failure inside the host is sent back and raised in the task.
 
@@ -49,6 +52,21 @@ def _dir() -> str:
     path = os.path.join(tempfile.gettempdir(), f"aldebaran-shards-{os.getuid()}")
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path
+
+
+def executor_pid() -> int:
+    """The pid of the executor JVM this Python worker serves: the worker's parent is PySpark's daemon (which
+    the JVM started), or the JVM itself when daemons are off (spark.python.use.daemon=false). Without
+    /proc (not Linux) the parent, whatever it is."""
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/cmdline", "rb") as f:
+            if b"pyspark.daemon" not in f.read():
+                return parent
+        with open(f"/proc/{parent}/stat") as f:  # "pid (comm) state ppid ...": comm may hold spaces
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return parent
 
 
 def socket_path(state_root: str, shard: int, anchor_pid: int) -> str:
@@ -96,7 +114,7 @@ def call(ctx, batch_id: int, partitions: int, parser: str, shard: int, schema, b
     started if needed; the rows it returns."""
     import pyarrow as pa
 
-    anchor = os.getppid()
+    anchor = executor_pid()
     path = socket_path(ctx.state_root, shard, anchor)
     sock = _connect(path) or _start(path, anchor, ctx.host_idle_seconds)
     with sock, sock.makefile("rwb") as f:
@@ -205,7 +223,7 @@ def stop_function(state_root: str):
 
     def run(shards) -> None:
         for shard in shards:
-            s = _connect(socket_path(state_root, shard, os.getppid()))
+            s = _connect(socket_path(state_root, shard, executor_pid()))
             if s is None:
                 continue
             with s, s.makefile("rwb") as f, contextlib.suppress(OSError, ConnectionError):
