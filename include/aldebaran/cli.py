@@ -43,7 +43,7 @@ def _setup_logging(verbose: bool) -> None:
 
 # --- services ----------------------------------------------------------------------------
 def cmd_services(args: argparse.Namespace) -> int:
-    from aldebaran import services
+    from aldebaran_lab import services
 
     names = tuple(args.names) or None
     if args.action == "up":
@@ -122,7 +122,7 @@ def cmd_deliveries(args: argparse.Namespace) -> int:
 
 
 def cmd_loadgen(args: argparse.Namespace) -> int:
-    from aldebaran import loadgen
+    from aldebaran_capacity import loadgen
 
     loadgen.main(args)
     return 0
@@ -132,22 +132,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
     if args.which == "all":
-        from aldebaran.bench import suite
+        from aldebaran_capacity.bench import suite
 
         return suite.main(args)
     if args.which == "state-designs":
-        from aldebaran.bench import state_designs
+        from aldebaran_capacity.bench import state_designs
 
         return state_designs.main(args)
     if args.which == "parse-cost":
-        from aldebaran.bench import parse_cost
+        from aldebaran_capacity.bench import parse_cost
 
         return parse_cost.main(args)
     if args.which == "e2e":
-        from aldebaran.bench import e2e
+        from aldebaran_capacity.bench import e2e
 
         return e2e.main(args)
-    from aldebaran.bench import dispatch, machine
+    from aldebaran_capacity.bench import dispatch, machine
 
     result = {"machine": machine.describe(),
               "command": "aldebaran bench dispatch " + " ".join(sys.argv[3:])}
@@ -158,19 +158,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
-    from aldebaran.chaos import cli as chaos_cli
+    from aldebaran_lab.chaos import cli as chaos_cli
 
     return chaos_cli.main(args)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from aldebaran import demo
+    from aldebaran_lab import demo
 
     return demo.main(args)
 
 
 def cmd_docs(args: argparse.Namespace) -> int:
-    from aldebaran import docsgen
+    from aldebaran_lab import docsgen
 
     return docsgen.main(args)
 
@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     dl.set_defaults(func=cmd_deliveries)
 
     lg = sub.add_parser("loadgen", help="produce trades to Kafka")
-    from aldebaran.loadgen import add_arguments as loadgen_args
+    from aldebaran_capacity.loadgen import add_arguments as loadgen_args
 
     loadgen_args(lg)
     lg.set_defaults(func=cmd_loadgen)
@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     dm.set_defaults(func=cmd_demo)
 
     ch = sub.add_parser("chaos", help="reliability campaigns: kill, outage and bad-input (make chaos)")
-    from aldebaran.chaos.cli import add_arguments as chaos_args
+    from aldebaran_lab.chaos.cli import add_arguments as chaos_args
 
     chaos_args(ch)
     ch.set_defaults(func=cmd_chaos)
