@@ -2,7 +2,7 @@
 ### capacity_test — load the running platform and measure it against its targets
 
 **Triggered from the UI** (or `airflow dags trigger capacity_test --conf '{...}'`). One task runs the
-load generator and the benchmark measurements (`aldebaran.bench.capacity.run`, the same code as
+load generator and the benchmark measurements (`aldebaran_capacity.bench.capacity.run`, the same code as
 `make bench`) against the platform's Kafka and object store, with Spark `local[2]` inside the task:
 
 - **drain**: a backlog of `drain_orders` orders, the auditor's catch-up rate (`Trigger.AvailableNow`) and,
@@ -54,7 +54,7 @@ from airflow.sdk import Param, dag, task
         "mix": Param({"overfill_fraction": 0.5, "purchase_first": 0.05, "duplicate_fraction": 0.01,
                       "malformed_fraction": 0.001, "open_orders": 1000, "purchases_per_order": 4, "seed": 1},
                      type="object",
-                     description="Trade mix of the drain and latency runs (aldebaran.loadgen.Mix): purchases_per_order, "
+                     description="Trade mix of the drain and latency runs (aldebaran_capacity.loadgen.Mix): purchases_per_order, "
                                  "overfill_fraction, orphan_fraction, purchase_first, duplicate_fraction, "
                                  "malformed_fraction, open_orders, seed."),
         "sections": Param(["drain", "latency", "books", "churn", "dispatch", "e2e"], type="array",
@@ -65,7 +65,7 @@ from airflow.sdk import Param, dag, task
 def capacity_test():
     @task(execution_timeout=timedelta(hours=2))
     def measure(params=None, run_id=None) -> dict:
-        from aldebaran.bench.capacity import run
+        from aldebaran_capacity.bench.capacity import run
 
         return run(dict(params), run_id)
 

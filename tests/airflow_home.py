@@ -23,7 +23,7 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 
-from aldebaran.services.airflow import connections_env  # noqa: E402  (after AIRFLOW_HOME is set)
+from aldebaran_lab.services.airflow import connections_env  # noqa: E402  (after AIRFLOW_HOME is set)
 
 for key, value in connections_env().items():
     os.environ.setdefault(key, value)

@@ -54,7 +54,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def services_up():
     """The real services `make test` started. Fails (does not skip) if one is missing."""
-    from aldebaran import services
+    from aldebaran_lab import services
 
     down = [s for s in services.status(services.CORE) if not s.healthy]
     if down:

@@ -1,27 +1,17 @@
 """`aldebaran` — the platform's one command line.
 
-    aldebaran services up|down|status|kill [NAME ...]   local Kafka, MinIO, Airflow (+ Spark cluster)
-    aldebaran auditor run|status                       the streaming auditor
-    aldebaran dispatch [--channel NAME] [--follow]     deliver alerts to the configured channels (once, or streaming)
-    aldebaran deliveries stats|list|show|retry|resolve inspect and settle the delivery ledger
-    aldebaran loadgen                                  produce trades in the original publisher's mix
-    aldebaran bench dispatch                           deliveries/s and alert→delivered latency
-    aldebaran bench e2e [--rates R,...]                trades → auditor → dispatchers → recipients: sustained rate
-    aldebaran bench all [--quick]                      drain, latency, books, churn, dispatch, e2e → docs/benchmarks.md
-    aldebaran bench state-designs                      candidate state designs side by side → docs/benchmarks.md
-    aldebaran bench parse-cost                         Kafka read vs parse vs aggregate, batch jobs → docs/benchmarks.md
-    aldebaran demo                                     the end-to-end demo (make demo)
-    aldebaran chaos kill-auditor|kill-dispatch|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|all
-                                                       reliability campaigns (make chaos)
-    aldebaran docs config [--check]                    the configuration reference in docs/operations.md
-
-Every subcommand loads the git-ignored .env first (generated credentials); real environment
-variables win over it. `aldebaran SUBCOMMAND --help` documents each.
+The core commands are the product's; the capacity and lab packages add theirs when they are importable
+(:data:`EXTENSIONS`). A deployment that leaves them out (the image: .dockerignore) still has these:
+each extension is a ``<package>.cli`` module with ``USAGE`` (its lines of the overview below) and
+``register(subparsers)``. Found by import, not by entry points: `make setup` installs the work tree
+editable once (include/ on sys.path), so a package added or left out is seen without reinstalling.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import logging
 import sys
 
@@ -29,6 +19,23 @@ from aldebaran import envfile
 from aldebaran.exceptions import AldebaranError
 
 log = logging.getLogger("aldebaran")
+
+# Packages that may add subcommands, in the order their commands are listed. The lab comes after the
+# capacity package it builds on; neither is imported by anything else in the product.
+EXTENSIONS = ("aldebaran_capacity", "aldebaran_lab")
+
+CORE_USAGE = """\
+    aldebaran auditor run|status                       the streaming auditor
+    aldebaran dispatch [--channel NAME] [--follow]     deliver alerts to the configured channels (once, or streaming)
+    aldebaran deliveries stats|list|show|retry|resolve inspect and settle the delivery ledger"""
+
+DESCRIPTION = """`aldebaran` — the platform's one command line.
+
+{usage}
+
+Every subcommand loads the git-ignored .env first (generated credentials); real environment
+variables win over it. `aldebaran SUBCOMMAND --help` documents each.
+"""
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -39,37 +46,6 @@ def _setup_logging(verbose: bool) -> None:
     )
     for noisy in ("botocore", "boto3", "urllib3", "py4j", "s3transfer"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-# --- services ----------------------------------------------------------------------------
-def cmd_services(args: argparse.Namespace) -> int:
-    from aldebaran import services
-
-    names = tuple(args.names) or None
-    if args.action == "up":
-        envfile.load_env(create=True)
-        wanted = names or services.CORE + (services.CLUSTER if args.cluster else ())
-        services.up(wanted)
-        _print_status(services.status(wanted))
-    elif args.action == "down":
-        services.down(names or services.CORE + services.CLUSTER)
-    elif args.action == "kill":
-        for name in names or ():
-            services.get(name).kill()
-    else:
-        _print_status(services.status(names or services.CORE + services.CLUSTER))
-    return 0
-
-
-def _print_status(rows) -> None:
-    header = f"{'service':<16} {'pid':>7}  {'running':<8} {'healthy':<8} {'address':<24} log"
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        print(
-            f"{r.name:<16} {r.pid or '-':>7}  {'yes' if r.running else 'no':<8} "
-            f"{'yes' if r.healthy else 'no':<8} {r.address:<24} {r.log}"
-        )
 
 
 # --- auditor -----------------------------------------------------------------------------
@@ -121,70 +97,18 @@ def cmd_deliveries(args: argparse.Namespace) -> int:
     return tools.main(args)
 
 
-def cmd_loadgen(args: argparse.Namespace) -> int:
-    from aldebaran import loadgen
-
-    loadgen.main(args)
-    return 0
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    import json
-
-    if args.which == "all":
-        from aldebaran.bench import suite
-
-        return suite.main(args)
-    if args.which == "state-designs":
-        from aldebaran.bench import state_designs
-
-        return state_designs.main(args)
-    if args.which == "parse-cost":
-        from aldebaran.bench import parse_cost
-
-        return parse_cost.main(args)
-    if args.which == "e2e":
-        from aldebaran.bench import e2e
-
-        return e2e.main(args)
-    from aldebaran.bench import dispatch, machine
-
-    result = {"machine": machine.describe(),
-              "command": "aldebaran bench dispatch " + " ".join(sys.argv[3:])}
-    result["dispatch"] = dispatch.run(alerts=args.alerts, concurrency=args.concurrency, repeats=args.repeats,
-                                      steady_rates=tuple(float(r) for r in args.steady_rates.split(",") if r))
-    print(json.dumps(result, indent=2))
-    return 0 if result["dispatch"]["all_correct"] else 1
-
-
-def cmd_chaos(args: argparse.Namespace) -> int:
-    from aldebaran.chaos import cli as chaos_cli
-
-    return chaos_cli.main(args)
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from aldebaran import demo
-
-    return demo.main(args)
-
-
-def cmd_docs(args: argparse.Namespace) -> int:
-    from aldebaran import docsgen
-
-    return docsgen.main(args)
+def extensions() -> list:
+    """The ``cli`` modules of the extension packages that are importable here."""
+    return [importlib.import_module(f"{name}.cli") for name in EXTENSIONS if importlib.util.find_spec(name)]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="aldebaran", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    found = extensions()
+    usage = "\n".join([CORE_USAGE, *(ext.USAGE for ext in found)])
+    p = argparse.ArgumentParser(prog="aldebaran", description=DESCRIPTION.format(usage=usage),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
-
-    s = sub.add_parser("services", help="start/stop/inspect the local services")
-    s.add_argument("action", choices=["up", "down", "status", "kill"])
-    s.add_argument("names", nargs="*", help="services (default: minio kafka airflow; down/status: all)")
-    s.add_argument("--cluster", action="store_true", help="with `up`: also a Spark master and two workers")
-    s.set_defaults(func=cmd_services)
 
     a = sub.add_parser("auditor", help="run the streaming auditor or show its heartbeat")
     a.add_argument("action", choices=["run", "status"])
@@ -215,62 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(dl)
     dl.set_defaults(func=cmd_deliveries)
 
-    lg = sub.add_parser("loadgen", help="produce trades to Kafka")
-    from aldebaran.loadgen import add_arguments as loadgen_args
-
-    loadgen_args(lg)
-    lg.set_defaults(func=cmd_loadgen)
-
-    b = sub.add_parser("bench", help="benchmarks (figures with machine, versions and date)")
-    b.add_argument("which", choices=["dispatch", "all", "state-designs", "parse-cost", "e2e"])
-    b.add_argument("--quick", action="store_true", help="all: everything small (< 5 min), correctness only")
-    b.add_argument("--out", default=None, help="all: report directory (default docs/, or .run/bench/quick with --quick)")
-    b.add_argument("--sections", default=None,
-                   help="all: comma-separated subset of drain,latency,books,churn,dispatch,e2e")
-    b.add_argument("--merge", action="store_true",
-                   help="all: keep the previous report's sections (and open-books sizes) this run does not measure")
-    b.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
-                   help="all: override a size, e.g. drain_orders=100000, rates=5000,20000, book_sizes=100000 (repeatable)")
-    b.add_argument("--alerts", type=int, default=5000)
-    b.add_argument("--concurrency", type=int, default=32, help="concurrent sends per channel")
-    b.add_argument("--repeats", type=int, default=3, help="runs; the median is reported")
-    b.add_argument("--steady-rates", default="50", help="dispatch: comma-separated alerts/s for the latency runs")
-    b.add_argument("--orders", default="40000,200000",
-                   help="state-designs: orders preloaded (~5 events each, all open), comma-separated sizes; "
-                   "parse-cost: the first size")
-    b.add_argument("--max-offsets", type=int, default=100_000, help="state-designs: maxOffsetsPerTrigger")
-    b.add_argument("--buckets", type=int, default=32, help="state-designs: hash buckets of applyInPandasWithState")
-    b.add_argument("--candidates", default=None, help="state-designs: comma-separated subset (default all)")
-    b.add_argument("--per-order-seconds", type=float, default=60.0,
-                   help="state-designs: time allowed to the per-order Python state candidate")
-    b.add_argument("--rates", default=None,
-                   help="e2e: comma-separated trade rates to ramp through, trades/s (default 5000,10000,20000,50000)")
-    b.add_argument("--seconds", type=float, default=20.0, help="e2e: how long each rate is produced, seconds")
-    b.add_argument("--mix", choices=["original", "custom"], default="original",
-                   help="e2e: the original publisher's mix, or the custom mix with --overfill-fraction")
-    b.add_argument("--overfill-fraction", type=float, default=0.5, help="e2e --mix custom: share of overfilled orders")
-    b.add_argument("--channels", default="webhook,bus,sms",
-                   help="e2e: channels to deliver to (webhook and bus decide the sustained rate; sms is reported)")
-    b.add_argument("--webhook-batch", type=int, default=1,
-                   help="e2e: alerts per webhook POST (1: one alert per request, the webhook channel's default)")
-    b.set_defaults(func=cmd_bench)
-
-    dm = sub.add_parser("demo", help="run the end-to-end demo on the running services")
-    dm.add_argument("--orders", type=int, default=300, help="random orders in the original publisher's mix")
-    dm.add_argument("--seed", type=int, default=7)
-    dm.set_defaults(func=cmd_demo)
-
-    ch = sub.add_parser("chaos", help="reliability campaigns: kill, outage and bad-input (make chaos)")
-    from aldebaran.chaos.cli import add_arguments as chaos_args
-
-    chaos_args(ch)
-    ch.set_defaults(func=cmd_chaos)
-
-    dc = sub.add_parser("docs", help="generated documentation: the configuration reference")
-    dc.add_argument("which", choices=["config"])
-    dc.add_argument("--check", action="store_true", help="exit 1 if the generated section is stale; write nothing")
-    dc.add_argument("--file", default=None, help="markdown file with the config:begin/end markers (default docs/operations.md)")
-    dc.set_defaults(func=cmd_docs)
+    for ext in found:
+        ext.register(sub)
     return p
 
 

@@ -4,6 +4,8 @@ download cache that `make setup` fills (keyed by version, outside the work tree)
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 from functools import cache
 from pathlib import Path
 
@@ -63,6 +65,21 @@ def minio_binary() -> Path:
     if not path.exists():
         raise SetupError(f"MinIO is not built at {path}: run `make setup`")
     return path
+
+
+def java() -> str:
+    """The `java` binary of JAVA_HOME, else the one on PATH (the local Kafka and Kafka's own tools run on it)."""
+    java_home = os.environ.get("JAVA_HOME")  # not configuration: the JDK's own convention (spark-submit reads it too)
+    found = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java")
+    if not found:
+        raise SetupError("no `java` on PATH and JAVA_HOME unset (JDK 17+ required)")
+    return found
+
+
+def pid_file(service: str) -> Path:
+    """The PID file of a local service (``aldebaran services up`` writes it; a benchmark reads it to count
+    the service's CPU)."""
+    return run_dir() / service / f"{service}.pid"
 
 
 def venv_bin(tool: str) -> Path:

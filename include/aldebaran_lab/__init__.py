@@ -1,7 +1,7 @@
-"""The lab: the tools around the product — benchmarks, load generation, test receivers, chaos
-campaigns, local services, demo.
+"""The lab: development-only tools around the platform — reliability campaigns (:mod:`.chaos`), the
+local services (:mod:`.services`), the demo (:mod:`.demo`) and the docs generator (:mod:`.docsgen`).
 
-It imports the product (:mod:`aldebaran`), never the reverse: nothing a deployment imports depends on
-this package. Some lab code still lives under ``aldebaran`` (``bench/``, ``chaos/``, ``demo.py``) and
-moves here later; until then it is the only part of ``aldebaran`` allowed to import ``aldebaran_lab``.
+It imports the product (:mod:`aldebaran`) and the capacity package (:mod:`aldebaran_capacity`: load,
+receivers), never the reverse, and the image leaves it out (.dockerignore). Its commands (``aldebaran
+services``, ``demo``, ``chaos``, ``docs``) are registered by :mod:`.cli` when the package is importable.
 """

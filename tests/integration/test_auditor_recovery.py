@@ -3,7 +3,7 @@ running auditor process (driver and Spark JVM) mid-stream and restart from that 
 a fresh checkpoint, and the `mismatch` rule switched on and off by configuration.
 
 The expected alerts come from aldebaran.reference (independent model) or are stated by hand; the
-campaign code is aldebaran.chaos.kill_auditor, here with small data (`make chaos` runs it at full size).
+campaign code is aldebaran_lab.chaos.kill_auditor, here with small data (`make chaos` runs it at full size).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import logging
 import pytest
 
 from aldebaran import events, kafka_admin, kafka_io, reference
-from aldebaran.audit.sparkjob import job
 from aldebaran.audit.settings import AuditorSettings
-from aldebaran.chaos import kill_auditor
-from aldebaran.chaos.common import Workspace, topic_alerts, topic_env
+from aldebaran.audit.sparkjob import job
 from aldebaran.settings import load
+from aldebaran_lab.chaos import kill_auditor
+from aldebaran_lab.chaos.common import Workspace, topic_alerts, topic_env
 
 log = logging.getLogger(__name__)
 

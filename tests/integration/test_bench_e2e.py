@@ -5,7 +5,7 @@ exactly once — never a figure (figures belong to `make bench`)."""
 
 from __future__ import annotations
 
-from aldebaran.bench import e2e
+from aldebaran_capacity.bench import e2e
 from tests.conftest import assert_eventually
 
 

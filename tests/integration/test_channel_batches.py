@@ -16,7 +16,7 @@ from aldebaran import kafka_admin, kafka_io
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import KafkaChannel, RetryableError, SmsChannel, WebhookChannel, batch_key
 from aldebaran.model import Alert
-from aldebaran_lab.receivers import BATCH_HEADER, SmsProvider, WebhookReceiver
+from aldebaran_capacity.receivers import BATCH_HEADER, SmsProvider, WebhookReceiver
 
 SENDER, RECIPIENT = "+15550001111", "+15552223333"
 

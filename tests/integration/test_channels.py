@@ -24,7 +24,7 @@ from aldebaran.delivery.channels import (
 )
 from aldebaran.delivery.dispatcher import Dispatcher
 from aldebaran.delivery.ledger import Ledger
-from aldebaran_lab.receivers import SmsProvider, SmtpRecorder, WebhookReceiver, self_signed_cert
+from aldebaran_capacity.receivers import SmsProvider, SmtpRecorder, WebhookReceiver, self_signed_cert
 from tests.conftest import assert_eventually
 
 SENDER, RECIPIENT = "+15550001111", "+15552223333"

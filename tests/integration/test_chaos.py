@@ -1,4 +1,4 @@
-"""Shortened reliability campaigns (aldebaran.chaos) on the real services: the same code `make chaos` runs
+"""Shortened reliability campaigns (aldebaran_lab.chaos) on the real services: the same code `make chaos` runs
 at full size, with few faults and small data (the two marked `campaign` run in `make chaos-short`, not in
 `make test`). The kill-auditor campaign's short variant is
 tests/integration/test_auditor_recovery.py."""
@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from aldebaran.chaos import fuzz, kill_airflow, kill_dispatch, kill_scheduler, outages, under_load
+from aldebaran_lab.chaos import fuzz, kill_airflow, kill_dispatch, kill_scheduler, outages, under_load
 
 log = logging.getLogger(__name__)
 

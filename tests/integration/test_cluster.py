@@ -14,10 +14,12 @@ import urllib.request
 
 import pytest
 
-from aldebaran import kafka_io, loadgen, reference, services
-from aldebaran.chaos import kill_auditor
-from aldebaran.chaos.common import AuditorProcess, Workspace, auditor_args, compare_alerts, topic_alerts
-from aldebaran.services.spark_cluster import SparkMaster
+from aldebaran import kafka_io, reference
+from aldebaran_capacity import loadgen
+from aldebaran_lab import services
+from aldebaran_lab.chaos import kill_auditor
+from aldebaran_lab.chaos.common import AuditorProcess, Workspace, auditor_args, compare_alerts, topic_alerts
+from aldebaran_lab.services.spark_cluster import SparkMaster
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from aldebaran import kafka_io, services
+from aldebaran import kafka_io
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import configured_channels
 from aldebaran.delivery.dispatcher import Dispatcher
@@ -26,7 +26,8 @@ from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.records import DEAD, DELIVERED, IN_DOUBT, RetryPolicy
 from aldebaran.delivery.runs import RECORDED
 from aldebaran.delivery.settings import DeliverySettings
-from aldebaran_lab.receivers import SmsProvider, WebhookReceiver
+from aldebaran_capacity.receivers import SmsProvider, WebhookReceiver
+from aldebaran_lab import services
 
 HERE = Path(__file__).resolve().parent
 

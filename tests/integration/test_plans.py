@@ -15,12 +15,13 @@ import os
 
 import pytest
 
-from aldebaran import kafka_io, loadgen, reference
-from aldebaran.audit.sparkjob import job, shardhost
+from aldebaran import kafka_io, reference
 from aldebaran.audit.partitioning import owner
 from aldebaran.audit.settings import AuditorSettings
+from aldebaran.audit.sparkjob import job, shardhost
 from aldebaran.exceptions import ConfigError
 from aldebaran.settings import load
+from aldebaran_capacity import loadgen
 
 
 def _run(spark, checkpoint, name, **extra):

@@ -17,16 +17,17 @@ import psutil
 import pytest
 import requests
 
-from aldebaran import paths, services
+from aldebaran import paths
 from aldebaran.audit.archive import Archive
 from aldebaran.audit.heartbeat import heartbeat_key
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import alert_body, signature
 from aldebaran.delivery.ledger import Ledger
-from aldebaran_lab.receivers import WebhookReceiver
 from aldebaran.envfile import GENERATED
 from aldebaran.exceptions import ConfigError
 from aldebaran.objectstore import safe_segment
+from aldebaran_capacity.receivers import WebhookReceiver
+from aldebaran_lab import services
 
 NOT_SECRET = {"ALDEBARAN_S3_ACCESS_KEY"}  # an identifier (like a user name), not a credential
 WELL_KNOWN = {"minioadmin", "admin", "airflow", "password", "changeme", "secret", "root", "guest", "test",
@@ -167,8 +168,8 @@ def test_no_well_known_default_passwords(services_up, monkeypatch):
                              timeout=10)
         assert resp.status_code in (400, 401, 403, 422) and "access_token" not in resp.text, (user, resp.status_code)
     # And neither starts without generated credentials: no fallback to a default.
-    from aldebaran.services.airflow import Airflow
-    from aldebaran.services.minio import MinIO
+    from aldebaran_lab.services.airflow import Airflow
+    from aldebaran_lab.services.minio import MinIO
 
     monkeypatch.delenv("ALDEBARAN_S3_SECRET_KEY")
     with pytest.raises(ConfigError, match="ALDEBARAN_S3_SECRET_KEY"):

@@ -7,9 +7,10 @@ import urllib.request
 
 import pytest
 
-from aldebaran import kafka_admin, services
+from aldebaran import kafka_admin
 from aldebaran.exceptions import AlreadyExists, PreconditionFailed
 from aldebaran.settings import KafkaSettings, load
+from aldebaran_lab import services
 
 
 def test_core_services_running_and_healthy(services_up):

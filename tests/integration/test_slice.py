@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import json
 
-from aldebaran import events, kafka_io, loadgen, reference
+from aldebaran import events, kafka_io, reference
 from aldebaran.audit import heartbeat
-from aldebaran.audit.sparkjob import job
+from aldebaran.audit.model import alert_id as alert_id_of
 from aldebaran.audit.settings import AuditorSettings
+from aldebaran.audit.sparkjob import job
 from aldebaran.delivery.channels import LogChannel
 from aldebaran.delivery.dispatcher import Dispatcher
 from aldebaran.delivery.ledger import Ledger
-from aldebaran.audit.model import alert_id as alert_id_of
 from aldebaran.settings import load
+from aldebaran_capacity import loadgen
 
 
 def _run_auditor(spark, checkpoint, **extra):

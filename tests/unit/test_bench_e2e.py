@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 
-from aldebaran.bench import e2e, report
+from aldebaran_capacity.bench import e2e, report
 
 
 def test_latency_is_receipt_minus_trigger_stamp_over_alerts_received():
@@ -132,7 +132,7 @@ def test_report_renders_the_end_to_end_section_plot_and_stable_keys(tmp_path):
 
 
 def test_suite_and_capacity_accept_the_e2e_section():
-    from aldebaran.bench import capacity, suite
+    from aldebaran_capacity.bench import capacity, suite
 
     assert "e2e" in suite.SECTIONS and "e2e" in suite.Config.full().sections
     quick = suite.Config.quick_config()

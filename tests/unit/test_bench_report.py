@@ -3,7 +3,7 @@ section it was given (no services; inputs are made-up results, the checks are ab
 
 from __future__ import annotations
 
-from aldebaran.bench import report
+from aldebaran_capacity.bench import report
 
 OTHER = "<!-- state-design:begin -->\n## State designs\n| a | b |\n<!-- state-design:end -->\n"
 
@@ -75,7 +75,7 @@ def test_dispatch_section_shows_channels_writes_per_delivery_and_the_ledger_ceil
 def test_merge_keeps_sections_and_book_sizes_this_run_did_not_measure(tmp_path):
     import json
 
-    from aldebaran.bench import suite
+    from aldebaran_capacity.bench import suite
 
     previous = _results()
     previous["books"]["rows"].append({**previous["books"]["rows"][0], "books": 1_000, "sustained_eps": 8.0})
@@ -103,7 +103,7 @@ def test_merge_keeps_sections_and_book_sizes_this_run_did_not_measure(tmp_path):
 def test_books_that_cannot_fit_are_reported_as_not_run(tmp_path):
     import psutil
 
-    from aldebaran.bench import harness
+    from aldebaran_capacity.bench import harness
 
     measured = {"books": 1_000, "peak_rss_mib": 200.0, "baseline_rss_mib": 100.0, "sustained_eps": 10.0}
     available = psutil.virtual_memory().available / harness.MIB
@@ -131,7 +131,7 @@ def test_merge_keeps_the_run_a_merged_section_came_from_on_its_rows(tmp_path):
     keeps naming that run on its rows when a later run measures other sizes."""
     import json
 
-    from aldebaran.bench import suite
+    from aldebaran_capacity.bench import suite
 
     previous = _results()
     previous["command"] = "aldebaran bench all --sections drain --merge"
@@ -205,7 +205,7 @@ def test_latency_results_without_batch_figures_render_the_summary_only(tmp_path)
 
 
 def test_batch_records_join_progress_and_engine_figures_by_batch_id():
-    from aldebaran.bench import harness
+    from aldebaran_capacity.bench import harness
 
     t0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
     progress = {
@@ -249,7 +249,7 @@ def test_batch_records_join_progress_and_engine_figures_by_batch_id():
 
 
 def test_plans_section_renders_each_variant_against_both_ceilings():
-    from aldebaran.bench.report import _plans_markdown
+    from aldebaran_capacity.bench.report import _plans_markdown
 
     run = {"sustained_eps": 20_000.0, "shard_loads": {"cold": 2, "cache": 20}}
     p = {"events": 1_000_000, "repeats": 1, "max_offsets_per_trigger": 100_000, "load_avg_start": [1.5],

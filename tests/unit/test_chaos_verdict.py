@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections
 from types import SimpleNamespace
 
-from aldebaran.chaos.common import (
+from aldebaran_lab.chaos.common import (
     DeliveryVerdict, delivery_verdict, first_receipt_after, longest_pause, settled, sms_verdict, sms_verdict_of,
 )
 

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from aldebaran import docsgen
 from aldebaran.delivery.channels import channel_from_connection, channel_names, env_connection
 from aldebaran.delivery.channels.sources import CHANNELS_SETTING, CHANNELS_VARIABLE
+from aldebaran_lab import docsgen
 from tests.unit.test_compose import REFERENCE, final_from, read_by_package, services
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from aldebaran import cli, docsgen
+from aldebaran import cli
+from aldebaran_lab import docsgen
 
 
 class _FakeSettings(BaseSettings):

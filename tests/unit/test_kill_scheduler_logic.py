@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 
-from aldebaran.chaos.kill_scheduler import (
+from aldebaran_lab.chaos.kill_scheduler import (
     KillPlan, descendants, fate, fate_summary, first_finished_after, parse_ts, plan_kills,
 )
 

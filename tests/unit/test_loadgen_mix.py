@@ -10,8 +10,9 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from aldebaran import events, loadgen, reference
-from aldebaran.loadgen import Mix
+from aldebaran import events, reference
+from aldebaran_capacity import loadgen
+from aldebaran_capacity.loadgen import Mix
 
 
 def _decoded(recs):
@@ -164,9 +165,9 @@ def test_expected_alerts_file(tmp_path):
 
 @pytest.mark.parametrize("ttl_ms", [300, 2_000, 10**9])
 def test_grouped_reference_equals_the_reference_model(ttl_ms):
-    """The benchmarks compute the reference model per group of orders (aldebaran.bench.harness);
+    """The benchmarks compute the reference model per group of orders (aldebaran.reference.expected_grouped);
     with event times that never decrease this must give exactly the model's alerts, expiry included."""
-    from aldebaran.bench.harness import expected_grouped
+    from aldebaran.reference import expected_grouped
 
     mix = Mix(orders=600, orphan_fraction=0.2, purchase_first=0.3, duplicate_fraction=0.1, malformed_fraction=0.05,
               open_orders=40, seed=21)

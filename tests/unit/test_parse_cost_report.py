@@ -1,4 +1,4 @@
-from aldebaran.bench import parse_cost
+from aldebaran_capacity.bench import parse_cost
 
 MACHINE = {"date": "2026-11-23 12:00 UTC", "cores": 2, "memory_gib": 23.5, "pyspark": "4.2.0"}
 

@@ -12,7 +12,7 @@ import requests
 
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import alert_body, signature
-from aldebaran_lab.receivers import WebhookReceiver
+from aldebaran_capacity.receivers import WebhookReceiver
 
 
 def test_truncated_body_is_dropped_not_counted_as_a_bad_signature():

@@ -1,4 +1,4 @@
-"""The lab's test receivers: the batched webhook (dedupe per alert), the SMS provider's message lookup,
+"""The capacity package's test receivers: the batched webhook (dedupe per alert), the SMS provider's message lookup,
 the stats endpoint and the receiver process. Local HTTP servers on 127.0.0.1 only, no services."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from aldebaran.delivery.channels import alert_body, signature
-from aldebaran_lab.receivers import BATCH_HEADER, ReceiverProcess, SmsProvider, WebhookReceiver
+from aldebaran_capacity.receivers import BATCH_HEADER, ReceiverProcess, SmsProvider, WebhookReceiver
 
 SECRET = "s3cr3t-for-the-receiver-tests"
 
@@ -205,7 +205,7 @@ def test_a_receiver_in_its_own_process(kind):
 
 
 def test_the_ceiling_benchmark_runs_and_checks_what_the_receiver_got():
-    from aldebaran_lab.bench_receivers import ceiling
+    from aldebaran_capacity.bench.receiver_ceiling import ceiling
 
     result = ceiling("webhook", seconds=0.5, concurrency=4, batch=10)
     assert result["correct"] is True and result["requests"] > 0 and result["errors"] == 0

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from aldebaran import events, loadgen, reference
+from aldebaran import events, reference
 from aldebaran.audit.model import EventRow, alert_id
 from aldebaran.audit.rules import resolve
 from aldebaran.audit.state import snapshots
 from aldebaran.audit.state.store import _CACHE, Config, ShardStore
 from aldebaran.exceptions import ConfigError
+from aldebaran_capacity import loadgen
 
 TTL = 1_000
 GRACE = 500

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from unittest import mock
 
-from aldebaran.services import kafka
+from aldebaran_lab.services import kafka
 
 
 def test_cluster_id_never_starts_with_dash():

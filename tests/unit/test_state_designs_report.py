@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from aldebaran.bench import state_designs
+from aldebaran_capacity.bench import state_designs
 
 MACHINE = {"date": "2026-01-01 00:00 UTC", "cores": 2, "memory_gib": 8.0, "pyspark": "4.2.0"}
 

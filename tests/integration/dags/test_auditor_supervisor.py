@@ -19,14 +19,15 @@ import time
 
 import pytest
 
-from aldebaran import kafka_io, loadgen, paths, reference
+from aldebaran import kafka_io, paths, reference
+from aldebaran import lease as leases
 from aldebaran.audit import heartbeat
 from aldebaran.audit.archive import Archive
 from aldebaran.exceptions import LeaseHeld
-from aldebaran import lease as leases
 from aldebaran.platform import supervisor
 from aldebaran.platform.health import _offsets
 from aldebaran.platform.settings import SupervisorSettings
+from aldebaran_capacity import loadgen
 from tests.conftest import assert_eventually
 
 log = logging.getLogger(__name__)

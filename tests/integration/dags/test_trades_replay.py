@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import json
 
-from aldebaran import kafka_io, loadgen, reference
-from aldebaran.audit.sparkjob import job
+from aldebaran import kafka_io, reference
 from aldebaran.audit.archive import Archive
 from aldebaran.audit.settings import AuditorSettings
+from aldebaran.audit.sparkjob import job
 from aldebaran.delivery.channels import LogChannel
 from aldebaran.delivery.dispatcher import Dispatcher
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.settings import load
+from aldebaran_capacity import loadgen
 
 
 def _xcom(run, task_id: str):

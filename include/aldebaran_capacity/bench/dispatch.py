@@ -1,0 +1,244 @@
+"""Dispatch benchmark: deliveries/s per channel through the group-commit ledger in MinIO, ledger object
+writes per delivery, and the ledger's ceiling, side by side in one run.
+
+    aldebaran bench dispatch --alerts 50000
+
+Per channel (webhook one alert per request, webhook batched, Kafka bus, SMS), a backlog of alerts
+(+10 % repeats of the same ids) is put on a fresh alerts topic, then a streaming dispatcher process
+(``aldebaran dispatch --follow``, as dispatch_supervisor runs it) drains it into a real recipient: a
+receiver in a process of its own (aldebaran_capacity.receivers) or, for the bus, a Kafka topic read back by
+the bench. Nothing else shares the dispatcher's process (its GIL). Figures:
+
+- deliveries/s: unique alerts received at the recipient ÷ (last receipt − first receipt), the
+  sustained rate; ``deliveries_eps_incl_start`` divides by (last receipt − dispatcher start), which
+  also counts joining the consumer group (~3 s here) and the first ledger reads;
+- ledger writes per delivery: object writes the ledger made (claims, records, owner epochs, failure
+  records) ÷ deliveries;
+- correctness: every alert received exactly once (no missing, no second receipt);
+- the ledger ceiling: claim + record pairs per second for runs of the measured size (two conditional
+  PUTs of the real run body, boto3, the same concurrency), i.e. what MinIO allows; × run size = the
+  deliveries/s the object store would allow.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import threading
+import time
+import uuid
+
+log = logging.getLogger(__name__)
+
+CHANNELS = ("webhook", "webhook_batch", "bus", "sms")
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1)))))
+    return ordered[k]
+
+
+def make_alerts(n: int, tag: str) -> list[dict]:
+    now = int(time.time() * 1000)
+    return [{"alert_id": f"{tag}{i:024x}", "kind": "OVERFILL", "order_id": f"{tag}-{i}", "client": "Sendence",
+             "stock": "AAPL", "requested": 100, "purchased": 120, "purchase_count": 3,
+             "trigger_event_id": f"{tag}-{i}-p3", "trigger_event_ts": now, "detected_at": now} for i in range(n)]
+
+
+def ledger_ceiling(run_size: int, pairs: int = 200, concurrency: int = 8) -> dict:
+    """Claim + record pairs per second for run objects holding `run_size` alerts (no channel, no Kafka)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from aldebaran.delivery.ledger import Ledger
+    from aldebaran.delivery.runs import Run
+    from aldebaran.storage import S3Store
+
+    store = S3Store()
+    tag = uuid.uuid4().hex[:8]
+    ledger = Ledger(store, prefix=f"bench/{tag}/ceiling")
+    receipt = {"status": 201, "response_id": uuid.uuid4().hex, "elapsed_ms": 1.2}
+
+    def pair(i: int) -> None:
+        entries = [[i * run_size + k, f"{i:08x}{k:024x}", "?", None] for k in range(run_size)]
+        run = Run.claim("webhook", "alerts", 0, entries, 1, "bench", time.time())
+        etag = ledger.claim_run(run)
+        for e in run.entries:
+            e[2], e[3] = "D", receipt
+        run.record(time.time())
+        ledger.save_run(run, etag)
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(pair, range(pairs)))
+    elapsed = time.monotonic() - t0
+    store.delete_prefix(f"bench/{tag}/")
+    return {"run_size": run_size, "pairs": pairs, "concurrency": concurrency, "seconds": round(elapsed, 3),
+            "runs_per_s": pairs / elapsed, "conditional_puts_per_s": 2 * pairs / elapsed,
+            "deliveries_per_s": pairs * run_size / elapsed}
+
+
+class BusReader:
+    """Reads the bus channel's topic back: first receipt time per alert id (the broker's timestamp) and repeats."""
+
+    def __init__(self, kafka, topic: str) -> None:
+        self.kafka, self.topic = kafka, topic
+        self.received_at: dict[str, float] = {}
+        self.duplicates = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bus-reader", daemon=True)
+
+    def start(self) -> "BusReader":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        from aldebaran.kafka_io import consumer
+
+        c = consumer(self.kafka, f"bench-bus-{uuid.uuid4().hex[:8]}", **{"auto.offset.reset": "earliest"})
+        c.subscribe([self.topic])
+        try:
+            while not self._stop.is_set():
+                for msg in c.consume(num_messages=10_000, timeout=0.2):
+                    if msg.error():
+                        continue
+                    key = msg.key().decode()
+                    if key in self.received_at:
+                        self.duplicates += 1
+                    else:
+                        self.received_at[key] = msg.timestamp()[1] / 1000
+        finally:
+            c.close()
+
+    def stats(self, summary: bool = True) -> dict:
+        return {"received": len(self.received_at), "duplicates": self.duplicates, "received_at": self.received_at}
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def _recipient(kind: str, kafka, tag: str):
+    """(recipient with .stats() → {received, duplicates, received_at}, connection JSON for the channel, stop)."""
+    if kind == "bus":
+        from aldebaran import kafka_admin
+
+        topic = f"bench-{tag}-bus"
+        kafka_admin.ensure_topics(kafka, [topic], partitions=2)
+        reader = BusReader(kafka, topic).start()
+        conn = {"conn_type": "kafka", "extra": {"topic": topic, "bootstrap.servers": kafka.bootstrap_servers,
+                                                "linger.ms": 5}}
+        return reader, conn, lambda: (reader.stop(), kafka_admin.delete_topics(kafka, [topic]))
+    from aldebaran_capacity.receivers import ReceiverProcess
+
+    proc = ReceiverProcess("sms" if kind == "sms" else "webhook").start()
+    if kind == "sms":
+        conn = {"conn_type": "sms", "host": proc.url, "login": proc.account_sid, "password": proc.auth_token,
+                "extra": {"from": "+15550001111", "to": "+15552223333", "lookup": True}}
+    else:
+        conn = {"conn_type": "http", "host": proc.url, "password": proc.secret,
+                "extra": {"endpoint": "/alerts", "batch": 100 if kind == "webhook_batch" else 1}}
+    return proc, conn, proc.stop
+
+
+def channel_run(kind: str, alerts: int, duplicates: float = 0.1, timeout: float = 600.0,
+                settings_overrides: dict | None = None) -> dict:
+    """Drain `alerts` (+ repeats) into one channel of `kind` through a streaming dispatcher process
+    (``aldebaran dispatch --follow``, as dispatch_supervisor starts it); deliveries/s, ledger writes per
+    delivery (from its final heartbeat), exactly-once at the recipient."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from aldebaran import kafka_admin, kafka_io, paths
+    from aldebaran.delivery.service import read_heartbeat
+    from aldebaran.settings import KafkaSettings, load
+    from aldebaran.storage import S3Store
+
+    tag = uuid.uuid4().hex[:8]
+    kafka = load(KafkaSettings, alerts_topic=f"bench-{tag}-alerts")
+    kafka_admin.ensure_topics(kafka, [kafka.alerts_topic])
+    batch = make_alerts(alerts, tag)
+    repeats = batch[: int(alerts * duplicates)]
+    kafka_io.produce_all(kafka_io.producer(kafka), kafka.alerts_topic,
+                         [(a["alert_id"], json.dumps(a, separators=(",", ":"))) for a in batch + repeats])
+    store = S3Store()
+    recipient, conn, stop_recipient = _recipient(kind, kafka, tag)
+    name, dispatcher_name = kind.replace("_", ""), f"bench-{tag}"
+    env = {**os.environ, "ALDEBARAN_CHANNELS": name, f"AIRFLOW_CONN_ALDEBARAN_{name.upper()}": json.dumps(conn),
+           "ALDEBARAN_DELIVERY_PREFIX": f"bench/{tag}/deliveries", "ALDEBARAN_KAFKA_ALERTS_TOPIC": kafka.alerts_topic,
+           "ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS": "1",
+           **{f"ALDEBARAN_DELIVERY_{k.upper()}": str(v) for k, v in (settings_overrides or {}).items()}}
+    log_path = paths.run_dir() / "bench" / f"dispatch-{tag}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "aldebaran.cli", "dispatch", "--follow", "--channel", name,
+                                 "--name", dispatcher_name], env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    beat: dict = {}
+    try:
+        deadline = time.monotonic() + timeout
+        got = recipient.stats()
+        while got["received"] < alerts and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            got = recipient.stats()
+        time.sleep(1.0)  # let late repeats (which must not come) show up
+        got = recipient.stats(summary=False)  # with the first receipt time of every alert
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        beat = read_heartbeat(store, dispatcher_name) or {}
+        stop_recipient()
+        kafka_admin.delete_topics(kafka, [kafka.alerts_topic])
+        store.delete_prefix(f"bench/{tag}/")
+        store.delete(f"heartbeats/dispatcher/{dispatcher_name}.json")
+    received_at = got.get("received_at") or {}
+    last = max(received_at.values()) if received_at else time.time()
+    first = min(received_at.values()) if received_at else t0
+    elapsed = max(1e-6, last - first)
+    unique = got["received"]
+    writes = beat.get("ledger_writes")
+    result = {
+        "channel": kind, "alerts": alerts, "repeats_on_topic": len(repeats), "received": unique,
+        "received_twice": got.get("duplicates", 0), "missing": alerts - unique, "seconds": round(elapsed, 3),
+        "deliveries_eps": unique / elapsed, "deliveries_eps_incl_start": unique / max(1e-6, last - t0),
+        "runs": beat.get("runs"), "ledger_writes": writes,
+        "ledger_writes_per_delivery": (writes / max(1, unique)) if writes is not None else None,
+        "dispatcher_exit": proc.returncode, "dispatcher_log": str(log_path),
+        "correct": unique == alerts and got.get("duplicates", 0) == 0 and proc.returncode == 0,
+    }
+    log.info("dispatch %s: %d alerts in %.1fs = %.0f deliveries/s, %s ledger writes/delivery, correct=%s",
+             kind, unique, elapsed, result["deliveries_eps"], result["ledger_writes_per_delivery"], result["correct"])
+    if result["correct"]:
+        log_path.unlink(missing_ok=True)
+    return result
+
+
+def run(alerts: int = 50_000, sms_alerts: int = 500, repeats: int = 1, channels: tuple[str, ...] = CHANNELS,
+        **_ignored) -> dict:
+    """Every channel (median of `repeats`), the ledger ceiling at the webhook's run size, in one run."""
+    out: dict = {"alerts": alerts, "sms_alerts": sms_alerts, "repeats": repeats, "channels": {}}
+    runs_by_channel: dict[str, list[dict]] = {}
+    for kind in channels:
+        n = sms_alerts if kind == "sms" else alerts
+        runs_by_channel[kind] = [channel_run(kind, n) for _ in range(repeats)]
+        ordered = sorted(runs_by_channel[kind], key=lambda r: r["deliveries_eps"])
+        med = ordered[len(ordered) // 2]
+        out["channels"][kind] = {**med, "runs_eps": [round(r["deliveries_eps"]) for r in runs_by_channel[kind]],
+                                 "correct": all(r["correct"] for r in runs_by_channel[kind])}
+    dedupe = [c for k, c in out["channels"].items() if k != "sms"]
+    out["ledger_writes_per_delivery"] = max((c["ledger_writes_per_delivery"] or 0 for c in dedupe), default=None)
+    run_size = max(1, round(statistics.mean([c["alerts"] / max(1, c["runs"] or 1) for c in dedupe]))) if dedupe else 1
+    out["ledger_ceiling"] = ledger_ceiling(run_size)
+    for c in out["channels"].values():
+        c["ratio_to_ledger_ceiling"] = c["deliveries_eps"] / out["ledger_ceiling"]["deliveries_per_s"]
+    out["all_correct"] = all(c["correct"] for c in out["channels"].values())
+    return out

@@ -1,0 +1,126 @@
+"""`aldebaran chaos kill-auditor|kill-dispatch|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|all`:
+run a campaign, log its verdict, write its table into docs/reliability.md (unless --no-report). Exit status 1
+when something was lost, duplicated or crashed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+
+log = logging.getLogger("aldebaran_lab.chaos")
+
+CAMPAIGNS = ("kill-auditor", "kill-dispatch", "kill-scheduler", "kill-triggerer", "kill-api-server", "under-load",
+             "outages", "fuzz")
+
+
+# Campaigns that can run on private services (the others bring their own already, or fuzz the shared setup).
+PRIVATE_OK = ("kill-auditor", "kill-dispatch", "under-load")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("campaign", choices=[*CAMPAIGNS, "all"])
+    p.add_argument("--short", action="store_true", help="small data, few faults (what the test suite runs)")
+    p.add_argument("--events", type=int, default=None, help="kill-auditor/outages: events in the original mix")
+    p.add_argument("--kills", type=int, default=None, help="kill campaigns: SIGKILLs to land")
+    p.add_argument("--alerts", type=int, default=None,
+                   help="kill-dispatch/kill-scheduler/kill-triggerer/kill-api-server: alerts to deliver")
+    p.add_argument("--rate", type=float, default=None, help="under-load: trades/s offered (original publisher's mix)")
+    p.add_argument("--seconds", type=float, default=None, help="under-load: seconds of load")
+    p.add_argument("--payloads", type=int, default=None, help="fuzz: hostile trade messages")
+    p.add_argument("--kafka-down", type=float, default=None, help="outages: seconds Kafka stays stopped")
+    p.add_argument("--minio-down", type=float, default=None, help="outages: seconds MinIO stays stopped")
+    p.add_argument("--signal", choices=["term", "kill"], default="term",
+                   help="outages: stop Kafka/MinIO gracefully (SIGTERM, default) or SIGKILL their process groups")
+    p.add_argument("--private-services", action="store_true",
+                   help="kill-auditor/kill-dispatch/under-load: run on a Kafka and a MinIO of the campaign's own (free "
+                        "ports, own run directory) instead of the shared ones, so that nothing else restarting the "
+                        "shared services (a `make test` stops them at its end) cuts a long campaign short")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--no-report", action="store_true", help="do not write docs/reliability.md")
+
+
+def _pick(value, full, short, is_short: bool):
+    return value if value is not None else (short if is_short else full)
+
+
+def run_one(name: str, args: argparse.Namespace):
+    short = args.short
+    mode = "short" if short else "full"
+    if name == "kill-auditor":
+        from aldebaran_lab.chaos import kill_auditor
+
+        return kill_auditor.run(events=_pick(args.events, 1_000_000, 10_000, short),
+                                kills=_pick(args.kills, 20, 2, short), seed=args.seed, mode=mode)
+    if name == "kill-dispatch":
+        from aldebaran_lab.chaos import kill_dispatch
+
+        return kill_dispatch.run(alerts=_pick(args.alerts, 5_000, 300, short), kills=_pick(args.kills, 20, 4, short),
+                                 seed=args.seed, mode=mode)
+    if name == "kill-scheduler":
+        from aldebaran_lab.chaos import kill_scheduler
+
+        return kill_scheduler.run(alerts=_pick(args.alerts, 3_000, 300, short), kills=_pick(args.kills, 3, 1, short),
+                                  seed=args.seed, mode=mode, **(kill_scheduler.SHORT if short else {}))
+    if name in ("kill-triggerer", "kill-api-server"):
+        from aldebaran_lab.chaos import kill_airflow
+
+        component = name.removeprefix("kill-")
+        return kill_airflow.run(component, alerts=_pick(args.alerts, 3_000, 300, short),
+                                kills=_pick(args.kills, 4, 2, short), seed=args.seed, mode=mode,
+                                **(kill_airflow.SHORT[component] if short else {}))
+    if name == "under-load":
+        from aldebaran_lab.chaos import under_load
+
+        return under_load.run(rate=_pick(args.rate, 20_000, 20_000, short), seconds=_pick(args.seconds, 120.0, 20.0, short),
+                              kills=_pick(args.kills, 8, 2, short), seed=args.seed, mode=mode)
+    if name == "outages":
+        from aldebaran_lab.chaos import outages
+
+        return outages.run(events=_pick(args.events, 200_000, 10_000, short),
+                           kafka_down=_pick(args.kafka_down, 30.0, 5.0, short),
+                           minio_down=_pick(args.minio_down, 60.0, 5.0, short), seed=args.seed, mode=mode,
+                           kill=args.signal == "kill")
+    from aldebaran_lab.chaos import fuzz
+
+    return fuzz.run(payloads=_pick(args.payloads, 10_000, 500, short), orders=_pick(args.events, 2_000, 200, short),
+                    big=1 if short else 3, seed=args.seed, mode=mode)
+
+
+def _terminate(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def main(args: argparse.Namespace) -> int:
+    from aldebaran.progress import track
+    from aldebaran_lab.chaos.common import write_report
+
+    # SIGTERM (kill, a CI timeout) must unwind like Ctrl-C: the campaigns' `finally` blocks stop the private
+    # Kafka/MinIO of `outages` and the auditors they started; Python's default SIGTERM skips them.
+    signal.signal(signal.SIGTERM, _terminate)
+    names = CAMPAIGNS if args.campaign == "all" else (args.campaign,)
+    bad = []
+    for name in track(names, "chaos", unit="campaigns", logger=log):
+        if args.private_services and name in PRIVATE_OK:
+            from aldebaran_lab.chaos.common import private_ports
+            from aldebaran_lab.chaos.outages import private_services
+
+            with private_services(ports=private_ports(airflow=False)):
+                result = run_one(name, args)
+        else:
+            result = run_one(name, args)
+        command = "aldebaran chaos " + " ".join(sys.argv[2:]).replace(" all", f" {name}").strip()
+        verdict = "OK" if result.ok else "FAILED"
+        log.info("%s: %s — runs %d, faults %d, lost %s, duplicated %s, %.0f s", name, verdict, result.runs,
+                 result.faults, result.lost, result.duplicated, result.seconds)
+        log.info("%s details: %s", name, json.dumps(result.details, default=str)[:4000])
+        if not args.no_report:
+            log.info("table written to %s", write_report(result, command))
+        if not result.ok:
+            bad.append(name)
+    if bad:
+        log.error("campaigns with findings: %s", ", ".join(bad))
+        return 1
+    return 0

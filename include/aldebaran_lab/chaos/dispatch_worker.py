@@ -1,0 +1,80 @@
+"""A streaming dispatcher with a failure injection, for the kill-dispatch campaign: exactly what
+`aldebaran dispatch --follow` runs (aldebaran.delivery.service.follow: the real Dispatcher, channels
+from ALDEBARAN_CHANNELS / AIRFLOW_CONN_ALDEBARAN_*, ALDEBARAN_DELIVERY_* settings, heartbeat, SIGTERM
+= clean stop), with each channel wrapped so that the process SIGKILLs itself right after a send and
+before the ledger records its outcome — the one window where a crash leaves the ledger unsure whether
+the send happened.
+
+    python -m aldebaran_lab.chaos.dispatch_worker --name N [--channel C ...] --kill-after-send 0.05 --seed 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import signal
+import sys
+import threading
+
+log = logging.getLogger(__name__)
+
+
+class KillAfterSendFaultInjection:
+    """Failure injection: wraps a real channel; after a ``send_many`` that reached the provider, with
+    probability `probability` the process dies before the dispatcher can record the outcomes (a run on
+    a channel that deduplicates, the claimed per-alert records on one that cannot)."""
+
+    def __init__(self, inner, probability: float, rng: random.Random, lock: threading.Lock) -> None:
+        self.inner = inner
+        self.probability = probability
+        self.rng = rng
+        self.lock = lock
+
+    def __getattr__(self, name: str):  # name, can_dedupe, max_run, has_lookup, lookup, close, ...
+        return getattr(self.inner, name)
+
+    def send_many(self, alerts):
+        outcomes = self.inner.send_many(alerts)
+        if any(o.status == "delivered" for o in outcomes):
+            with self.lock:
+                die = self.rng.random() < self.probability
+            if die:
+                log.warning("fault injection: SIGKILL after sending %d alert(s) on %s, before their record",
+                            len(outcomes), self.inner.name)
+                logging.shutdown()
+                os.kill(os.getpid(), signal.SIGKILL)
+        return outcomes
+
+
+def main(argv: list[str] | None = None) -> int:
+    from aldebaran import envfile
+    from aldebaran.delivery import channels as channels_mod
+    from aldebaran.delivery import service
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--name", required=True, help="the dispatcher's name in its heartbeat")
+    p.add_argument("--channel", action="append", help="channel name (repeatable; default: all configured)")
+    p.add_argument("--kill-after-send", type=float, default=0.0,
+                   help="probability of SIGKILL after a send_many that delivered something")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("botocore", "boto3", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    envfile.load_env()
+    if args.kill_after_send > 0:
+        real = channels_mod.configured_channels
+        rng, lock = random.Random(args.seed), threading.Lock()
+
+        def injected(names=None, lookup=None):
+            return [KillAfterSendFaultInjection(c, args.kill_after_send, rng, lock) for c in real(names, lookup)]
+
+        # service.follow imports configured_channels from this module when it runs: it gets the wrapped ones.
+        channels_mod.configured_channels = injected
+    return service.follow(args.channel or None, args.name)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

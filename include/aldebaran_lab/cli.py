@@ -1,0 +1,88 @@
+"""The lab's subcommands of `aldebaran` (registered by :mod:`aldebaran.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from aldebaran import envfile
+
+USAGE = """\
+    aldebaran services up|down|status|kill [NAME ...]   local Kafka, MinIO, Airflow (+ Spark cluster)
+    aldebaran demo                                     the end-to-end demo (make demo)
+    aldebaran chaos kill-auditor|kill-dispatch|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|all
+                                                       reliability campaigns (make chaos)
+    aldebaran docs config [--check]                    the configuration reference in docs/operations.md"""
+
+
+def cmd_services(args: argparse.Namespace) -> int:
+    from aldebaran_lab import services
+
+    names = tuple(args.names) or None
+    if args.action == "up":
+        envfile.load_env(create=True)
+        wanted = names or services.CORE + (services.CLUSTER if args.cluster else ())
+        services.up(wanted)
+        _print_status(services.status(wanted))
+    elif args.action == "down":
+        services.down(names or services.CORE + services.CLUSTER)
+    elif args.action == "kill":
+        for name in names or ():
+            services.get(name).kill()
+    else:
+        _print_status(services.status(names or services.CORE + services.CLUSTER))
+    return 0
+
+
+def _print_status(rows) -> None:
+    header = f"{'service':<16} {'pid':>7}  {'running':<8} {'healthy':<8} {'address':<24} log"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r.name:<16} {r.pid or '-':>7}  {'yes' if r.running else 'no':<8} "
+            f"{'yes' if r.healthy else 'no':<8} {r.address:<24} {r.log}"
+        )
+
+
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from aldebaran_lab.chaos import cli as chaos_cli
+
+    return chaos_cli.main(args)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from aldebaran_lab import demo
+
+    return demo.main(args)
+
+
+def cmd_docs(args: argparse.Namespace) -> int:
+    from aldebaran_lab import docsgen
+
+    return docsgen.main(args)
+
+
+def register(sub) -> None:
+    """Add `services`, `demo`, `chaos` and `docs` to the subparsers of `aldebaran`."""
+    s = sub.add_parser("services", help="start/stop/inspect the local services")
+    s.add_argument("action", choices=["up", "down", "status", "kill"])
+    s.add_argument("names", nargs="*", help="services (default: minio kafka airflow; down/status: all)")
+    s.add_argument("--cluster", action="store_true", help="with `up`: also a Spark master and two workers")
+    s.set_defaults(func=cmd_services)
+
+    dm = sub.add_parser("demo", help="run the end-to-end demo on the running services")
+    dm.add_argument("--orders", type=int, default=300, help="random orders in the original publisher's mix")
+    dm.add_argument("--seed", type=int, default=7)
+    dm.set_defaults(func=cmd_demo)
+
+    ch = sub.add_parser("chaos", help="reliability campaigns: kill, outage and bad-input (make chaos)")
+    from aldebaran_lab.chaos.cli import add_arguments as chaos_args
+
+    chaos_args(ch)
+    ch.set_defaults(func=cmd_chaos)
+
+    dc = sub.add_parser("docs", help="generated documentation: the configuration reference")
+    dc.add_argument("which", choices=["config"])
+    dc.add_argument("--check", action="store_true", help="exit 1 if the generated section is stale; write nothing")
+    dc.add_argument("--file", default=None, help="markdown file with the config:begin/end markers (default docs/operations.md)")
+    dc.set_defaults(func=cmd_docs)

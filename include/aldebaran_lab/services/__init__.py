@@ -1,0 +1,49 @@
+"""Local services: `aldebaran services up|down|status` (and make up / make down)."""
+
+from __future__ import annotations
+
+import logging
+
+from aldebaran_lab.services.base import Service, Status
+
+log = logging.getLogger(__name__)
+
+CORE = ("minio", "kafka", "airflow")
+CLUSTER = ("spark-master", "spark-worker-1", "spark-worker-2")
+
+
+def get(name: str) -> Service:
+    from aldebaran_lab.services.airflow import Airflow
+    from aldebaran_lab.services.kafka import Kafka
+    from aldebaran_lab.services.minio import MinIO
+    from aldebaran_lab.services.spark_cluster import SparkMaster, SparkWorker
+
+    factories = {
+        "minio": MinIO,
+        "kafka": Kafka,
+        "airflow": Airflow,
+        "spark-master": SparkMaster,
+        "spark-worker-1": lambda: SparkWorker(1),
+        "spark-worker-2": lambda: SparkWorker(2),
+    }
+    if name not in factories:
+        raise KeyError(f"unknown service {name!r}; known: {', '.join(factories)}")
+    return factories[name]()
+
+
+def up(names: tuple[str, ...] = CORE) -> None:
+    for name in names:
+        get(name).start()
+
+
+def down(names: tuple[str, ...] = CORE + CLUSTER) -> None:
+    # Reverse order: consumers of a service stop before it.
+    for name in reversed(names):
+        get(name).stop()
+
+
+def status(names: tuple[str, ...] = CORE + CLUSTER) -> list[Status]:
+    return [get(n).status() for n in names]
+
+
+__all__ = ["CORE", "CLUSTER", "Service", "Status", "get", "up", "down", "status"]

@@ -1,0 +1,123 @@
+"""Airflow 3 standalone on 127.0.0.1:8080: SQLite, LocalExecutor, the repo's dags/ and plugins/.
+
+`airflow standalone` stops its components only on KeyboardInterrupt: SIGTERM kills the parent and
+orphans the scheduler, api-server, dag-processor and triggerer. So it is started in its own session
+with SIGINT restored (services.base) and stopped with SIGINT to the whole process group.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+
+from aldebaran import paths
+from aldebaran.exceptions import ConfigError
+from aldebaran.settings import KafkaSettings, load
+from aldebaran_lab.services.base import Service
+
+log = logging.getLogger(__name__)
+
+
+def connections_env() -> dict[str, str]:
+    """AIRFLOW_CONN_* for the Airflow connections the DAGs name, derived from the Aldebaran settings:
+    ``kafka_alerts_watcher`` (alert_dispatch's AssetWatcher) and ``spark_default`` (SparkSubmitOperator).
+
+    There is no ``aws_default`` or ``kafka_default``: nothing reads them. The code that talks to S3 and
+    Kafka runs inside tasks *and* in processes Airflow starts but does not host (the auditor under
+    spark-submit, the streaming dispatchers), so it takes ALDEBARAN_S3_* / ALDEBARAN_KAFKA_* everywhere;
+    a second copy in Airflow connections would only drift from them.
+
+    A variable already present in the environment (a real deployment's secret) wins.
+    """
+    kafka = load(KafkaSettings)
+    conns = {
+        # The alert watcher's own group: it only wakes the dispatch DAG, the dispatcher reads alerts itself.
+        "AIRFLOW_CONN_KAFKA_ALERTS_WATCHER": {
+            "conn_type": "kafka",
+            "extra": {"bootstrap.servers": kafka.bootstrap_servers, "group.id": "aldebaran-alert-watcher",
+                      "auto.offset.reset": "latest", "enable.auto.commit": False},
+        },
+        "AIRFLOW_CONN_SPARK_DEFAULT": {
+            "conn_type": "spark",
+            "host": os.environ.get("ALDEBARAN_SPARK_MASTER", "local[*]"),
+            "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"},
+        },
+    }
+    return {k: json.dumps(v) for k, v in conns.items() if k not in os.environ}
+
+
+class Airflow(Service):
+    name = "airflow"
+    address = "127.0.0.1:8080"
+    start_timeout = 300.0
+    stop_timeout = 60.0
+    stop_signal = signal.SIGINT
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.host = os.environ.get("ALDEBARAN_AIRFLOW_HOST", "127.0.0.1")
+        self.port = int(os.environ.get("ALDEBARAN_AIRFLOW_PORT", "8080"))
+        self.address = f"{self.host}:{self.port}"
+        self.passwords = self.home / "passwords.json"
+
+    def admin_password(self) -> str:
+        password = os.environ.get("ALDEBARAN_AIRFLOW_ADMIN_PASSWORD")
+        if not password:
+            raise ConfigError(
+                "ALDEBARAN_AIRFLOW_ADMIN_PASSWORD must be set to start Airflow "
+                "(`aldebaran services up` generates it into .env)"
+            )
+        return password
+
+    def environment(self) -> dict[str, str]:
+        self.admin_password()  # fails early, naming the setting
+        env = dict(os.environ)
+        # standalone runs its components as `airflow ...` from PATH: put this venv first.
+        env["PATH"] = f"{paths.venv_bin('airflow').parent}{os.pathsep}{env.get('PATH', '')}"
+        env.update(connections_env())
+        env.update(
+            {
+                "AIRFLOW_HOME": str(self.home),
+                "AIRFLOW__CORE__DAGS_FOLDER": str(paths.ROOT / "dags"),
+                "AIRFLOW__CORE__PLUGINS_FOLDER": str(paths.ROOT / "plugins"),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__CORE__PARALLELISM": os.environ.get("ALDEBARAN_AIRFLOW_PARALLELISM", "4"),
+                "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "4",
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+                "AIRFLOW__API__HOST": self.host,
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__API__BASE_URL": f"http://{self.address}",
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://{self.address}/execution/",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords),
+                "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
+                # Its default is 0.0.0.0; every service binds to the loopback address only.
+                "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST": self.host,
+                "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+                "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            }
+        )
+        return env
+
+    def prepare(self) -> None:
+        # The admin password comes from .env, never from Airflow's generator or a default.
+        self.passwords.write_text(json.dumps({"admin": self.admin_password()}))
+        os.chmod(self.passwords, 0o600)
+
+    def command(self) -> list[str]:
+        return [str(paths.venv_bin("airflow")), "standalone"]
+
+    def healthy(self) -> bool:
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://{self.address}/api/v2/monitor/health", timeout=3) as resp:
+                body = json.loads(resp.read())
+        except (OSError, ValueError):
+            return False
+        return all(
+            body.get(part, {}).get("status") == "healthy" for part in ("metadatabase", "scheduler", "dag_processor")
+        )

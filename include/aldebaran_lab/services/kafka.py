@@ -1,0 +1,152 @@
+"""Single-node KRaft Kafka on 127.0.0.1, from the jars `make setup` resolved from Maven Central."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import uuid
+
+from aldebaran import paths
+from aldebaran.exceptions import ServiceError
+from aldebaran.settings import KafkaSettings, load
+from aldebaran_lab.services.base import Service
+
+log = logging.getLogger(__name__)
+
+LOG4J2 = """\
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.state.name = state.change.logger
+logger.state.level = warn
+logger.coord.name = org.apache.kafka.coordinator
+logger.coord.level = warn
+logger.storage.name = org.apache.kafka.storage
+logger.storage.level = warn
+logger.log.name = kafka.log
+logger.log.level = warn
+"""
+
+
+
+def new_cluster_id() -> str:
+    """A random KRaft cluster id (URL-safe base64 of a UUID, 22 characters).
+
+    Like Kafka's own ``Uuid.randomUuid()``, ids starting with ``-`` are drawn
+    again: ``kafka-storage format -t -abc...`` parses the id as an option and
+    fails with "argument --cluster-id/-t: expected one argument" (this broke
+    a CI run, roughly one start in 64).
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+class Kafka(Service):
+    name = "kafka"
+    start_timeout = 90.0
+    stop_timeout = 30.0
+    controller_port = 9093
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.settings = load(KafkaSettings)
+        host, _, port = self.settings.bootstrap_servers.split(",")[0].rpartition(":")
+        self.host, self.port = host or "127.0.0.1", int(port)
+        self.address = f"{self.host}:{self.port}"
+        self.data = self.home / "data"
+        self.config = self.home / "server.properties"
+
+    def java(self) -> str:
+        return paths.java()
+
+    def classpath(self) -> str:
+        return f"{paths.jar_dir('kafka-broker')}/*"
+
+    def prepare(self) -> None:
+        self.data.mkdir(parents=True, exist_ok=True)
+        (self.home / "log4j2.properties").write_text(LOG4J2)
+        max_bytes = self.settings.dlq_record_bytes  # the largest topic limit (the DLQ's)
+        self.config.write_text(
+            "\n".join(
+                [
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    f"controller.quorum.bootstrap.servers={self.host}:{self.controller_port}",
+                    f"listeners=PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
+                    f"advertised.listeners=PLAINTEXT://{self.host}:{self.port}",
+                    "controller.listener.names=CONTROLLER",
+                    "inter.broker.listener.name=PLAINTEXT",
+                    "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                    f"log.dirs={self.data}",
+                    f"num.partitions={self.settings.partitions}",
+                    "offsets.topic.replication.factor=1",
+                    "offsets.topic.num.partitions=4",
+                    "transaction.state.log.replication.factor=1",
+                    "transaction.state.log.min.isr=1",
+                    "share.coordinator.state.topic.replication.factor=1",
+                    "share.coordinator.state.topic.min.isr=1",
+                    "group.initial.rebalance.delay.ms=0",
+                    "auto.create.topics.enable=false",
+                    f"message.max.bytes={max_bytes}",
+                    f"replica.fetch.max.bytes={max_bytes}",
+                    "log.retention.hours=168",
+                    "log.segment.bytes=268435456",
+                    "",
+                ]
+            )
+        )
+        if not (self.data / "meta.properties").exists():
+            cluster_id = new_cluster_id()
+            log.info("kafka: formatting KRaft storage in %s (cluster id %s)", self.data, cluster_id)
+            self._run_tool(
+                ["kafka.tools.StorageTool", "format", "--standalone", "-t", cluster_id, "-c", str(self.config)]
+            )
+
+    def _run_tool(self, args: list[str]) -> None:
+        import subprocess
+
+        result = subprocess.run(
+            [self.java(), "-cp", self.classpath(), f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}", *args],
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise ServiceError(f"kafka: {args[0]} failed ({result.returncode}): {result.stderr[-2000:]}")
+
+    def command(self) -> list[str]:
+        return [
+            self.java(),
+            "-Xms256m",
+            os.environ.get("ALDEBARAN_KAFKA_HEAP", "-Xmx1g"),
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={self.home / 'logs'}",
+            "-cp",
+            self.classpath(),
+            "kafka.Kafka",
+            str(self.config),
+        ]
+
+    def healthy(self) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        try:
+            admin = AdminClient({"bootstrap.servers": self.address, "socket.timeout.ms": 2000, "log_level": 0})
+            admin.list_topics(timeout=2)
+            return True
+        except Exception:  # noqa: BLE001 - any failure to answer means "not healthy yet"
+            return False
+
+    def after_start(self) -> None:
+        from aldebaran.kafka_admin import ensure_topics
+
+        created = ensure_topics(self.settings)
+        for topic in created:
+            log.info("kafka: created topic %s (%d partitions)", topic, self.settings.partitions)
