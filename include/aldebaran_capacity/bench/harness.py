@@ -914,18 +914,22 @@ def _books_preflight(done: list[dict], n: int, headroom: float = 0.9) -> str | N
             f"{headroom:.0%} of the {available:,.0f} MiB available")
 
 
+CHURN_PARTITIONS = 2  # one shard per partition and core (co-partitioned plan)
+
+
 def churn(spark, orders: int, ttl_s: float = 5.0, event_rate: float | None = None, seed: int = 13) -> dict:
     """Books opened and closed per second: orders (request + 2 purchases; 20% orphans) spread on event
     time at `event_rate` events/s (default ≤ 20k/s, ≥ 8 TTLs in all) with a TTL of `ttl_s`, so ~ttl × order rate books are open at a time
     and books expire all along the stream; a tail of flush requests past the last deadline expires
     every book of the body on every shard.
 
-    The trades topic has ONE partition here. With several, a shard applies a batch's events partition
-    by partition, so its event clock can run ahead of another partition's events by up to the batch's
-    span of event time; when that exceeds the TTL a book expires before its own (earlier) events from
-    the other partition are applied, and the alerts depend on the batching — the reference model, which
-    reads the stream in produced order, then differs. Per-partition event time is inherent to Kafka;
-    one partition keeps this measurement about expiry cost, not about that skew."""
+    The trades topic has CHURN_PARTITIONS partitions, one shard each under the co-partitioned plan (the
+    default), so each shard's event clock follows one partition in Kafka order and the alerts equal the
+    reference's. Under the shuffle plan a shard applies a batch's events partition by partition, so its
+    clock can run ahead of another partition's events by up to the batch's span of event time; past the
+    TTL a book would expire before its own earlier events from the other partition are applied, and the
+    alerts would depend on the batching. That is why this section used one partition until the
+    co-partitioned plan, which on one partition runs one shard on one core (docs/benchmarks.md)."""
     from aldebaran import events
 
     mix = Mix(orders=orders, purchases_per_order=2, overfill_fraction=0.3, orphan_fraction=0.2, open_orders=100,
@@ -939,7 +943,7 @@ def churn(spark, orders: int, ttl_s: float = 5.0, event_rate: float | None = Non
     tail = [Record(f"flush-{i}".encode(), events.encode(events.request(f"flush-{i}", 1)), flush_ts) for i in range(256)]
     backlog = Backlog(mix, start, event_rate, tail)
     t = tag()
-    with bench_topics(t, partitions=1) as kafka:
+    with bench_topics(t, partitions=CHURN_PARTITIONS) as kafka:
         sent = loadgen.send(backlog.records(), kafka.trades_topic, progress_every=500_000)
         with tempfile.TemporaryDirectory(prefix="bench-ckpt-") as ckpt:
             settings = auditor_settings(t, ckpt, ttl_seconds=ttl_s, idle_ticks=False)
