@@ -952,7 +952,8 @@ def churn(spark, orders: int, ttl_s: float = 5.0, event_rate: float | None = Non
     body_share = body_events / sent.count
     busy_s = sum(m for _, m in res["batches"]) / 1000
     events_per_order = body_events / max(1, orders)
-    return {"orders": orders, "events": sent.count, "ttl_s": ttl_s, "event_rate": event_rate,
+    return {"orders": orders, "events": sent.count, "partitions": CHURN_PARTITIONS, "ttl_s": ttl_s,
+            "event_rate": event_rate,
             "event_time_span_s": (last_ts - start) / 1000,
             "open_books_approx": int(ttl_s * event_rate / events_per_order),
             "books_per_s": orders / res["wall_s"], "books_per_s_busy": orders / (busy_s * body_share) if busy_s else float("nan"),

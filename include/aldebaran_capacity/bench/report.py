@@ -16,6 +16,7 @@ TARGETS = {
     "drain": "≥ 250k events/s and ≥ 1.0 × the same-run Spark batch job",
     "latency": "p99 ≤ 250 ms at 50k events/s (micro-batch mode)",
     "books": "10M open books, throughput within 2× of 100k",
+    "books_memory": "10M open books at ≤ 4 GiB peak RSS, one copy of each shard",
     "churn": "≥ 100k books opened+closed per second",
     "dispatch_webhook": "≥ 10k deliveries/s per webhook channel",
     "dispatch_bus": "≥ 50k deliveries/s on a Kafka-bus channel",
@@ -247,11 +248,12 @@ def markdown(results: dict, images: dict[str, Path], img_rel: str = "img") -> st
             "",
             *_origin(ch),
             f"{ch['orders']:,} orders (request + 2 purchases, 30% overfilled, 20% without request → ORPHAN at "
-            f"expiry) on a one-partition topic, event time advancing {ch['event_rate']:,.0f} events/s over "
+            f"expiry) on a {_partitions(ch.get('partitions', 1))} topic, event time advancing "
+            f"{ch['event_rate']:,.0f} events/s over "
             f"{ch['event_time_span_s']:,.0f} s, TTL {ch['ttl_s']:.0f} s (~{ch['open_books_approx']:,} books open at a "
             f"time, books expiring all along); a flush tail moves every shard's clock past the last deadline, so every "
-            f"book is closed by the end. One partition: see `aldebaran_capacity.bench.harness.churn` on cross-partition "
-            f"event-time skew.",
+            f"book is closed by the end. The partitions and the plan: see `aldebaran_capacity.bench.harness.churn` "
+            f"on cross-partition event-time skew.",
             "",
             "| books opened+closed | books/s (wall) | books/s (batch time) | batches | correct | load avg |",
             "|---:|---:|---:|---:|---|---:|",
@@ -500,6 +502,10 @@ def _config_name(results: dict, cmd: str) -> str:
     return "full configuration"
 
 
+def _partitions(n: int) -> str:
+    return "one-partition" if n == 1 else f"{n}-partition (one shard each)"
+
+
 def _targets(results: dict) -> list[str]:
     rows = []
     d = results.get("drain")
@@ -525,6 +531,12 @@ def _targets(results: dict) -> list[str]:
         rows.append(f"| books {TARGETS['books']} | {big['books']:,} books held (largest measured); throughput there "
                     f"{ratio:.2f}× that at {small['books']:,}{skipped} | "
                     f"{_ok(big['books'] >= 10_000_000 and ratio >= 0.5)} |")
+        tenm = [r for r in measured if r["books"] >= 10_000_000]
+        if tenm:
+            r = tenm[0]
+            rows.append(f"| books {TARGETS['books_memory']} | peak RSS {r['peak_rss_mib']:,.0f} MiB at "
+                        f"{r['books']:,} books (this run's growth {r['peak_rss_mib'] - r['baseline_rss_mib']:,.0f} MiB) | "
+                        f"{_ok(r['peak_rss_mib'] <= 4096)} |")
     ch = results.get("churn")
     if ch:
         rows.append(f"| churn {TARGETS['churn']} | {ch['books_per_s']:,.0f}/s | {_ok(ch['books_per_s'] >= 100_000)} |")
