@@ -24,20 +24,21 @@ import time
 
 sys.path.insert(0, sys.argv[1] if len(sys.argv) > 1 else "include")
 
+from aldebaran import events  # noqa: E402
 from aldebaran.audit import book, rules  # noqa: E402
 from aldebaran.audit.model import EventRow  # noqa: E402
 from aldebaran.audit.state import rows as rowsmod  # noqa: E402
 from aldebaran.audit.state.store import Config, ShardStore  # noqa: E402
 
 
-def events(orders: int = 100_000, seed: int = 1) -> tuple[list[EventRow], int]:
+def make_events(orders: int = 100_000, seed: int = 1) -> tuple[list[EventRow], int]:
     rng, t0, out = random.Random(seed), 1_700_000_000_000, []
     for i in range(orders):
         order = f"order-{i}"
         limit = rng.randint(1, 1000)
-        out.append(EventRow("request", order, order, limit, "Goldman", "AAPL", t0 + i))
+        out.append(EventRow(events.REQUEST, order, order, limit, "Goldman", "AAPL", t0 + i))
         for j in range(4):
-            out.append(EventRow("purchase", f"p-{i}-{j}", order, int(limit / 2 * rng.random()), "Goldman", "AAPL",
+            out.append(EventRow(events.PURCHASE, f"p-{i}-{j}", order, int(limit / 2 * rng.random()), "Goldman", "AAPL",
                                 t0 + i + j))
     out.sort(key=lambda e: e.event_ts)
     return out, t0
@@ -52,7 +53,7 @@ def run(evs: list[EventRow], t0: int, batch: int = 50_000) -> float:
 
 
 if __name__ == "__main__":
-    evs, t0 = events()
+    evs, t0 = make_events()
     compiled = [m.__name__ for m in (book, rowsmod) if not m.__file__.endswith(".py")]
     print(f"{sys.argv[1] if len(sys.argv) > 1 else 'include'} (compiled: {compiled or 'none'}):",
           " ".join(f"{run(evs, t0):.3f}" for _ in range(3)), "CPU s per 500,000 events")

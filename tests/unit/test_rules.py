@@ -205,6 +205,47 @@ def test_expired_request_does_not_meet_a_later_purchase(tmp_path):
     assert [summary(x) for x in alerts] == [("ORPHAN", "1", None, 30, 1, "3")]
 
 
+def test_expiry_decodes_only_the_books_a_rule_may_alert_on(tmp_path, monkeypatch):
+    """A frozen book with its request is dropped at expiry without decoding it when every rule is quiet
+    for such books (ORPHAN needs the request missing); an orphan is still decoded and alerts."""
+    from aldebaran.audit.state import store as store_module
+
+    thawed: list[str] = []
+    real_thaw = store_module.thaw
+    monkeypatch.setattr(store_module, "thaw", lambda row, order_id: thawed.append(order_id) or real_thaw(row, order_id))
+    a = Auditor(tmp_path)
+    assert a.batch(pr(1, 100, ts=0), p(2, 1, 90, ts=1), p(3, 7, 5, ts=2)) == []  # order 7: no request
+    alerts = a.batch(pr(9, 1, ts=TTL + 5))  # orders 1 and 7 expire, frozen since the first batch
+    assert [summary(x) for x in alerts] == [("ORPHAN", "7", None, 5, 1, "3")]
+    assert a.last.expired == 2 and thawed == ["7"]
+    # Shipped rules: OVERFILL/ORPHAN is quiet only with the request; MISMATCH never alerts at expiry.
+    mixed = Auditor(tmp_path / "mixed", rules=("overfill", "mismatch"))
+    assert [r.quiet_at_expiry(True) for r in mixed.store.config.rules] == [True, True]
+    assert [r.quiet_at_expiry(False) for r in mixed.store.config.rules] == [False, True]
+
+    # A rule that overrides on_expire without saying when it is quiet gets every book decoded.
+    from aldebaran.audit.rules import Rule
+
+    class AtExpiry(Rule):
+        name, kinds = "at_expiry", ("X",)
+
+        def on_expire(self, book):
+            return None
+
+    assert AtExpiry().quiet_at_expiry(True) is False and AtExpiry().quiet_at_expiry(False) is False
+
+
+def test_frozen_rows_tell_whether_they_hold_a_request():
+    from aldebaran.audit.model import Book
+    from aldebaran.audit.state.rows import freeze, request_known
+
+    book = Book("1", 5, 6)
+    assert request_known(freeze(book)) is False
+    book.request = {"event_id": "1", "shares": 3, "client": "c", "stock": "s", "ts": 5}
+    book.seen.append("1")
+    assert request_known(freeze(book)) is True
+
+
 def test_event_at_its_books_deadline_opens_a_new_book_even_in_the_same_batch(tmp_path):
     # One batch, no other order: the purchase at first_ts + ttl is past the book's lifetime.
     a = Auditor(tmp_path)

@@ -8,7 +8,9 @@ has to remember that it fired.
 
 Adding a rule: write a subclass (in this module or your own, importing `Rule` and `register` from
 here), decorate it with @register, select it with ALDEBARAN_AUDIT_RULES=overfill,mismatch,<yours>
-(or `--rules`); a rule of your own module must be imported before `resolve` runs.
+(or `--rules`); a rule of your own module must be imported before `resolve` runs. A rule with an
+`on_expire` may also say when it is sure to stay quiet (`quiet_at_expiry`): expiring books it cannot
+alert on are then dropped without being decoded.
 
 The shipped rules live at the bottom of this module, so the registry has them without importing
 anything that imports it back.
@@ -35,6 +37,13 @@ class Rule:
     def on_expire(self, book: Book) -> Alert | None:
         """Called once when the book expires, before it is dropped."""
         return None
+
+    def quiet_at_expiry(self, request_known: bool) -> bool:
+        """True when `on_expire` surely returns None for a book whose request is (or is not) known. The
+        store then drops such a book at expiry without decoding it, if every rule agrees: most expiring
+        books never alert, and decoding them was about half of the expiry's cost (docs/design.md §5).
+        Default: quiet only if the rule does not override `on_expire`."""
+        return type(self).on_expire is Rule.on_expire
 
 
 REGISTRY: dict[str, type[Rule]] = {}
@@ -80,6 +89,9 @@ class Overfill(Rule):
                 f"in {book.purchase_count} purchases",
             )
         return None
+
+    def quiet_at_expiry(self, request_known: bool) -> bool:
+        return request_known  # ORPHAN needs the request missing
 
     def on_expire(self, book: Book) -> Alert | None:
         if book.request is None and book.purchase_count > 0:

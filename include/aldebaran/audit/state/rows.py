@@ -87,6 +87,11 @@ def thaw(row: bytes, order_id: str) -> Book:
     return Book(order_id, ft, first_seen, r, purchased, count, f, seen, fired, slots)
 
 
+def request_known(row: bytes) -> bool:
+    """Whether a frozen row holds a request, without decoding it: its third field is `null` or not."""
+    return not row.split(b",", 2)[2].startswith(b"null")
+
+
 def times(book: Book | bytes) -> tuple[int, int]:
     """(first_ts, first_seen_ms) of a live or a frozen book, without decoding the frozen one."""
     if book.__class__ is bytes:
