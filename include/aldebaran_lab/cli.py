@@ -8,7 +8,7 @@ from aldebaran import envfile
 
 USAGE = """\
     aldebaran services up|down|status|kill [NAME ...]   local Kafka, MinIO, Airflow (+ Spark cluster)
-    aldebaran demo                                     the end-to-end demo (make demo)
+    aldebaran demo [--stop]                            the platform end to end through Airflow (make demo)
     aldebaran chaos kill-auditor|kill-dispatch|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|all
                                                        reliability campaigns (make chaos)
     aldebaran docs config [--check]                    the configuration reference in docs/operations.md"""
@@ -24,6 +24,10 @@ def cmd_services(args: argparse.Namespace) -> int:
         services.up(wanted)
         _print_status(services.status(wanted))
     elif args.action == "down":
+        if not names:  # the whole platform: first what its supervisors started outside Airflow
+            from aldebaran_lab import demo_platform
+
+            demo_platform.shut_down()
         services.down(names or services.CORE + services.CLUSTER)
     elif args.action == "kill":
         for name in names or ():
@@ -70,9 +74,13 @@ def register(sub) -> None:
     s.add_argument("--cluster", action="store_true", help="with `up`: also a Spark master and two workers")
     s.set_defaults(func=cmd_services)
 
-    dm = sub.add_parser("demo", help="run the end-to-end demo on the running services")
+    dm = sub.add_parser("demo", help="the platform end to end through Airflow, on the running local services")
     dm.add_argument("--orders", type=int, default=300, help="random orders in the original publisher's mix")
     dm.add_argument("--seed", type=int, default=7)
+    dm.add_argument("--timeout", type=float, default=600.0,
+                    help="seconds each step may take (a DAG run, the auditor's alerts) before the demo fails")
+    dm.add_argument("--stop", action="store_true",
+                    help="instead: pause the demo's DAGs and stop the auditor and dispatchers it left running")
     dm.set_defaults(func=cmd_demo)
 
     ch = sub.add_parser("chaos", help="reliability campaigns: kill, outage and bad-input (make chaos)")

@@ -47,14 +47,13 @@ import secrets
 import signal
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aldebaran import kafka_io, paths
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT
 from aldebaran.progress import track
+from aldebaran_lab import airflow_api
 from aldebaran_lab.chaos.common import (
     CampaignResult, ChaosError, DeliveryVerdict, Workspace, campaign_ledger, channel_connections, delivery_env,
     recovery_text, settled, unsettled, wait_for,
@@ -75,7 +74,6 @@ SHORT = {"delay": (0.5, 3.0), "pause": (3.0, 6.0), "idle_seconds": 6.0, "settle_
 KILL_TEXT = {"tree": "with every process under it", "process": "process alone (tasks orphaned)"}
 ACTIVE_RUN_STATES = ("queued", "running")
 SETTLED_STATES = {"webhook": (DELIVERED,), "sms": (DELIVERED, IN_DOUBT)}
-API_PATIENCE_S = 600.0  # how long an API call waits for an unreachable api-server (it may be down on purpose)
 FINISHED_TI_STATES = ("success", "failed", "skipped", "upstream_failed", "removed")
 
 
@@ -271,58 +269,13 @@ def _alive(pid: int) -> bool:
     return pid_alive(pid)
 
 
-class AirflowApi:
-    """The private api-server's REST API with a token of the generated admin user."""
+class AirflowApi(airflow_api.AirflowApi):
+    """The private api-server's REST API, about the campaign's DAG."""
 
-    def __init__(self, base: str, password: str) -> None:
-        self.base = base.rstrip("/")
-        self._password = password
-        self._token: str | None = None
+    error = ChaosError
 
-    def _request(self, method: str, path: str, body: dict | None = None, auth: bool = True) -> dict:
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"}
-        if auth:
-            headers["Authorization"] = f"Bearer {self.token()}"
-        req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return json.loads(resp.read() or b"{}")
-
-    def token(self) -> str:
-        if self._token is None:
-            self._token = self._request("POST", "/auth/token", {"username": "admin", "password": self._password},
-                                        auth=False)["access_token"]
-        return self._token
-
-    def call(self, method: str, path: str, body: dict | None = None, patience: float | None = None) -> dict:
-        """One API call. While the api-server is unreachable or too slow to answer (restarting, killed, a
-        loaded machine) the call is repeated for up to `patience` seconds (default API_PATIENCE_S)."""
-        deadline = time.monotonic() + (API_PATIENCE_S if patience is None else patience)
-        while True:
-            try:
-                try:
-                    return self._request(method, path, body)
-                except urllib.error.HTTPError as exc:
-                    if exc.code != 401:
-                        raise ChaosError(f"Airflow API {method} {path}: HTTP {exc.code} {exc.read()[:300]!r}") from exc
-                    self._token = None  # expired: once more with a new token
-                    return self._request(method, path, body)
-            except urllib.error.HTTPError as exc:
-                raise ChaosError(f"Airflow API {method} {path}: HTTP {exc.code} {exc.read()[:300]!r}") from exc
-            except (OSError, ValueError) as exc:  # refused, reset, timed out, a truncated answer
-                if time.monotonic() > deadline:
-                    raise ChaosError(f"Airflow API {method} {path}: unreachable: {exc}") from exc
-                log.debug("Airflow API %s %s: %s; retrying", method, path, exc)
-                time.sleep(2.0)
-
-    def health(self) -> dict:
-        try:
-            return self._request("GET", "/api/v2/monitor/health", auth=False)
-        except (OSError, ValueError):
-            return {}
-
-    def runs(self) -> list[dict]:
-        return self.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns?limit=1000")["dag_runs"]
+    def runs(self, dag_id: str = DAG_ID, limit: int = 1000) -> list[dict]:
+        return super().runs(dag_id, limit)
 
     def task_instances(self) -> list[dict]:
         return self.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/~/taskInstances?limit=1000")["task_instances"]
@@ -332,9 +285,8 @@ class AirflowApi:
         return self.call("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run}/taskInstances/{task}/{index}/tries")[
             "task_instances"]
 
-    def trigger(self) -> str:
-        run = self.call("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None})
-        return run["dag_run_id"]
+    def trigger(self, dag_id: str = DAG_ID, conf: dict | None = None) -> str:
+        return super().trigger(dag_id, conf)
 
 
 def component_heartbeat(api: AirflowApi, part: str = "scheduler") -> dt.datetime | None:

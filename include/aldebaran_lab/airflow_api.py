@@ -1,0 +1,155 @@
+"""A small client of Airflow 3's REST API (``/api/v2``) for the lab: the demo and the chaos campaigns
+drive the local Airflow the way a user or the UI does (trigger, pause, watch runs).
+
+Authentication is the simple auth manager's: ``POST /auth/token`` with the generated admin user's
+password (``ALDEBARAN_AIRFLOW_ADMIN_PASSWORD`` in .env). The apache-airflow-client package would add a
+second pin set for six endpoints, so this stays on the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from datetime import datetime, timezone
+
+from aldebaran.exceptions import AldebaranError
+
+log = logging.getLogger(__name__)
+
+API_PATIENCE_S = 600.0  # how long a call waits for an unreachable api-server (it may be restarting)
+FINISHED = ("success", "failed")
+
+
+class AirflowApiError(AldebaranError):
+    """An Airflow API call failed (HTTP error, unreachable past its patience, a run that failed)."""
+
+
+class AirflowApi:
+    """The api-server's REST API with a token of the admin user."""
+
+    error = AirflowApiError  # subclasses raise their own package's error
+
+    def __init__(self, base: str, password: str, user: str = "admin") -> None:
+        self.base = base.rstrip("/")
+        self._user = user
+        self._password = password
+        self._token: str | None = None
+
+    def _request(self, method: str, path: str, body: dict | None = None, auth: bool = True) -> dict:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"}
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token()}"
+        req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read() or b"{}")
+
+    def token(self) -> str:
+        if self._token is None:
+            self._token = self._request("POST", "/auth/token", {"username": self._user, "password": self._password},
+                                        auth=False)["access_token"]
+        return self._token
+
+    def call(self, method: str, path: str, body: dict | None = None, patience: float | None = None) -> dict:
+        """One API call. While the api-server is unreachable or too slow to answer (restarting, killed, a
+        loaded machine) the call is repeated for up to `patience` seconds (default API_PATIENCE_S)."""
+        deadline = time.monotonic() + (API_PATIENCE_S if patience is None else patience)
+        while True:
+            try:
+                try:
+                    return self._request(method, path, body)
+                except urllib.error.HTTPError as exc:
+                    if exc.code != 401:
+                        raise
+                    self._token = None  # expired: once more with a new token
+                    return self._request(method, path, body)
+            except urllib.error.HTTPError as exc:
+                raise self.error(f"Airflow API {method} {path}: HTTP {exc.code} {exc.read()[:300]!r}") from exc
+            except (OSError, ValueError) as exc:  # refused, reset, timed out, a truncated answer
+                if time.monotonic() > deadline:
+                    raise self.error(f"Airflow API {method} {path}: unreachable: {exc}") from exc
+                log.debug("Airflow API %s %s: %s; retrying", method, path, exc)
+                time.sleep(2.0)
+
+    def get_text(self, path: str) -> str:
+        """GET a page (not JSON) with the token, as a browser with the UI's session would."""
+        req = urllib.request.Request(self.base + path, headers={"Authorization": f"Bearer {self.token()}"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            raise self.error(f"GET {path}: HTTP {exc.code}") from exc
+
+    def health(self) -> dict:
+        try:
+            return self._request("GET", "/api/v2/monitor/health", auth=False)
+        except (OSError, ValueError):
+            return {}
+
+    # --- DAGs and runs ----------------------------------------------------------------------------
+    def dag(self, dag_id: str) -> dict | None:
+        """The DAG as the API shows it, or None while the dag-processor has not registered it."""
+        try:
+            return self._request("GET", f"/api/v2/dags/{dag_id}")
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise self.error(f"Airflow API GET /api/v2/dags/{dag_id}: HTTP {exc.code}") from exc
+
+    def wait_registered(self, dag_ids: list[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        missing = list(dag_ids)
+        while missing:
+            missing = [d for d in missing if self.dag(d) is None]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise self.error(f"DAGs not registered by the dag-processor after {timeout:.0f}s: "
+                                 f"{', '.join(missing)} (see its log, and `airflow dags list-import-errors`)")
+            time.sleep(2.0)
+
+    def set_paused(self, dag_id: str, paused: bool) -> None:
+        self.call("PATCH", f"/api/v2/dags/{dag_id}?update_mask=is_paused", {"is_paused": paused})
+
+    def trigger(self, dag_id: str, conf: dict | None = None) -> str:
+        """A manual run now; returns its run id."""
+        run = self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
+        return run["dag_run_id"]
+
+    def run(self, dag_id: str, run_id: str) -> dict:
+        return self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}")
+
+    def runs(self, dag_id: str, limit: int = 1000) -> list[dict]:
+        return self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit={limit}")["dag_runs"]
+
+    def runs_since(self, dag_id: str, since: datetime) -> list[dict]:
+        """The DAG's runs queued at or after `since` (scheduled or manual), oldest first."""
+        runs = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100&order_by=-id")["dag_runs"]
+        recent = [r for r in runs if r.get("queued_at") and datetime.fromisoformat(r["queued_at"]) >= since]
+        return sorted(recent, key=lambda r: r["queued_at"])
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
+        """{task id (with its map index when mapped): state} of one run."""
+        tis = self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
+                               "/taskInstances?limit=1000")["task_instances"]
+        return {ti["task_id"] + (f"[{ti['map_index']}]" if ti.get("map_index", -1) >= 0 else ""): ti.get("state")
+                for ti in tis}
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float, progress=None) -> dict:
+        """Wait until the run finished (success or failed); `progress(run)` is called on each poll.
+        Raises on timeout, naming the tasks' states."""
+        deadline = time.monotonic() + timeout
+        while True:
+            run = self.run(dag_id, run_id)
+            if progress:
+                progress(run)
+            if run.get("state") in FINISHED:
+                return run
+            if time.monotonic() > deadline:
+                raise self.error(f"{dag_id} run {run_id} still {run.get('state')} after {timeout:.0f}s; tasks: "
+                                 f"{self.task_states(dag_id, run_id)}")
+            time.sleep(2.0)

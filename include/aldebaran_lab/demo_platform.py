@@ -1,0 +1,178 @@
+"""The local platform as the demo drives it: its DAGs, the processes its supervisors start, its state.
+
+The demo runs the platform on its local defaults (topics ``trades``/``alerts``/``trades.dlq``, the
+auditor's default checkpoint, the ledger under ``deliveries/``), exactly what Airflow's DAGs use, so that
+the Airflow UI and the Deliveries page show the demo's runs and records as they are. A fresh demo
+therefore resets those: it is for the local services of ``aldebaran services up`` only, and refuses a
+Kafka or S3 endpoint that is not on this host.
+
+:func:`stop` is also what ``aldebaran services down`` runs first: the auditor and the streaming
+dispatchers run outside Airflow (detached by the supervisors), so stopping Airflow alone leaves them.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from aldebaran import kafka_admin
+from aldebaran.exceptions import AldebaranError
+from aldebaran.settings import KafkaSettings, ObjectStoreSettings, load
+
+log = logging.getLogger(__name__)
+
+# The DAGs the demo runs, in the order it runs them.
+SUPERVISOR, DISPATCH, DISPATCH_SUPERVISOR, HEALTH = (
+    "auditor_supervisor", "alert_dispatch", "dispatch_supervisor", "platform_health")
+DAGS = (SUPERVISOR, DISPATCH, DISPATCH_SUPERVISOR, HEALTH)
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+class DemoError(AldebaranError):
+    """The demo cannot run here (not the local services, a DAG run failed, a timeout)."""
+
+
+@dataclass(frozen=True)
+class Platform:
+    """Where the platform's defaults point, as the DAGs' tasks and the auditor resolve them."""
+
+    kafka: KafkaSettings
+    bucket: str
+    checkpoint: str
+    query: str
+    archive_prefix: str
+    ledger_prefix: str
+    channels: list[str]
+    group_prefix: str
+
+    @classmethod
+    def load(cls) -> "Platform":
+        from aldebaran.audit.settings import AuditorSettings
+        from aldebaran.delivery.airflow_tasks import channel_names
+        from aldebaran.delivery.settings import DeliverySettings
+
+        audit, delivery = load(AuditorSettings), load(DeliverySettings)
+        return cls(kafka=load(KafkaSettings), bucket=load(ObjectStoreSettings).bucket, checkpoint=audit.checkpoint,
+                   query=audit.query_name, archive_prefix=audit.archive_prefix, ledger_prefix=delivery.prefix,
+                   channels=channel_names(), group_prefix=delivery.group)
+
+    def require_local(self) -> None:
+        """Refuse to reset anything but this host's services."""
+        s3 = load(ObjectStoreSettings)
+        hosts = {"ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS": [b.rsplit(":", 1)[0] for b in
+                                                       self.kafka.bootstrap_servers.split(",")],
+                 "ALDEBARAN_S3_ENDPOINT_URL": [urlsplit(s3.endpoint_url or "https://s3.amazonaws.com").hostname]}
+        for setting, names in hosts.items():
+            if not all(name in LOCAL_HOSTS for name in names):
+                raise DemoError(f"the demo resets the platform's topics and state, so it runs only on this host's "
+                                f"services: {setting} points at {', '.join(map(str, names))}")
+
+    def state_prefixes(self) -> list[str]:
+        """Every object-store prefix the platform's defaults write under (checkpoint, archive, ledger,
+        heartbeats, supervisors' state, health records, the checkpoint's lease)."""
+        from aldebaran import lease
+        from aldebaran.audit.heartbeat import heartbeat_key
+        from aldebaran.delivery.service import HEARTBEAT_PREFIX
+        from aldebaran.platform.settings import DispatchSupervisorSettings, HealthSettings, SupervisorSettings
+
+        prefixes = [self.archive_prefix, self.ledger_prefix, HEARTBEAT_PREFIX, heartbeat_key(self.query),
+                    load(SupervisorSettings).state_prefix, load(DispatchSupervisorSettings).state_prefix,
+                    load(HealthSettings).prefix, lease.lease_key(self.checkpoint)]
+        checkpoint = urlsplit(self.checkpoint)
+        if checkpoint.scheme == "s3a":
+            if checkpoint.netloc != self.bucket:
+                raise DemoError(f"ALDEBARAN_AUDIT_CHECKPOINT {self.checkpoint} is not in the bucket {self.bucket}")
+            prefixes.append(checkpoint.path.strip("/") + "/")
+        return [p.strip("/") + ("/" if not p.endswith(".json") else "") for p in prefixes]
+
+
+def api_from_env():
+    """The local Airflow's REST API as the generated admin user (.env)."""
+    from aldebaran_lab.airflow_api import AirflowApi
+    from aldebaran_lab.services.airflow import Airflow
+
+    airflow = Airflow()
+    return AirflowApi(f"http://{airflow.address}", airflow.admin_password())
+
+
+def stop(platform: Platform | None = None, reason: str = "demo reset") -> list[str]:
+    """Stop the auditor and the streaming dispatchers this host runs for the platform's defaults.
+    Returns what was stopped. The supervisors must be paused first, or they start them again."""
+    from aldebaran.platform import dispatch_supervisor, supervisor
+    from aldebaran.storage import ObjectStore
+
+    platform = platform or Platform.load()
+    stopped = []
+    store = ObjectStore(load(ObjectStoreSettings))
+    sup = supervisor.settings_with(None)
+    if supervisor.stop_local(store, platform.query, platform.checkpoint, sup.stop_timeout_seconds, reason):
+        stopped.append(f"auditor {platform.query}")
+    cfg = dispatch_supervisor.settings()
+    dstore = dispatch_supervisor.delivery_store()
+    for name in dispatch_supervisor.plan(cfg):
+        if dispatch_supervisor.stop(dstore, name, cfg, reason):
+            stopped.append(f"dispatcher {name}")
+    return stopped
+
+
+def shut_down() -> None:
+    """Before the services stop (``aldebaran services down``): pause the platform's DAGs, so that nothing
+    is started again, and stop the auditor and dispatchers this host runs. Each part is skipped when
+    the service it needs is not running (a partial ``services up``)."""
+    from aldebaran_lab import services
+
+    healthy = {s.name for s in services.status(services.CORE) if s.healthy}
+    if "airflow" in healthy:
+        api = api_from_env()
+        for dag_id in DAGS:
+            if api.dag(dag_id) is not None:
+                api.set_paused(dag_id, True)
+    if "minio" in healthy:
+        stopped = stop(reason="services down")
+        if stopped:
+            log.info("stopped %s", ", ".join(stopped))
+
+
+def reset(platform: Platform) -> dict:
+    """Fresh topics, consumer groups and object-store state for the platform's defaults. The DAGs must be
+    paused and the processes stopped (:func:`stop`) first."""
+    from aldebaran.storage import ObjectStore
+
+    platform.require_local()
+    kafka = platform.kafka
+    kafka_admin.delete_topics(kafka, kafka.topics())
+    groups = [f"{platform.group_prefix}-{c}" for c in platform.channels]
+    _delete_groups(kafka, groups)
+    _wait_gone(kafka, kafka.topics())
+    kafka_admin.ensure_topics(kafka)
+    store = ObjectStore(load(ObjectStoreSettings))
+    removed = sum(store.delete_prefix(p) for p in platform.state_prefixes())
+    if urlsplit(platform.checkpoint).scheme in ("", "file"):
+        shutil.rmtree(urlsplit(platform.checkpoint).path, ignore_errors=True)
+    return {"topics": kafka.topics(), "groups": groups, "objects_removed": removed}
+
+
+def _wait_gone(kafka: KafkaSettings, topics: list[str], timeout: float = 30.0) -> None:
+    """A deleted topic stays in the metadata for a moment; creating it then would be a no-op."""
+    client = kafka_admin.admin(kafka)
+    deadline = time.monotonic() + timeout
+    while set(topics) & set(client.list_topics(timeout=10).topics):
+        if time.monotonic() > deadline:
+            raise DemoError(f"topics {', '.join(topics)} still listed {timeout:.0f}s after their deletion")
+        time.sleep(0.5)
+
+
+def _delete_groups(kafka: KafkaSettings, groups: list[str]) -> None:
+    from confluent_kafka import KafkaException
+
+    client = kafka_admin.admin(kafka)
+    existing = {g.group_id for g in client.list_consumer_groups(request_timeout=10).result().valid}
+    for group, fut in client.delete_consumer_groups([g for g in groups if g in existing], request_timeout=10).items() \
+            if existing & set(groups) else ():
+        try:
+            fut.result()
+        except KafkaException as exc:
+            raise DemoError(f"could not delete consumer group {group} (is a dispatcher still running?): {exc}") from exc
