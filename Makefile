@@ -23,7 +23,7 @@ down:  ## stop every service started by `make up`
 status:  ## one line per service
 	@$(ALD) services status
 
-demo: setup  ## the platform end to end on local defaults (leaves services running; `make down` stops them)
+demo: setup  ## the platform end to end through Airflow on local defaults (leaves it running; `make down` stops all)
 	@$(ALD) services up
 	@$(ALD) demo
 
