@@ -47,6 +47,9 @@ from aldebaran.spark import SUBMIT_CONF
                                  "JSON offsets per partition, or a time (ISO-8601 or epoch ms)."),
         "rules": Param(None, type=["null", "string"],
                        description="Audit rules, comma-separated (overfill, mismatch). Empty: ALDEBARAN_AUDIT_RULES."),
+        "expire_at_end": Param(False, type="boolean",
+                               description="Also report the books still open at the range's end as if their time had "
+                                           "run out (ORPHANs). Off (default): the replay equals the live alerts."),
         "checkpoint_root": Param(None, type=["null", "string"],
                                  description="Where the replay's fresh checkpoint is created. Empty: "
                                              "ALDEBARAN_REPLAY_CHECKPOINT_ROOT, else next to the auditor's checkpoint."),

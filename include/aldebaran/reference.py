@@ -102,8 +102,11 @@ def expected_alerts(
     *,
     ttl_ms: int = DEFAULT_TTL_MS,
     rules: Iterable[str] = ("overfill",),
+    expire_at_end: bool = False,
 ) -> list[dict]:
     """The alerts the auditor must emit for these messages, in the order the model emits them.
+    `expire_at_end`: a bounded run's end pass follows, in which every book still open expires (in
+    order-id order), as ``ALDEBARAN_AUDIT_EXPIRE_AT_END`` does.
 
     An alert id may appear more than once (an order whose book expired and re-opened); compare as a
     multiset, e.g. ``sorted(key(a) for a in alerts)``.
@@ -145,10 +148,12 @@ def expected_alerts(
             if book is not None and book.first_ts + ttl_ms == deadline:
                 due.append(order_id)
         for order_id in sorted(set(due)):  # the books due at this event expire in order-id order
-            book = books.pop(order_id)
-            if "overfill" in rules and book.request is None and book.purchases:
-                first, first_ts = book.purchases[0]
-                emit(book, "ORPHAN", first.event_id, first_ts)
+            expire(books.pop(order_id))
+
+    def expire(book: _Book) -> None:
+        if "overfill" in rules and book.request is None and book.purchases:
+            first, first_ts = book.purchases[0]
+            emit(book, "ORPHAN", first.event_id, first_ts)
 
     for ev, ts in valid_events(messages):
         clock = ts if clock is None else max(clock, ts)
@@ -178,6 +183,9 @@ def expected_alerts(
 
     if clock is not None:
         expire_due()
+    if expire_at_end:
+        for order_id in sorted(books):
+            expire(books.pop(order_id))
     return alerts
 
 

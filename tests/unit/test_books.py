@@ -107,6 +107,24 @@ def test_uninterrupted_run_matches_the_reference(tmp_path, msgs):
     assert kinds == {"OVERFILL", "ORPHAN", "MISMATCH"}
 
 
+def test_the_end_pass_expires_every_open_book_like_the_reference_at_the_end(tmp_path, msgs):
+    """A bounded run with expire-at-end: after the last batch, one version with no events in which every
+    open book expires. Without the flushing request at the end, books are still open there."""
+    open_at_end = msgs[:-1]
+    bs = batches(open_at_end)
+    store = store_at(tmp_path)
+    got = [a for i, rows in enumerate(bs) for a in store.apply(i, rows, now_ms=NOW).alerts]
+    end = store.apply(len(bs), iter(()), now_ms=NOW, expire_all=True)
+
+    assert end.open_books == 0 and end.expired > 0 and end.applied == 0
+    assert {a["kind"] for a in end.alerts} == {"ORPHAN"}
+    assert keys(got + end.alerts) == keys(reference.expected_alerts(open_at_end, ttl_ms=TTL, rules=RULES,
+                                                                     expire_at_end=True))
+    assert keys(got) == keys(reference.expected_alerts(open_at_end, ttl_ms=TTL, rules=RULES))
+    _CACHE.clear()  # the end version is durable like any other: a cold load finds no book
+    assert store_at(tmp_path).load(len(bs)).books == {}
+
+
 @pytest.mark.parametrize("restart_at", [1, 5, 19, 20, 21])
 def test_state_survives_a_restart(tmp_path, msgs, restart_at):
     bs = batches(msgs)

@@ -134,3 +134,13 @@ def test_a_bad_wakeup_interval_names_its_setting(monkeypatch):
         wakeup.interval()
     monkeypatch.setenv("ALDEBARAN_DISPATCH_WAKEUP_SECONDS", "0.5")
     assert wakeup.interval() == 0.5
+
+
+def test_expire_at_end_without_a_bounded_trigger_names_both_settings(clean_env):
+    from aldebaran.audit.settings import AuditorSettings
+
+    clean_env.setenv("ALDEBARAN_AUDIT_EXPIRE_AT_END", "true")
+    with pytest.raises(ConfigError, match=r"ALDEBARAN_AUDIT_EXPIRE_AT_END needs ALDEBARAN_AUDIT_TRIGGER=available-now"):
+        load(AuditorSettings)
+    clean_env.setenv("ALDEBARAN_AUDIT_TRIGGER", "available-now")
+    assert load(AuditorSettings).expire_at_end is True

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aldebaran import events
@@ -27,6 +27,9 @@ class AuditorSettings(BaseSettings):
     trigger: Literal["processing-time", "available-now"] = Field(
         "processing-time", description="processing-time: run forever; available-now: drain what is there, stop"
     )
+    expire_at_end: bool = Field(
+        False, description="available-now only: once the input is drained, expire every open book (ORPHANs of "
+        "books still open at the end); the checkpoint is then finished and cannot be resumed")
     trigger_interval: str = Field("0 seconds", description="micro-batch interval for processing-time")
     shards: int = Field(2, ge=1, le=4096, description="book shards (state partitions) of the shuffle plan; the "
                         "co-partitioned plan has one per partition of the trades topic")
@@ -77,6 +80,13 @@ class AuditorSettings(BaseSettings):
         if not names:
             raise ValueError("at least one rule is required")
         return ",".join(names)
+
+    @model_validator(mode="after")
+    def _expire_at_end(self) -> "AuditorSettings":
+        if self.expire_at_end and self.trigger != "available-now":
+            raise ValueError("ALDEBARAN_AUDIT_EXPIRE_AT_END needs ALDEBARAN_AUDIT_TRIGGER=available-now: a streaming "
+                             "auditor never reaches the end of its input")
+        return self
 
     def rule_names(self) -> list[str]:
         return self.rules.split(",")

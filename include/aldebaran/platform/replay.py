@@ -141,8 +141,12 @@ def checkpoint_root(given: str | None) -> str:
 
 
 def plan(run_id: str, topic: str | None = None, start: str | None = None, end: str | None = None,
-         rules: str | None = None, checkpoint_root_override: str | None = None) -> dict:
-    """Task 1: the replay's exact range, fresh checkpoint and auditor arguments."""
+         rules: str | None = None, checkpoint_root_override: str | None = None, expire_at_end: bool = False) -> dict:
+    """Task 1: the replay's exact range, fresh checkpoint and auditor arguments.
+
+    `expire_at_end` (default off): also report the books still open at the range's end as if their time
+    had run out (ORPHANs). Off, a replay equals the live auditor's alerts for the same input; on, it may
+    add ORPHANs the live auditor never sent (a request that came after the range's end)."""
     from aldebaran import spark as sparkmod
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.platform.settings import ReplaySettings
@@ -169,9 +173,10 @@ def plan(run_id: str, topic: str | None = None, start: str | None = None, end: s
     result = {
         "run_id": run_id, "topic": topic, "query_name": name, "checkpoint": checkpoint,
         "archive_prefix": archive_prefix, "rules": rules, "start": begin, "end": finish, "messages": events,
+        "expire_at_end": expire_at_end,
         "auditor_args": ["--trigger", "available-now", "--checkpoint", checkpoint, "--query-name", name,
                          "--starting-offsets", starting, "--ending-offsets", ending, "--rules", rules,
-                         "--archive-prefix", archive_prefix],
+                         "--archive-prefix", archive_prefix, "--expire-at-end", "true" if expire_at_end else "false"],
         # The replay reads `topic`; everything else (alerts topic, object store) as configured.
         "env_vars": {**submit_env(), "ALDEBARAN_KAFKA_TRADES_TOPIC": topic},
         "jars": ",".join(sparkmod.connector_jars(s3a=checkpoint.startswith("s3a://"))),
@@ -232,7 +237,8 @@ def bounded_progress(settings) -> Iterator[Callable[[dict], None] | None]:
 def plan_from_params(run_id: str, params: dict) -> dict:
     given = {k: v for k, v in dict(params).items() if v not in ("", None)}
     return plan(run_id, topic=given.get("topic"), start=given.get("start"), end=given.get("end"),
-                rules=given.get("rules"), checkpoint_root_override=given.get("checkpoint_root"))
+                rules=given.get("rules"), checkpoint_root_override=given.get("checkpoint_root"),
+                expire_at_end=bool(given.get("expire_at_end", False)))
 
 
 def report(replay: dict) -> dict:

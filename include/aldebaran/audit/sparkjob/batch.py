@@ -51,6 +51,7 @@ class BatchContext:
     kafka: object = None  # aldebaran.settings.KafkaSettings: where the shard tasks send rejected input
     limits: object = None  # aldebaran.audit.sparkjob.jvmparse.Limits: for the Python parser (co-partitioned plan)
     host_idle_seconds: float = 600.0  # a dedicated shard host stops after this long without work
+    expire_all: bool = False  # the end pass of a bounded run with expire-at-end (sparkjob/endpass.py)
 
 
 _DLQ_SINKS: dict = {}  # one DLQ producer per Python worker and Kafka settings, reused across batches
@@ -104,7 +105,7 @@ def shard_function(ctx: BatchContext, batch_id: int):
                     rb = rb.filter(codes.is_null())
                 yield from map(EventRow._make, zip(*[rb.column(c).to_pylist() for c in EVENT_FIELDS]))
 
-        out = store.apply(batch_id, rows())
+        out = store.apply(batch_id, rows(), expire_all=ctx.expire_all)
         # Every DLQ record acknowledged before the task reports the batch done (and Spark commits it).
         dlq = sink.flush() if sink is not None else 0
         records = [
@@ -238,7 +239,11 @@ class BatchWriter:
             out = sharded.mapInArrow(shard_function(self.ctx, batch_id), OUTPUT_SCHEMA)
             # runs the shard tasks: state deltas and DLQ records are durable after this
             rows = [r.asDict() for r in out.collect()]
-        steps = {"parse_shards": _ms_since(t0)}
+        self.emit(batch_id, rows, t0, {"parse_shards": _ms_since(t0)})
+
+    def emit(self, batch_id: int, rows: list[dict], t0: float, steps: dict) -> None:
+        """The shard tasks' rows of a batch (state deltas already durable) → alerts to Kafka and the archive
+        object, side by side → the batch's figures (log, heartbeat, `on_batch`)."""
         alerts = [_Row(r) for r in rows if r["row_type"] == "alert"]
         stats = [_Row(r) for r in rows if r["row_type"] == "stats"]
         if alerts:

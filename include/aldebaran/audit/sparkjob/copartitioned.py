@@ -132,7 +132,7 @@ def process(ctx: BatchContext, batch_id: int, partitions: int, parser: str, shar
             if len(rb):
                 yield from convert(rb)
 
-    out = store.apply(batch_id, rows(), owns=_owns(shard_id, partitions))
+    out = store.apply(batch_id, rows(), owns=_owns(shard_id, partitions), expire_all=ctx.expire_all)
     if out.misrouted:
         from aldebaran.kafka_io import DlqSink
 

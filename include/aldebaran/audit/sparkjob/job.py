@@ -81,6 +81,9 @@ def build_query(spark, settings: AuditorSettings, on_batch=None, guard=None, kaf
     from aldebaran.objectstore import ObjectStore
 
     resolve(settings.rule_names())  # fail at start on an unknown rule, naming the setting
+    from aldebaran.audit.sparkjob.endpass import refuse_if_finished
+
+    refuse_if_finished(settings.checkpoint.rstrip("/") + "/books")
     kafka = kafka or load(KafkaSettings)
     limits = Limits(settings.max_message_bytes, settings.max_id_length, settings.max_shares)
     plan = plans.decide(settings, kafka, settings.checkpoint.rstrip("/") + "/books")
@@ -156,20 +159,37 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
     keeper = lease.keep(alive=lambda: _active(query), on_lost=lambda _why: query.stop()) if lease else None
     log.info("auditor %s started (checkpoint %s, rules %s)", settings.query_name, settings.checkpoint, settings.rules)
     t0 = time.monotonic()
+    interrupted = True  # until awaitTermination returns
     try:
         if settings.timeout_seconds:
             query.awaitTermination(settings.timeout_seconds)
         else:
             query.awaitTermination()
+        interrupted = False
     except KeyboardInterrupt:
         log.info("auditor interrupted; stopping")
     finally:
         try:
             exc = query.exception()
+            drained = not interrupted and exc is None and not query.isActive  # available-now ran to its end
             query.stop()
             # Events are delivered asynchronously: let the listener see the end before detaching it.
             listener.terminated.wait(10)
             spark.streams.removeListener(listener)
+            if settings.expire_at_end and drained and not (lease and lease.lost):
+                from aldebaran.audit.sparkjob.endpass import expire_at_end
+
+                # The query's keeper stopped renewing with the query: renew now (LeaseLost if another
+                # auditor took the checkpoint) and keep renewing through the pass.
+                pass_keeper = None
+                if lease:
+                    lease.renew()
+                    pass_keeper = lease.keep(alive=lambda: True, on_lost=lambda why: log.error("%s", why))
+                try:
+                    expire_at_end(spark, writer, settings.query_name)
+                finally:
+                    if pass_keeper:
+                        pass_keeper.stop()
             _stop_shard_hosts(spark, writer)
         finally:
             if keeper:

@@ -233,8 +233,11 @@ class ShardStore:
             shard.version = v
 
     def apply(self, batch_id: int, rows: Iterable[EventRow], now_ms: int | None = None,
-              owns: Callable[[str], bool] | None = None) -> Outcome:
+              owns: Callable[[str], bool] | None = None, expire_all: bool = False) -> Outcome:
         """Apply one batch's events (already in Kafka order) and persist version `batch_id`.
+
+        `expire_all`: after the events, every open book expires (the end pass of a bounded run with
+        expire-at-end: aldebaran.audit.sparkjob.endpass).
 
         `owns(order_id)`, if given, is asked before an event would open a new book: an event of an order
         this shard does not own is not applied (it touches neither a book nor the clock) and comes back
@@ -254,7 +257,7 @@ class ShardStore:
             if shard.version != batch_id - 1:
                 raise RuntimeError(f"shard {self.shard_id}: loaded version {shard.version}, wanted {batch_id - 1}")
             try:
-                outcome = self._apply(shard, batch_id, rows, now_ms, t0, owns)
+                outcome = self._apply(shard, batch_id, rows, now_ms, t0, owns, expire_all)
             except BaseException:
                 # The cached shard may hold part of this batch: the retry must start from batch_id-1.
                 _CACHE.pop(self.key, None)
@@ -270,7 +273,7 @@ class ShardStore:
                 gc.enable()
 
     def _apply(self, shard: Shard, batch_id: int, rows: Iterable[EventRow], now_ms: int, t0: float,
-               owns: Callable[[str], bool] | None = None) -> Outcome:
+               owns: Callable[[str], bool] | None = None, expire_all: bool = False) -> Outcome:
         touched: dict[str, Book | None] = {}  # order id → its live book, None: dropped
         misrouted: list[EventRow] = []
         alerts: list[dict] = []
@@ -319,7 +322,9 @@ class ShardStore:
         # backlog after a restart (event clock moving) keeps expiring on event time only. Meanwhile
         # its entries of books already expired on event time are dropped as processing time passes
         # them (prune), so the index holds the open books, not every book opened since the last idle.
-        if now_ms - shard.clock_moved_ms >= grace:
+        if expire_all:
+            due = list(books)
+        elif now_ms - shard.clock_moved_ms >= grace:
             due += fallback.due(now_ms, fallback_deadline)
         else:
             fallback.prune(now_ms, fallback_deadline)
