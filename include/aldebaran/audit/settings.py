@@ -72,6 +72,12 @@ class AuditorSettings(BaseSettings):
     lease_wait_seconds: float = Field(
         0.0, ge=0, description="at start, wait this long for another auditor's lease on the checkpoint to end"
     )
+    standby: bool = Field(
+        False, description="a warm standby: start the Spark session, then wait (without limit) for the checkpoint's "
+        "lease while prefetching the books every standby_refresh_seconds; take over when the active auditor's "
+        "lease ends (at once when it died on this host)")
+    standby_refresh_seconds: float = Field(
+        5.0, gt=0, description="a standby's lease poll and book prefetch period")
 
     @field_validator("rules")
     @classmethod
@@ -86,6 +92,13 @@ class AuditorSettings(BaseSettings):
         if self.expire_at_end and self.trigger != "available-now":
             raise ValueError("ALDEBARAN_AUDIT_EXPIRE_AT_END needs ALDEBARAN_AUDIT_TRIGGER=available-now: a streaming "
                              "auditor never reaches the end of its input")
+        return self
+
+    @model_validator(mode="after")
+    def _standby(self) -> "AuditorSettings":
+        if self.standby and not self.lease_seconds:
+            raise ValueError("ALDEBARAN_AUDIT_STANDBY waits on the checkpoint lease: ALDEBARAN_AUDIT_LEASE_SECONDS "
+                             "must not be 0")
         return self
 
     def rule_names(self) -> list[str]:

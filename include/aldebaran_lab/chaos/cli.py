@@ -1,4 +1,4 @@
-"""`aldebaran chaos kill-auditor|kill-dispatch|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|all`:
+"""`aldebaran chaos kill-auditor|failover|kill-dispatch|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|all`:
 run a campaign, log its verdict, write its table into docs/reliability.md (unless --no-report). Exit status 1
 when something was lost, duplicated or crashed."""
 
@@ -12,7 +12,7 @@ import sys
 
 log = logging.getLogger("aldebaran_lab.chaos")
 
-CAMPAIGNS = ("kill-auditor", "kill-dispatch", "kill-scheduler", "kill-triggerer", "kill-api-server", "under-load",
+CAMPAIGNS = ("kill-auditor", "failover", "kill-dispatch", "kill-scheduler", "kill-triggerer", "kill-api-server", "under-load",
              "outages", "fuzz")
 
 
@@ -54,6 +54,11 @@ def run_one(name: str, args: argparse.Namespace):
 
         return kill_auditor.run(events=_pick(args.events, 1_000_000, 10_000, short),
                                 kills=_pick(args.kills, 20, 2, short), seed=args.seed, mode=mode)
+    if name == "failover":
+        from aldebaran_lab.chaos import failover
+
+        return failover.run(events=_pick(args.events, 300_000, 20_000, short), kills=_pick(args.kills, 4, 1, short),
+                            cold=1 if short else 2, seed=args.seed, mode=mode)
     if name == "kill-dispatch":
         from aldebaran_lab.chaos import kill_dispatch
 

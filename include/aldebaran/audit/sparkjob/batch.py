@@ -54,6 +54,23 @@ class BatchContext:
     expire_all: bool = False  # the end pass of a bounded run with expire-at-end (sparkjob/endpass.py)
 
 
+def batch_context(settings, kafka) -> BatchContext:
+    """The shard tasks' context for an auditor's settings (AuditorSettings) and Kafka settings."""
+    from aldebaran.audit.sparkjob.jvmparse import Limits
+
+    return BatchContext(
+        state_root=settings.checkpoint.rstrip("/") + "/books",
+        rule_names=tuple(settings.rule_names()),
+        ttl_ms=int(settings.ttl_seconds * 1000),
+        grace_ms=int(settings.idle_grace_seconds * 1000),
+        snapshot_every=settings.snapshot_every,
+        snapshot_delta_ratio=settings.snapshot_delta_ratio,
+        kafka=kafka,
+        limits=Limits(settings.max_message_bytes, settings.max_id_length, settings.max_shares),
+        host_idle_seconds=settings.shard_host_idle_seconds,
+    )
+
+
 _DLQ_SINKS: dict = {}  # one DLQ producer per Python worker and Kafka settings, reused across batches
 
 
@@ -177,7 +194,6 @@ class BatchWriter:
     Kafka and the archive object, side by side → return (Spark then commits the batch's offsets)."""
 
     def __init__(self, settings, kafka, archive, on_batch=None, plan=None) -> None:
-        from aldebaran.audit.sparkjob.jvmparse import Limits
         from aldebaran.kafka_io import AlertSink
 
         self.settings = settings
@@ -186,17 +202,7 @@ class BatchWriter:
         self.alert_sink = AlertSink(kafka)
         self.archive = archive  # aldebaran.audit.archive.Archive | None
         self.on_batch = on_batch
-        self.ctx = BatchContext(
-            state_root=settings.checkpoint.rstrip("/") + "/books",
-            rule_names=tuple(settings.rule_names()),
-            ttl_ms=int(settings.ttl_seconds * 1000),
-            grace_ms=int(settings.idle_grace_seconds * 1000),
-            snapshot_every=settings.snapshot_every,
-            snapshot_delta_ratio=settings.snapshot_delta_ratio,
-            kafka=kafka,
-            limits=Limits(settings.max_message_bytes, settings.max_id_length, settings.max_shares),
-            host_idle_seconds=settings.shard_host_idle_seconds,
-        )
+        self.ctx = batch_context(settings, kafka)
         self.last: dict = {}
         self.recent: dict[int, dict] = {}  # batch id → figures, for the heartbeat listener
         self._archive_pool = None  # one thread: the archive PUT overlaps the alerts produce

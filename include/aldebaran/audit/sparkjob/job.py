@@ -147,8 +147,14 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
         from aldebaran.objectstore import ObjectStore
         from aldebaran.lease import acquire
 
-        lease = acquire(ObjectStore(load(ObjectStoreSettings)), settings.checkpoint, settings.query_name,
-                        settings.lease_seconds, wait_seconds=settings.lease_wait_seconds)
+        store = ObjectStore(load(ObjectStoreSettings))
+        if settings.standby:
+            from aldebaran.audit.sparkjob.standby import wait_for_lease
+
+            lease = wait_for_lease(spark, settings, kafka or load(KafkaSettings), store)
+        else:
+            lease = acquire(store, settings.checkpoint, settings.query_name, settings.lease_seconds,
+                            wait_seconds=settings.lease_wait_seconds)
     try:
         query, writer, listener = build_query(spark, settings, on_batch=on_batch,
                                               guard=lease.check if lease else None, kafka=kafka)

@@ -204,6 +204,9 @@ def _handle(conn: socket.socket) -> bool:
             if request == "stop":
                 _send(f, pickle.dumps(("ok", [])))
                 return False
+            if request[0] == "warm":  # a standby auditor's prefetch: the shard's latest version, cached
+                _send(f, pickle.dumps(("ok", _warm(*request[1:]))))
+                return True
             ctx, batch_id, partitions, parser, shard = request
             reader = pa.ipc.open_stream(f)
             reply = ("ok", process(ctx, batch_id, partitions, parser, shard, iter(reader)))
@@ -215,6 +218,55 @@ def _handle(conn: socket.socket) -> bool:
                         pass
         _send(f, pickle.dumps(reply))
         return True
+
+
+def _warm(ctx, shard: int, version: int | None = None) -> dict:
+    """Load the shard at `version` (the auditor's last committed batch), or its latest version if None or
+    not written yet, into this process's cache."""
+    from aldebaran.audit.sparkjob.copartitioned import _store
+    from aldebaran.audit.state.files import versions
+
+    store = _store(ctx, shard)
+    deltas, snapshots = versions(store.files)
+    written = [*deltas, *snapshots]
+    latest = version if version is not None and version in written else max(written, default=None)
+    if latest is None:
+        return {"shard": shard, "version": None, "books": 0, "loaded": "none"}
+    try:
+        books = len(store.load(latest).books)
+    except FileNotFoundError:  # the active auditor is cleaning up old versions: next time
+        return {"shard": shard, "version": None, "books": 0, "loaded": "retry"}
+    return {"shard": shard, "version": latest, "books": books, "loaded": store.loaded}
+
+
+WARM_SCHEMA = "shard int, version long, books long, loaded string"
+
+
+def warm_function(ctx, version: int | None = None):
+    """mapInArrow body for a standby auditor, over a DataFrame of shard ids (column ``id``): each shard's
+    host on this executor (started if needed) loads the shard at `version`, the last batch Spark committed,
+    and keeps it cached, so a takeover's first batch (the next one) finds its books in memory instead of
+    loading them cold. (A version the active wrote for a batch Spark never committed would not do: that
+    batch runs again and asks for the version before it.) It runs as a mapInArrow task on purpose: the
+    query's tasks are such tasks, so the same kind of Python worker (forked, imports done) waits for them."""
+
+    def run(batches):
+        import pyarrow as pa
+
+        anchor = executor_pid()
+        for rb in batches:
+            for shard in rb.column("id").to_pylist():
+                path = socket_path(ctx.state_root, shard, anchor)
+                sock = _connect(path) or _start(path, anchor, ctx.host_idle_seconds)
+                with sock, sock.makefile("rwb") as f:
+                    _send(f, pickle.dumps(("warm", ctx, shard, version)))
+                    status, payload = pickle.loads(_recv(f))
+                if status != "ok":
+                    raise RuntimeError(f"shard {shard} host ({path}) failed to warm:\n{payload}")
+                yield pa.RecordBatch.from_pylist([payload], schema=pa.schema([
+                    ("shard", pa.int32()), ("version", pa.int64()), ("books", pa.int64()), ("loaded", pa.string())]))
+
+    return run
 
 
 def stop_function(state_root: str):

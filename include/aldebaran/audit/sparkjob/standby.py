@@ -1,0 +1,107 @@
+"""A warm standby auditor (``ALDEBARAN_AUDIT_STANDBY``, ``aldebaran auditor run --standby true``).
+
+It is an auditor started before it is needed: its JVM and Spark session are up, its Python imported,
+and it waits on the checkpoint's lease (:mod:`aldebaran.lease`) instead of failing when another auditor
+holds it. Every ``standby_refresh_seconds`` it also prefetches the books: with the co-partitioned plan
+and dedicated shard hosts (the default for keyed topics) it asks each shard's host on its own executor
+to load the shard's latest version (:func:`aldebaran.audit.sparkjob.shardhost.warm_function`); the
+query it starts on takeover runs its tasks on the same executor, so its first batch finds the books
+in memory, a few deltas behind at most. Other plans keep books in Spark's Python workers, which a
+prefetch cannot aim at: there it only waits.
+
+Takeover is the lease's: at once when the holder died on this host (its pid is gone), else once the
+holder's lease has expired (``ALDEBARAN_AUDIT_LEASE_SECONDS``; the failover on another host takes up to
+that long). Fencing is the lease's too: the old active, if it is merely slow, cannot commit a batch
+once its renewal fails (``Lease.check`` before every batch).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+
+from aldebaran.exceptions import AldebaranError, LeaseHeld
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.25  # how often the lease is looked at while waiting
+
+
+def wait_for_lease(spark, settings, kafka, store):
+    """Wait (without limit) for the checkpoint's lease while a thread prefetches the books; returns the
+    Lease. The lease is looked at every POLL_SECONDS whatever the prefetch is doing."""
+    from aldebaran.lease import acquire
+
+    log.info("standby %s: Spark up; waiting for the lease on %s (books prefetched every %.0fs)",
+             settings.query_name, settings.checkpoint, settings.standby_refresh_seconds)
+    done = threading.Event()
+    warmer = threading.Thread(target=_prefetch_loop, args=(spark, settings, kafka, done), daemon=True,
+                              name="aldebaran-standby-prefetch")
+    warmer.start()
+    t0 = time.monotonic()
+    try:
+        while True:
+            try:
+                lease = acquire(store, settings.checkpoint, settings.query_name, settings.lease_seconds,
+                                wait_seconds=3600.0, poll=POLL_SECONDS)
+            except LeaseHeld:
+                continue
+            log.info("standby %s: lease taken after %.1fs on standby: taking over", settings.query_name,
+                     time.monotonic() - t0)
+            return lease
+    finally:
+        done.set()
+
+
+def _prefetch_loop(spark, settings, kafka, done: threading.Event) -> None:
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    last: list = []
+    while not done.is_set():
+        try:
+            warmed = prefetch(spark, settings, kafka)
+        except (Py4JError, PySparkException, AldebaranError, OSError, RuntimeError) as exc:
+            # Only a cost: the takeover's first batch then loads the books cold.
+            log.warning("standby %s: prefetch failed (%s); the takeover would load the books cold",
+                        settings.query_name, exc)
+            warmed = []
+        summary = [(w["shard"], w["version"]) for w in warmed]
+        if summary != last:
+            log.info("standby %s: books prefetched %s", settings.query_name, json.dumps(warmed))
+            last = summary
+        done.wait(settings.standby_refresh_seconds)
+
+
+def prefetch(spark, settings, kafka) -> list[dict]:
+    """Each shard's version of the last committed batch loaded in its host on this executor (co-partitioned
+    plan, dedicated hosts); [] for other plans or a checkpoint with no books yet."""
+    from aldebaran.audit.sparkjob.batch import batch_context
+    from aldebaran.audit.sparkjob.plans import read_recorded
+    from aldebaran.audit.sparkjob.shardhost import WARM_SCHEMA, warm_function
+
+    ctx = batch_context(settings, kafka)
+    plan = read_recorded(ctx.state_root)
+    if plan is None or plan.name != "copartitioned" or settings.shard_host != "dedicated":
+        return []
+    shards = spark.range(0, plan.shards, 1, plan.shards)
+    version = last_committed(settings.checkpoint)
+    return [r.asDict() for r in shards.mapInArrow(warm_function(ctx, version), WARM_SCHEMA).collect()]
+
+
+def last_committed(checkpoint: str) -> int | None:
+    """The id of the last batch the Spark checkpoint's commit log holds (None: none yet)."""
+    root = checkpoint.rstrip("/") + "/spark/commits"
+    if root.startswith(("s3://", "s3a://")):
+        from aldebaran.settings import ObjectStoreSettings, load
+        from aldebaran.storage import S3Store
+
+        bucket, _, prefix = root.split("://", 1)[1].partition("/")
+        names = [o["Key"].rsplit("/", 1)[-1] for o in S3Store(load(ObjectStoreSettings, bucket=bucket)).list(prefix + "/")]
+    else:
+        path = Path(root.removeprefix("file://"))
+        names = [p.name for p in path.iterdir()] if path.is_dir() else []
+    return max((int(n) for n in names if n.isdigit()), default=None)
