@@ -48,8 +48,6 @@ def _services_ha(args: argparse.Namespace) -> int:
               f"Airflow: http://127.0.0.1:{ha.LAYOUT.airflow_port} (admin, password in {ha.env_path().name})")
     elif args.action == "down":
         ha.down(names)
-        if not names:
-            ha.check_down()
     elif args.action == "kill":
         if not names:
             raise SystemExit("services kill --ha: name the members to kill (services status --ha lists them)")
@@ -58,9 +56,10 @@ def _services_ha(args: argparse.Namespace) -> int:
     else:
         rows = ha.status(names)
         _print_status(rows)
-        rss = ha.rss()
+        usage = ha.usage()
+        rss, pss = (sum(u[i] for u in usage.values()) / 2**20 for i in (0, 1))
         print(f"\n{sum(r.running for r in rows)}/{len(rows)} running, {sum(r.healthy for r in rows)} healthy; "
-              f"resident memory {sum(rss.values()) / 2**20:,.0f} MiB")
+              f"memory: RSS {rss:,.0f} MiB summed over processes, PSS {pss:,.0f} MiB (shared pages counted once)")
     return 0
 
 

@@ -18,7 +18,7 @@ import os
 import time
 
 from aldebaran.exceptions import ServiceError
-from aldebaran_lab.services.base import Service, Status
+from aldebaran_lab.services.base import Service, Status, pid_alive
 from aldebaran_lab.services.ha.profile import DB_NAME, DB_USER, LAYOUT, POSTGRES_PASSWORD, Layout, ensure_env, env_path, read_env, root
 
 log = logging.getLogger(__name__)
@@ -127,14 +127,23 @@ def kill(name: str, layout: Layout = LAYOUT) -> None:
 
 
 def down(only: tuple[str, ...] = (), layout: Layout = LAYOUT) -> None:
-    """Stop the members (default: all), dependents first; a group's members are signalled together."""
+    """Stop the members (default: all), dependents first; a group's members are signalled together. Raises
+    if any process of a stopped member (its group and descendants, noted before the stop) is left."""
     values = read_env()
     wanted = set(only or names(layout))
+    processes: set[int] = set()
     for group, members in reversed(layout.groups().items()):
         chosen = [member(n, layout, values) for n in members if n in wanted]
+        for m in chosen:
+            if (pid := m.pid()) is not None:
+                processes |= member_pids(pid)
         pending = [(m, pid) for m in chosen if (pid := m.request_stop()) is not None]
         for m, pid in pending:
             m.wait_stopped(pid)
+    time.sleep(0.5)  # backends notice their postmaster's exit
+    left = sorted(p for p in processes if pid_alive(p))
+    if left:
+        raise ServiceError(f"HA profile: processes left after stopping: {left}")
 
 
 def status(only: tuple[str, ...] = (), layout: Layout = LAYOUT) -> list[Status]:
@@ -142,38 +151,53 @@ def status(only: tuple[str, ...] = (), layout: Layout = LAYOUT) -> list[Status]:
     return [member(n, layout, values).status() for n in (only or names(layout))]
 
 
-def group_rss(pgid: int) -> int:
-    """Resident bytes of every process in a process group (a member and its children)."""
-    total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                if int(fh.read().rsplit(")", 1)[1].split()[2]) != pgid:
-                    continue
-            with open(f"/proc/{entry}/status") as fh:
-                total += next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
-        except (FileNotFoundError, ProcessLookupError, IndexError, StopIteration, ValueError):
-            continue
-    return total
-
-
-def rss(layout: Layout = LAYOUT) -> dict[str, int]:
-    """Resident bytes per running member (its whole process group)."""
+def _processes() -> dict[int, tuple[int, int]]:
+    """pid -> (ppid, pgid) of every live process."""
     out = {}
-    for s in status(layout=layout):
-        if s.pid is not None:
-            out[s.name] = group_rss(s.pid)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+                out[int(entry)] = (int(fields[1]), int(fields[2]))
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                continue
     return out
 
 
-def check_down(layout: Layout = LAYOUT) -> None:
-    """Raise if any member still has a live process group (after `down`)."""
-    left = [m.name for m in (member(n, layout) for n in names(layout)) if m.running()]
-    if left:
-        raise ServiceError(f"HA members still running: {', '.join(left)}")
+def member_pids(pid: int) -> set[int]:
+    """A member's processes: its process group and every descendant (Postgres' backends call setsid)."""
+    procs = _processes()
+    found = {p for p, (_, pgid) in procs.items() if pgid == pid} | ({pid} if pid in procs else set())
+    grew = True
+    while grew:
+        more = {p for p, (ppid, _) in procs.items() if ppid in found and p not in found}
+        found |= more
+        grew = bool(more)
+    return found
 
 
-__all__ = ["LAYOUT", "Layout", "check_down", "down", "env_path", "kill", "member", "names", "root", "rss",
-           "start", "status", "up"]
+def memory(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) bytes of a member's processes. RSS counts pages its forked workers share once per
+    process; PSS splits each shared page among its sharers, so PSS sums to what the machine spends."""
+    rss = pss = 0
+    for p in member_pids(pid):
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as fh:
+                for line in fh:
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1]) * 1024
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1]) * 1024
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return rss, pss
+
+
+def usage(layout: Layout = LAYOUT) -> dict[str, tuple[int, int]]:
+    """(RSS, PSS) bytes per running member."""
+    return {s.name: memory(s.pid) for s in status(layout=layout) if s.pid is not None}
+
+
+__all__ = ["LAYOUT", "Layout", "down", "env_path", "kill", "member", "memory", "names", "root",
+           "start", "status", "up", "usage"]
