@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV  := .venv
 ALD   := $(VENV)/bin/aldebaran
 
-.PHONY: help setup setup-ha up up-cluster up-ha down down-ha status status-ha demo test test-unit chaos chaos-short clean bench bench-quick
+.PHONY: help setup setup-ha up up-cluster up-ha down down-ha status status-ha demo test test-unit test-ha chaos chaos-short clean bench bench-quick
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -54,6 +54,9 @@ bench-quick: setup  ## every benchmark small (< 5 min), asserts correctness only
 chaos: setup  ## reliability campaigns, full size (~30 min; shared services up; tables into docs/reliability.md)
 	@$(ALD) services up
 	@$(ALD) chaos all $(CHAOS_ARGS)
+
+test-ha: setup-ha  ## bring the HA profile up in a private run dir, kill one member of each quorum, bring it down (~3 min)
+	@$(VENV)/bin/pytest tests/integration/test_ha_profile.py -m ha $(PYTEST_ARGS)
 
 chaos-short: setup  ## the short Airflow triggerer/api-server campaigns left out of `make test` (~10 min, private services)
 	@$(VENV)/bin/pytest tests/integration/test_chaos.py -m campaign $(PYTEST_ARGS)
