@@ -5,12 +5,14 @@ core services); `make test-ha` runs it. Needs `make setup-ha` and the 19xxx port
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import time
 import uuid
 
 import pytest
 
+from aldebaran import paths
 from aldebaran_lab.services import ha
 from aldebaran_lab.services.base import port_open
 from aldebaran_lab.services.ha.members import kafka_settings
@@ -30,11 +32,15 @@ def assert_eventually(check, timeout: float, what: str, interval: float = 1.0):
 
 
 @pytest.fixture(scope="module")
-def profile(tmp_path_factory):
-    """A fresh HA profile in a private run dir and env file; stopped (and checked empty) at the end."""
+def profile():
+    """A fresh HA profile in a private run dir and env file; stopped (and checked empty) at the end.
+
+    The run dir is under the work tree's .run, not pytest's tmp_path: Postgres runs as the `postgres` OS
+    user when the tests run as root, and pytest's temporary root is private to its owner (mode 0700)."""
     if any(port_open("127.0.0.1", p) for p in (*ha.LAYOUT.kafka_ports, ha.LAYOUT.postgres_port, ha.LAYOUT.airflow_port)):
         pytest.skip("an HA profile (or something else) already holds the 19xxx ports")
-    run = tmp_path_factory.mktemp("ha-run")
+    run = paths.ROOT / ".run" / f"ha-test-{uuid.uuid4().hex[:8]}"
+    run.mkdir(parents=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ALDEBARAN_RUN_DIR", str(run))
         mp.setenv("ALDEBARAN_ENV_FILE", str(run / ".env"))
@@ -43,6 +49,7 @@ def profile(tmp_path_factory):
             yield seconds
         finally:
             ha.down()  # raises if a process of a member is left
+            shutil.rmtree(run)
 
 
 def roundtrip(tag: str) -> None:

@@ -98,7 +98,10 @@ class Postgres(Service):
     def _run(self, args: list[str]) -> None:
         result = subprocess.run(args, capture_output=True, text=True, cwd=self.home, **self._as_user())
         if result.returncode != 0:
-            raise ServiceError(f"postgres: {Path(args[0]).name} failed ({result.returncode}): {result.stderr[-2000:]}")
+            hint = (f"\n(running as the `{OS_USER}` OS user: every parent of {self.home} must be searchable by it; "
+                    "a private temporary directory (mode 0700) is not)" if "Permission denied" in result.stderr else "")
+            raise ServiceError(
+                f"postgres: {Path(args[0]).name} failed ({result.returncode}): {result.stderr[-2000:]}{hint}")
 
     def command(self) -> list[str]:
         return [str(bindir() / "postgres"), "-D", str(self.data),
