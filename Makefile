@@ -61,5 +61,5 @@ test-ha: setup-ha  ## bring the HA profile up in a private run dir, kill one mem
 chaos-short: setup  ## the short Airflow triggerer/api-server campaigns left out of `make test` (~10 min, private services)
 	@$(VENV)/bin/pytest tests/integration/test_chaos.py -m campaign $(PYTEST_ARGS)
 
-clean: down  ## stop services and delete local service data (.run)
+clean: down down-ha  ## stop services (core and HA) and delete local service data (.run)
 	rm -rf .run
