@@ -59,8 +59,6 @@ class Postgres(Service):
     def __init__(self, *, root: Path, port: int, user: str, password: str, database: str,
                  host: str = "127.0.0.1") -> None:
         super().__init__(root)
-        if not password:
-            raise ConfigError("the HA profile's Postgres password is empty (ALDEBARAN_HA_POSTGRES_PASSWORD in .env.ha)")
         self.host, self.port, self.user, self.password, self.database = host, port, user, password, database
         self.address = f"{host}:{port}"
         self.data = self.home / "data"
@@ -80,6 +78,8 @@ class Postgres(Service):
                 shutil.chown(p, pw.pw_uid, pw.pw_gid)
 
     def prepare(self) -> None:
+        if not self.password:
+            raise ConfigError("the Postgres password is empty (the HA profile's: ALDEBARAN_HA_POSTGRES_PASSWORD in .env.ha)")
         self.sockets.mkdir(parents=True, exist_ok=True)
         self._chown(self.home, self.sockets)
         if (self.data / "PG_VERSION").exists():

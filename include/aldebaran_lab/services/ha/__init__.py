@@ -100,11 +100,10 @@ def up(only: tuple[str, ...] = (), layout: Layout = LAYOUT) -> float:
         if group == "postgres":
             chosen[0].start()
         elif group == "airflow":
-            from aldebaran_lab.services.ha.airflow import AirflowPart
+            from aldebaran_lab.services.ha.airflow import migrate
 
-            if not any(m.running() for m in (member(n, layout, values) for n in members)):
-                assert isinstance(chosen[0], AirflowPart)
-                chosen[0].migrate()  # first component of a cold start: the schema before any of them
+            if not any(member(n, layout, values).running() for n in members):
+                migrate(layout, values, root())  # no component runs yet: the schema before any of them
             # The api-server first: the others' health is read from it.
             chosen.sort(key=lambda m: m.name != "airflow-api-server")
             _start_group(chosen)

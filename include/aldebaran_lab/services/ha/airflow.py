@@ -74,6 +74,17 @@ def component_ports(name: str, layout: Layout) -> dict[str, str]:
     return {}
 
 
+def migrate(layout: Layout, values: dict[str, str], root: Path) -> None:
+    """`airflow db migrate` on the HA Postgres (idempotent; the first run creates the schema)."""
+    part = AirflowPart("airflow-api-server", root=root, layout=layout, values=values)
+    part.airflow_home.mkdir(parents=True, exist_ok=True)
+    log.info("airflow: db migrate on the HA Postgres")
+    result = subprocess.run([str(paths.venv_bin("airflow")), "db", "migrate"], env=part.environment(),
+                            cwd=part.airflow_home, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ServiceError(f"airflow db migrate failed ({result.returncode}): {result.stderr[-2000:]}")
+
+
 class AirflowPart(Service):
     """One Airflow component: ``airflow-api-server``, ``airflow-dag-processor``, ``airflow-scheduler-<i>``
     or ``airflow-triggerer-<i>``."""
@@ -115,15 +126,6 @@ class AirflowPart(Service):
             passwords = self.airflow_home / "passwords.json"
             passwords.write_text(json.dumps({"admin": password}))
             os.chmod(passwords, 0o600)
-
-    def migrate(self) -> None:
-        """`airflow db migrate` on the HA Postgres (idempotent; the first run creates the schema)."""
-        self.airflow_home.mkdir(parents=True, exist_ok=True)
-        log.info("airflow: db migrate on the HA Postgres")
-        result = subprocess.run([str(paths.venv_bin("airflow")), "db", "migrate"], env=self.environment(),
-                                cwd=self.airflow_home, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise ServiceError(f"airflow db migrate failed ({result.returncode}): {result.stderr[-2000:]}")
 
     def _get(self, url: str) -> tuple[int, bytes] | None:
         try:
