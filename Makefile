@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV  := .venv
 ALD   := $(VENV)/bin/aldebaran
 
-.PHONY: help setup up up-cluster down status demo test test-unit chaos chaos-short clean bench bench-quick
+.PHONY: help setup setup-ha up up-cluster up-ha down down-ha status status-ha demo test test-unit test-ha chaos chaos-short clean bench bench-quick
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -16,6 +16,18 @@ up: setup  ## start Kafka, MinIO and Airflow on 127.0.0.1 (credentials generated
 
 up-cluster: setup  ## also start a Spark standalone master and two workers
 	@$(ALD) services up --cluster
+
+setup-ha:  ## setup, plus what only the HA profile needs (psycopg2; Debian's postgresql via apt if absent)
+	@bash scripts/setup.sh --ha
+
+up-ha: setup-ha  ## the HA profile: 3 Kafka brokers, 4 MinIO nodes, Airflow on Postgres (2 schedulers, 2 triggerers), Spark master + 2 workers
+	@$(ALD) services up --ha
+
+down-ha:  ## stop every member of the HA profile
+	@if [ -x $(ALD) ]; then $(ALD) services down --ha; fi
+
+status-ha:  ## one line per HA member, and the profile's resident memory
+	@$(ALD) services status --ha
 
 down:  ## stop every service started by `make up`
 	@if [ -x $(ALD) ]; then $(ALD) services down; fi
@@ -43,8 +55,11 @@ chaos: setup  ## reliability campaigns, full size (~30 min; shared services up; 
 	@$(ALD) services up
 	@$(ALD) chaos all $(CHAOS_ARGS)
 
+test-ha: setup-ha  ## bring the HA profile up in a private run dir, kill one member of each quorum, bring it down (~3 min)
+	@$(VENV)/bin/pytest tests/integration/test_ha_profile.py -m ha $(PYTEST_ARGS)
+
 chaos-short: setup  ## the short Airflow triggerer/api-server campaigns left out of `make test` (~10 min, private services)
 	@$(VENV)/bin/pytest tests/integration/test_chaos.py -m campaign $(PYTEST_ARGS)
 
-clean: down  ## stop services and delete local service data (.run)
+clean: down down-ha  ## stop services (core and HA) and delete local service data (.run)
 	rm -rf .run

@@ -7,6 +7,9 @@
 #   jars/<pom name>-<hash of the pom>/                  Maven-resolved jar sets (setup/maven/*.xml)
 #   minio/<version>/bin/minio                          MinIO server built with `go install`
 #
+# `setup.sh --ha` (make setup-ha) adds what only the HA profile needs: psycopg2 in the venv
+# (requirements-ha.txt) and Debian's `postgresql` server package (apt-get, as root, only if absent).
+#
 # Progress: each step prints "[i/N] name", and its time and the total when it ends. While a step runs
 # (a cold pip install, Maven resolve or Go build takes minutes), a line every $ALDEBARAN_SETUP_TICK
 # seconds (default 30) says it is still going; steps that find their result cached skip the work.
@@ -21,7 +24,14 @@ source "$ROOT/setup/versions.env"
 MAVEN_SETS=(kafka-broker spark-kafka spark-s3a)
 
 TICK="${ALDEBARAN_SETUP_TICK:-30}"
-STEPS=4  # the step calls at the end of this script
+HA=0
+for arg in "$@"; do
+  case "$arg" in
+    --ha) HA=1 ;;
+    *) echo "setup: unknown argument $arg (only --ha)" >&2; exit 2 ;;
+  esac
+done
+STEPS=$((4 + HA))  # the step calls at the end of this script
 
 mkdir -p "$CACHE"
 total_start=$EPOCHREALTIME
@@ -126,8 +136,35 @@ minio_server() {
   "$dir/minio" --version | head -1
 }
 
+ha_extras() {
+  if "$ROOT/.venv/bin/python" -c 'import psycopg2, asyncpg' 2>/dev/null; then
+    echo "    psycopg2, asyncpg in the venv"
+  else
+    echo "    pip install -r requirements-ha.txt"
+    "$ROOT/.venv/bin/pip" install --quiet --progress-bar off -r "$ROOT/requirements-ha.txt" -c "$ROOT/constraints.txt"
+  fi
+  if compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null; then
+    echo "    postgres: $(ls -d /usr/lib/postgresql/*/bin | tail -1)"
+    return
+  fi
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+    echo "setup: the HA profile needs PostgreSQL's server; install Debian's package: sudo apt-get install postgresql" >&2
+    exit 1
+  fi
+  # The profile runs its own server under the run directory: keep Debian from creating (and starting) its
+  # default cluster on port 5432 as the package installs.
+  if [ ! -e /etc/postgresql-common/createcluster.conf ]; then
+    mkdir -p /etc/postgresql-common
+    echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.conf
+  fi
+  echo "    apt-get install postgresql (Debian's package)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    -o Dpkg::Options::=--force-confold postgresql >/dev/null
+}
+
 step "tools" check_tools
 step "python venv" python_venv
 step "maven jars" maven_jars
 step "minio" minio_server
+if [ "$HA" -eq 1 ]; then step "ha extras: psycopg2, asyncpg, postgresql" ha_extras; fi
 echo "==> setup complete in $(since "$total_start") (cache: $CACHE)"

@@ -22,7 +22,7 @@ def ensure_topics(settings: KafkaSettings, topics: list[str] | None = None, part
         NewTopic(
             t,
             num_partitions=partitions or settings.partitions,
-            replication_factor=1,
+            replication_factor=settings.replication_factor,
             config={"max.message.bytes": str(
                 settings.dlq_record_bytes if t == settings.dlq_topic else settings.max_message_bytes)},
         )

@@ -33,6 +33,11 @@ class KafkaSettings(BaseSettings):
         "127.0.0.1:9092", min_length=1, description="ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS: host:port[,host:port]"
     )
     partitions: int = Field(2, ge=1, le=1024, description="ALDEBARAN_KAFKA_PARTITIONS: partitions of new topics")
+    replication_factor: int = Field(
+        1, ge=1, le=32,
+        description="ALDEBARAN_KAFKA_REPLICATION_FACTOR: replicas of each topic Aldebaran creates (HA profile: 3, "
+                    "with the brokers' min.insync.replicas 2; producers are idempotent, so acks=all)",
+    )
     trades_topic: str = Field("trades", pattern=TOPIC_PATTERN, description="ALDEBARAN_KAFKA_TRADES_TOPIC: input trades (PR and P events as JSON)")
     alerts_topic: str = Field("alerts", pattern=TOPIC_PATTERN, description="ALDEBARAN_KAFKA_ALERTS_TOPIC: alerts out (key = alert_id)")
     dlq_topic: str = Field("trades.dlq", pattern=TOPIC_PATTERN, description="ALDEBARAN_KAFKA_DLQ_TOPIC: rejected input with reason, partition and offset")

@@ -8,6 +8,7 @@ from aldebaran import envfile
 
 USAGE = """\
     aldebaran services up|down|status|kill [NAME ...]   local Kafka, MinIO, Airflow (+ Spark cluster)
+    aldebaran services up|down|status|kill --ha [MEMBER ...]  the HA profile (make up-ha), per member
     aldebaran demo [--stop]                            the platform end to end through Airflow (make demo)
     aldebaran chaos kill-auditor|failover|kill-dispatch|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|all
                                                        reliability campaigns (make chaos)
@@ -17,6 +18,8 @@ USAGE = """\
 def cmd_services(args: argparse.Namespace) -> int:
     from aldebaran_lab import services
 
+    if args.ha:
+        return _services_ha(args)
     names = tuple(args.names) or None
     if args.action == "up":
         envfile.load_env(create=True)
@@ -37,13 +40,40 @@ def cmd_services(args: argparse.Namespace) -> int:
     return 0
 
 
+def _services_ha(args: argparse.Namespace) -> int:
+    from aldebaran_lab.services import ha
+
+    names = tuple(args.names)
+    if args.action == "up":
+        seconds = ha.up(names)
+        _print_status(ha.status(names))
+        print(f"\nHA profile up in {seconds:.0f} s. Point any aldebaran command at it with\n"
+              f"  ALDEBARAN_ENV_FILE={ha.env_path()} aldebaran ...\n"
+              f"Airflow: http://127.0.0.1:{ha.LAYOUT.airflow_port} (admin, password in {ha.env_path().name})")
+    elif args.action == "down":
+        ha.down(names)
+    elif args.action == "kill":
+        if not names:
+            raise SystemExit("services kill --ha: name the members to kill (services status --ha lists them)")
+        for name in names:
+            ha.kill(name)
+    else:
+        rows = ha.status(names)
+        _print_status(rows)
+        usage = ha.usage()
+        rss, pss = (sum(u[i] for u in usage.values()) / 2**20 for i in (0, 1))
+        print(f"\n{sum(r.running for r in rows)}/{len(rows)} running, {sum(r.healthy for r in rows)} healthy; "
+              f"memory: RSS {rss:,.0f} MiB summed over processes, PSS {pss:,.0f} MiB (shared pages counted once)")
+    return 0
+
+
 def _print_status(rows) -> None:
-    header = f"{'service':<16} {'pid':>7}  {'running':<8} {'healthy':<8} {'address':<24} log"
+    header = f"{'service':<22} {'pid':>7}  {'running':<8} {'healthy':<8} {'address':<24} log"
     print(header)
     print("-" * len(header))
     for r in rows:
         print(
-            f"{r.name:<16} {r.pid or '-':>7}  {'yes' if r.running else 'no':<8} "
+            f"{r.name:<22} {r.pid or '-':>7}  {'yes' if r.running else 'no':<8} "
             f"{'yes' if r.healthy else 'no':<8} {r.address:<24} {r.log}"
         )
 
@@ -72,6 +102,9 @@ def register(sub) -> None:
     s.add_argument("action", choices=["up", "down", "status", "kill"])
     s.add_argument("names", nargs="*", help="services (default: minio kafka airflow; down/status: all)")
     s.add_argument("--cluster", action="store_true", help="with `up`: also a Spark master and two workers")
+    s.add_argument("--ha", action="store_true",
+                   help="the HA profile (3 Kafka brokers, 4 MinIO nodes, Airflow on Postgres with 2 schedulers and 2 "
+                        "triggerers, Spark master + 2 workers) under <run dir>/ha; NAMEs are its members")
     s.set_defaults(func=cmd_services)
 
     dm = sub.add_parser("demo", help="the platform end to end through Airflow, on the running local services")

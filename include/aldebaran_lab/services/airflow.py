@@ -20,7 +20,7 @@ from aldebaran_lab.services.base import Service
 log = logging.getLogger(__name__)
 
 
-def connections_env() -> dict[str, str]:
+def connections_env(kafka: KafkaSettings | None = None, spark_master: str | None = None) -> dict[str, str]:
     """AIRFLOW_CONN_* for the Airflow connections the DAGs name, derived from the Aldebaran settings:
     ``kafka_alerts_watcher`` (alert_dispatch's AssetWatcher) and ``spark_default`` (SparkSubmitOperator).
 
@@ -29,9 +29,10 @@ def connections_env() -> dict[str, str]:
     spark-submit, the streaming dispatchers), so it takes ALDEBARAN_S3_* / ALDEBARAN_KAFKA_* everywhere;
     a second copy in Airflow connections would only drift from them.
 
-    A variable already present in the environment (a real deployment's secret) wins.
+    A variable already present in the environment (a real deployment's secret) wins. ``kafka`` and
+    ``spark_master`` default to this process's settings (the HA profile passes its own).
     """
-    kafka = load(KafkaSettings)
+    kafka = kafka or load(KafkaSettings)
     conns = {
         # The alert watcher's own group: it only wakes the dispatch DAG, the dispatcher reads alerts itself.
         "AIRFLOW_CONN_KAFKA_ALERTS_WATCHER": {
@@ -41,7 +42,7 @@ def connections_env() -> dict[str, str]:
         },
         "AIRFLOW_CONN_SPARK_DEFAULT": {
             "conn_type": "spark",
-            "host": os.environ.get("ALDEBARAN_SPARK_MASTER", "local[*]"),
+            "host": spark_master or os.environ.get("ALDEBARAN_SPARK_MASTER", "local[*]"),
             "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"},
         },
     }

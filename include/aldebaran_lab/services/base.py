@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -46,6 +47,14 @@ def tail(path: Path, lines: int = 25) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -68,10 +77,12 @@ class Service:
     stop_timeout: float = 30.0
     stop_signal: int = signal.SIGTERM
 
-    def __init__(self) -> None:
-        self.home = paths.run_dir() / self.name
-        self.pidfile = paths.pid_file(self.name)
-        self.logfile = paths.run_dir() / "logs" / f"{self.name}.log"
+    def __init__(self, root: Path | None = None) -> None:
+        # root: the run-dir subtree of a profile (the HA profile keeps its members under <run dir>/ha).
+        root = root or paths.run_dir()
+        self.home = root / self.name
+        self.pidfile = self.home / f"{self.name}.pid"
+        self.logfile = root / "logs" / f"{self.name}.log"
 
     # --- to implement -------------------------------------------------------------------
     def command(self) -> list[str]:
@@ -89,6 +100,10 @@ class Service:
     def after_start(self) -> None:
         """Provision (topics, buckets, ...) once healthy; must be idempotent."""
 
+    def popen_options(self) -> dict:
+        """Extra subprocess.Popen arguments (Postgres runs as its own OS user when started by root)."""
+        return {}
+
     # --- lifecycle ----------------------------------------------------------------------
     def pid(self) -> int | None:
         try:
@@ -101,33 +116,38 @@ class Service:
         return self.pid() is not None
 
     def start(self, timeout: float | None = None) -> None:
-        timeout = timeout or self.start_timeout
+        self.launch()
+        self.wait_healthy(timeout or self.start_timeout)
+        self.after_start()
+
+    def launch(self) -> None:
+        """Start the process without waiting for it to be healthy (members of a quorum start together:
+        one Kafka controller or MinIO node alone never becomes healthy)."""
         if self.running():
             log.info("%s: already running (pid %s)", self.name, self.pid())
-        else:
-            if self.healthy():
-                raise ServiceError(
-                    f"{self.name}: something else already answers on {self.address} "
-                    f"(no PID file at {self.pidfile}); stop it first"
-                )
-            self.home.mkdir(parents=True, exist_ok=True)
-            self.logfile.parent.mkdir(parents=True, exist_ok=True)
-            self.prepare()
-            log.info("%s: starting on %s (log %s)", self.name, self.address, self.logfile)
-            with open(self.logfile, "ab") as out:
-                proc = subprocess.Popen(
-                    self.command(),
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    env=self.environment(),
-                    cwd=self.home,
-                    start_new_session=True,  # own process group: stopped as a whole
-                    preexec_fn=_reset_signals,
-                )
-            self.pidfile.write_text(f"{proc.pid}\n")
-        self.wait_healthy(timeout)
-        self.after_start()
+            return
+        if self.healthy():
+            raise ServiceError(
+                f"{self.name}: something else already answers on {self.address} "
+                f"(no PID file at {self.pidfile}); stop it first"
+            )
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.logfile.parent.mkdir(parents=True, exist_ok=True)
+        self.prepare()
+        log.info("%s: starting on %s (log %s)", self.name, self.address, self.logfile)
+        with open(self.logfile, "ab") as out:
+            proc = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.environment(),
+                cwd=self.home,
+                start_new_session=True,  # own process group: stopped as a whole
+                preexec_fn=_reset_signals,
+                **self.popen_options(),
+            )
+        self.pidfile.write_text(f"{proc.pid}\n")
 
     def wait_healthy(self, timeout: float) -> None:
         t0 = time.monotonic()
@@ -146,14 +166,25 @@ class Service:
         )
 
     def stop(self, timeout: float | None = None) -> None:
-        timeout = timeout or self.stop_timeout
+        pid = self.request_stop()
+        if pid is not None:
+            self.wait_stopped(pid, timeout)
+
+    def request_stop(self) -> int | None:
+        """Send the stop signal to the process group; returns its pid (None: was not running). Members of a
+        quorum are all asked at once, then waited for: stopped one by one, the last Kafka broker waits for
+        controllers that are already gone."""
         pid = self.pid()
         if pid is None:
             self.pidfile.unlink(missing_ok=True)
             log.info("%s: not running", self.name)
-            return
+            return None
         log.info("%s: stopping pid %s", self.name, pid)
         self._signal_group(pid, self.stop_signal)
+        return pid
+
+    def wait_stopped(self, pid: int, timeout: float | None = None) -> None:
+        timeout = timeout or self.stop_timeout
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout and self._group_alive(pid):
             time.sleep(0.2)

@@ -6,6 +6,7 @@ import base64
 import logging
 import os
 import uuid
+from pathlib import Path
 
 from aldebaran import paths
 from aldebaran.exceptions import ServiceError
@@ -47,6 +48,43 @@ def new_cluster_id() -> str:
         if not cluster_id.startswith("-"):
             return cluster_id
 
+def server_properties(*, node_id: int, host: str, port: int, controller_port: int, data: Path,
+                      settings: KafkaSettings, quorum: str, replicas: int = 1, min_insync: int = 1) -> str:
+    """A combined broker+controller's server.properties. ``quorum`` names the controllers: the single
+    node's ``controller.quorum.bootstrap.servers`` (formatted ``--standalone``) or the HA profile's static
+    ``controller.quorum.voters``. ``replicas``/``min_insync`` apply to new topics and Kafka's internal ones."""
+    max_bytes = settings.dlq_record_bytes  # the largest topic limit (the DLQ's)
+    lines = [
+        "process.roles=broker,controller",
+        f"node.id={node_id}",
+        quorum,
+        f"listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
+        f"advertised.listeners=PLAINTEXT://{host}:{port}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        f"log.dirs={data}",
+        f"num.partitions={settings.partitions}",
+        f"default.replication.factor={replicas}",
+        f"min.insync.replicas={min_insync}",
+        f"offsets.topic.replication.factor={replicas}",
+        "offsets.topic.num.partitions=4",
+        f"transaction.state.log.replication.factor={replicas}",
+        f"transaction.state.log.min.isr={min_insync}",
+        f"share.coordinator.state.topic.replication.factor={replicas}",
+        f"share.coordinator.state.topic.min.isr={min_insync}",
+        "unclean.leader.election.enable=false",
+        "group.initial.rebalance.delay.ms=0",
+        "auto.create.topics.enable=false",
+        f"message.max.bytes={max_bytes}",
+        f"replica.fetch.max.bytes={max_bytes}",
+        "log.retention.hours=168",
+        "log.segment.bytes=268435456",
+        "",
+    ]
+    return "\n".join(lines)
+
+
 class Kafka(Service):
     name = "kafka"
     start_timeout = 90.0
@@ -71,34 +109,11 @@ class Kafka(Service):
     def prepare(self) -> None:
         self.data.mkdir(parents=True, exist_ok=True)
         (self.home / "log4j2.properties").write_text(LOG4J2)
-        max_bytes = self.settings.dlq_record_bytes  # the largest topic limit (the DLQ's)
         self.config.write_text(
-            "\n".join(
-                [
-                    "process.roles=broker,controller",
-                    "node.id=1",
-                    f"controller.quorum.bootstrap.servers={self.host}:{self.controller_port}",
-                    f"listeners=PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
-                    f"advertised.listeners=PLAINTEXT://{self.host}:{self.port}",
-                    "controller.listener.names=CONTROLLER",
-                    "inter.broker.listener.name=PLAINTEXT",
-                    "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-                    f"log.dirs={self.data}",
-                    f"num.partitions={self.settings.partitions}",
-                    "offsets.topic.replication.factor=1",
-                    "offsets.topic.num.partitions=4",
-                    "transaction.state.log.replication.factor=1",
-                    "transaction.state.log.min.isr=1",
-                    "share.coordinator.state.topic.replication.factor=1",
-                    "share.coordinator.state.topic.min.isr=1",
-                    "group.initial.rebalance.delay.ms=0",
-                    "auto.create.topics.enable=false",
-                    f"message.max.bytes={max_bytes}",
-                    f"replica.fetch.max.bytes={max_bytes}",
-                    "log.retention.hours=168",
-                    "log.segment.bytes=268435456",
-                    "",
-                ]
+            server_properties(
+                node_id=1, host=self.host, port=self.port, controller_port=self.controller_port,
+                data=self.data, settings=self.settings,
+                quorum=f"controller.quorum.bootstrap.servers={self.host}:{self.controller_port}",
             )
         )
         if not (self.data / "meta.properties").exists():
@@ -119,11 +134,13 @@ class Kafka(Service):
         if result.returncode != 0:
             raise ServiceError(f"kafka: {args[0]} failed ({result.returncode}): {result.stderr[-2000:]}")
 
+    def heap(self) -> list[str]:
+        return ["-Xms256m", os.environ.get("ALDEBARAN_KAFKA_HEAP", "-Xmx1g")]
+
     def command(self) -> list[str]:
         return [
             self.java(),
-            "-Xms256m",
-            os.environ.get("ALDEBARAN_KAFKA_HEAP", "-Xmx1g"),
+            *self.heap(),
             "-XX:+UseG1GC",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",

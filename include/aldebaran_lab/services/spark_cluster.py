@@ -1,21 +1,14 @@
 """Optional Spark standalone cluster (a master and N workers) from the pyspark wheel's spark-class,
-for proving that the auditor's state partitions across executors."""
+for proving that the auditor's state partitions across executors. The HA profile runs its own on other
+ports (services.ha)."""
 
 from __future__ import annotations
 
 import os
-import socket
+from pathlib import Path
 
 from aldebaran.spark import spark_env
-from aldebaran_lab.services.base import Service
-
-
-def _port_open(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=1):
-            return True
-    except OSError:
-        return False
+from aldebaran_lab.services.base import Service, port_open
 
 
 class SparkMaster(Service):
@@ -25,12 +18,15 @@ class SparkMaster(Service):
     port = 7077
     ui_port = 8081
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, root: Path | None = None, port: int | None = None, ui_port: int | None = None,
+                 daemon_env: dict[str, str] | None = None) -> None:
+        super().__init__(root)
+        self.port, self.ui_port = port or self.port, ui_port or self.ui_port
+        self.daemon_env = daemon_env or {}
         self.address = f"spark://{self.host}:{self.port}"
 
     def environment(self) -> dict[str, str]:
-        return spark_env()
+        return {**spark_env(), **self.daemon_env}
 
     def command(self) -> list[str]:
         return [
@@ -40,21 +36,25 @@ class SparkMaster(Service):
         ]
 
     def healthy(self) -> bool:
-        return _port_open(self.host, self.port) and _port_open(self.host, self.ui_port)
+        return port_open(self.host, self.port) and port_open(self.host, self.ui_port)
 
 
 class SparkWorker(Service):
     start_timeout = 60.0
 
-    def __init__(self, index: int = 1, cores: int = 1, memory: str = "2g") -> None:
+    def __init__(self, index: int = 1, cores: int = 1, memory: str = "2g", *, root: Path | None = None,
+                 master: str | None = None, ui_port: int | None = None,
+                 daemon_env: dict[str, str] | None = None) -> None:
         self.name = f"spark-worker-{index}"
-        super().__init__()
+        super().__init__(root)
         self.index, self.cores, self.memory = index, cores, memory
-        self.ui_port = 8081 + index
+        self.master = master or f"spark://{SparkMaster.host}:{SparkMaster.port}"
+        self.ui_port = ui_port or 8081 + index
+        self.daemon_env = daemon_env or {}
         self.address = f"127.0.0.1:{self.ui_port} (ui)"
 
     def environment(self) -> dict[str, str]:
-        env = spark_env()
+        env = {**spark_env(), **self.daemon_env}
         env["SPARK_WORKER_DIR"] = str(self.home / "work")
         return env
 
@@ -64,11 +64,11 @@ class SparkWorker(Service):
             "org.apache.spark.deploy.worker.Worker",
             "--host", "127.0.0.1", "--cores", str(self.cores), "--memory", self.memory,
             "--webui-port", str(self.ui_port), "--work-dir", str(self.home / "work"),
-            f"spark://{SparkMaster.host}:{SparkMaster.port}",
+            self.master,
         ]
 
     def healthy(self) -> bool:
-        return self.running() and _port_open("127.0.0.1", self.ui_port)
+        return self.running() and port_open("127.0.0.1", self.ui_port)
 
 
 def spark_class() -> str:
