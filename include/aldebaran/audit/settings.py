@@ -77,7 +77,7 @@ class AuditorSettings(BaseSettings):
         "lease while prefetching the books every standby_refresh_seconds; take over when the active auditor's "
         "lease ends (at once when it died on this host)")
     standby_refresh_seconds: float = Field(
-        5.0, gt=0, description="a standby's lease poll and book prefetch period")
+        5.0, gt=0, description="a standby's book prefetch period (the lease is looked at every 0.25 s)")
 
     @field_validator("rules")
     @classmethod
