@@ -75,6 +75,13 @@ def tick_source(spark, parsed_columns: list[str]):
 
 
 def build_query(spark, settings: AuditorSettings, on_batch=None, guard=None, kafka: KafkaSettings | None = None):
+    """The auditor's streaming query, started: (query, writer, listener)."""
+    return start_query(spark, *prepare_query(spark, settings, on_batch, guard, kafka))
+
+
+def prepare_query(spark, settings: AuditorSettings, on_batch=None, guard=None, kafka: KafkaSettings | None = None):
+    """Everything of the query but its start (a standby does this before it holds the lease):
+    (DataStreamWriter, BatchWriter, heartbeat listener)."""
     from aldebaran.audit.sparkjob import plans
     from aldebaran.audit.archive import Archive
     from aldebaran.audit.rules import resolve
@@ -104,7 +111,6 @@ def build_query(spark, settings: AuditorSettings, on_batch=None, guard=None, kaf
     from aldebaran.audit.heartbeat import make_listener
 
     listener = make_listener(store, settings.query_name, lambda batch_id: writer.recent.get(batch_id))
-    spark.streams.addListener(listener)
     stream = (
         parsed.writeStream.queryName(settings.query_name)
         .option("checkpointLocation", settings.checkpoint.rstrip("/") + "/spark")
@@ -114,6 +120,11 @@ def build_query(spark, settings: AuditorSettings, on_batch=None, guard=None, kaf
         stream = stream.trigger(availableNow=True)
     else:
         stream = stream.trigger(processingTime=settings.trigger_interval)
+    return stream, writer, listener
+
+
+def start_query(spark, stream, writer, listener):
+    spark.streams.addListener(listener)
     try:
         return stream.start(), writer, listener
     except Exception:
@@ -142,28 +153,39 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
         shuffle_partitions=settings.shards,
     )
     spark.conf.set("spark.sql.adaptive.enabled", "false")  # shard id = shuffle partition id
-    lease = None
+    lease = prepared = None
     if settings.lease_seconds:  # never two auditors on one checkpoint (aldebaran.lease)
         from aldebaran.objectstore import ObjectStore
         from aldebaran.lease import acquire
 
         store = ObjectStore(load(ObjectStoreSettings))
         if settings.standby:
+            from aldebaran.audit.sparkjob.plans import read_recorded
             from aldebaran.audit.sparkjob.standby import wait_for_lease
 
+            held = []
+            if read_recorded(settings.checkpoint.rstrip("/") + "/books") is not None:
+                # The active recorded its plan: build all of the query but its start while waiting.
+                prepared = prepare_query(spark, settings, on_batch, guard=lambda: held[0].check(), kafka=kafka)
             lease = wait_for_lease(spark, settings, kafka or load(KafkaSettings), store)
+            held.append(lease)
         else:
             lease = acquire(store, settings.checkpoint, settings.query_name, settings.lease_seconds,
                             wait_seconds=settings.lease_wait_seconds)
+    t_start = time.monotonic()
     try:
-        query, writer, listener = build_query(spark, settings, on_batch=on_batch,
-                                              guard=lease.check if lease else None, kafka=kafka)
+        if prepared is not None:
+            query, writer, listener = start_query(spark, *prepared)
+        else:
+            query, writer, listener = build_query(spark, settings, on_batch=on_batch,
+                                                  guard=lease.check if lease else None, kafka=kafka)
     except BaseException:
         if lease:
             lease.release()
         raise
     keeper = lease.keep(alive=lambda: _active(query), on_lost=lambda _why: query.stop()) if lease else None
-    log.info("auditor %s started (checkpoint %s, rules %s)", settings.query_name, settings.checkpoint, settings.rules)
+    log.info("auditor %s started in %.1fs (checkpoint %s, rules %s)", settings.query_name,
+             time.monotonic() - t_start, settings.checkpoint, settings.rules)
     t0 = time.monotonic()
     interrupted = True  # until awaitTermination returns
     try:
