@@ -301,7 +301,7 @@ BOOK_FIELDS = dict(order_id="o1", first_ts=5, first_seen_ms=6,
                    request={"event_id": "r", "shares": 10, "client": "c", "stock": "s", "ts": 5},
                    purchased=12, purchase_count=2, first_purchase={"event_id": "p", "ts": 7, "client": "c", "stock": "s"},
                    seen=["r", "p", "q"], fired=["OVERFILL"], slots={"mismatch": [["p", "c", "s"]]},
-                   coords=[0, 40, 0, 41, 1, 7])
+                   coords=[0, 40, 1, [1, 7]])
 
 
 def test_a_frozen_book_round_trips_field_for_field():
@@ -310,7 +310,7 @@ def test_a_frozen_book_round_trips_field_for_field():
     book = Book(**BOOK_FIELDS)
     row = freeze(book)
     assert row == (b'[5,6,[0,10,"c","s",0],12,2,[1,2,"c","s"],["r","p","q"],["OVERFILL"],{"mismatch":[["p","c","s"]]},'
-                   b'[0,40,0,41,1,7]]')
+                   b'[0,40,1,[1,7]]]')
     assert thaw(row, "o1") == book
     assert row_files.times(row) == (5, 6) == row_files.times(book)
     # An event id that is not in `seen` (not written by the engine, but kept if it happens) is stored as is.

@@ -27,7 +27,7 @@ from aldebaran.audit.provenance import KEPT, trail
 from aldebaran.audit.rules import Rule
 
 _REQUEST = events.REQUEST
-_PAIRS = 2 * (KEPT + 1)  # length of a full Book.coords
+_SLOTS = KEPT + 2  # length of a full Book.coords: [partition, offset] of the first event, then one per event
 
 
 def step(book: Book, ev: EventRow, rules: Sequence[Rule], now_ms: int, alerts: list[dict],
@@ -42,12 +42,15 @@ def step(book: Book, ev: EventRow, rules: Sequence[Rule], now_ms: int, alerts: l
     seen.append(event_id)
     coords = book.coords
     if coords is not None:  # the first KEPT events, then the latest (aldebaran.audit.provenance)
-        if len(coords) < _PAIRS:
-            coords.append(ev.partition)
-            coords.append(ev.offset)
+        if coords:
+            p = ev.partition
+            x = ev.offset - coords[1] if p == coords[0] else [p, ev.offset]
+            if len(coords) < _SLOTS:
+                coords.append(x)
+            else:
+                coords[-1] = x
         else:
-            coords[-2] = ev.partition
-            coords[-1] = ev.offset
+            coords += (ev.partition, ev.offset)
     if ev.kind == _REQUEST:
         client, stock = ev.client, ev.stock  # interned: millions of books, a handful of names
         book.request = {"event_id": event_id, "shares": ev.shares, "client": client and intern(client),

@@ -44,9 +44,10 @@ class Book:
     seen: list[str] = field(default_factory=list)  # event ids applied (the bus is at-least-once)
     fired: list[str] = field(default_factory=list)  # alert kinds already emitted for this order
     slots: dict[str, Any] = field(default_factory=dict)  # per-rule state, keyed by rule name
-    # [partition, offset, ...] of the first audit.provenance.KEPT applied events, then one more pair that
-    # follows the latest event: at most KEPT + 1 pairs (audit.provenance). None: a book frozen by a
-    # version that kept none (its coordinates are unknown).
+    # Where its first audit.provenance.KEPT applied events were read, then one slot that follows the latest:
+    # [partition, offset of the first, then per event its offset minus that one's (or [partition, offset]
+    # if it came from another partition)], at most KEPT + 2 items (audit.provenance). None: a book frozen
+    # by a version that kept none (its coordinates are unknown).
     coords: list[int] | None = field(default_factory=list)
 
 

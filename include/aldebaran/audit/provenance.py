@@ -2,10 +2,12 @@
 `aldebaran explain`).
 
 **The bound.** A book keeps the (partition, offset) of its first ``KEPT`` applied events and of its
-latest one: at most ``KEPT + 1`` pairs, whatever the order's size (``Book.coords``, a flat list
-``[p0, o0, p1, o1, ...]``; the last pair is overwritten by every event past the first ``KEPT``). A
-duplicate event (an id the book has seen) records nothing. What it costs per book is measured in
-docs/design.md §8 ("What explain keeps").
+latest one: at most ``KEPT + 1`` coordinates, whatever the order's size. ``Book.coords`` holds them
+compactly, as ``[p0, o0, x1, x2, ...]`` (at most ``KEPT + 2`` items): the first event's partition and
+offset, then per event its offset minus ``o0`` when it is in partition ``p0`` (producers key by order id,
+so that is the rule) or ``[partition, offset]`` when it is not; the last item is overwritten by every
+event past the first ``KEPT``. A duplicate event (an id the book has seen) records nothing. What it costs
+per book, against absolute pairs, is measured in docs/design.md §8 ("What explain keeps").
 
 **The trail.** When a rule fires, the step takes the book's trail: how many events it had applied and
 the pairs it kept, as of that event. The auditor sends it beside the alert as the Kafka header
@@ -58,20 +60,27 @@ class Sources:
         return max(self.events - len(self.at), 0)
 
 
-def trail(book) -> tuple[int, list[int]] | None:
-    """(events applied, a copy of the kept pairs) of a live book; None if the book kept none (a row
-    frozen before coordinates were kept)."""
+def pairs(coords: list) -> list[tuple[int, int]]:
+    """The (partition, offset)s of a compact ``Book.coords``, in the order the book applied them."""
+    if not coords:
+        return []
+    p0, o0 = coords[0], coords[1]
+    return [(p0, o0)] + [(x[0], x[1]) if x.__class__ is list else (p0, o0 + x) for x in coords[2:]]
+
+
+def trail(book) -> tuple[int, list[tuple[int, int]]] | None:
+    """(events applied, the kept coordinates) of a live book; None if the book kept none (a row frozen
+    before coordinates were kept)."""
     coords = book.coords
-    return None if coords is None else (len(book.seen), list(coords))
+    return None if coords is None else (len(book.seen), pairs(coords))
 
 
-def encode(topic: str, kept: tuple[int, list[int]] | None) -> bytes | None:
+def encode(topic: str, kept: tuple[int, list[tuple[int, int]]] | None) -> bytes | None:
     """The header value for a trail (None: no header)."""
     if kept is None:
         return None
-    events, coords = kept
-    pairs = [coords[i:i + 2] for i in range(0, len(coords), 2)]
-    return json.dumps({"topic": topic, "events": events, "at": pairs}, separators=(",", ":")).encode()
+    events, at = kept
+    return json.dumps({"topic": topic, "events": events, "at": at}, separators=(",", ":")).encode()
 
 
 def decode(value: bytes | str | None) -> Sources | None:
