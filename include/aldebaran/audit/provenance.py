@@ -27,7 +27,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-KEPT = 4  # the first events of a book whose coordinates are kept (then one pair for the latest)
+KEPT = 4  # the first events of a book whose coordinates are kept (then one for the latest); at least 1:
+# the first event's slot is the base of the others' offsets (Book.coords)
 HEADER = "aldebaran.sources"
 
 
