@@ -9,7 +9,8 @@ rule shares (../shared/BRIEF.md §2):
 - each rule is asked after every applied event and once at expiry; at most one alert per
   (kind, order) leaves, whatever the rules return;
 - the book keeps the Kafka coordinates of its first events and of its latest one (a bounded trail,
-  aldebaran.audit.provenance); an alert's trail as of the event that fired it goes to `trails` (a list beside `alerts`).
+  aldebaran.audit.provenance); an alert's trail as of the event that fired it goes to `trails`, a list
+  kept aligned with `alerts`.
 
 `step` is what the store's loop calls per event (it appends to the batch's alert list: a call per
 event costs ~2 % of the shard step, a generator feeding a loop here ~6 %, docs/design.md §8);
@@ -33,8 +34,8 @@ _SLOTS = KEPT + 2  # length of a full Book.coords: [partition, offset] of the fi
 def step(book: Book, ev: EventRow, rules: Sequence[Rule], now_ms: int, alerts: list[dict],
          trails: list | None = None) -> bool:
     """Apply one event to its book and append the alerts (detected at `now_ms`) to `alerts` (and, if
-    given, each alert's trail to `trails`, which stays aligned with `alerts`). False: the book had already seen the event,
-    nothing changed. The state store's loop calls this per event."""
+    given, each alert's trail to `trails`, aligned with `alerts`). False: the book had already seen the
+    event, nothing changed. The state store's loop calls this per event."""
     event_id = ev.event_id
     seen = book.seen
     if event_id in seen:

@@ -127,7 +127,7 @@ def alert_records(out, shard_id: int, topic: str) -> list[dict]:
     from aldebaran.audit.provenance import encode
 
     records = []
-    for a, kept in zip(out.alerts, out.trails if len(out.trails) == len(out.alerts) else [None] * len(out.alerts)):
+    for a, kept in zip(out.alerts, out.trails, strict=True):  # the store keeps them aligned
         sources = encode(topic, kept)
         records.append({"row_type": "alert", "alert_id": a["alert_id"], "kind": a["kind"], "order_id": a["order_id"],
                         "alert_json": json.dumps(a, separators=(",", ":")), "shard": shard_id,
