@@ -133,6 +133,18 @@ def test_the_text_names_every_trade_the_trigger_and_each_channels_history():
     assert "sms: IN_DOUBT" in text and "IN_DOUBT timeout" in text
 
 
+def test_a_delivery_inside_a_group_commit_run_shows_the_runs_history():
+    run = {"partition": 0, "start": 40, "end": 41, "state": "RECORDED", "epoch": 2, "owner": "w1",
+           "history": [{"at": 1_700_000_000, "note": "claimed"}, {"at": 1_700_000_001, "note": "recorded"}]}
+    e = ex.Explanation("a1", {"alert_id": "a1"}, deliveries=[
+        {"channel": "webhook", "source": "run", "state": "DELIVERED", "run": run},
+        {"channel": "bus", "state": "PENDING", "note": "not yet in a run on this channel"}])
+    text = ex.render_text(e)
+    assert "webhook: DELIVERED (run 0:40-41 RECORDED epoch 2)" in text
+    assert "  claimed" in text and "  recorded" in text
+    assert "bus: PENDING (not yet in a run on this channel)" in text
+
+
 def test_an_unknown_alert_is_a_clear_message_and_exit_code_1(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("ALDEBARAN_DELIVERY_STORE", str(tmp_path / "ledger"))
     monkeypatch.setattr("aldebaran.delivery.tools.locate_alert", lambda alert_id, timeout=30.0: None)
