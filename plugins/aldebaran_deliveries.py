@@ -6,6 +6,10 @@ Routes, mounted by the api-server under ``/aldebaran`` (``fastapi_apps``):
                                                     (IN_DOUBT, DEAD, retrying: from the ledger's index)
                                                     and the latest records, each linking to its detail page
     GET /aldebaran/deliveries/<channel>/<alert_id>  one record: its state, history, alert and raw JSON
+    GET /aldebaran/deliveries/explain?alert_id=<id>  one alert's story, as `aldebaran explain` prints it:
+                                                    the alert, the trades that built its book (topic,
+                                                    partition, offset, event id, shares), the trigger,
+                                                    every channel's delivery state with its history
     GET /aldebaran/api/deliveries/stats             the per-channel stats as JSON
 
 Query parameters: ``limit`` (records per list, 1-200, default 20) and ``ledger``, the ledger prefix
@@ -301,8 +305,11 @@ def render_found(alert_id: str, views: list[dict], ledger, default_prefix: str, 
         receipt = v.get("receipt")
         rows.append(f"<tr><td>{esc(channel)}</td><td>{state_badge(str(v.get('state')))}</td><td>{where}</td>"
                     f"<td><code>{esc(json.dumps(receipt, sort_keys=True)) if receipt else ''}</code></td></tr>")
+    explain_qs = "&" + qs[1:] if qs else ""  # the same ledger and limit, after alert_id
     body = (
         f'<p><a href="./{esc(qs)}">← all deliveries</a></p><h1>Alert <code>{esc(alert_id)}</code></h1>'
+        f'<p><a href="explain?alert_id={esc(quote(alert_id, safe=""))}{esc(explain_qs)}">Explain: the trades that '
+        "built it, its trigger, every delivery's history</a></p>"
         "<table id=found><thead><tr><th>channel</th><th>state</th><th>where</th><th>receipt</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
@@ -345,6 +352,61 @@ def render_detail(record, ledger, default_prefix: str, limit: int, user_name: st
         f"<h2>Record JSON</h2><pre>{esc(json.dumps(asdict(record), indent=2, sort_keys=True))}</pre>"
     )
     return page(f"{record.channel} / {record.alert_id}", body, user_name)
+
+
+def render_explain(story, ledger, default_prefix: str, limit: int, user_name: str) -> str:
+    """`aldebaran explain` as a page: the same Explanation (aldebaran.explain), every value escaped."""
+    qs = query(ledger.prefix, default_prefix, limit)
+    alert = story.alert or {}
+    alert_rows = "".join(
+        f"<tr><th>{esc(k)}</th><td>{esc(json.dumps(v) if isinstance(v, (dict, list)) else v)}</td></tr>"
+        for k, v in alert.items()
+    )
+    where = (f"partition {story.position[0]}, offset {story.position[1]}" if story.position
+             else "no longer on the alerts topic")
+    trades = "".join(
+        f"<tr><td class=n>{esc(t.partition)}</td><td class=n>{esc(t.offset)}</td><td><code>{esc(t.event_id)}</code></td>"
+        f"<td>{esc(t.kind)}</td><td class=n>{esc(t.shares)}</td><td>{esc(t.found)}</td>"
+        f"<td>{'trigger' if t.trigger else ''}</td><td>{esc(t.note)}</td></tr>"
+        for t in story.trades
+    )
+    trig = story.trigger
+    ts = alert.get("trigger_event_ts")
+    trigger = (f"event <code>{esc(alert.get('trigger_event_id'))}</code> at {esc(when(ts / 1000 if ts else None))}"
+               + (f", {esc(story.topic)}[{esc(trig.partition)}]@{esc(trig.offset)}, {esc(trig.kind)} of "
+                  f"{esc(trig.shares)} shares" if trig else ""))
+    deliveries, histories = [], []
+    for i, d in enumerate(story.deliveries):
+        run = d.get("run") or {}
+        if d.get("source") == "record":
+            place = f'<a href="{esc(quote(d["channel"], safe=""))}/{esc(quote(story.alert_id, safe=""))}{esc(qs)}">its record</a>, attempt {esc(d.get("attempt"))}'
+        elif run:
+            place = (f"run partition {esc(run.get('partition'))} offsets {esc(run.get('start'))}–{esc(run.get('end'))}, "
+                     f"{esc(run.get('state'))}, epoch {esc(run.get('epoch'))}, owner {esc(run.get('owner'))}")
+        else:
+            place = esc(d.get("note"))
+        deliveries.append(f"<tr><td>{esc(d.get('channel'))}</td><td>{state_badge(str(d.get('state')))}</td><td>{place}</td></tr>")
+        rows = "".join(
+            f"<tr><td>{esc(when(h.get('at')))}</td><td>{esc(h.get('state') or '')}</td><td>{esc(h.get('note'))}</td></tr>"
+            for h in d.get("history") or run.get("history") or []
+        )
+        histories.append(f"<h3>{esc(d.get('channel'))}</h3><table id=history-{i}><thead><tr><th>at</th><th>state</th>"
+                         f"<th>note</th></tr></thead><tbody>{rows}</tbody></table>")
+    notes = "".join(f"<li>{esc(n)}</li>" for n in story.notes)
+    body = (
+        f'<p><a href="./{esc(qs)}">← all deliveries</a></p><h1>Explain alert <code>{esc(story.alert_id)}</code></h1>'
+        f"<p class=meta>On the alerts topic: {esc(where)}</p>"
+        f"<h2>Alert</h2><table id=alert>{alert_rows}</table>"
+        f"<h2>Trades that built its book</h2><p class=meta>topic {esc(story.topic or '?')}, "
+        f"{esc('?' if story.events is None else story.events)} events</p>"
+        "<table id=trades><thead><tr><th>partition</th><th>offset</th><th>event id</th><th>kind</th><th>shares</th>"
+        f"<th>found</th><th>trigger</th><th>note</th></tr></thead><tbody>{trades}</tbody></table>"
+        f"<h2>Trigger</h2><p id=trigger>{trigger}</p>"
+        + (f"<ul id=notes>{notes}</ul>" if notes else "")
+        + "<h2>Deliveries</h2><table id=deliveries><thead><tr><th>channel</th><th>state</th><th>where</th></tr></thead>"
+        f"<tbody>{''.join(deliveries)}</tbody></table>{''.join(histories)}"
+    )
+    return page(f"explain {story.alert_id}", body, user_name)
 
 
 def error_page(status_code: int, message: str, home: str) -> str:
@@ -455,6 +517,25 @@ def create_app():
         default = open_ledger(backend, None).prefix
         return HTMLResponse(render_found(alert_id, views, book, default, limit, user.get_name()),
                             headers=SECURITY_HEADERS)
+
+    @app.get("/deliveries/explain", response_class=HTMLResponse)
+    def explain_page(alert_id: str, user: User, backend: Backend, ledger: LedgerPrefix = None,
+                     limit: Limit = DEFAULT_LIMIT):
+        """`aldebaran explain` as a page: the one function that builds it (aldebaran.explain.explain)."""
+        from aldebaran.exceptions import AlertNotFound
+        from aldebaran.explain import explain
+
+        try:
+            safe_segment(alert_id, "alert id")
+        except ValueError as exc:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
+        book = open_or_400(backend, ledger)
+        try:
+            story = explain(alert_id, book, locate_timeout=10.0)
+        except AlertNotFound as exc:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from None
+        default = open_ledger(backend, None).prefix
+        return HTMLResponse(render_explain(story, book, default, limit, user.get_name()), headers=SECURITY_HEADERS)
 
     @app.get("/deliveries/{channel}/{alert_id}", response_class=HTMLResponse)
     def delivery_page(channel: str, alert_id: str, user: User, backend: Backend, ledger: LedgerPrefix = None,

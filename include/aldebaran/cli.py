@@ -27,7 +27,8 @@ EXTENSIONS = ("aldebaran_capacity", "aldebaran_lab")
 CORE_USAGE = """\
     aldebaran auditor run|status                       the streaming auditor
     aldebaran dispatch [--channel NAME] [--follow]     deliver alerts to the configured channels (once, or streaming)
-    aldebaran deliveries stats|list|show|retry|resolve inspect and settle the delivery ledger"""
+    aldebaran deliveries stats|list|show|retry|resolve inspect and settle the delivery ledger
+    aldebaran explain ALERT_ID [--json]                one alert's story: its trades, trigger and deliveries"""
 
 DESCRIPTION = """`aldebaran` — the platform's one command line.
 
@@ -97,6 +98,12 @@ def cmd_deliveries(args: argparse.Namespace) -> int:
     return tools.main(args)
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    from aldebaran import explain
+
+    return explain.main(args)
+
+
 def extensions() -> list:
     """The ``cli`` modules of the extension packages that are importable here."""
     return [importlib.import_module(f"{name}.cli") for name in EXTENSIONS if importlib.util.find_spec(name)]
@@ -138,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(dl)
     dl.set_defaults(func=cmd_deliveries)
+
+    ex = sub.add_parser("explain", help="one alert: the trades that built its book, its trigger, its deliveries")
+    from aldebaran.explain import add_arguments as explain_arguments
+
+    explain_arguments(ex)
+    ex.set_defaults(func=cmd_explain)
 
     for ext in found:
         ext.register(sub)

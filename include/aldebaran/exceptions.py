@@ -61,3 +61,7 @@ class LedgerCorrupt(AldebaranError):
 
 class Fenced(AldebaranError):
     """A dispatcher is no longer the owner of a channel's partition (a newer epoch took it over)."""
+
+
+class AlertNotFound(AldebaranError):
+    """No alert with this id on the alerts topic nor in the delivery ledger (`aldebaran explain`)."""

@@ -34,9 +34,9 @@ def producer(settings: KafkaSettings, **extra) -> Producer:
     return Producer(conf)
 
 
-def produce_all(p: Producer, topic: str, records: Iterable[tuple[bytes | str | None, bytes | str]],
-                headers=None) -> int:
-    """Produce (key, value) records and flush; raise if any delivery failed."""
+def produce_all(p: Producer, topic: str, records: Iterable[tuple], headers=None) -> int:
+    """Produce (key, value) or (key, value, headers) records and flush; raise if any delivery failed.
+    `headers`: for the records that carry none of their own."""
     errors: list = []
 
     def on_delivery(err, _msg):
@@ -44,10 +44,12 @@ def produce_all(p: Producer, topic: str, records: Iterable[tuple[bytes | str | N
             errors.append(err)
 
     n = 0
-    for key, value in records:
+    for record in records:
+        key, value = record[0], record[1]
+        own = record[2] if len(record) > 2 else headers
         while True:
             try:
-                p.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
+                p.produce(topic, value=value, key=key, headers=own, on_delivery=on_delivery)
                 break
             except BufferError:
                 p.poll(0.05)
@@ -67,7 +69,8 @@ class AlertSink:
         self.settings = settings
         self._producer: Producer | None = None
 
-    def send(self, alerts: list[tuple[str, str]]) -> None:
+    def send(self, alerts: list[tuple]) -> None:
+        """(alert id, alert JSON[, headers]) each."""
         if self._producer is None:
             self._producer = producer(self.settings, **{"linger.ms": 1})
         produce_all(self._producer, self.settings.alerts_topic, alerts)

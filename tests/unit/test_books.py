@@ -14,6 +14,7 @@ from dataclasses import asdict
 import pytest
 
 from aldebaran import events, reference
+from aldebaran.audit import book as book_step
 from aldebaran.audit.model import Book, EventRow
 from aldebaran.audit.rules import resolve
 from aldebaran.audit.state import rows as row_files
@@ -317,7 +318,8 @@ def test_keeping_a_single_snapshot_is_rejected(tmp_path):
 BOOK_FIELDS = dict(order_id="o1", first_ts=5, first_seen_ms=6,
                    request={"event_id": "r", "shares": 10, "client": "c", "stock": "s", "ts": 5},
                    purchased=12, purchase_count=2, first_purchase={"event_id": "p", "ts": 7, "client": "c", "stock": "s"},
-                   seen=["r", "p", "q"], fired=["OVERFILL"], slots={"mismatch": [["p", "c", "s"]]})
+                   seen=["r", "p", "q"], fired=["OVERFILL"], slots={"mismatch": [["p", "c", "s"]]},
+                   coords=[0, 40, 1, [1, 7]])
 
 
 def test_a_frozen_book_round_trips_field_for_field():
@@ -325,15 +327,28 @@ def test_a_frozen_book_round_trips_field_for_field():
     added later, must come back in its place, and the times read without decoding are the book's."""
     book = Book(**BOOK_FIELDS)
     row = freeze(book)
-    assert row == b'[5,6,[0,10,"c","s",0],12,2,[1,2,"c","s"],["r","p","q"],["OVERFILL"],{"mismatch":[["p","c","s"]]}]'
+    assert row == (b'[5,6,[0,10,"c","s",0],12,2,[1,2,"c","s"],["r","p","q"],["OVERFILL"],{"mismatch":[["p","c","s"]]},'
+                   b'[0,40,1,[1,7]]]')
     assert thaw(row, "o1") == book
     assert row_files.times(row) == (5, 6) == row_files.times(book)
     # An event id that is not in `seen` (not written by the engine, but kept if it happens) is stored as is.
     odd = Book(**dict(BOOK_FIELDS, request=dict(BOOK_FIELDS["request"], event_id="elsewhere")))
     assert thaw(freeze(odd), "o1") == odd
     bare = Book("o2", -3, 0)
-    assert freeze(bare) == b"[-3,0,null,0,0,null,[],[],{}]" and thaw(freeze(bare), "o2") == bare
+    assert freeze(bare) == b"[-3,0,null,0,0,null,[],[],{},[]]" and thaw(freeze(bare), "o2") == bare
     assert row_files.times(freeze(bare)) == (-3, 0)
+
+
+def test_a_row_frozen_before_coordinates_were_kept_still_thaws_without_them():
+    """Rows of nine fields (checkpoints written before explain's trail, 2026-11-25) stay readable: the
+    book comes back with its coordinates unknown (None), and the step then records none for it."""
+    old = b'[5,6,[0,10,"c","s",0],12,2,[1,2,"c","s"],["r","p","q"],["OVERFILL"],{}]'
+    book = thaw(old, "o1")
+    assert (book.coords, book.purchased, book.seen, book.request["event_id"]) == (None, 12, ["r", "p", "q"], "r")
+    assert row_files.request_known(old) and row_files.times(old) == (5, 6)
+    book_step.apply(book, EventRow("P", "z", "o1", 1, "c", "s", 9, 0, 99), [], 0)
+    assert book.coords is None and book.seen[-1] == "z"
+    assert thaw(freeze(book), "o1") == book
 
 
 def test_a_checkpoint_of_the_unreleased_one_document_format_is_refused_not_read_as_empty(tmp_path):

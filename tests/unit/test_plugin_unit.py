@@ -209,3 +209,53 @@ def test_an_unreachable_object_store_is_a_503_that_names_it(plugin, client, app)
     assert page.status_code == detail.status_code == stats.status_code == 503
     assert "unreachable for s3://aldebaran/deliveries/" in page.text
     assert stats.json()["detail"].startswith("delivery ledger unavailable: object store http://127.0.0.1:9 unreachable")
+
+
+def fake_explain(hostile: str):
+    """Stands in for aldebaran.explain.explain (which reads Kafka): an Explanation full of hostile values."""
+    from aldebaran.explain import Explanation, Trade
+
+    def explain(alert_id, ledger, **_):
+        story = Explanation(alert_id, {"alert_id": alert_id, "kind": "OVERFILL", "order_id": hostile,
+                                       "client": HOSTILE_CLIENT, "trigger_event_id": hostile, "trigger_event_ts": 1},
+                            (0, 7), f"trades{hostile}", 2,
+                            [Trade(0, 3, hostile, "request", 100), Trade(0, 4, hostile, "purchase", 120, trigger=True,
+                                                                           note=hostile)],
+                            notes=[hostile],
+                            deliveries=[{"channel": "sms", "source": "record", "state": "IN_DOUBT", "attempt": 1,
+                                         "history": [{"at": 1.0, "state": "IN_DOUBT", "note": hostile}]}])
+        return story
+
+    return explain
+
+
+def test_explain_page_shows_the_story_with_every_value_escaped(client, monkeypatch):
+    monkeypatch.setattr("aldebaran.explain.explain", fake_explain(HOSTILE_ORDER))
+
+    page = client.get("/deliveries/explain", params={"alert_id": "e1"})
+
+    assert page.status_code == 200
+    assert "<script" not in page.text and "<img" not in page.text
+    assert page.text.count("&lt;script&gt;alert(&#x27;order&#x27;)&lt;/script&gt;") >= 7
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert '<table id=trades>' in page.text and "<td>trigger</td>" in page.text
+    assert '<a href="sms/e1">its record</a>' in page.text and "s-in_doubt" in page.text
+
+
+def test_explain_page_of_an_unknown_alert_is_404_and_a_hostile_id_400(client, monkeypatch):
+    from aldebaran.exceptions import AlertNotFound
+
+    def not_found(alert_id, ledger, **_):
+        raise AlertNotFound(f"no alert {alert_id!r} on the alerts topic")
+
+    monkeypatch.setattr("aldebaran.explain.explain", not_found)
+    resp = client.get("/deliveries/explain", params={"alert_id": "nope"}, headers={"accept": "text/html"})
+    assert resp.status_code == 404 and "no alert &#x27;nope&#x27; on the alerts topic" in resp.text
+    resp = client.get("/deliveries/explain", params={"alert_id": "<script>x"}, headers={"accept": "text/html"})
+    assert resp.status_code == 400 and "<script>" not in resp.text
+
+
+def test_find_links_to_the_explain_page(client, ledger):
+    settle(ledger, "sms", alert("f2"), "delivered", {"sid": "SM1"}, can_dedupe=False)
+    page = client.get("/deliveries/find", params={"alert_id": "f2"})
+    assert '<a href="explain?alert_id=f2">' in page.text

@@ -7,7 +7,10 @@ rule shares (../shared/BRIEF.md §2):
 - the first request wins (a second request for the order has the order id as its event id: a duplicate);
 - purchases add up (sum and count) and the first purchase is remembered;
 - each rule is asked after every applied event and once at expiry; at most one alert per
-  (kind, order) leaves, whatever the rules return.
+  (kind, order) leaves, whatever the rules return;
+- the book keeps the Kafka coordinates of its first events and of its latest one (a bounded trail,
+  aldebaran.audit.provenance); an alert's trail as of the event that fired it goes to `trails`, a list
+  kept aligned with `alerts`.
 
 `step` is what the store's loop calls per event (it appends to the batch's alert list: a call per
 event costs ~2 % of the shard step, a generator feeding a loop here ~6 %, docs/design.md §8);
@@ -21,19 +24,34 @@ from typing import Sequence
 
 from aldebaran import events
 from aldebaran.audit.model import Alert, Book, EventRow, render
+from aldebaran.audit.provenance import KEPT, trail
 from aldebaran.audit.rules import Rule
 
 _REQUEST = events.REQUEST
+_SLOTS = KEPT + 2  # length of a full Book.coords: [partition, offset] of the first event, then one per event
 
 
-def step(book: Book, ev: EventRow, rules: Sequence[Rule], now_ms: int, alerts: list[dict]) -> bool:
-    """Apply one event to its book and append the alerts (detected at `now_ms`) to `alerts`. False: the
-    book had already seen the event, nothing changed. The state store's loop calls this per event."""
+def step(book: Book, ev: EventRow, rules: Sequence[Rule], now_ms: int, alerts: list[dict],
+         trails: list | None = None) -> bool:
+    """Apply one event to its book and append the alerts (detected at `now_ms`) to `alerts` (and, if
+    given, each alert's trail to `trails`, aligned with `alerts`). False: the book had already seen the
+    event, nothing changed. The state store's loop calls this per event."""
     event_id = ev.event_id
     seen = book.seen
     if event_id in seen:
         return False
     seen.append(event_id)
+    coords = book.coords
+    if coords is not None:  # the first KEPT events, then the latest (aldebaran.audit.provenance)
+        if coords:
+            p = ev.partition
+            x = ev.offset - coords[1] if p == coords[0] else [p, ev.offset]
+            if len(coords) < _SLOTS:
+                coords.append(x)
+            else:
+                coords[-1] = x
+        else:
+            coords += (ev.partition, ev.offset)
     if ev.kind == _REQUEST:
         client, stock = ev.client, ev.stock  # interned: millions of books, a handful of names
         book.request = {"event_id": event_id, "shares": ev.shares, "client": client and intern(client),
@@ -48,29 +66,33 @@ def step(book: Book, ev: EventRow, rules: Sequence[Rule], now_ms: int, alerts: l
     for rule in rules:
         alert = rule.on_event(book, ev)
         if alert is not None:
-            _fire(book, rule, alert, alerts, now_ms)
+            _fire(book, rule, alert, alerts, now_ms, trails)
     return True
 
 
-def apply(book: Book, event: EventRow, rules: Sequence[Rule], now_ms: int) -> list[dict]:
+def apply(book: Book, event: EventRow, rules: Sequence[Rule], now_ms: int, trails: list | None = None) -> list[dict]:
     """The alerts of one event applied to its book (none for an event the book has already seen)."""
     alerts: list[dict] = []
-    step(book, event, rules, now_ms, alerts)
+    step(book, event, rules, now_ms, alerts, trails)
     return alerts
 
 
-def expire(book: Book, rules: Sequence[Rule], now_ms: int, alerts: list[dict] | None = None) -> list[dict]:
+def expire(book: Book, rules: Sequence[Rule], now_ms: int, alerts: list[dict] | None = None,
+           trails: list | None = None) -> list[dict]:
     """The alerts of a book at its expiry (it is dropped afterwards), appended to `alerts` if given."""
     alerts = [] if alerts is None else alerts
     for rule in rules:
         alert = rule.on_expire(book)
         if alert is not None:
-            _fire(book, rule, alert, alerts, now_ms)
+            _fire(book, rule, alert, alerts, now_ms, trails)
     return alerts
 
 
-def _fire(book: Book, rule: Rule, alert: Alert, alerts: list[dict], now_ms: int) -> None:
+def _fire(book: Book, rule: Rule, alert: Alert, alerts: list[dict], now_ms: int, trails: list | None) -> None:
     if alert.kind not in book.fired:  # at most one alert per (kind, order), whatever the rule says
         book.fired.append(alert.kind)
-        alerts.append(render(book, alert, rule.name, now_ms))
+        rendered = render(book, alert, rule.name, now_ms)
+        alerts.append(rendered)
+        if trails is not None:
+            trails.append(trail(book))
 

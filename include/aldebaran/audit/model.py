@@ -22,6 +22,10 @@ class EventRow(NamedTuple):
     client: str | None
     stock: str | None
     event_ts: int
+    # Where the event was read (trades topic): kept in its book for `aldebaran explain` (audit.provenance).
+    # -1: unknown (events built by hand, the reference model).
+    partition: int = -1
+    offset: int = -1
 
 
 @dataclass(slots=True)
@@ -40,6 +44,11 @@ class Book:
     seen: list[str] = field(default_factory=list)  # event ids applied (the bus is at-least-once)
     fired: list[str] = field(default_factory=list)  # alert kinds already emitted for this order
     slots: dict[str, Any] = field(default_factory=dict)  # per-rule state, keyed by rule name
+    # Where its first audit.provenance.KEPT applied events were read, then one slot that follows the latest:
+    # [partition, offset of the first, then per event its offset minus that one's (or [partition, offset]
+    # if it came from another partition)], at most KEPT + 2 items (audit.provenance). None: a book frozen
+    # by a version that kept none (its coordinates are unknown).
+    coords: list[int] | None = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ fields. tests/unit/test_pyparse.py holds it to that on the event corpus and on r
 
 from __future__ import annotations
 
+import itertools
 from typing import Iterable
 
 import msgspec
@@ -52,9 +53,11 @@ class Parser:
         self.fast = self.slow = 0  # messages each path decided (for the bench and the batch figures)
 
     def parse(self, values: Iterable[bytes | None], kafka_ts: Iterable[int],
-              invalid: list[tuple[int, events.Invalid]]) -> list[EventRow]:
+              invalid: list[tuple[int, events.Invalid]], partition: int = -1,
+              offsets: Iterable[int] | None = None) -> list[EventRow]:
         """The valid events of `values` (in order); each invalid one appends (its index, the reference's
-        Invalid) to `invalid`. `kafka_ts`: each message's Kafka timestamp (its event time without ``ts``)."""
+        Invalid) to `invalid`. `kafka_ts`: each message's Kafka timestamp (its event time without ``ts``);
+        `partition` and `offsets`: where the messages were read (-1: unknown)."""
         decode = _DECODER.decode
         max_bytes, max_id, max_shares = self.limits.max_message_bytes, self.limits.max_id_length, self.limits.max_shares
         max_int_id = events.MAX_INT_ID
@@ -63,7 +66,8 @@ class Parser:
         out: list[EventRow] = []
         append = out.append
         slow, n = 0, -1
-        for n, (raw, kts) in enumerate(zip(values, kafka_ts)):
+        offsets = itertools.repeat(-1) if offsets is None else offsets
+        for n, (raw, kts, off) in enumerate(zip(values, kafka_ts, offsets)):
             try:
                 if raw is None or len(raw) > max_bytes:
                     raise ValueError
@@ -85,7 +89,7 @@ class Parser:
                 if oid is None:
                     if client is None or stock is None:
                         raise ValueError
-                    append(make(request, event_id, event_id, t.shares, client, stock, ts))
+                    append(make(request, event_id, event_id, t.shares, client, stock, ts, partition, off))
                     continue
                 if oid.__class__ is int:
                     if not -max_int_id < oid < max_int_id:
@@ -95,7 +99,7 @@ class Parser:
                         raise ValueError
                 elif not (0 < len(oid) <= max_id and oid.isprintable()):
                     raise ValueError
-                append(make(purchase, event_id, oid, t.shares, client, stock, ts))
+                append(make(purchase, event_id, oid, t.shares, client, stock, ts, partition, off))
             except (msgspec.DecodeError, ValueError, RecursionError):
                 slow += 1
                 verdict = events.validate(raw, max_message_bytes=max_bytes, max_id_length=max_id,
@@ -104,7 +108,7 @@ class Parser:
                     invalid.append((n, verdict))
                 else:
                     append(make(verdict.kind, verdict.event_id, verdict.order_id, verdict.shares, verdict.client,
-                                verdict.stock, verdict.ts if verdict.ts is not None else kts))
+                                verdict.stock, verdict.ts if verdict.ts is not None else kts, partition, off))
         self.slow += slow
         self.fast += n + 1 - slow
         return out

@@ -4,7 +4,8 @@
     parsed ─ repartition(shards, order_id) ─ mapInArrow: ShardStore.apply(valid) ─▶ alerts
                                                          (state delta durable first)
                                              invalid rows passed through ─────────▶ DLQ records
-    alerts ─▶ Kafka `alerts` (key = alert_id) and, beside it, the archive object keyed by batch id
+    alerts ─▶ Kafka `alerts` (key = alert_id; header aldebaran.sources: the trades that built the book,
+              aldebaran.audit.provenance) and, beside it, the archive object keyed by batch id
            ─▶ trades.dlq (original bytes + reason headers) ─▶ Spark commits
 
 Python runs once per shard per batch (never per row in the JVM plan); parsing, routing and the
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 TICK_TOPIC = "__aldebaran_tick__"
 
 OUTPUT_SCHEMA = (
-    "row_type string, alert_id string, kind string, order_id string, alert_json string, "
+    "row_type string, alert_id string, kind string, order_id string, alert_json string, sources string, "
     "shard int, open_books long, opened long, expired long, applied long, duplicates long, dlq long, "
     "state_ms double, loaded string, worker_rss_mib double, misrouted long, parsed_fast long, parsed_slow long"
 )
@@ -125,11 +126,7 @@ def shard_function(ctx: BatchContext, batch_id: int):
         out = store.apply(batch_id, rows(), expire_all=ctx.expire_all)
         # Every DLQ record acknowledged before the task reports the batch done (and Spark commits it).
         dlq = sink.flush() if sink is not None else 0
-        records = [
-            {"row_type": "alert", "alert_id": a["alert_id"], "kind": a["kind"], "order_id": a["order_id"],
-             "alert_json": json.dumps(a, separators=(",", ":")), "shard": shard_id}
-            for a in out.alerts
-        ]
+        records = alert_records(out, shard_id, ctx.kafka.trades_topic if ctx.kafka is not None else "")
         records.append({"row_type": "stats", "shard": shard_id, "open_books": out.open_books, "opened": out.opened,
                         "expired": out.expired, "applied": out.applied, "duplicates": out.duplicates,
                         "dlq": dlq, "state_ms": out.state_ms, "loaded": out.loaded,
@@ -139,7 +136,23 @@ def shard_function(ctx: BatchContext, batch_id: int):
     return run
 
 
-EVENT_FIELDS = ("kind", "event_id", "order_id", "shares", "client", "stock", "event_ts")
+EVENT_FIELDS = ("kind", "event_id", "order_id", "shares", "client", "stock", "event_ts", "partition", "offset")
+
+
+def alert_records(out, shard_id: int, topic: str) -> list[dict]:
+    """A shard's alert rows: the alert JSON (the contract) and, apart from it, the value of its
+    aldebaran.sources header (its book's trail, aldebaran.audit.provenance; None if the book kept none)."""
+    from aldebaran.audit.provenance import encode
+
+    records = []
+    for a, kept in zip(out.alerts, out.trails, strict=True):  # the store keeps them aligned
+        sources = encode(topic, kept)
+        records.append({"row_type": "alert", "alert_id": a["alert_id"], "kind": a["kind"], "order_id": a["order_id"],
+                        "alert_json": json.dumps(a, separators=(",", ":")), "shard": shard_id,
+                        "sources": sources.decode() if sources else None})
+    return records
+
+
 # An invalid row's fields (null for valid rows, so the shuffle carries no bytes for them).
 DLQ_FIELDS = ("key", "value", "reason_code", "reason", "topic", "partition", "offset", "kafka_ts")
 
@@ -238,7 +251,7 @@ class BatchWriter:
                     self.ctx, batch_id, self.plan.shards, self.plan.parser, self.plan.host)).collect()
         else:
             invalid = F.col("reason_code").isNotNull()
-            rows_in = real.select(*EVENT_FIELDS, "partition", "offset", "reason_code",
+            rows_in = real.select(*EVENT_FIELDS, "reason_code",
                                   *[F.when(invalid, F.col(c)).alias(c) for c in DLQ_FIELDS if c not in
                                     ("reason_code", "partition", "offset")])
             sharded = rows_in.repartition(self.plan.shards, "order_id").sortWithinPartitions("partition", "offset")
@@ -261,7 +274,7 @@ class BatchWriter:
             if self.archive is not None:
                 archived = self._archiver().submit(self._archive_write, batch_id, [r.alert_json for r in alerts])
             t = time.perf_counter()
-            self.alert_sink.send([(r.alert_id, r.alert_json) for r in alerts])
+            self.alert_sink.send([(r.alert_id, r.alert_json, _sources_header(r.sources)) for r in alerts])
             steps["alerts"] = _ms_since(t)
             if archived is not None:
                 steps["archive"] = archived.result()  # re-raises a failed PUT: the batch fails, not commits
@@ -312,6 +325,12 @@ ACTIVITY_FIGURES = ("alerts", "dlq", "opened", "expired", "applied", "duplicates
 def batch_log_level(figures: dict) -> int:
     """INFO for a batch that did something, DEBUG for an empty one."""
     return logging.INFO if any(figures.get(k) for k in ACTIVITY_FIGURES) else logging.DEBUG
+
+
+def _sources_header(sources: str | None) -> list[tuple[str, bytes]] | None:
+    from aldebaran.audit.provenance import HEADER
+
+    return [(HEADER, sources.encode())] if sources else None
 
 
 def _rss_mib() -> float:

@@ -29,7 +29,7 @@ import json
 from aldebaran import events
 from aldebaran.audit.state.store import Config, ShardStore
 from aldebaran.audit.sparkjob.batch import (
-    DLQ_FIELDS, EVENT_FIELDS, BatchContext, _arrow_schema, _dlq_sink, _rss_mib, dlq_headers,
+    DLQ_FIELDS, EVENT_FIELDS, BatchContext, _arrow_schema, _dlq_sink, _rss_mib, alert_records, dlq_headers,
 )
 from aldebaran.audit.partitioning import owner
 from aldebaran.audit.model import EventRow
@@ -55,7 +55,8 @@ def rerouted_record(ev: EventRow, topic: str, partition: int) -> tuple[bytes, by
     if ev.kind == events.PURCHASE:
         body["initial_order_id"] = ev.order_id
     value = json.dumps({k: v for k, v in body.items() if v is not None}, separators=(",", ":")).encode()
-    return ev.order_id.encode(), value, [("aldebaran.rerouted.from", f"{topic}/{partition}".encode())]
+    return ev.order_id.encode(), value, [("aldebaran.rerouted.from", f"{topic}/{partition}".encode()),
+                                         ("aldebaran.rerouted.offset", str(ev.offset).encode())]
 
 
 def copartitioned_function(ctx: BatchContext, batch_id: int, partitions: int, parser: str, host: str = "worker"):
@@ -118,9 +119,10 @@ def process(ctx: BatchContext, batch_id: int, partitions: int, parser: str, shar
         def convert(rb):
             values = rb.column("value").to_pylist()
             invalid: list = []
-            out = py.parse(values, rb.column("kafka_ts").to_pylist(), invalid)
+            offsets = rb.column("offset").to_pylist()
+            out = py.parse(values, rb.column("kafka_ts").to_pylist(), invalid, shard_id, offsets)
             if invalid:
-                keys, offsets, times = (rb.column(c).to_pylist() for c in ("key", "offset", "kafka_ts"))
+                keys, times = (rb.column(c).to_pylist() for c in ("key", "kafka_ts"))
                 reject([(keys[i], values[i], bad.code, bad.reason, topic, shard_id, offsets[i], times[i])
                         for i, bad in invalid])
             return out
@@ -148,7 +150,7 @@ def process(ctx: BatchContext, batch_id: int, partitions: int, parser: str, shar
         reroute.flush()
     if py is not None:
         figures = {"fast": py.fast, "slow": py.slow}
-    return _records(out, shard_id, dlq, len(out.misrouted), figures)
+    return _records(out, shard_id, dlq, len(out.misrouted), figures, topic)
 
 
 def idle_shards_function(ctx: BatchContext, batch_id: int, partitions: int, parser: str, host: str = "worker"):
@@ -169,12 +171,8 @@ def idle_shards_function(ctx: BatchContext, batch_id: int, partitions: int, pars
     return run
 
 
-def _records(out, shard_id: int, dlq: int, misrouted: int, parsed: dict) -> list[dict]:
-    records = [
-        {"row_type": "alert", "alert_id": a["alert_id"], "kind": a["kind"], "order_id": a["order_id"],
-         "alert_json": json.dumps(a, separators=(",", ":")), "shard": shard_id}
-        for a in out.alerts
-    ]
+def _records(out, shard_id: int, dlq: int, misrouted: int, parsed: dict, topic: str) -> list[dict]:
+    records = alert_records(out, shard_id, topic)
     records.append({"row_type": "stats", "shard": shard_id, "open_books": out.open_books, "opened": out.opened,
                     "expired": out.expired, "applied": out.applied, "duplicates": out.duplicates, "dlq": dlq,
                     "state_ms": out.state_ms, "loaded": out.loaded, "worker_rss_mib": _rss_mib(),

@@ -2,10 +2,13 @@
 (deltas and snapshots) made of those rows.
 
 A book between batches is one compact JSON array as bytes, without its order id (the dict key):
-  [first_ts, first_seen_ms, request, purchased, purchase_count, first_purchase, seen, fired, slots]
+  [first_ts, first_seen_ms, request, purchased, purchase_count, first_purchase, seen, fired, slots, coords]
   request        null | [event id, shares, client, stock, ts - first_ts]
   first_purchase null | [event id, ts - first_ts, client, stock]
-where an event id found in `seen` is stored as its index there. ~150 bytes instead of ~1.1 KiB of
+  coords         [partition, offset, offset deltas...]: the bounded trail of aldebaran.audit.provenance
+where an event id found in `seen` is stored as its index there. A row of nine fields (written before
+coords were kept, 2026-11-25) still thaws, with `coords` None: its book's coordinates are unknown. A
+version older than that cannot read a row of ten. ~150 bytes instead of ~1.1 KiB of
 Python objects (a slotted Book, two dicts, two lists, boxed integers); and the same bytes are the book's
 line in the delta that changed it and in every snapshot after, so writing a snapshot is a
 concatenation and loading one a split: no book is decoded until a batch touches it. The measurements
@@ -48,7 +51,7 @@ def _row_encoder():
 _encode = _row_encoder()
 
 _BOOK_FIELDS = ("order_id", "first_ts", "first_seen_ms", "request", "purchased", "purchase_count",
-                "first_purchase", "seen", "fired", "slots")
+                "first_purchase", "seen", "fired", "slots", "coords")
 if tuple(f.name for f in dataclasses.fields(Book)) != _BOOK_FIELDS:  # a field added to Book: extend freeze/thaw
     raise ImportError(f"aldebaran.audit.state.rows: freeze/thaw know Book fields {_BOOK_FIELDS}, not "
                       f"{tuple(f.name for f in dataclasses.fields(Book))}")
@@ -69,13 +72,13 @@ def freeze(book: Book) -> bytes:
         None if r is None else (_ref(seen, r["event_id"]), r["shares"], r["client"], r["stock"], r["ts"] - ft),
         book.purchased, book.purchase_count,
         None if f is None else (_ref(seen, f["event_id"]), f["ts"] - ft, f["client"], f["stock"]),
-        seen, book.fired, book.slots,
+        seen, book.fired, book.slots, book.coords,
     )).encode()
 
 
 def thaw(row: bytes, order_id: str) -> Book:
     """The live book of a frozen row. Client and stock names are interned, event ids shared with `seen`."""
-    ft, first_seen, r, purchased, count, f, seen, fired, slots = json.loads(row)
+    ft, first_seen, r, purchased, count, f, seen, fired, slots, *coords = json.loads(row)
     if r is not None:
         e, client, stock = r[0], r[2], r[3]
         r = {"event_id": seen[e] if e.__class__ is int else e, "shares": r[1],
@@ -84,7 +87,7 @@ def thaw(row: bytes, order_id: str) -> Book:
         e, client, stock = f[0], f[2], f[3]
         f = {"event_id": seen[e] if e.__class__ is int else e, "ts": f[1] + ft,
              "client": client and intern(client), "stock": stock and intern(stock)}
-    return Book(order_id, ft, first_seen, r, purchased, count, f, seen, fired, slots)
+    return Book(order_id, ft, first_seen, r, purchased, count, f, seen, fired, slots, coords[0] if coords else None)
 
 
 def request_known(row: bytes) -> bool:

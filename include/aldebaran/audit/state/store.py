@@ -122,6 +122,8 @@ class Outcome:
     # Events of orders this shard does not own (co-partitioned plan: the producer broke the keying
     # contract). Not applied here; the caller routes them to their owner.
     misrouted: list[EventRow] = field(default_factory=list)
+    # Beside `alerts`, one per alert: its book's trail when it fired (aldebaran.audit.provenance), or None.
+    trails: list = field(default_factory=list)
 
 
 _CACHE: dict[tuple[str, int], Shard] = {}
@@ -277,6 +279,7 @@ class ShardStore:
         touched: dict[str, Book | None] = {}  # order id → its live book, None: dropped
         misrouted: list[EventRow] = []
         alerts: list[dict] = []
+        trails: list = []  # aligned with alerts: the book step appends to both
         rules = self.config.rules
         ttl, grace = self.config.ttl_ms, self.config.grace_ms
         expiry, fallback, books = shard.expiry, shard.fallback, shard.books
@@ -293,7 +296,8 @@ class ShardStore:
                 shard.clock_ms = ts
                 shard.clock_moved_ms = now_ms
             if expiry.next_ms <= shard.clock_ms:
-                expired += self._expire(books, expiry.due(shard.clock_ms, event_deadline), touched, alerts, now_ms)
+                expired += self._expire(books, expiry.due(shard.clock_ms, event_deadline), touched, alerts, now_ms,
+                                        trails)
             book = books.get(order_id)
             if book is None:
                 book = books[order_id] = Book(order_id, ts, now_ms)
@@ -312,7 +316,7 @@ class ShardStore:
             elif book.__class__ is bytes:
                 book = books[order_id] = thaw(book, order_id)
             touched[order_id] = book  # refrozen at the end (a book that only saw duplicates: the same row)
-            if apply_event(book, ev, rules, now_ms, alerts):
+            if apply_event(book, ev, rules, now_ms, alerts, trails):
                 applied += 1
             else:
                 duplicates += 1
@@ -328,7 +332,7 @@ class ShardStore:
             due += fallback.due(now_ms, fallback_deadline)
         else:
             fallback.prune(now_ms, fallback_deadline)
-        expired += self._expire(books, due, touched, alerts, now_ms)
+        expired += self._expire(books, due, touched, alerts, now_ms, trails)
         shard.version = batch_id
         # Freeze what the batch touched: the new rows are also the books' lines in the delta.
         frozen: list[tuple[str, bytes | None]] = []
@@ -343,9 +347,10 @@ class ShardStore:
         self.files.put(file_name("delta", batch_id), delta)
         shard.delta_bytes += len(delta)
         return Outcome(alerts, len(books), opened, expired, applied, duplicates,
-                       (time.perf_counter() - t0) * 1000, self.loaded, misrouted)
+                       (time.perf_counter() - t0) * 1000, self.loaded, misrouted, trails)
 
-    def _expire(self, books: dict, due: list[str], touched: dict, alerts: list[dict], now_ms: int) -> int:
+    def _expire(self, books: dict, due: list[str], touched: dict, alerts: list[dict], now_ms: int,
+                trails: list) -> int:
         """Drop the books `due` (an id may come twice), in order id order, asking the rules first."""
         due = sorted(set(due))
         rules = self.config.rules
@@ -359,7 +364,7 @@ class ShardStore:
                 if skip_known and request_known(book):
                     continue
                 book = thaw(book, order_id)
-            book_step.expire(book, rules, now_ms, alerts)
+            book_step.expire(book, rules, now_ms, alerts, trails)
         return len(due)
 
     def _snapshot_if_due(self, shard: Shard, batch_id: int) -> None:
