@@ -87,6 +87,7 @@ def _shards_function(ctx, batch_id: int):
             store = ShardStore(Config(ctx.state_root, resolve(list(ctx.rule_names)), ctx.ttl_ms, ctx.grace_ms,
                                       ctx.snapshot_every, ctx.snapshot_delta_ratio), shard_id)
             out = store.apply(batch_id, iter(()), expire_all=True)
-            yield from _records(out, shard_id, 0, 0, {"fast": 0, "slow": 0})
+            yield from _records(out, shard_id, 0, 0, {"fast": 0, "slow": 0},
+                                ctx.kafka.trades_topic if ctx.kafka is not None else "")
 
     return run
