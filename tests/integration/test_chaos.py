@@ -1,5 +1,5 @@
 """Shortened reliability campaigns (aldebaran_lab.chaos) on the real services: the same code `make chaos` runs
-at full size, with few faults and small data (the two marked `campaign` run in `make chaos-short`, not in
+at full size, with few faults and small data (the three marked `campaign` run in `make chaos-short`, not in
 `make test`). The kill-auditor campaign's short variant is
 tests/integration/test_auditor_recovery.py."""
 
@@ -151,3 +151,20 @@ def test_airflow_api_server_killed_while_dispatch_task_instances_run():
     assert d["sms"]["texts_sent_twice"] == 0 and d["sms"]["lost"] == 0
     assert d["sms_lookup"]["delivered"] == 300 and d["sms_lookup"]["texts_sent_twice"] == 0
     assert (result.lost, result.duplicated) == (0, 0)
+
+
+@pytest.mark.campaign
+def test_a_warm_standby_takes_over_a_killed_auditor_faster_than_a_cold_restart(services_up):
+    """`aldebaran chaos failover --short`: an active auditor and a warm standby (--standby true) on one checkpoint;
+    the active is SIGKILLed mid-stream, the standby takes over; then a kill with a cold restart (the baseline).
+    Nothing is lost or changed on the alerts topic. The times are the campaign's measurement, not a test: only
+    their order is asserted (a standby that waited for nothing would still be far faster than a JVM start)."""
+    from aldebaran_lab.chaos import failover
+
+    result = failover.run(events=20_000, kills=1, cold=1, seed=5, mode="short")
+    log.info("failover (short): %s", json.dumps(result.details, default=str)[:4000])
+    d = result.details
+    assert d["failures"] == [] and result.lost == 0 and result.duplicated == 0
+    assert d["alerts_topic"]["missing"] == 0 and d["alerts_topic"]["extra"] == 0 and d["alerts_topic"]["changed"] == 0
+    assert len(d["warm_s"]) == 1 and len(d["cold_s"]) == 1
+    assert d["warm_s"][0] < d["cold_s"][0]

@@ -206,7 +206,7 @@ def _read(ws: Workspace, where: str) -> str:
 
 
 def committed(ws: Workspace, patience: float = 300.0) -> tuple[int, dict[int, int]]:
-    """(number of committed batches, the trades topic's offsets up to which they reach). Waits out an
+    """(number of committed batches: the last batch id + 1, the trades topic's offsets up to which they reach). Waits out an
     object store that is briefly unreachable (a shared MinIO restarted under the campaign) for up to
     `patience` seconds."""
     deadline = time.monotonic() + patience
@@ -224,16 +224,16 @@ def _committed(ws: Workspace) -> tuple[int, dict[int, int]]:
     commits = _checkpoint_files(ws, "commits")
     if not commits:
         return 0, {}
-    last = max(commits)
+    last = max(commits)  # (the count of files would stall: Spark keeps only the last 100 batches' logs)
     offsets = _checkpoint_files(ws, "offsets")
     if last not in offsets:
-        return len(commits), {}
+        return last + 1, {}
     for line in _read(ws, offsets[last]).splitlines()[2:]:
         with contextlib.suppress(ValueError):
             value = json.loads(line)
             if isinstance(value, dict) and ws.kafka.trades_topic in value:
-                return len(commits), {int(p): int(o) for p, o in value[ws.kafka.trades_topic].items()}
-    return len(commits), {}
+                return last + 1, {int(p): int(o) for p, o in value[ws.kafka.trades_topic].items()}
+    return last + 1, {}
 
 
 def caught_up(ws: Workspace, ends: dict[int, int] | None = None) -> bool:
