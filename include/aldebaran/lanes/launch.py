@@ -1,0 +1,51 @@
+"""How the low-latency lane is submitted: spark-submit of the Spark 4.3 job runtime (its own SPARK_HOME and
+Python, ``make setup`` builds it) running spark_apps/realtime_lane.py. The same command serves a benchmark,
+a test and — item 4 of issue 19, still open — the supervisor's SparkSubmitOperator (``spark_binary`` =
+:func:`aldebaran.spark.spark_submit` with ``runtime="4.3"``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aldebaran import paths
+from aldebaran import spark as sparkmod
+
+RUNTIME = "4.3"
+APP = paths.ROOT / "spark_apps" / "realtime_lane.py"
+# A real-time query runs every stage of its pipelined group at once: one long-running task per Kafka
+# partition plus one per shuffle partition of each stateful operator (dedupe, then aggregate). With 2 topic
+# partitions and 1 shuffle partition that is 4 slots; local[2] is refused with
+# CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT (docs/design.md, "The low-latency lane").
+MASTER = "local[4]"
+SHUFFLE_PARTITIONS = 1
+
+
+@dataclass
+class Lane:
+    """One lane's query: its topics, checkpoint and trigger."""
+
+    checkpoint: str
+    trades_topic: str
+    alerts_topic: str
+    checkpoint_interval: str = "30 seconds"
+    starting_offsets: str = "latest"
+    micro_batch: bool = False
+    master: str = MASTER
+    driver_memory: str = "1g"
+    conf: dict[str, str] = field(default_factory=dict)
+
+    def argv(self) -> list[str]:
+        """The spark-submit command line (the connector jars on --jars: the Kafka source must be on the
+        classpath when the session starts, not added by spark.jars afterwards)."""
+        conf = {**sparkmod.SUBMIT_CONF, **self.conf}
+        out = [sparkmod.spark_submit(RUNTIME), "--master", self.master, "--driver-memory", self.driver_memory,
+               "--jars", ",".join(sparkmod.connector_jars())]
+        for key, value in conf.items():
+            out += ["--conf", f"{key}={value}"]
+        out += [str(APP), "--checkpoint", self.checkpoint, "--trades-topic", self.trades_topic,
+                "--alerts-topic", self.alerts_topic, "--checkpoint-interval", self.checkpoint_interval,
+                "--starting-offsets", self.starting_offsets, "--shuffle-partitions", str(SHUFFLE_PARTITIONS)]
+        return out + (["--micro-batch"] if self.micro_batch else [])
+
+    def env(self) -> dict[str, str]:
+        return sparkmod.spark_env(RUNTIME)

@@ -1,0 +1,184 @@
+"""`aldebaran bench low-latency`: trade→alert latency of the real-time-mode lane (issue 19), and its agreement
+with the reference model, at paced rates.
+
+    aldebaran bench low-latency [--rates 1000,10000,50000] [--seconds 20] [--micro-batch] [--out FILE]
+
+The lane runs as it does in production: spark-submit of the Spark 4.3 runtime (aldebaran.lanes.launch),
+reading a fresh trades topic and writing a fresh alerts topic on the shared Kafka. Each segment produces
+the original publisher's mix (one request, four purchases per order; loadgen.original_mix) paced at its
+rate, each trade stamped with the wall clock as it is handed to the producer (its Kafka timestamp, which the
+lane's parse takes as the event time, as no ``ts`` is sent). An alert's latency is its own Kafka timestamp
+(the lane's producer stamps it on send) minus its ``trigger_event_ts``: the produce time of the trade that
+put the order over. Both clocks are this machine's.
+
+Agreement: the lane's alerts of a segment against the reference model's for the same trades and stamps,
+on :data:`aldebaran.reference.KEY_FIELDS`; ``agreement`` = |same| / |union|, with the missing and extra
+counts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from aldebaran import paths, reference
+from aldebaran.settings import KafkaSettings, load
+from aldebaran_capacity import loadgen
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RATES = (1_000, 10_000, 50_000)
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+class _Alerts:
+    """A consumer of the lane's alerts topic from its start; keeps every alert with its Kafka timestamp."""
+
+    def __init__(self, kafka: KafkaSettings, topic: str) -> None:
+        from aldebaran.kafka_io import consumer
+
+        self._c = consumer(kafka, f"rtm-bench-{uuid.uuid4().hex[:8]}", **{"auto.offset.reset": "earliest"})
+        self._c.subscribe([topic])
+        self.seen: list[tuple[int, dict]] = []
+
+    def poll(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for m in self._c.consume(10_000, 0.2):
+                if m.error() is None:
+                    self.seen.append((m.timestamp()[1], json.loads(m.value())))
+
+    def close(self) -> None:
+        self._c.close()
+
+
+def _probe(kafka: KafkaSettings, topic: str, alerts: _Alerts, timeout: float) -> float:
+    """Send an overfilled order every few seconds until one's alert comes back: the lane is up (it starts at
+    the topic's latest offsets, so probes sent before its query runs are never read). Returns seconds waited."""
+    t0 = time.monotonic()
+    probes: set[str] = set()
+    while time.monotonic() - t0 < timeout:
+        order = f"rtm-probe-{uuid.uuid4().hex[:8]}"
+        probes.add(order)
+        recs = loadgen.records([
+            {"id": order, "#shares": 1, "client": "probe", "stock": "P"},
+            {"id": order + "-p", "initial_order_id": order, "#shares": 2, "client": "probe", "stock": "P"}])
+        loadgen.send(list(recs), topic, stamp_now=True, progress_every=0, settings=kafka)
+        alerts.poll(5.0)
+        if any(a.get("order_id") in probes for _, a in alerts.seen):
+            return time.monotonic() - t0
+    raise TimeoutError(f"the lane sent no alert for its probe orders within {timeout:.0f}s")
+
+
+def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, seconds: float, seed: int) -> dict:
+    """One paced run: produce `rate` events/s for `seconds`, then wait for the lane's alerts of it."""
+    orders = max(1, int(rate * seconds / 5))
+    recs = list(loadgen.records(loadgen.original_mix(orders, seed)))
+    before = len(alerts.seen)
+    sent = loadgen.send(recs, topic, rate=rate, stamp_now=True, progress_every=0, settings=kafka)
+    expected = loadgen.expected(recs, sent.timestamps)
+    order_ids = {r.key.decode() for r in recs}
+    want = {a["alert_id"] for a in expected}
+    deadline = time.monotonic() + max(30.0, seconds)
+    got: list[tuple[int, dict]] = []
+    while time.monotonic() < deadline:
+        alerts.poll(1.0)
+        got = [(ts, a) for ts, a in alerts.seen[before:] if a.get("order_id") in order_ids]
+        if want <= {a["alert_id"] for _, a in got}:
+            alerts.poll(2.0)  # late duplicates, if any, count against agreement
+            got = [(ts, a) for ts, a in alerts.seen[before:] if a.get("order_id") in order_ids]
+            break
+    latencies = [ts - int(a["trigger_event_ts"]) for ts, a in got]
+
+    def key(a: dict) -> tuple:
+        return tuple(str(a.get(f)) for f in reference.KEY_FIELDS)
+
+    lane_keys = [key(a) for _, a in got]
+    ref_keys = {key(a) for a in expected}
+    same = ref_keys & set(lane_keys)
+    union = ref_keys | set(lane_keys)
+    return {
+        "rate": rate, "seconds": seconds, "events": sent.count, "achieved_rate": round(sent.rate),
+        "alerts": len(got), "expected_alerts": len(expected),
+        "missing": len(ref_keys - set(lane_keys)), "extra": len(set(lane_keys) - ref_keys),
+        "duplicates": len(lane_keys) - len(set(lane_keys)),
+        "agreement": round(len(same) / len(union), 6) if union else 1.0,
+        "p50_ms": _percentile(latencies, 50), "p95_ms": _percentile(latencies, 95),
+        "p99_ms": _percentile(latencies, 99), "max_ms": max(latencies) if latencies else None,
+    }
+
+
+def run(rates=DEFAULT_RATES, seconds: float = 20.0, micro_batch: bool = False,
+        checkpoint_interval: str = "30 seconds", start_timeout: float = 180.0) -> dict:
+    """Start the lane on fresh topics, run each segment, stop the lane. Returns ``{"low_latency": ...}``."""
+    from aldebaran.kafka_admin import delete_topics, ensure_topics
+    from aldebaran.lanes.launch import Lane
+
+    kafka = load(KafkaSettings)
+    tag = uuid.uuid4().hex[:8]
+    trades, alerts_topic = f"rtm-bench-trades-{tag}", f"rtm-bench-alerts-{tag}"
+    ensure_topics(kafka, [trades, alerts_topic])
+    out_dir = paths.run_dir() / "bench" / "low-latency"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_path = out_dir / f"lane-{tag}.log"
+    with tempfile.TemporaryDirectory(prefix="rtm-bench-") as ck:
+        lane = Lane(checkpoint=str(Path(ck) / "lane"), trades_topic=trades, alerts_topic=alerts_topic,
+                    checkpoint_interval=checkpoint_interval, micro_batch=micro_batch)
+        alerts = _Alerts(kafka, alerts_topic)
+        with open(log_path, "wb") as log_file:
+            proc = subprocess.Popen(lane.argv(), env=lane.env(), stdout=log_file, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        try:
+            started = _probe(kafka, trades, alerts, start_timeout)
+            log.info("low-latency: lane up after %.0fs (log %s)", started, log_path)
+            segments = []
+            for i, rate in enumerate(rates):
+                seg = segment(kafka, trades, alerts, rate, seconds, seed=1_000 + i)
+                log.info("low-latency: %s", seg)
+                segments.append(seg)
+        finally:
+            alerts.close()
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            delete_topics(kafka, [trades, alerts_topic])
+    agreement = min((s["agreement"] for s in segments), default=None)
+    return {"low_latency": {
+        "mode": "micro-batch (processingTime 0)" if micro_batch else f"real-time (checkpoint every {checkpoint_interval})",
+        "runtime": "pyspark 4.3.0 (setup/runtimes/spark-4.3.txt)", "master": lane.master,
+        "segments": segments, "agreement": agreement,
+        "correct": all(s["missing"] == 0 and s["extra"] == 0 for s in segments),
+        "lane_log": str(log_path),
+    }}
+
+
+def main(args) -> int:
+    from aldebaran_capacity.bench import machine
+
+    rates = [int(r) for r in args.rates.split(",") if r] if args.rates else list(DEFAULT_RATES)
+    result = {"machine": machine.describe(),
+              "command": "aldebaran bench low-latency " + " ".join(
+                  f"--{k.replace('_', '-')} {v}" for k, v in (("rates", args.rates), ("seconds", args.seconds)) if v)
+              + (" --micro-batch" if args.micro_batch else "")}
+    result.update(run(rates, args.seconds, micro_batch=args.micro_batch, checkpoint_interval=args.checkpoint_interval))
+    text = json.dumps(result, indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+    return 0 if result["low_latency"]["correct"] else 1
