@@ -91,6 +91,10 @@ def register(sub) -> None:
     b.add_argument("--seconds", type=float, default=20.0, help="e2e, low-latency: how long each rate is produced, seconds")
     b.add_argument("--micro-batch", action="store_true",
                    help="low-latency: run the lane's plan as back-to-back micro-batches (the comparison)")
+    b.add_argument("--runtime", default="4.3", choices=["4.3", "control"],
+                   help="low-latency: the Spark runtime (control: the control venv's pyspark 4.2, micro-batch only)")
+    b.add_argument("--conf", action="append", default=None, metavar="KEY=VALUE",
+                   help="low-latency: a Spark setting of the lane's spark-submit (repeatable)")
     b.add_argument("--checkpoint-interval", default="30 seconds",
                    help="low-latency: the real-time trigger's duration (a checkpoint interval, not a latency)")
     b.add_argument("--mix", choices=["original", "custom"], default="original",

@@ -30,6 +30,9 @@ class Lane:
     checkpoint_interval: str = "30 seconds"
     starting_offsets: str = "latest"
     micro_batch: bool = False
+    # None: the control venv's own pyspark (4.2), where real-time mode refuses the lane's stateful plan;
+    # for the micro-batch comparison.
+    runtime: str | None = RUNTIME
     master: str = MASTER
     driver_memory: str = "1g"
     conf: dict[str, str] = field(default_factory=dict)
@@ -38,7 +41,7 @@ class Lane:
         """The spark-submit command line (the connector jars on --jars: the Kafka source must be on the
         classpath when the session starts, not added by spark.jars afterwards)."""
         conf = {**sparkmod.SUBMIT_CONF, **self.conf}
-        out = [sparkmod.spark_submit(RUNTIME), "--master", self.master, "--driver-memory", self.driver_memory,
+        out = [sparkmod.spark_submit(self.runtime), "--master", self.master, "--driver-memory", self.driver_memory,
                "--jars", ",".join(sparkmod.connector_jars())]
         for key, value in conf.items():
             out += ["--conf", f"{key}={value}"]
@@ -48,4 +51,4 @@ class Lane:
         return out + (["--micro-batch"] if self.micro_batch else [])
 
     def env(self) -> dict[str, str]:
-        return sparkmod.spark_env(RUNTIME)
+        return sparkmod.spark_env(self.runtime)

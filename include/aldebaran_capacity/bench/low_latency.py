@@ -1,7 +1,8 @@
 """`aldebaran bench low-latency`: trade→alert latency of the real-time-mode lane (issue 19), and its agreement
 with the reference model, at paced rates.
 
-    aldebaran bench low-latency [--rates 1000,10000,50000] [--seconds 20] [--micro-batch] [--out FILE]
+    aldebaran bench low-latency [--rates 1000,10000,50000] [--seconds 20] [--micro-batch] [--runtime 4.3|control]
+                                [--checkpoint-interval '5 minutes'] [--conf K=V ...] [--out FILE]
 
 The lane runs as it does in production: spark-submit of the Spark 4.3 runtime (aldebaran.lanes.launch),
 reading a fresh trades topic and writing a fresh alerts topic on the shared Kafka. Each segment produces
@@ -122,7 +123,8 @@ def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, second
 
 
 def run(rates=DEFAULT_RATES, seconds: float = 20.0, micro_batch: bool = False,
-        checkpoint_interval: str = "30 seconds", start_timeout: float = 180.0) -> dict:
+        checkpoint_interval: str = "30 seconds", start_timeout: float = 180.0, runtime: str | None = "4.3",
+        conf: dict[str, str] | None = None) -> dict:
     """Start the lane on fresh topics, run each segment, stop the lane. Returns ``{"low_latency": ...}``."""
     from aldebaran.kafka_admin import delete_topics, ensure_topics
     from aldebaran.lanes.launch import Lane
@@ -136,7 +138,8 @@ def run(rates=DEFAULT_RATES, seconds: float = 20.0, micro_batch: bool = False,
     log_path = out_dir / f"lane-{tag}.log"
     with tempfile.TemporaryDirectory(prefix="rtm-bench-") as ck:
         lane = Lane(checkpoint=str(Path(ck) / "lane"), trades_topic=trades, alerts_topic=alerts_topic,
-                    checkpoint_interval=checkpoint_interval, micro_batch=micro_batch)
+                    checkpoint_interval=checkpoint_interval, micro_batch=micro_batch, runtime=runtime,
+                    conf=dict(conf or {}))
         alerts = _Alerts(kafka, alerts_topic)
         with open(log_path, "wb") as log_file:
             proc = subprocess.Popen(lane.argv(), env=lane.env(), stdout=log_file, stderr=subprocess.STDOUT,
@@ -161,7 +164,8 @@ def run(rates=DEFAULT_RATES, seconds: float = 20.0, micro_batch: bool = False,
     agreement = min((s["agreement"] for s in segments), default=None)
     return {"low_latency": {
         "mode": "micro-batch (processingTime 0)" if micro_batch else f"real-time (checkpoint every {checkpoint_interval})",
-        "runtime": "pyspark 4.3.0 (setup/runtimes/spark-4.3.txt)", "master": lane.master,
+        "runtime": "pyspark 4.3.0 (setup/runtimes/spark-4.3.txt)" if runtime else "pyspark 4.2.0 (the control venv)",
+        "master": lane.master, "conf": lane.conf,
         "segments": segments, "agreement": agreement,
         "correct": all(s["missing"] == 0 and s["extra"] == 0 for s in segments),
         "lane_log": str(log_path),
@@ -172,11 +176,14 @@ def main(args) -> int:
     from aldebaran_capacity.bench import machine
 
     rates = [int(r) for r in args.rates.split(",") if r] if args.rates else list(DEFAULT_RATES)
-    result = {"machine": machine.describe(),
-              "command": "aldebaran bench low-latency " + " ".join(
-                  f"--{k.replace('_', '-')} {v}" for k, v in (("rates", args.rates), ("seconds", args.seconds)) if v)
-              + (" --micro-batch" if args.micro_batch else "")}
-    result.update(run(rates, args.seconds, micro_batch=args.micro_batch, checkpoint_interval=args.checkpoint_interval))
+    runtime = None if args.runtime == "control" else args.runtime
+    command = (f"aldebaran bench low-latency --rates {','.join(map(str, rates))} --seconds {args.seconds:g}"
+               f" --checkpoint-interval '{args.checkpoint_interval}' --runtime {args.runtime}"
+               + (" --micro-batch" if args.micro_batch else "") + "".join(f" --conf {c}" for c in args.conf or []))
+    conf = dict(c.split("=", 1) for c in args.conf or [])
+    result = {"machine": machine.describe(), "command": command}
+    result.update(run(rates, args.seconds, micro_batch=args.micro_batch, checkpoint_interval=args.checkpoint_interval,
+                      runtime=runtime, conf=conf))
     text = json.dumps(result, indent=2)
     if args.out:
         Path(args.out).write_text(text + "\n")
