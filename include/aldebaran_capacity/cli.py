@@ -95,6 +95,8 @@ def register(sub) -> None:
                    help="low-latency: the Spark runtime (control: the control venv's pyspark 4.2, micro-batch only)")
     b.add_argument("--conf", action="append", default=None, metavar="KEY=VALUE",
                    help="low-latency: a Spark setting of the lane's spark-submit (repeatable)")
+    b.add_argument("--report", action="store_true",
+                   help="low-latency: write its section of docs/benchmarks.md and its key of docs/img/bench-results.json")
     b.add_argument("--checkpoint-interval", default="30 seconds",
                    help="low-latency: the real-time trigger's duration (a checkpoint interval, not a latency)")
     b.add_argument("--mix", choices=["original", "custom"], default="original",

@@ -2,7 +2,10 @@
 with the reference model, at paced rates.
 
     aldebaran bench low-latency [--rates 1000,10000,50000] [--seconds 20] [--micro-batch] [--runtime 4.3|control]
-                                [--checkpoint-interval '5 minutes'] [--conf K=V ...] [--out FILE]
+                                [--checkpoint-interval '5 minutes'] [--conf K=V ...] [--out FILE] [--report]
+
+``--report`` writes its section of docs/benchmarks.md (between its markers) and its ``low_latency`` key into
+docs/img/bench-results.json (``segments[]`` {rate, p50_ms, p95_ms, p99_ms, …}, ``agreement``), keeping the rest.
 
 The lane runs as it does in production: spark-submit of the Spark 4.3 runtime (aldebaran.lanes.launch),
 reading a fresh trades topic and writing a fresh alerts topic on the shared Kafka. Each segment produces
@@ -36,6 +39,7 @@ from aldebaran_capacity import loadgen
 log = logging.getLogger(__name__)
 
 DEFAULT_RATES = (1_000, 10_000, 50_000)
+BEGIN, END = "<!-- low-latency:begin -->", "<!-- low-latency:end -->"
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -188,4 +192,35 @@ def main(args) -> int:
     if args.out:
         Path(args.out).write_text(text + "\n")
     print(text)
+    if args.report:
+        write_report(result, paths.ROOT / "docs")
     return 0 if result["low_latency"]["correct"] else 1
+
+
+def render(result: dict) -> str:
+    """The section of docs/benchmarks.md for one run."""
+    ll, m = result["low_latency"], result["machine"]
+    lines = [BEGIN, "## Low-latency lane: trade → alert in real-time mode (issue 19)", "",
+             f"`{result['command']}` — {m['date']}, {m['cores']} cores, load average {m['load_avg_at_start']:.1f} "
+             f"at start; {ll['runtime']}, {ll['mode']}, `{ll['master']}`. The lane and how it is measured: "
+             "docs/design.md, \"The low-latency lane\"; `aldebaran_capacity.bench.low_latency`.", "",
+             "| rate (events/s) | achieved | alerts | p50 ms | p95 ms | p99 ms | max ms | agreement | missing / extra |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for s in ll["segments"]:
+        lines.append(f"| {s['rate']:,} | {s['achieved_rate']:,} | {s['alerts']:,} | {s['p50_ms']} | {s['p95_ms']} | "
+                     f"{s['p99_ms']} | {s['max_ms']} | {s['agreement']:.4f} | {s['missing']} / {s['extra']} |")
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def write_report(result: dict, docs: Path) -> None:
+    """Splice the section into docs/benchmarks.md and the ``low_latency`` key into bench-results.json."""
+    from aldebaran_capacity.bench import sections
+
+    doc = docs / "benchmarks.md"
+    doc.write_text(sections.splice(doc.read_text() if doc.exists() else "# Benchmarks\n", render(result), BEGIN, END))
+    raw = docs / "img" / "bench-results.json"
+    data = json.loads(raw.read_text()) if raw.exists() else {}
+    data["low_latency"] = {**result["low_latency"], "command": result["command"], "machine": result["machine"]}
+    raw.write_text(json.dumps(data, indent=1, default=str))
+    log.info("low-latency: section written to %s, results to %s", doc, raw)
