@@ -95,3 +95,7 @@ def test_the_runtime_venv_is_found_by_the_key_setup_gives_it(tmp_path, monkeypat
     assert "spark.shuffle.streaming.networkBufferMaxWaitTimeMs=1" in argv
     assert argv[argv.index("--jars") + 1].count("spark-sql-kafka") == 1
     assert str(launch.APP) in argv and "--micro-batch" not in argv
+    # The provider's operator finds the runtime's spark-submit first on the PATH it is given.
+    op_env = launch.operator_env()
+    assert op_env["PATH"].split(":")[0] == str(Path(argv[0]).parent)
+    assert op_env["SPARK_HOME"] == env["SPARK_HOME"]

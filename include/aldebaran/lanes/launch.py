@@ -1,7 +1,9 @@
 """How the low-latency lane is submitted: spark-submit of the Spark 4.3 job runtime (its own SPARK_HOME and
-Python, ``make setup`` builds it) running spark_apps/realtime_lane.py. The same command serves a benchmark,
-a test and — item 4 of issue 19, still open — the supervisor's SparkSubmitOperator (``spark_binary`` =
-:func:`aldebaran.spark.spark_submit` with ``runtime="4.3"``)."""
+Python, ``make setup`` builds it) running spark_apps/realtime_lane.py. The same command serves a benchmark and
+a test; the provider's SparkSubmitOperator (item 4 of issue 19, still open) takes the runtime through
+:func:`operator_env`: the provider accepts only a bare ``spark-submit`` as its binary and refuses a
+``spark-home`` extra, so the runtime's bin/ goes first on the PATH it hands spark-submit's Popen (checked
+with SparkSubmitHook(env_vars=operator_env()): "Running Spark version 4.3.0")."""
 
 from __future__ import annotations
 
@@ -56,3 +58,11 @@ class Lane:
 
     def env(self) -> dict[str, str]:
         return sparkmod.spark_env(self.runtime)
+
+
+def operator_env() -> dict[str, str]:
+    """``env_vars`` for the provider's SparkSubmitOperator/Hook (client mode): the 4.3 runtime's spark-submit
+    first on PATH, its SPARK_HOME and Python, the product on PYTHONPATH."""
+    env = sparkmod.spark_env(RUNTIME)
+    return {k: env[k] for k in ("PATH", "SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH",
+                                "SPARK_LOCAL_IP")}
