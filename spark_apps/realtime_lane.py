@@ -1,11 +1,15 @@
 """Aldebaran's low-latency lane (real-time mode, Spark 4.3): the spark-submit entry point (argument parsing only).
 
-Runs on the Spark 4.3 job runtime `make setup` builds (aldebaran.spark.spark_env(runtime="4.3") gives
-SPARK_HOME, PYSPARK_PYTHON and PYTHONPATH=<tree>/include):
+Runs on the Spark 4.3 job runtime `make setup` builds; aldebaran.lanes.launch.Lane(...).argv() / .env() give the
+command line and environment (what the benchmark and the tests run). By hand, from the work tree:
 
-    "$(python -c 'from aldebaran import spark; print(spark.spark_submit("4.3"))')" --master 'local[2]' \\
+    R=$(ls -d ~/.cache/aldebaran/runtimes/spark-4.3-*); export SPARK_HOME=$(ls -d $R/lib/python3*/site-packages/pyspark)
+    PYSPARK_PYTHON=$R/bin/python PYTHONPATH=include $SPARK_HOME/bin/spark-submit --master 'local[4]' \
+        --jars "$(ls ~/.cache/aldebaran/jars/spark-kafka-*/*.jar | paste -sd,)" \
+        --conf spark.shuffle.streaming.networkBufferMaxWaitTimeMs=1 \
         spark_apps/realtime_lane.py --checkpoint /tmp/rtm-lane --trades-topic trades --alerts-topic alerts
 
+local[4]: the real-time query needs a slot for each of its long-running tasks at once (lanes.launch.MASTER).
 The session (connector jars, JIT flag, RocksDB state) is aldebaran.spark.session; Kafka comes from
 ALDEBARAN_KAFKA_*; the logic is aldebaran.lanes.realtime.
 """
@@ -28,8 +32,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="real-time trigger duration: how often progress is checkpointed (≥ 5 s)")
     parser.add_argument("--starting-offsets", default="latest", help="earliest | latest (first start only)")
     parser.add_argument("--micro-batch", action="store_true",
-                        help="run the same plan as back-to-back micro-batches instead of real-time mode")
-    parser.add_argument("--shuffle-partitions", type=int, default=2)
+                        help="run the same plan as back-to-back micro-batches: a latency comparison only, "
+                             "it misses the orders that cross inside a batch")
+    parser.add_argument("--shuffle-partitions", type=int, default=1,
+                        help="partitions of each stateful operator; each is a long-running task (a slot)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     kafka = load(KafkaSettings)

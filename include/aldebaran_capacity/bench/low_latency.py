@@ -28,6 +28,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -70,6 +71,35 @@ class _Alerts:
         self._c.close()
 
 
+class _BusFloor(threading.Thread):
+    """The segment's trades read back by a plain consumer as they are produced: trade → consumer with no
+    Spark in between, on the same machine under the same load — the floor the lane's figures sit on."""
+
+    def __init__(self, kafka: KafkaSettings, topic: str) -> None:
+        from confluent_kafka import OFFSET_END, TopicPartition
+
+        from aldebaran.kafka_io import consumer
+
+        super().__init__(daemon=True)
+        self._c = consumer(kafka, f"rtm-floor-{uuid.uuid4().hex[:8]}")
+        parts = self._c.list_topics(topic, timeout=10).topics[topic].partitions
+        self._c.assign([TopicPartition(topic, p, OFFSET_END) for p in parts])
+        self._stop = threading.Event()
+        self.lags: list[float] = []
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            for m in self._c.consume(10_000, 0.1):
+                if m.error() is None:
+                    self.lags.append(time.time() * 1000 - m.timestamp()[1])
+
+    def stop(self) -> list[float]:
+        self._stop.set()
+        self.join(10)
+        self._c.close()
+        return self.lags
+
+
 def _probe(kafka: KafkaSettings, topic: str, alerts: _Alerts, timeout: float) -> float:
     """Send an overfilled order every few seconds until one's alert comes back: the lane is up (it starts at
     the topic's latest offsets, so probes sent before its query runs are never read). Returns seconds waited."""
@@ -93,7 +123,14 @@ def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, second
     orders = max(1, int(rate * seconds / 5))
     recs = list(loadgen.records(loadgen.original_mix(orders, seed)))
     before = len(alerts.seen)
-    sent = loadgen.send(recs, topic, rate=rate, stamp_now=True, progress_every=0, settings=kafka)
+    floor = _BusFloor(kafka, topic)
+    floor.start()
+    time.sleep(1.0)  # the floor's consumer has fetched its end offsets before the first trade
+    try:
+        sent = loadgen.send(recs, topic, rate=rate, stamp_now=True, progress_every=0, settings=kafka)
+        time.sleep(1.0)
+    finally:
+        bus = floor.stop()
     expected = loadgen.expected(recs, sent.timestamps)
     order_ids = {r.key.decode() for r in recs}
     want = {a["alert_id"] for a in expected}
@@ -123,7 +160,13 @@ def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, second
         "agreement": round(len(same) / len(union), 6) if union else 1.0,
         "p50_ms": _percentile(latencies, 50), "p95_ms": _percentile(latencies, 95),
         "p99_ms": _percentile(latencies, 99), "max_ms": max(latencies) if latencies else None,
+        # The floor: the same trades through Kafka to a plain consumer, same run (no Spark).
+        "bus_read": len(bus), "bus_p50_ms": _round(_percentile(bus, 50)), "bus_p99_ms": _round(_percentile(bus, 99)),
     }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
 
 
 def run(rates=DEFAULT_RATES, seconds: float = 20.0, micro_batch: bool = False,
@@ -204,11 +247,13 @@ def render(result: dict) -> str:
              f"`{result['command']}` — {m['date']}, {m['cores']} cores, load average {m['load_avg_at_start']:.1f} "
              f"at start; {ll['runtime']}, {ll['mode']}, `{ll['master']}`. The lane and how it is measured: "
              "docs/design.md, \"The low-latency lane\"; `aldebaran_capacity.bench.low_latency`.", "",
-             "| rate (events/s) | achieved | alerts | p50 ms | p95 ms | p99 ms | max ms | agreement | missing / extra |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| rate (events/s) | achieved | alerts | p50 ms | p95 ms | p99 ms | max ms | agreement | missing / extra "
+             "| floor p50 / p99 ms (Kafka → plain consumer, same run) |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for s in ll["segments"]:
         lines.append(f"| {s['rate']:,} | {s['achieved_rate']:,} | {s['alerts']:,} | {s['p50_ms']} | {s['p95_ms']} | "
-                     f"{s['p99_ms']} | {s['max_ms']} | {s['agreement']:.4f} | {s['missing']} / {s['extra']} |")
+                     f"{s['p99_ms']} | {s['max_ms']} | {s['agreement']:.4f} | {s['missing']} / {s['extra']} | "
+                     f"{s.get('bus_p50_ms')} / {s.get('bus_p99_ms')} |")
     lines += ["", END]
     return "\n".join(lines)
 
