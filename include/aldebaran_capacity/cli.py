@@ -97,7 +97,7 @@ def register(sub) -> None:
                    help="low-latency: a Spark setting of the lane's spark-submit (repeatable)")
     b.add_argument("--report", action="store_true",
                    help="low-latency: write its section of docs/benchmarks.md and its key of docs/img/bench-results.json")
-    b.add_argument("--checkpoint-interval", default="30 seconds",
+    b.add_argument("--checkpoint-interval", default="5 minutes",
                    help="low-latency: the real-time trigger's duration (a checkpoint interval, not a latency)")
     b.add_argument("--mix", choices=["original", "custom"], default="original",
                    help="e2e: the original publisher's mix, or the custom mix with --overfill-fraction")

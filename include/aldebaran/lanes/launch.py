@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from aldebaran import paths
 from aldebaran import spark as sparkmod
+from aldebaran.lanes.realtime import DEFAULT_CHECKPOINT_INTERVAL
 
 RUNTIME = "4.3"
 APP = paths.ROOT / "spark_apps" / "realtime_lane.py"
@@ -33,7 +34,7 @@ class Lane:
     checkpoint: str
     trades_topic: str
     alerts_topic: str
-    checkpoint_interval: str = "30 seconds"
+    checkpoint_interval: str = DEFAULT_CHECKPOINT_INTERVAL
     starting_offsets: str = "latest"
     micro_batch: bool = False
     # None: the control venv's own pyspark (4.2), where real-time mode refuses the lane's stateful plan;
