@@ -9,7 +9,7 @@ USAGE = """\
     aldebaran loadgen                                  produce trades in the original publisher's mix
     aldebaran bench dispatch                           deliveries/s and alert→delivered latency
     aldebaran bench e2e [--rates R,...]                trades → auditor → dispatchers → recipients: sustained rate
-    aldebaran bench all [--quick]                      drain, latency, books, churn, dispatch, e2e → docs/benchmarks.md
+    aldebaran bench all [--quick]                      drain, latency, books, churn, dispatch, e2e, low_latency → docs/benchmarks.md
     aldebaran bench state-designs                      candidate state designs side by side → docs/benchmarks.md
     aldebaran bench parse-cost                         Kafka read vs parse vs aggregate, batch jobs → docs/benchmarks.md
     aldebaran bench low-latency [--rates R,...]        the real-time-mode lane (Spark 4.3): trade→alert p50/p95/p99, agreement"""
@@ -68,7 +68,7 @@ def register(sub) -> None:
     b.add_argument("--quick", action="store_true", help="all: everything small (< 5 min), correctness only")
     b.add_argument("--out", default=None, help="all: report directory (default docs/, or .run/bench/quick with --quick); low-latency: a JSON file")
     b.add_argument("--sections", default=None,
-                   help="all: comma-separated subset of drain,latency,books,churn,dispatch,e2e")
+                   help="all: comma-separated subset of drain,plans,latency,books,churn,dispatch,e2e,low_latency")
     b.add_argument("--merge", action="store_true",
                    help="all: keep the previous report's sections (and open-books sizes) this run does not measure")
     b.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
