@@ -32,7 +32,8 @@ def spark_home(runtime: str | None = None) -> str:
 
 
 def spark_submit(runtime: str | None = None) -> str:
-    """The spark-submit of a runtime (what the provider's operator gets as its spark binary)."""
+    """The spark-submit of a runtime, for a direct launch (the provider's operator takes only a bare
+    ``spark-submit`` and finds it on the PATH of its env_vars: aldebaran.lanes.launch.operator_env)."""
     return str(Path(spark_home(runtime)) / "bin" / "spark-submit")
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from aldebaran import paths, reference
 from aldebaran.settings import KafkaSettings, load
 from aldebaran_capacity import loadgen
+from aldebaran_capacity.bench import harness
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +45,8 @@ BEGIN, END = "<!-- low-latency:begin -->", "<!-- low-latency:end -->"
 
 
 def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+    """harness.percentile, None (JSON null) rather than NaN for an empty segment."""
+    return harness.percentile(values, q) if values else None
 
 
 class _Alerts:
