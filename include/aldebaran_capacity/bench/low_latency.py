@@ -8,9 +8,9 @@ with the reference model, at paced rates.
 docs/img/bench-results.json (``segments[]`` {rate, p50_ms, p95_ms, p99_ms, …}, ``agreement``), keeping the rest.
 
 The lane runs as it does in production: spark-submit of the Spark 4.3 runtime (aldebaran.lanes.launch),
-reading a fresh trades topic and writing a fresh alerts topic on the shared Kafka. Each segment produces
-the original publisher's mix (one request, four purchases per order; loadgen.original_mix) paced at its
-rate, each trade stamped with the wall clock as it is handed to the producer (its Kafka timestamp, which the
+reading a fresh trades topic and writing a fresh alerts topic on the shared Kafka. Each segment produces,
+from a process of its own, the original publisher's mix (one request, four purchases per order;
+loadgen.original_mix) paced at its rate, each trade stamped with the wall clock as it is handed to the producer (its Kafka timestamp, which the
 lane's parse takes as the event time, as no ``ts`` is sent). An alert's latency is its own Kafka timestamp
 (the lane's producer stamps it on send) minus its ``trigger_event_ts``: the produce time of the trade that
 put the order over. Both clocks are this machine's.
@@ -119,16 +119,34 @@ def _probe(kafka: KafkaSettings, topic: str, alerts: _Alerts, timeout: float) ->
     raise TimeoutError(f"the lane sent no alert for its probe orders within {timeout:.0f}s")
 
 
+def _mix(orders: int, seed: int) -> list[loadgen.Record]:
+    return list(loadgen.records(loadgen.original_mix(orders, seed)))
+
+
+def _send_mix(orders: int, seed: int, topic: str, rate: int, kafka: KafkaSettings) -> loadgen.Sent:
+    """In the producer's own process: the segment's trades, generated there and paced at `rate`."""
+    return loadgen.send(_mix(orders, seed), topic, rate=rate, stamp_now=True, progress_every=0, settings=kafka)
+
+
+def _produce(orders: int, seed: int, topic: str, rate: int, kafka: KafkaSettings) -> loadgen.Sent:
+    """Produce from a process of its own: in the bench's process the producer loop, both consumers and the
+    stamps share one interpreter, and a starved producer thread adds its wait to every figure (design.md)."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_send_mix, (orders, seed, topic, rate, kafka))
+
+
 def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, seconds: float, seed: int) -> dict:
     """One paced run: produce `rate` events/s for `seconds`, then wait for the lane's alerts of it."""
     orders = max(1, int(rate * seconds / 5))
-    recs = list(loadgen.records(loadgen.original_mix(orders, seed)))
+    recs = _mix(orders, seed)
     before = len(alerts.seen)
     floor = _BusFloor(kafka, topic)
     floor.start()
     time.sleep(1.0)  # the floor's consumer has fetched its end offsets before the first trade
     try:
-        sent = loadgen.send(recs, topic, rate=rate, stamp_now=True, progress_every=0, settings=kafka)
+        sent = _produce(orders, seed, topic, rate, kafka)
         time.sleep(1.0)
     finally:
         bus = floor.stop()
