@@ -3,7 +3,7 @@ Python, ``make setup`` builds it) running spark_apps/realtime_lane.py. The same 
 a test; the provider's SparkSubmitOperator (item 4 of issue 19, still open) takes the runtime through
 :func:`operator_env`: the provider accepts only a bare ``spark-submit`` as its binary and refuses a
 ``spark-home`` extra, so the runtime's bin/ goes first on the PATH it hands spark-submit's Popen (checked
-with SparkSubmitHook(env_vars=operator_env()): "Running Spark version 4.3.0")."""
+with SparkSubmitHook, docs/design.md)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ APP = paths.ROOT / "spark_apps" / "realtime_lane.py"
 MASTER = "local[4]"
 SHUFFLE_PARTITIONS = 1
 # The streaming shuffle holds a partly filled network buffer up to this long before it sends it on; Spark's
-# default trades latency for fewer messages. 1 ms: the lane's p50 at 1k events/s fell from 68 to 5 ms
-# (docs/design.md, "The low-latency lane"). A SparkContext setting, so it goes on the command line.
+# default trades latency for fewer messages; at 1 ms most of the lane's median went (docs/design.md, "The
+# low-latency lane"). A SparkContext setting, so it goes on the command line.
 STREAMING_CONF = {"spark.shuffle.streaming.networkBufferMaxWaitTimeMs": "1"}
 
 

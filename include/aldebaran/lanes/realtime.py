@@ -3,7 +3,8 @@
 Pure DataFrame → DataFrame transforms of Spark built-in operators (real-time mode runs no Python UDFs),
 apart from :func:`start`, which wires the Kafka source and sink. Spark ≥ 4.3 only: 4.1/4.2 run
 real-time mode for stateless queries, 4.3 adds ``dropDuplicates`` and streaming aggregation over a
-pipelined shuffle (Spark's docs/streaming/real-time-mode.md); ``transformWithState`` is not accepted.
+pipelined shuffle (Spark's docs/streaming/real-time-mode.md). PySpark's ``transformWithState`` is a Python
+operator, which real-time mode does not run; per-key timers (expiry, ORPHAN) would take a JVM one.
 
 The plan, per trade message:
 
@@ -17,8 +18,7 @@ The plan, per trade message:
    crossed). Later updates of an overfilled book are not over the line any more, so an order alerts
    once without a second stateful operator — as long as the aggregation emits one update per event,
    which real-time mode does. Micro-batches coalesce an order's events within a batch into one update
-   and so hide crossings inside a batch (measured: 560 of 1,848 alerts missed; docs/design.md, "The
-   low-latency lane").
+   and so hide crossings inside a batch (measured in docs/design.md, "The low-latency lane").
 
 Kept exactly: validation, dedupe by event id within a book, first request wins, purchase before
 request, the alert's id (:func:`aldebaran.audit.model.alert_id`, computed here as the same SHA-256 in
@@ -36,9 +36,9 @@ from aldebaran.audit.sparkjob import jvmparse
 LANE = "realtime"
 KIND = "OVERFILL"
 #: Real-time mode's trigger duration is its checkpoint interval, not a latency bound (5 s minimum). Each
-#: boundary stops the long-running tasks, commits and starts the next batch: on 2 busy cores a stall of up
-#: to ~3 s (a 30 s interval put a p95 of 2.4 s into a 20 s measurement). Spark's default, 5 minutes: a
-#: restart re-reads at most that much, and the replayed alerts keep their ids (the ledger drops repeats).
+#: boundary stops the long-running tasks, commits and starts the next batch, a stall of seconds on a busy
+#: machine (docs/design.md). Spark's default, 5 minutes: a restart re-reads at most that much, and the
+#: replayed alerts keep their ids (the ledger drops repeats).
 DEFAULT_CHECKPOINT_INTERVAL = "5 minutes"
 
 
