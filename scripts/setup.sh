@@ -4,6 +4,8 @@
 # Everything downloaded or built lives under $ALDEBARAN_CACHE (default ~/.cache/aldebaran), keyed by
 # version, so a second run (or a fresh clone on the same machine) only verifies:
 #   venv/<hash of pins+python+tree path>/             Python virtualenv with the pins; .venv links to it
+#   runtimes/<name>-<hash of its pins+python>/         a Spark job runtime of its own (setup/runtimes/*.txt):
+#                                                      pyspark 4.3 apart from the control venv's 4.2 (issue 19)
 #   jars/<pom name>-<hash of the pom>/                  Maven-resolved jar sets (setup/maven/*.xml)
 #   minio/<version>/bin/minio                          MinIO server built with `go install`
 #
@@ -31,7 +33,7 @@ for arg in "$@"; do
     *) echo "setup: unknown argument $arg (only --ha)" >&2; exit 2 ;;
   esac
 done
-STEPS=$((4 + HA))  # the step calls at the end of this script
+STEPS=$((5 + HA))  # the step calls at the end of this script
 
 mkdir -p "$CACHE"
 total_start=$EPOCHREALTIME
@@ -102,6 +104,29 @@ python_venv() {
   fi
 }
 
+spark_runtimes() {
+  # A job runtime is a venv with only what a Spark entry script needs (its own pyspark and SPARK_HOME);
+  # the product is imported from the work tree (PYTHONPATH, aldebaran.spark.spark_env), so one runtime
+  # serves every clone: keyed by its pins and the interpreter, not by the tree.
+  local req name key dir
+  for req in "$ROOT"/setup/runtimes/*.txt; do
+    name=$(basename "$req" .txt)
+    key=$(short_hash "$req" <("$PYTHON" -V))
+    dir="$CACHE/runtimes/$name-$key"
+    if [ -f "$dir/.complete" ] && "$dir/bin/python" -c 'import pyspark' 2>/dev/null; then
+      echo "    cached: $name $dir"
+      continue
+    fi
+    echo "    creating $name runtime $dir (pip install of $(basename "$req"); ~30 s cold)"
+    rm -rf "$dir"
+    "$PYTHON" -m venv "$dir"
+    "$dir/bin/pip" install --quiet --upgrade pip
+    "$dir/bin/pip" install --quiet --progress-bar off -r "$req"
+    touch "$dir/.complete"
+    echo "    $name: pyspark $("$dir/bin/python" -c 'import pyspark; print(pyspark.__version__)')"
+  done
+}
+
 maven_jars() {
   local name key dir tmp
   for name in "${MAVEN_SETS[@]}"; do
@@ -164,6 +189,7 @@ ha_extras() {
 
 step "tools" check_tools
 step "python venv" python_venv
+step "spark runtimes" spark_runtimes
 step "maven jars" maven_jars
 step "minio" minio_server
 if [ "$HA" -eq 1 ]; then step "ha extras: psycopg2, asyncpg, postgresql" ha_extras; fi

@@ -60,6 +60,27 @@ def jars(name: str) -> list[Path]:
     return sorted(jar_dir(name).glob("*.jar"))
 
 
+#: The Spark job runtimes `make setup` builds (setup/runtimes/<name>.txt), by the version callers ask for.
+SPARK_RUNTIMES = {"4.3": "spark-4.3"}
+
+
+def spark_runtime(version: str) -> Path:
+    """The venv of a Spark job runtime of its own (issue 19: pyspark 4.3 apart from the control venv's
+    4.2), as setup.sh names it: keyed by its pins and the interpreter."""
+    import platform
+
+    if version not in SPARK_RUNTIMES:
+        raise SetupError(f"no Spark runtime {version!r}: known are {sorted(SPARK_RUNTIMES)}")
+    name = SPARK_RUNTIMES[version]
+    pins = (ROOT / "setup" / "runtimes" / f"{name}.txt").read_bytes()
+    # setup.sh hashes the pins followed by `python3 -V` ("Python 3.11.7\n").
+    key = hashlib.sha256(pins + f"Python {platform.python_version()}\n".encode()).hexdigest()[:12]
+    path = cache_dir() / "runtimes" / f"{name}-{key}"
+    if not (path / ".complete").exists():
+        raise SetupError(f"Spark runtime {version} is not installed at {path}: run `make setup`")
+    return path
+
+
 def minio_binary() -> Path:
     path = cache_dir() / "minio" / versions()["MINIO_VERSION"] / "bin" / "minio"
     if not path.exists():

@@ -11,7 +11,16 @@ from aldebaran import paths
 from aldebaran.settings import ObjectStoreSettings, SparkSettings, load
 
 
-def spark_home() -> str:
+def spark_home(runtime: str | None = None) -> str:
+    """SPARK_HOME of this environment's pyspark, or of a Spark job runtime of its own (``runtime="4.3"``:
+    the venv `make setup` builds from setup/runtimes/spark-4.3.txt, launched by its own spark-submit)."""
+    if runtime is not None:
+        found = sorted(paths.spark_runtime(runtime).glob("lib/python*/site-packages/pyspark"))
+        if not found:
+            from aldebaran.exceptions import SetupError
+
+            raise SetupError(f"the Spark {runtime} runtime has no pyspark: rerun `make setup`")
+        return str(found[0])
     import importlib.util
 
     spec = importlib.util.find_spec("pyspark")
@@ -22,9 +31,25 @@ def spark_home() -> str:
     return str(Path(spec.origin).parent)
 
 
-def spark_env() -> dict[str, str]:
-    """The environment of Spark's launchers: this process's, with Spark's own variables defaulted."""
+def spark_submit(runtime: str | None = None) -> str:
+    """The spark-submit of a runtime, for a direct launch (the provider's operator takes only a bare
+    ``spark-submit`` and finds it on the PATH of its env_vars: aldebaran.lanes.launch.operator_env)."""
+    return str(Path(spark_home(runtime)) / "bin" / "spark-submit")
+
+
+def spark_env(runtime: str | None = None) -> dict[str, str]:
+    """The environment of Spark's launchers: this process's, with Spark's own variables defaulted.
+
+    With a ``runtime``, the job runs on that runtime's pyspark: its SPARK_HOME and Python are forced (a
+    SPARK_HOME of the control venv inherited from the caller would launch the wrong Spark), and the
+    product is imported from this tree's include/ (the runtime holds only pyspark and the settings)."""
     env = dict(os.environ)  # not configuration: the whole environment, passed on to the JVM launchers
+    if runtime is not None:
+        python = str(paths.spark_runtime(runtime) / "bin" / "python")
+        env["SPARK_HOME"] = spark_home(runtime)
+        env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = python
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(paths.ROOT / "include"), env.get("PYTHONPATH")) if p)
+        env["PATH"] = f"{Path(env['SPARK_HOME']) / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("SPARK_HOME", spark_home())
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     env.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -9,9 +9,10 @@ USAGE = """\
     aldebaran loadgen                                  produce trades in the original publisher's mix
     aldebaran bench dispatch                           deliveries/s and alert→delivered latency
     aldebaran bench e2e [--rates R,...]                trades → auditor → dispatchers → recipients: sustained rate
-    aldebaran bench all [--quick]                      drain, latency, books, churn, dispatch, e2e → docs/benchmarks.md
+    aldebaran bench all [--quick]                      drain, latency, books, churn, dispatch, e2e, low_latency → docs/benchmarks.md
     aldebaran bench state-designs                      candidate state designs side by side → docs/benchmarks.md
-    aldebaran bench parse-cost                         Kafka read vs parse vs aggregate, batch jobs → docs/benchmarks.md"""
+    aldebaran bench parse-cost                         Kafka read vs parse vs aggregate, batch jobs → docs/benchmarks.md
+    aldebaran bench low-latency [--rates R,...]        the real-time-mode lane (Spark 4.3): trade→alert p50/p95/p99, agreement"""
 
 
 def cmd_loadgen(args: argparse.Namespace) -> int:
@@ -36,6 +37,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from aldebaran_capacity.bench import parse_cost
 
         return parse_cost.main(args)
+    if args.which == "low-latency":
+        from aldebaran_capacity.bench import low_latency
+
+        return low_latency.main(args)
     if args.which == "e2e":
         from aldebaran_capacity.bench import e2e
 
@@ -59,11 +64,11 @@ def register(sub) -> None:
     lg.set_defaults(func=cmd_loadgen)
 
     b = sub.add_parser("bench", help="benchmarks (figures with machine, versions and date)")
-    b.add_argument("which", choices=["dispatch", "all", "state-designs", "parse-cost", "e2e"])
+    b.add_argument("which", choices=["dispatch", "all", "state-designs", "parse-cost", "e2e", "low-latency"])
     b.add_argument("--quick", action="store_true", help="all: everything small (< 5 min), correctness only")
-    b.add_argument("--out", default=None, help="all: report directory (default docs/, or .run/bench/quick with --quick)")
+    b.add_argument("--out", default=None, help="all: report directory (default docs/, or .run/bench/quick with --quick); low-latency: a JSON file")
     b.add_argument("--sections", default=None,
-                   help="all: comma-separated subset of drain,latency,books,churn,dispatch,e2e")
+                   help="all: comma-separated subset of drain,plans,latency,books,churn,dispatch,e2e,low_latency")
     b.add_argument("--merge", action="store_true",
                    help="all: keep the previous report's sections (and open-books sizes) this run does not measure")
     b.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
@@ -81,8 +86,19 @@ def register(sub) -> None:
     b.add_argument("--per-order-seconds", type=float, default=60.0,
                    help="state-designs: time allowed to the per-order Python state candidate")
     b.add_argument("--rates", default=None,
-                   help="e2e: comma-separated trade rates to ramp through, trades/s (default 5000,10000,20000,50000)")
-    b.add_argument("--seconds", type=float, default=20.0, help="e2e: how long each rate is produced, seconds")
+                   help="e2e: comma-separated trade rates to ramp through, trades/s (default 5000,10000,20000,50000); "
+                   "low-latency: the paced rates (default 1000,10000,50000)")
+    b.add_argument("--seconds", type=float, default=20.0, help="e2e, low-latency: how long each rate is produced, seconds")
+    b.add_argument("--micro-batch", action="store_true",
+                   help="low-latency: run the lane's plan as back-to-back micro-batches (the comparison)")
+    b.add_argument("--runtime", default="4.3", choices=["4.3", "control"],
+                   help="low-latency: the Spark runtime (control: the control venv's pyspark 4.2, micro-batch only)")
+    b.add_argument("--conf", action="append", default=None, metavar="KEY=VALUE",
+                   help="low-latency: a Spark setting of the lane's spark-submit (repeatable)")
+    b.add_argument("--report", action="store_true",
+                   help="low-latency: write its section of docs/benchmarks.md and its key of docs/img/bench-results.json")
+    b.add_argument("--checkpoint-interval", default="5 minutes",
+                   help="low-latency: the real-time trigger's duration (a checkpoint interval, not a latency)")
     b.add_argument("--mix", choices=["original", "custom"], default="original",
                    help="e2e: the original publisher's mix, or the custom mix with --overfill-fraction")
     b.add_argument("--overfill-fraction", type=float, default=0.5, help="e2e --mix custom: share of overfilled orders")

@@ -23,7 +23,9 @@ from aldebaran_capacity.loadgen import Mix
 log = logging.getLogger(__name__)
 
 
-SECTIONS = ("drain", "plans", "latency", "books", "churn", "dispatch", "e2e")
+SECTIONS = ("drain", "plans", "latency", "books", "churn", "dispatch", "e2e", "low_latency")
+# low_latency submits the lane on the Spark 4.3 runtime (its own venv): the capacity_test DAG's sections
+# (bench.capacity.SECTIONS) leave it out until the image carries that runtime.
 
 
 @dataclass
@@ -49,9 +51,12 @@ class Config:
     # The target's channels. An SMS channel on every alert (2 ledger writes per message, a rate-limited
     # provider) costs the 2-core machine the CPU the auditor needs; the dispatch section measures it.
     e2e_channels: tuple[str, ...] = ("webhook", "bus")
+    # The real-time-mode lane (issue 19): paced rates of the original mix, seconds each.
+    low_latency_rates: list[int] = field(default_factory=lambda: [1_000, 10_000, 50_000])
+    low_latency_seconds: float = 20.0
     mix: Mix = field(default_factory=lambda: Mix(overfill_fraction=0.5, purchase_first=0.05, duplicate_fraction=0.01,
                                                  malformed_fraction=0.001, open_orders=1000))
-    sections: tuple[str, ...] = ("drain", "plans", "latency", "books", "churn", "dispatch", "e2e")  # = SECTIONS
+    sections: tuple[str, ...] = SECTIONS
     quick: bool = False
 
     @classmethod
@@ -62,7 +67,7 @@ class Config:
     def quick_config(cls) -> "Config":
         return cls(drain_orders=5_000, drain_repeats=1, plans_orders=5_000, plans_repeats=1, rates=[500, 2_000], latency_seconds=3.0,
                    book_sizes=[2_000, 10_000], churn_orders=3_000, dispatch_alerts=200, dispatch_repeats=1,
-                   e2e_rates=[500], e2e_seconds=5.0, quick=True)
+                   e2e_rates=[500], e2e_seconds=5.0, low_latency_rates=[1_000], low_latency_seconds=5.0, quick=True)
 
     def override(self, item: str) -> None:
         """`key=value` from the command line: ints, floats, or comma-separated int lists."""
@@ -72,7 +77,7 @@ class Config:
             raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY one of drain_orders, drain_repeats, "
                              "plans_orders, plans_repeats, rates, "
                              "latency_seconds, book_sizes, churn_orders, dispatch_alerts, dispatch_repeats, "
-                             "e2e_rates, e2e_seconds, e2e_webhook_batch")
+                             "e2e_rates, e2e_seconds, e2e_webhook_batch, low_latency_rates, low_latency_seconds")
         if isinstance(current, list):
             setattr(self, key, [int(v) for v in value.split(",") if v])
         else:
@@ -132,6 +137,10 @@ def run(config: Config, spark=None) -> dict:
                               channels=config.e2e_channels)
                 if "drain" in results:  # the auditor alone, same run: what the target compares with
                     out["auditor_drain_eps"] = results["drain"]["auditor_eps"]
+            elif section == "low_latency":
+                from aldebaran_capacity.bench import low_latency
+
+                out = low_latency.run(config.low_latency_rates, config.low_latency_seconds)["low_latency"]
             else:
                 raise ValueError(f"unknown bench section {section!r}")
             out["seconds"] = time.monotonic() - t0
@@ -166,6 +175,11 @@ def main(args) -> int:
     if getattr(args, "merge", False):
         results = merge(results, out / "img" / "bench-results.json")
     written = report.write(results, out)
+    if "low_latency" in config.sections:  # its own section of the same document
+        from aldebaran_capacity.bench import low_latency
+
+        low_latency.write_report({"low_latency": results["low_latency"], "command": results["command"],
+                                  "machine": results["machine"]}, out)
     log.info("report: %s", written["markdown"])
     if not results["correct"]:
         bad = [s for s in config.sections if not results[s].get("correct")]

@@ -1,0 +1,1 @@
+"""Alert lanes besides the exact auditor (issue 19: the real-time-mode lane)."""

@@ -1,0 +1,69 @@
+"""How the low-latency lane is submitted: spark-submit of the Spark 4.3 job runtime (its own SPARK_HOME and
+Python, ``make setup`` builds it) running spark_apps/realtime_lane.py. The same command serves a benchmark and
+a test; the provider's SparkSubmitOperator (item 4 of issue 19, still open) takes the runtime through
+:func:`operator_env`: the provider accepts only a bare ``spark-submit`` as its binary and refuses a
+``spark-home`` extra, so the runtime's bin/ goes first on the PATH it hands spark-submit's Popen (checked
+with SparkSubmitHook, docs/design.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aldebaran import paths
+from aldebaran import spark as sparkmod
+from aldebaran.lanes.realtime import DEFAULT_CHECKPOINT_INTERVAL
+
+RUNTIME = "4.3"
+APP = paths.ROOT / "spark_apps" / "realtime_lane.py"
+# A real-time query runs every stage of its pipelined group at once: one long-running task per Kafka
+# partition plus one per shuffle partition of each stateful operator (dedupe, then aggregate). With 2 topic
+# partitions and 1 shuffle partition that is 4 slots; local[2] is refused with
+# CONCURRENT_SCHEDULER_INSUFFICIENT_SLOT (docs/design.md, "The low-latency lane").
+MASTER = "local[4]"
+SHUFFLE_PARTITIONS = 1
+# The streaming shuffle holds a partly filled network buffer up to this long before it sends it on; Spark's
+# default trades latency for fewer messages; at 1 ms most of the lane's median went (docs/design.md, "The
+# low-latency lane"). A SparkContext setting, so it goes on the command line.
+STREAMING_CONF = {"spark.shuffle.streaming.networkBufferMaxWaitTimeMs": "1"}
+
+
+@dataclass
+class Lane:
+    """One lane's query: its topics, checkpoint and trigger."""
+
+    checkpoint: str
+    trades_topic: str
+    alerts_topic: str
+    checkpoint_interval: str = DEFAULT_CHECKPOINT_INTERVAL
+    starting_offsets: str = "latest"
+    micro_batch: bool = False
+    # None: the control venv's own pyspark (4.2), where real-time mode refuses the lane's stateful plan;
+    # for the micro-batch comparison.
+    runtime: str | None = RUNTIME
+    master: str = MASTER
+    driver_memory: str = "1g"
+    conf: dict[str, str] = field(default_factory=dict)
+
+    def argv(self) -> list[str]:
+        """The spark-submit command line (the connector jars on --jars: the Kafka source must be on the
+        classpath when the session starts, not added by spark.jars afterwards)."""
+        conf = {**sparkmod.SUBMIT_CONF, **STREAMING_CONF, **self.conf}
+        out = [sparkmod.spark_submit(self.runtime), "--master", self.master, "--driver-memory", self.driver_memory,
+               "--jars", ",".join(sparkmod.connector_jars())]
+        for key, value in conf.items():
+            out += ["--conf", f"{key}={value}"]
+        out += [str(APP), "--checkpoint", self.checkpoint, "--trades-topic", self.trades_topic,
+                "--alerts-topic", self.alerts_topic, "--checkpoint-interval", self.checkpoint_interval,
+                "--starting-offsets", self.starting_offsets, "--shuffle-partitions", str(SHUFFLE_PARTITIONS)]
+        return out + (["--micro-batch"] if self.micro_batch else [])
+
+    def env(self) -> dict[str, str]:
+        return sparkmod.spark_env(self.runtime)
+
+
+def operator_env() -> dict[str, str]:
+    """``env_vars`` for the provider's SparkSubmitOperator/Hook (client mode): the 4.3 runtime's spark-submit
+    first on PATH, its SPARK_HOME and Python, the product on PYTHONPATH."""
+    env = sparkmod.spark_env(RUNTIME)
+    return {k: env[k] for k in ("PATH", "SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH",
+                                "SPARK_LOCAL_IP")}
