@@ -172,6 +172,12 @@ def create_app():
         except ValueError as exc:
             raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
 
+    def checked_id(alert_id: str) -> None:
+        try:
+            safe_segment(alert_id, "alert id")
+        except ValueError as exc:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
+
     @app.get("/deliveries/", response_class=HTMLResponse)
     def deliveries_page(user: User, backend: Backend, ledger: LedgerPrefix = None, limit: Limit = pages.DEFAULT_LIMIT):
         book = open_or_400(backend, ledger)
@@ -185,10 +191,7 @@ def create_app():
         """Any alert by its id, on every channel, without listing the ledger (delivery/tools.find)."""
         from aldebaran.delivery.tools import find, locate_alert
 
-        try:
-            safe_segment(alert_id, "alert id")
-        except ValueError as exc:
-            raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
+        checked_id(alert_id)
         book = open_or_400(backend, ledger)
         channels = book.channels()
         records = {c: book.get(c, alert_id) for c in channels}
@@ -206,10 +209,7 @@ def create_app():
         from aldebaran.exceptions import AlertNotFound
         from aldebaran.explain import explain
 
-        try:
-            safe_segment(alert_id, "alert id")
-        except ValueError as exc:
-            raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
+        checked_id(alert_id)
         book = open_or_400(backend, ledger)
         try:
             story = explain(alert_id, book, locate_timeout=10.0)

@@ -5,8 +5,6 @@ fixtures fail (services_up) and so does the launcher (SetupError naming the runt
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 
 import pytest
@@ -14,6 +12,7 @@ import pytest
 from aldebaran import events, kafka_io, reference
 from aldebaran.audit.model import alert_id as alert_id_of
 from aldebaran.lanes.launch import Lane
+from aldebaran.lanes.launch import stop as stop_lane
 from aldebaran_capacity import loadgen
 from tests.conftest import assert_eventually
 
@@ -29,12 +28,7 @@ def lane(kafka_topics, tmp_path):
                                 start_new_session=True)
     proc.log_path = log_path
     yield proc
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    stop_lane(proc)
 
 
 def _alerts(settings) -> list[dict]:

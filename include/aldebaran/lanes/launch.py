@@ -67,3 +67,18 @@ def operator_env() -> dict[str, str]:
     env = sparkmod.spark_env(RUNTIME)
     return {k: env[k] for k in ("PATH", "SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH",
                                 "SPARK_LOCAL_IP")}
+
+
+def stop(proc, timeout: float = 30.0) -> None:
+    """Stop a lane started as its own session (``start_new_session``): SIGTERM to its process group (the
+    spark-submit and its JVM), SIGKILL if it is still there after `timeout` seconds."""
+    import os
+    import signal
+    import subprocess
+
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

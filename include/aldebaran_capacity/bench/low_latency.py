@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
 import subprocess
 import tempfile
 import threading
@@ -34,6 +32,7 @@ import uuid
 from pathlib import Path
 
 from aldebaran import paths, reference
+from aldebaran.lanes.launch import stop as stop_lane
 from aldebaran.settings import KafkaSettings, load
 from aldebaran_capacity import loadgen
 from aldebaran_capacity.bench import harness
@@ -220,12 +219,7 @@ def run(rates=DEFAULT_RATES, seconds: float = 20.0, micro_batch: bool = False,
                 segments.append(seg)
         finally:
             alerts.close()
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_lane(proc)
             delete_topics(kafka, [trades, alerts_topic])
     agreement = min((s["agreement"] for s in segments), default=None)
     return {"low_latency": {

@@ -353,6 +353,13 @@ class CampaignResult:
         self.load_after = load_average()
         return self
 
+    def aborted(self, failures: list[str], exc: Exception, t0: float) -> "CampaignResult":
+        """The campaign stopped on `exc` before its verdict: what is lost is unknown (-1)."""
+        failures.append(str(exc))
+        self.details["failures"] = failures
+        self.lost = -1
+        return self.finish(t0)
+
 
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())

@@ -124,10 +124,7 @@ def run(events: int = 300_000, kills: int = 4, cold: int = 2, seed: int = 1, mod
                               failures=failures)
         return result.finish(t0)
     except ChaosError as exc:
-        failures.append(str(exc))
-        result.details["failures"] = failures
-        result.lost = -1  # unknown: the campaign did not finish
-        return result.finish(t0)
+        return result.aborted(failures, exc, t0)
     finally:
         faults.close()
         for proc in procs:

@@ -211,10 +211,7 @@ def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "fu
         result.details["failures"] = failures
         return result.finish(t0)
     except ChaosError as exc:
-        failures.append(str(exc))
-        result.details["failures"] = failures
-        result.lost = -1  # unknown: the campaign did not finish
-        return result.finish(t0)
+        return result.aborted(failures, exc, t0)
     finally:
         faults.close()
         if auditor is not None and auditor.alive():
