@@ -97,6 +97,37 @@ def test_the_deliveries_page_shows_the_demo_records_with_no_parameter(demo, http
     assert order1["alert_id"] in record.text and "<th>purchased</th><td>120</td>" in record.text
 
 
+def test_explain_tells_the_story_of_the_demo_alert_from_the_cli_and_the_page(demo, http):
+    """`aldebaran explain` on the demo's OVERFILL of order 1: its request and the two purchases it counts, where
+    the platform's trades topic holds them, the purchase of 30 as the trigger, the log channel's delivery;
+    then the same view on the running Airflow's Deliveries page."""
+    from aldebaran import events, kafka_io
+    from aldebaran.settings import KafkaSettings, load
+
+    (order1,) = [a for a in demo_alerts() if a["order_id"] == "1"]
+    kafka = load(KafkaSettings)
+    held = {}
+    for msg in kafka_io.read_topic(kafka, kafka.trades_topic):
+        v = events.validate(msg.value())
+        if not isinstance(v, events.Invalid) and v.order_id == "1":
+            held.setdefault(v.event_id, (msg.partition(), msg.offset(), v.shares))
+
+    out = aldebaran("explain", order1["alert_id"], "--json", timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    story = json.loads(out.stdout)
+    assert story["topic"] == kafka.trades_topic and story["alert"]["purchased"] == 120
+    assert [(t["event_id"], t["kind"], t["shares"], t["partition"], t["offset"]) for t in story["trades"]] == [
+        (e, k, held[e][2], held[e][0], held[e][1]) for e, k in [("1", "request"), ("2", "purchase"), ("3", "purchase")]]
+    assert [t["event_id"] for t in story["trades"] if t["trigger"]] == ["3"]
+    assert [(d["channel"], d["state"]) for d in story["deliveries"]] == [("log", "DELIVERED")]
+
+    page = http.get("/aldebaran/deliveries/explain", params={"alert_id": order1["alert_id"]})
+    assert page.status_code == 200, page.text[:500]
+    rows = page.text.replace(" class=n", "")
+    for e in ("1", "2", "3"):
+        assert f"<tr><td>{held[e][0]}</td><td>{held[e][1]}</td><td><code>{e}</code></td>" in rows
+
+
 def test_the_demo_stop_leaves_no_auditor_or_dispatcher(demo):
     stopped = aldebaran("demo", "--stop", timeout=300)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
