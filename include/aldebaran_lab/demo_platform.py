@@ -170,8 +170,10 @@ def _delete_groups(kafka: KafkaSettings, groups: list[str]) -> None:
 
     client = kafka_admin.admin(kafka)
     existing = {g.group_id for g in client.list_consumer_groups(request_timeout=10).result().valid}
-    for group, fut in client.delete_consumer_groups([g for g in groups if g in existing], request_timeout=10).items() \
-            if existing & set(groups) else ():
+    doomed = [g for g in groups if g in existing]
+    if not doomed:
+        return
+    for group, fut in client.delete_consumer_groups(doomed, request_timeout=10).items():
         try:
             fut.result()
         except KafkaException as exc:
