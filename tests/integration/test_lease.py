@@ -81,8 +81,12 @@ def test_revoked_lease_stops_the_keeper_and_is_free_after_its_grace(store, cp, c
     holder = leases.acquire(store, cp, "hung", ttl_seconds=3)
     lost = threading.Event()
     keeper = holder.keep(alive=lambda: True, on_lost=lambda why: lost.set(), interval=0.2)
-    ended = leases.end(store, cp, leases.REVOKED, "test revokes it", grace_seconds=1.0)
-    assert ended["state"] == leases.REVOKED
+    # A renewal between end()'s read and its conditional write wins (If-Match) and end() returns None; the
+    # keeper renews at once when it starts and then every 0.2 s, so try again, as the supervisor's next run would.
+    ended, deadline = None, time.monotonic() + 10
+    while ended is None and time.monotonic() < deadline:
+        ended = leases.end(store, cp, leases.REVOKED, "test revokes it", grace_seconds=1.0)
+    assert ended is not None and ended["state"] == leases.REVOKED
     assert lost.wait(5), "the holder did not notice the revocation"
     keeper.stop()
     with pytest.raises(LeaseLost):
