@@ -79,14 +79,10 @@ def _shards_function(ctx, batch_id: int):
     checkpoint, or that worker's cache): no events, every book expires."""
 
     def run(shard_ids):
-        from aldebaran.audit.rules import resolve
-        from aldebaran.audit.sparkjob.copartitioned import _records
-        from aldebaran.audit.state.store import Config, ShardStore
+        from aldebaran.audit.sparkjob.copartitioned import _records, _store
 
         for shard_id in shard_ids:
-            store = ShardStore(Config(ctx.state_root, resolve(list(ctx.rule_names)), ctx.ttl_ms, ctx.grace_ms,
-                                      ctx.snapshot_every, ctx.snapshot_delta_ratio), shard_id)
-            out = store.apply(batch_id, iter(()), expire_all=True)
+            out = _store(ctx, shard_id).apply(batch_id, iter(()), expire_all=True)
             yield from _records(out, shard_id, 0, 0, {"fast": 0, "slow": 0},
                                 ctx.kafka.trades_topic if ctx.kafka is not None else "")
 
