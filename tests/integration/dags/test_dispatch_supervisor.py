@@ -111,7 +111,9 @@ def test_supervisor_starts_a_dispatcher_and_restarts_it_after_a_kill(airflow_db,
     more = [_alert(f"ds-after-{i}") for i in range(2)]
     kafka_io.produce_all(produce, kafka_topics.alerts_topic, [(a["alert_id"], json.dumps(a)) for a in more])
 
-    # 3. The next run sees the dead process and restarts it: a new pid beats `running`.
+    # 3. The next run sees the dead process and restarts it: a new pid beats `running`. (Restart 2 of the
+    # incident waits the backoff, 1 s here, after the first launch: on a fast machine the kill comes sooner.)
+    time.sleep(max(0.0, float(state["launch"]["at"]) + 1.5 - time.time()))
     second = dag.test()
     second_done = time.time()
     assert second.state == "success"
