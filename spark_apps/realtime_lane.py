@@ -7,7 +7,7 @@ command line and environment (what the benchmark and the tests run). By hand, fr
     PYSPARK_PYTHON=$R/bin/python PYTHONPATH=include $SPARK_HOME/bin/spark-submit --master 'local[4]' \
         --jars "$(ls ~/.cache/aldebaran/jars/spark-kafka-*/*.jar | paste -sd,)" \
         --conf spark.shuffle.streaming.networkBufferMaxWaitTimeMs=1 \
-        spark_apps/realtime_lane.py --checkpoint /tmp/rtm-lane --trades-topic trades --alerts-topic alerts
+        spark_apps/realtime_lane.py --checkpoint /tmp/rtm-lane --trades-topic trades --alerts-topic alerts.fast
 
 local[4]: the real-time query needs a slot for each of its long-running tasks at once (lanes.launch.MASTER).
 The session (connector jars, JIT flag, RocksDB state) is aldebaran.spark.session; Kafka comes from
@@ -20,14 +20,16 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    import threading
+
     from aldebaran import spark as sparkmod
-    from aldebaran.lanes import realtime
+    from aldebaran.lanes import driver, realtime
     from aldebaran.settings import KafkaSettings, load
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="checkpoint location of the lane's query")
     parser.add_argument("--trades-topic", help="input topic (default ALDEBARAN_KAFKA_TRADES_TOPIC)")
-    parser.add_argument("--alerts-topic", help="output topic (default ALDEBARAN_KAFKA_ALERTS_TOPIC)")
+    parser.add_argument("--alerts-topic", help="output topic (default ALDEBARAN_KAFKA_FAST_ALERTS_TOPIC)")
     parser.add_argument("--checkpoint-interval", default=realtime.DEFAULT_CHECKPOINT_INTERVAL,
                         help="real-time trigger duration: how often progress is checkpointed (≥ 5 s)")
     parser.add_argument("--starting-offsets", default="latest", help="earliest | latest (first start only)")
@@ -36,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
                              "it misses the orders that cross inside a batch")
     parser.add_argument("--shuffle-partitions", type=int, default=1,
                         help="partitions of each stateful operator; each is a long-running task (a slot)")
+    parser.add_argument("--status-file", help="write the query's state here every 2 s (aldebaran.lanes.driver; "
+                                              "the lane keeper reads it)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     kafka = load(KafkaSettings)
@@ -43,14 +47,20 @@ def main(argv: list[str] | None = None) -> int:
     spark = sparkmod.session("aldebaran-realtime-lane", shuffle_partitions=args.shuffle_partitions)
     query = realtime.start(
         spark, bootstrap_servers=kafka.bootstrap_servers,
-        trades_topic=args.trades_topic or kafka.trades_topic, alerts_topic=args.alerts_topic or kafka.alerts_topic,
+        trades_topic=args.trades_topic or kafka.trades_topic, alerts_topic=args.alerts_topic or kafka.fast_alerts_topic,
         checkpoint=args.checkpoint, checkpoint_interval=args.checkpoint_interval,
         starting_offsets=args.starting_offsets, real_time=not args.micro_batch)
     logging.getLogger("aldebaran").info("realtime lane %s started (%s)", query.id,
                                         "micro-batch" if args.micro_batch else "real-time mode")
+    stop = threading.Event()
+    if args.status_file:
+        driver.report(query, args.status_file, stop)
     try:
         query.awaitTermination()
     finally:
+        stop.set()
+        if args.status_file:
+            driver.write_status(args.status_file, driver.snapshot(query))
         query.stop()
     return 0
 

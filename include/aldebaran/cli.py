@@ -28,7 +28,8 @@ CORE_USAGE = """\
     aldebaran auditor run|status                       the streaming auditor
     aldebaran dispatch [--channel NAME] [--follow]     deliver alerts to the configured channels (once, or streaming)
     aldebaran deliveries stats|list|show|retry|resolve inspect and settle the delivery ledger
-    aldebaran explain ALERT_ID [--json]                one alert's story: its trades, trigger and deliveries"""
+    aldebaran explain ALERT_ID [--json]                one alert's story: its trades, trigger and deliveries
+    aldebaran lanes run|status|stop|resolve            the low-latency lane (real-time mode) and its reconciliation"""
 
 DESCRIPTION = """`aldebaran` — the platform's one command line.
 
@@ -104,6 +105,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return explain.main(args)
 
 
+def cmd_lanes(args: argparse.Namespace) -> int:
+    from aldebaran.lanes import status
+
+    return status.main(args)
+
+
 def extensions() -> list:
     """The ``cli`` modules of the extension packages that are importable here."""
     return [importlib.import_module(f"{name}.cli") for name in EXTENSIONS if importlib.util.find_spec(name)]
@@ -151,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     explain_arguments(ex)
     ex.set_defaults(func=cmd_explain)
+
+    ln = sub.add_parser("lanes", help="both alert lanes; run, stop or settle the low-latency lane")
+    from aldebaran.lanes.status import add_arguments as lanes_arguments
+
+    lanes_arguments(ln)
+    ln.set_defaults(func=cmd_lanes)
 
     for ext in found:
         ext.register(sub)

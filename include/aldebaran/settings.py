@@ -40,6 +40,11 @@ class KafkaSettings(BaseSettings):
     )
     trades_topic: str = Field("trades", pattern=TOPIC_PATTERN, description="ALDEBARAN_KAFKA_TRADES_TOPIC: input trades (PR and P events as JSON)")
     alerts_topic: str = Field("alerts", pattern=TOPIC_PATTERN, description="ALDEBARAN_KAFKA_ALERTS_TOPIC: alerts out (key = alert_id)")
+    fast_alerts_topic: str = Field(
+        "alerts.fast", pattern=TOPIC_PATTERN,
+        description="ALDEBARAN_KAFKA_FAST_ALERTS_TOPIC: the low-latency lane's alerts (key = alert_id); the "
+                    "dispatchers do not read it: an alert is delivered once the exact lane raises it",
+    )
     dlq_topic: str = Field("trades.dlq", pattern=TOPIC_PATTERN, description="ALDEBARAN_KAFKA_DLQ_TOPIC: rejected input with reason, partition and offset")
     max_message_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="ALDEBARAN_KAFKA_MAX_MESSAGE_BYTES: largest message the topics take"

@@ -35,6 +35,7 @@ def test_every_settings_class_of_the_package_is_found():
         ("aldebaran.delivery.settings", "DeliverySettings"),
         ("aldebaran.delivery.settings", "ChannelSettings"),
         ("aldebaran.delivery.settings", "WatcherSettings"),
+        ("aldebaran.lanes.settings", "LaneSettings"),
         ("aldebaran.platform.settings", "SupervisorSettings"),
         ("aldebaran.platform.settings", "DispatchSupervisorSettings"),
         ("aldebaran.platform.settings", "HealthSettings"),

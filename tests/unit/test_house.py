@@ -227,7 +227,7 @@ def test_the_product_runs_without_the_other_packages(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     commands, loaded = proc.stdout.split("\n")[:2]
-    assert commands == "auditor,dispatch,deliveries,explain"
+    assert commands == "auditor,dispatch,deliveries,explain,lanes"
     assert loaded == "[]"
 
 

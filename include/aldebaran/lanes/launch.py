@@ -43,6 +43,7 @@ class Lane:
     master: str = MASTER
     driver_memory: str = "1g"
     conf: dict[str, str] = field(default_factory=dict)
+    status_file: str | None = None  # the driver's status (aldebaran.lanes.driver), read by the lane keeper
 
     def argv(self) -> list[str]:
         """The spark-submit command line (the connector jars on --jars: the Kafka source must be on the
@@ -55,6 +56,7 @@ class Lane:
         out += [str(APP), "--checkpoint", self.checkpoint, "--trades-topic", self.trades_topic,
                 "--alerts-topic", self.alerts_topic, "--checkpoint-interval", self.checkpoint_interval,
                 "--starting-offsets", self.starting_offsets, "--shuffle-partitions", str(SHUFFLE_PARTITIONS)]
+        out += ["--status-file", self.status_file] if self.status_file else []
         return out + (["--micro-batch"] if self.micro_batch else [])
 
     def env(self) -> dict[str, str]:

@@ -17,6 +17,10 @@ puts several channels in one (:func:`plan`). Per dispatcher, each run (every min
 A dispatcher left over (or alert_dispatch) shares the channel's consumer group, and the ledger's
 partition epochs fence whichever loses a partition, so an alert is never delivered twice. State: one
 object per dispatcher, ``<state prefix>/<name>.json``, written with If-Match.
+
+Steps 1–3 and the restart serve any long-running process that writes such a heartbeat: a :class:`Kind`
+names its heartbeat and how to recognise its process; the low-latency lane's keeper is the other one
+(aldebaran.platform.lane_supervisor).
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from aldebaran.exceptions import AlreadyExists, ConfigError, DispatcherError, PreconditionFailed
 from aldebaran.lease import pid_alive, start_ticks
@@ -41,6 +47,25 @@ log = logging.getLogger(__name__)
 NONE, WAIT, RESTART = "none", "wait", "restart"
 TERMINATED = ("failed", "stopped")
 MAX_HISTORY = 20
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of supervised process: what it is called, where its heartbeat is, how its command line looks."""
+
+    label: str  # "dispatcher", "lane": in messages
+    read_heartbeat: Callable[[object, str], dict | None]
+    heartbeat_key: Callable[[str], str]
+    argv_words: tuple[bytes, ...]  # all in /proc/<pid>/cmdline: a pid read from a heartbeat is this process
+    stale_env: str  # the setting of the stale limit, named in the reason
+    start_env: str  # the setting of the start timeout
+
+
+def _dispatcher_kind() -> Kind:
+    from aldebaran.delivery.service import heartbeat_key, read_heartbeat
+
+    return Kind("dispatcher", read_heartbeat, heartbeat_key, (b"dispatch", b"--follow"),
+                "ALDEBARAN_DISPATCH_SUPERVISOR_STALE_AFTER_SECONDS", "ALDEBARAN_DISPATCH_SUPERVISOR_START_TIMEOUT_SECONDS")
 
 
 def settings() -> DispatchSupervisorSettings:
@@ -88,8 +113,8 @@ def broken_partitions(heartbeat: dict | None) -> dict[str, str]:
 
 
 # --- state ---------------------------------------------------------------------------------------
-def state_key(cfg: DispatchSupervisorSettings, name: str) -> str:
-    return f"{cfg.state_prefix.strip('/')}/{safe_segment(name, 'dispatcher name')}.json"
+def state_key(cfg, name: str) -> str:
+    return f"{cfg.state_prefix.strip('/')}/{safe_segment(name, 'process name')}.json"
 
 
 def save_state(store, key: str, state: dict, etag: str | None) -> str:
@@ -102,18 +127,17 @@ def save_state(store, key: str, state: dict, etag: str | None) -> str:
 
 
 # --- 1-3. observe, diagnose, decide --------------------------------------------------------------------
-def observe(store, name: str, channels: list[str], state: dict, now: float) -> dict:
+def observe(store, name: str, channels: list[str], state: dict, now: float, kind: Kind | None = None) -> dict:
     """Everything the decision rests on, as plain JSON (logged and kept in the state)."""
-    from aldebaran.delivery.service import heartbeat_key, read_heartbeat
-
+    kind = kind or _dispatcher_kind()
     host = socket.gethostname()
-    hb = read_heartbeat(store, name)
+    hb = kind.read_heartbeat(store, name)
     launch = state.get("launch") or {}
     hb_local = bool(hb and hb.get("host") == host and hb.get("pid"))
     ticks = launch.get("start_ticks") if hb and hb.get("pid") == launch.get("pid") else None
     return {
         "now": now, "host": host, "name": name, "channels": sorted(channels),
-        "heartbeat_uri": store.uri(heartbeat_key(name)),
+        "kind": kind.label, "stale_env": kind.stale_env, "heartbeat_uri": store.uri(kind.heartbeat_key(name)),
         "heartbeat": None if hb is None else {
             **{k: hb.get(k) for k in ("status", "pid", "host", "at", "started_at", "error")},
             "channels": sorted(hb.get("channels") or []), "broken": broken_partitions(hb)},
@@ -124,23 +148,24 @@ def observe(store, name: str, channels: list[str], state: dict, now: float) -> d
     }
 
 
-def diagnose(facts: dict, cfg: DispatchSupervisorSettings) -> list[str]:
+def diagnose(facts: dict, cfg) -> list[str]:
     """What is wrong with the dispatcher, in words (empty = healthy). Pure."""
     problems: list[str] = []
     now, hb, launch = facts["now"], facts["heartbeat"], facts["launch"] or {}
+    label = facts.get("kind", "dispatcher")
     if hb is None:
         problems.append(f"no heartbeat at {facts['heartbeat_uri']}")
     else:
         age = now - float(hb.get("at") or 0)
         if hb.get("status") in TERMINATED:
             detail = f": {str(hb.get('error'))[:300]}" if hb.get("error") else ""
-            problems.append(f"dispatcher {hb.get('status')} {age:.0f}s ago{detail}")
+            problems.append(f"{label} {hb.get('status')} {age:.0f}s ago{detail}")
         elif facts["heartbeat_alive"] is False:
-            problems.append(f"dispatcher process {hb.get('pid')} on {hb.get('host')} is gone "
+            problems.append(f"{label} process {hb.get('pid')} on {hb.get('host')} is gone "
                             f"(last heartbeat {age:.0f}s ago)")
         elif age > cfg.stale_after_seconds:
             problems.append(f"heartbeat {age:.0f}s old (limit {cfg.stale_after_seconds:.0f}s, "
-                            "ALDEBARAN_DISPATCH_SUPERVISOR_STALE_AFTER_SECONDS)")
+                            f"{facts.get('stale_env', 'ALDEBARAN_DISPATCH_SUPERVISOR_STALE_AFTER_SECONDS')})")
         if hb.get("channels") and hb["channels"] != facts["channels"]:
             problems.append(f"it runs channel(s) {', '.join(hb['channels'])}, configured: {', '.join(facts['channels'])}")
     # A launch that died before its first heartbeat (bad connection, import error): name its log.
@@ -149,7 +174,7 @@ def diagnose(facts: dict, cfg: DispatchSupervisorSettings) -> list[str]:
     return problems
 
 
-def decide(facts: dict, problems: list[str], state: dict, cfg: DispatchSupervisorSettings) -> tuple[dict, dict]:
+def decide(facts: dict, problems: list[str], state: dict, cfg) -> tuple[dict, dict]:
     """(decision, new state). Pure: tests/unit/test_dispatch_supervisor_decisions.py."""
     now = facts["now"]
     state = dict(state)
@@ -182,13 +207,14 @@ def decide(facts: dict, problems: list[str], state: dict, cfg: DispatchSuperviso
 
 
 # --- 4. stop, launch, wait ---------------------------------------------------------------------------
-def _is_dispatcher(pid: int) -> bool:
-    """Guards signals to a pid read from a heartbeat (no start ticks there): is it `dispatch --follow`?"""
+def _is_kind(pid: int, kind: Kind) -> bool:
+    """Guards signals to a pid read from a heartbeat (no start ticks there): is it this kind's process
+    (``dispatch --follow``, ``lanes run``)?"""
     try:
         argv = Path(f"/proc/{int(pid)}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"dispatch" in argv and b"--follow" in argv
+    return all(word in argv for word in kind.argv_words)
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -199,29 +225,28 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def stop(store, name: str, cfg: DispatchSupervisorSettings, reason: str) -> list[int]:
-    """Stop the dispatcher `name` if it runs on this host: SIGTERM (it finishes the runs in hand and
-    commits), SIGKILL after the stop timeout. Returns the pids it signalled."""
-    from aldebaran.delivery.service import read_heartbeat
-
+def stop(store, name: str, cfg, reason: str, kind: Kind | None = None) -> list[int]:
+    """Stop the process `name` if it runs on this host: SIGTERM (a dispatcher finishes the runs in hand
+    and commits), SIGKILL after the stop timeout. Returns the pids it signalled."""
+    kind = kind or _dispatcher_kind()
     host = socket.gethostname()
     launch = load_state(store, state_key(cfg, name))[0].get("launch") or {}
-    hb = read_heartbeat(store, name) or {}
+    hb = kind.read_heartbeat(store, name) or {}
     targets: list[tuple[int, int | None]] = []
     if launch.get("host") == host and pid_alive(launch.get("pid"), launch.get("start_ticks")):
         targets.append((int(launch["pid"]), launch.get("start_ticks")))
     if (hb.get("host") == host and hb.get("pid") and hb.get("pid") != launch.get("pid")
-            and pid_alive(hb["pid"]) and _is_dispatcher(hb["pid"])):
+            and pid_alive(hb["pid"]) and _is_kind(hb["pid"], kind)):
         targets.append((int(hb["pid"]), start_ticks(int(hb["pid"]))))
     if not targets:
         return []
-    log.warning("stopping dispatcher %s (%s): pids %s", name, reason, [p for p, _ in targets])
+    log.warning("stopping %s %s (%s): pids %s", kind.label, name, reason, [p for p, _ in targets])
     for pid, _ in targets:
         _signal(pid, signal.SIGTERM)
     if not _wait_gone(targets, cfg.stop_timeout_seconds):
         for pid, ticks in targets:
             if pid_alive(pid, ticks):
-                log.warning("dispatcher pid %d did not stop within %.0fs: SIGKILL", pid, cfg.stop_timeout_seconds)
+                log.warning("%s pid %d did not stop within %.0fs: SIGKILL", kind.label, pid, cfg.stop_timeout_seconds)
                 _signal(pid, signal.SIGKILL)
         _wait_gone(targets, 10)
     return [p for p, _ in targets]
@@ -234,19 +259,28 @@ def launch(name: str, channels: list[str]) -> tuple[subprocess.Popen, Path]:
     from aldebaran import paths
     from aldebaran.delivery.channels.sources import connections_env
 
-    logs = paths.run_dir() / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"dispatcher-{safe_segment(name, 'dispatcher name')}-{time.strftime('%Y%m%dT%H%M%S')}.log"
     command = [str(paths.venv_bin("aldebaran")), "dispatch", "--follow", "--name", name,
                *[arg for channel in channels for arg in ("--channel", channel)]]
+    return launch_detached(f"dispatcher-{safe_segment(name, 'dispatcher name')}", command, connections_env(channels))
+
+
+def launch_detached(log_name: str, command: list[str], extra_env: dict[str, str] | None = None
+                    ) -> tuple[subprocess.Popen, Path]:
+    """Start `command` in a session of its own (it outlives the task that started it), its output in
+    ``<run dir>/logs/<log_name>-<time>.log``."""
+    from aldebaran import paths
+
+    logs = paths.run_dir() / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"{log_name}-{time.strftime('%Y%m%dT%H%M%S')}.log"
     try:
         with open(log_path, "ab") as out:
             proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=str(paths.ROOT),
-                                    # Not configuration: the child inherits this environment, plus the connections.
-                                    env={**os.environ, **connections_env(channels)})
+                                    # Not configuration: the child inherits this environment (plus connections).
+                                    env={**os.environ, **(extra_env or {})})
     except OSError as exc:
-        raise DispatcherError(f"dispatcher {name}: cannot run {command[0]}: {exc}") from exc
+        raise DispatcherError(f"{log_name}: cannot run {command[0]}: {exc}") from exc
     return proc, log_path
 
 
@@ -255,31 +289,34 @@ def _tail(path: Path, lines: int = 25) -> str:
     return "\nLast lines of its log:\n" + "\n".join(text) if text else ""
 
 
-def wait_running(store, name: str, proc: subprocess.Popen, log_path: Path, timeout: float) -> dict:
+def wait_running(store, name: str, proc: subprocess.Popen, log_path: Path, timeout: float,
+                 kind: Kind | None = None) -> dict:
     """Block until the launched process's heartbeat says ``running``; fail with its log tail if it
     exits first or the start timeout passes."""
-    from aldebaran.delivery.service import read_heartbeat
-
+    kind = kind or _dispatcher_kind()
     deadline = time.monotonic() + timeout
     while True:
-        hb = read_heartbeat(store, name) or {}
+        hb = kind.read_heartbeat(store, name) or {}
         if hb.get("pid") == proc.pid and hb.get("status") == "running":
             return hb
         if proc.poll() is not None:
-            raise DispatcherError(f"dispatcher {name} exited with code {proc.returncode} before it reported "
+            raise DispatcherError(f"{kind.label} {name} exited with code {proc.returncode} before it reported "
                                   f"running (log {log_path}){_tail(log_path)}")
         if time.monotonic() > deadline:
-            raise DispatcherError(f"dispatcher {name} did not report running within {timeout:.0f}s "
-                                  f"(ALDEBARAN_DISPATCH_SUPERVISOR_START_TIMEOUT_SECONDS; heartbeat "
+            raise DispatcherError(f"{kind.label} {name} did not report running within {timeout:.0f}s "
+                                  f"({kind.start_env}; heartbeat "
                                   f"{hb.get('status')} by pid {hb.get('pid')}, log {log_path}){_tail(log_path)}")
         time.sleep(0.25)
 
 
-def restart(store, cfg: DispatchSupervisorSettings, name: str, channels: list[str], decision: dict) -> dict:
+def restart(store, cfg, name: str, channels: list[str], decision: dict, kind: Kind | None = None,
+            launcher: Callable[[], tuple[subprocess.Popen, Path]] | None = None) -> dict:
+    """Stop what is left, launch (`launcher`, default: the dispatcher), record, wait for ``running``."""
+    kind = kind or _dispatcher_kind()
     key = state_key(cfg, name)
-    stopped = stop(store, name, cfg, reason=f"supervisor restart: {decision['reason']}")
+    stopped = stop(store, name, cfg, reason=f"supervisor restart: {decision['reason']}", kind=kind)
     launched_at = time.time()
-    proc, log_path = launch(name, channels)
+    proc, log_path = launcher() if launcher else launch(name, channels)
     # Recorded before waiting: a start that times out is still known (and stopped) next run.
     state, etag = load_state(store, key)
     incident = state.get("incident")
@@ -289,7 +326,7 @@ def restart(store, cfg: DispatchSupervisorSettings, name: str, channels: list[st
                        "host": socket.gethostname(), "log": str(log_path), "reason": decision["reason"],
                        "incident": incident["id"] if incident else None}
     save_state(store, key, state, etag)
-    wait_running(store, name, proc, log_path, cfg.start_timeout_seconds)
+    wait_running(store, name, proc, log_path, cfg.start_timeout_seconds, kind)
     started_at = time.time()
     state, etag = load_state(store, key)
     state["launch"]["started_at"] = started_at
@@ -297,7 +334,8 @@ def restart(store, cfg: DispatchSupervisorSettings, name: str, channels: list[st
     history.append({k: state["launch"].get(k) for k in ("at", "started_at", "pid", "reason", "incident")})
     del history[:-MAX_HISTORY]
     save_state(store, key, state, etag)
-    log.info("dispatcher %s running as pid %d after %.1fs (log %s)", name, proc.pid, started_at - launched_at, log_path)
+    log.info("%s %s running as pid %d after %.1fs (log %s)", kind.label, name, proc.pid, started_at - launched_at,
+             log_path)
     return {"pid": proc.pid, "log": str(log_path), "stopped": stopped,
             "started_in_seconds": round(started_at - launched_at, 2)}
 

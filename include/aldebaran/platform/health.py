@@ -19,6 +19,10 @@ Checks (each independent: one failing probe never hides the others):
   ``ALDEBARAN_HEALTH_MAX_DISPATCHER_HEARTBEAT_AGE_SECONDS``, and no partition ``broken`` in it (fenced,
   or an unreadable ledger object: that partition is not delivered). ``ALDEBARAN_HEALTH_CHECK_DISPATCHERS``
   turns it off where only the alert_dispatch DAG delivers.
+- **lane** (with ``ALDEBARAN_LANES_ENABLED``) — the low-latency lane's keeper has a heartbeat, ``running``
+  and younger than ``ALDEBARAN_LANES_STALE_AFTER_SECONDS``, and no fast-lane alert is unconfirmed: one the
+  exact lane did not raise within ``ALDEBARAN_LANES_CONFIRM_TTL_SECONDS`` (held back from delivery; an
+  operator settles it with ``aldebaran lanes resolve``).
 
 Every run writes one record, ``<prefix>/runs/<run id>.json``, and ``<prefix>/latest.json``; then
 fails naming every problem if there is one.
@@ -205,12 +209,42 @@ def check_dispatchers(settings: HealthSettings, now: float) -> dict:
     return out
 
 
+def check_lane(now: float) -> dict:
+    from aldebaran.lanes.settings import LaneSettings
+    from aldebaran.lanes.status import collect
+    from aldebaran.settings import load
+
+    fast = collect(now)["fast"]
+    out = {"ok": True, "lane": fast["lane"], "status": fast.get("status"), "age_seconds": fast.get("age_seconds"),
+           "reconcile": (fast.get("reconcile") or {}).get("counts"), "unconfirmed": len(fast["unconfirmed"])}
+    problems = []
+    stale = load(LaneSettings).stale_after_seconds
+    if not fast["heartbeat"]:
+        problems.append(f"lane {fast['lane']!r}: no heartbeat at {fast['heartbeat_uri']} — is it running? "
+                        "(the lane_supervisor DAG starts it)")
+    elif fast.get("status") != "running":
+        problems.append(f"lane {fast['lane']!r}: {fast.get('status')} {fast.get('age_seconds')}s ago "
+                        f"{str(fast.get('error') or '')[:300]}".rstrip())
+    elif fast["age_seconds"] > stale:
+        problems.append(f"lane {fast['lane']!r}: last heartbeat {fast['age_seconds']:.0f}s ago (limit {stale:.0f}s, "
+                        "ALDEBARAN_LANES_STALE_AFTER_SECONDS)")
+    if fast["unconfirmed"]:
+        ids = ", ".join(r["alert_id"] for r in fast["unconfirmed"][:5])
+        problems.append(f"lane {fast['lane']!r}: {len(fast['unconfirmed'])} fast-lane alert(s) the exact lane never "
+                        f"confirmed, held back from delivery ({ids}{' …' if len(fast['unconfirmed']) > 5 else ''}; "
+                        "see `aldebaran lanes status`, settle with `aldebaran lanes resolve ALERT_ID --reason …`)")
+    if problems:
+        out.update(ok=False, problem="; ".join(problems))
+    return out
+
+
 def check(run_id: str, query_name: str | None = None, overrides: dict | None = None) -> dict:
     """Run every check, write the health record, return it (the verdict is :func:`raise_if_unhealthy`)."""
     from aldebaran.audit import heartbeat as hbmod
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.delivery.channels import channel_names
     from aldebaran.exceptions import ObjectStoreError
+    from aldebaran.lanes.settings import LaneSettings
     from aldebaran.objectstore import ObjectStore
     from aldebaran.settings import KafkaSettings, load
 
@@ -238,6 +272,8 @@ def check(run_id: str, query_name: str | None = None, overrides: dict | None = N
         checks["deliveries"] = check_deliveries(channels, settings)
         if settings.check_dispatchers:
             checks["dispatchers"] = check_dispatchers(settings, now)
+        if load(LaneSettings).enabled:
+            checks["lane"] = check_lane(now)
 
     problems = [c["problem"] for c in checks.values() if not c["ok"]]
     record = {"run_id": run_id, "at": now, "at_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),

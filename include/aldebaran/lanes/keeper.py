@@ -1,0 +1,207 @@
+"""The lane keeper: ``aldebaran lanes run`` — the low-latency lane as one supervised process.
+
+It runs in the control venv and
+
+1. creates the fast alerts topic if it is missing, then starts the lane (``spark-submit`` of the Spark 4.3
+   runtime, :class:`aldebaran.lanes.launch.Lane`) as its child, in a process group of its own, with a
+   status file the lane's driver rewrites every 2 s (:mod:`aldebaran.lanes.driver`);
+2. reconciles the two lanes' alerts (:class:`aldebaran.lanes.reconciler.Reconciler`) in its main loop;
+3. writes a heartbeat every ``ALDEBARAN_LANES_HEARTBEAT_SECONDS`` at ``heartbeats/lane/<name>.json``:
+
+       {"status": "starting"|"running"|"failed"|"stopped", "name", "host", "pid", "started_at", "at",
+        "lane": {"pid", "log", "query": <driver status>}, "reconcile": <Reconciler.status()>, "error"}
+
+The lane is ``running`` once its driver reports an active query. The keeper exits failed (code 1, the
+lane's log tail in the heartbeat) when the lane exits, when its query stops, or when its driver goes
+silent for ``ALDEBARAN_LANES_QUERY_STALE_SECONDS`` after it started; the ``lane_supervisor`` DAG
+(aldebaran.platform.lane_supervisor) restarts it. SIGTERM/SIGINT stop the lane, then the keeper (0).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from aldebaran.storage import safe_segment
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_PREFIX = "heartbeats/lane"
+
+
+def heartbeat_key(name: str) -> str:
+    return f"{HEARTBEAT_PREFIX}/{safe_segment(name, 'lane name')}.json"
+
+
+def read_heartbeat(store, name: str) -> dict | None:
+    from aldebaran.exceptions import NotFound
+
+    try:
+        return json.loads(store.get(heartbeat_key(name)).body)
+    except NotFound:
+        return None
+
+
+def lane_store():
+    """The store of the lane's heartbeat and records: the delivery ledger's, where the supervisors keep theirs."""
+    from aldebaran.delivery.settings import DeliverySettings
+    from aldebaran.settings import load
+    from aldebaran.storage import open_store
+
+    return open_store(load(DeliverySettings).store)
+
+
+def lane_dir(settings) -> Path:
+    from aldebaran import paths
+
+    return paths.run_dir() / "lanes" / settings.name
+
+
+def _read_status(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # not written yet, or replaced while being read: the next look sees it
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+class Keeper:
+    def __init__(self, settings, kafka, store) -> None:
+        self.settings, self.kafka, self.store = settings, kafka, store
+        self.name = settings.name
+        self.started_at = time.time()
+        self.stop_event = threading.Event()
+        self.proc: subprocess.Popen | None = None
+        self.log_path: Path | None = None
+        self.status_path = lane_dir(settings) / f"driver-status-{os.getpid()}.json"
+        self.reconciler = None
+        self.query: dict | None = None
+        self.running_since: float | None = None
+
+    # --- heartbeat ---------------------------------------------------------------------------------
+    def beat(self, status: str, error: str | None = None) -> None:
+        body = {"status": status, "name": self.name, "host": socket.gethostname(), "pid": os.getpid(),
+                "started_at": self.started_at, "at": time.time(), "error": error,
+                "lane": {"pid": self.proc.pid if self.proc else None,
+                         "log": str(self.log_path) if self.log_path else None, "query": self.query},
+                "topics": {"trades": self.kafka.trades_topic, "fast": self.kafka.fast_alerts_topic,
+                           "exact": self.kafka.alerts_topic},
+                "reconcile": self.reconciler.status() if self.reconciler else None}
+        try:
+            self.store.put(heartbeat_key(self.name), json.dumps(body, default=str).encode())
+        except Exception as exc:  # noqa: BLE001 - a missed heartbeat must not stop the lane
+            log.warning("lane %s: heartbeat not written: %s", self.name, exc)
+
+    # --- the lane process ---------------------------------------------------------------------------------
+    def start_lane(self) -> None:
+        from aldebaran.lanes.launch import Lane
+
+        s = self.settings
+        workdir = lane_dir(s)
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.status_path.unlink(missing_ok=True)
+        spec = Lane(checkpoint=s.checkpoint or str(workdir / "checkpoint"), trades_topic=self.kafka.trades_topic,
+                    alerts_topic=self.kafka.fast_alerts_topic, checkpoint_interval=s.checkpoint_interval,
+                    starting_offsets=s.starting_offsets, master=s.master, driver_memory=s.driver_memory,
+                    status_file=str(self.status_path))
+        self.log_path = workdir / f"lane-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(spec.argv(), env=spec.env(), stdout=out, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        log.info("lane %s: spark-submit pid %d (log %s)", self.name, self.proc.pid, self.log_path)
+
+    def lane_problem(self) -> str | None:
+        """Why the lane is not healthy any more (None: it is, or still starting)."""
+        if self.proc.poll() is not None:
+            return f"the lane exited with code {self.proc.returncode}; last lines of {self.log_path}:\n" \
+                   f"{_tail(self.log_path)}"
+        self.query = _read_status(self.status_path) or self.query
+        q = self.query
+        if q is None:
+            return None
+        if q.get("exception") or not q.get("active"):
+            return f"the lane's query stopped: {q.get('exception') or q.get('status')}"
+        if self.running_since is None:
+            self.running_since = time.time()
+            log.info("lane %s: query %s running (%.1fs after the keeper started)", self.name, q.get("query_id"),
+                     self.running_since - self.started_at)
+        silent = time.time() - float(q.get("at") or 0)
+        if silent > self.settings.query_stale_seconds:
+            return (f"the lane's driver has been silent for {silent:.0f}s (limit {self.settings.query_stale_seconds:.0f}s, "
+                    "ALDEBARAN_LANES_QUERY_STALE_SECONDS): hung")
+        return None
+
+    def stop_lane(self) -> None:
+        from aldebaran.lanes.launch import stop
+
+        if self.proc is not None and self.proc.poll() is None:
+            stop(self.proc, timeout=self.settings.stop_timeout_seconds)
+
+    # --- the loop --------------------------------------------------------------------------------------
+    def run(self) -> int:
+        from aldebaran.kafka_admin import ensure_topics
+        from aldebaran.lanes.reconciler import Reconciler
+
+        s = self.settings
+        previous = read_heartbeat(self.store, self.name) or {}
+        resume = ((previous.get("reconcile") or {}).get("resume_ms"))
+        created = ensure_topics(self.kafka, [self.kafka.fast_alerts_topic, self.kafka.alerts_topic])
+        if created:
+            log.info("lane %s: created topic(s) %s", self.name, ", ".join(created))
+        self.reconciler = Reconciler(self.kafka, self.store, self.name, s.confirm_ttl_seconds, s.records_prefix,
+                                     resume_ms=resume)
+        self.beat("starting")
+        self.start_lane()
+        last_beat = 0.0
+        try:
+            while not self.stop_event.is_set():
+                self.reconciler.step(timeout=0.2)
+                if time.monotonic() - last_beat < s.heartbeat_seconds:
+                    continue
+                last_beat = time.monotonic()
+                problem = self.lane_problem()
+                if problem:
+                    log.error("lane %s: %s", self.name, problem)
+                    self.stop_lane()
+                    self.beat("failed", error=problem[-4000:])
+                    return 1
+                self.beat("running" if self.running_since else "starting")
+        except BaseException as exc:
+            self.stop_lane()
+            self.beat("failed", error=f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            self.reconciler.close()
+        self.stop_lane()
+        self.beat("stopped")
+        log.info("lane %s stopped: %s", self.name, json.dumps(self.reconciler.status()["counts"]))
+        return 0
+
+
+def run() -> int:
+    """``aldebaran lanes run``: keep the lane and its reconciliation until SIGTERM/SIGINT."""
+    from aldebaran.lanes.settings import LaneSettings
+    from aldebaran.settings import KafkaSettings, load
+
+    keeper = Keeper(load(LaneSettings), load(KafkaSettings), lane_store())
+
+    def on_signal(signum, _frame) -> None:
+        log.info("lane %s: %s received, stopping", keeper.name, signal.Signals(signum).name)
+        keeper.stop_event.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return keeper.run()

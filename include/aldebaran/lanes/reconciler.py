@@ -1,0 +1,173 @@
+"""The reconciler: both lanes' alert topics → :class:`aldebaran.lanes.reconcile.Reconciliation` → records.
+
+It reads the fast topic (``ALDEBARAN_KAFKA_FAST_ALERTS_TOPIC``) and the exact topic
+(``ALDEBARAN_KAFKA_ALERTS_TOPIC``) with one consumer, by assignment (no consumer group offsets: where to
+resume comes from the lane keeper's last heartbeat, :meth:`Reconciliation.resume_ms`, by timestamp; the
+exact topic from ``ttl`` earlier, since its copy may come first). Each alert judged unconfirmed gets a
+record, ``<records prefix>/<lane>/unconfirmed/<alert_id>.json`` (the fast alert, its time, why), which
+``platform_health`` fails on and ``aldebaran lanes status`` lists; a late confirmation deletes it, and an
+operator settles one with ``aldebaran lanes resolve`` (moved under ``resolved/`` with a reason).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from aldebaran.exceptions import NotFound
+from aldebaran.lanes.reconcile import Reconciliation
+from aldebaran.storage import safe_segment
+
+log = logging.getLogger(__name__)
+
+UNCONFIRMED, RESOLVED = "unconfirmed", "resolved"
+
+
+def record_prefix(records_prefix: str, lane: str, state: str = UNCONFIRMED) -> str:
+    return f"{records_prefix.strip('/')}/{safe_segment(lane, 'lane name')}/{state}/"
+
+
+def record_key(records_prefix: str, lane: str, alert_id: str, state: str = UNCONFIRMED) -> str:
+    return f"{record_prefix(records_prefix, lane, state)}{safe_segment(alert_id, 'alert id')}.json"
+
+
+def list_records(store, records_prefix: str, lane: str, state: str = UNCONFIRMED) -> list[dict]:
+    out = []
+    for item in store.list(record_prefix(records_prefix, lane, state)):
+        try:
+            out.append(json.loads(store.get(item["Key"]).body))
+        except NotFound:
+            continue  # confirmed (deleted) between the listing and the read
+    return out
+
+
+def resolve(store, records_prefix: str, lane: str, alert_id: str, reason: str, by: str) -> dict:
+    """An operator settles an unconfirmed alert: its record moves to ``resolved/`` with the reason."""
+    from aldebaran.exceptions import AldebaranError
+
+    key = record_key(records_prefix, lane, alert_id)
+    try:
+        record = json.loads(store.get(key).body)
+    except NotFound:
+        raise AldebaranError(f"no unconfirmed record for alert {alert_id} on lane {lane} ({store.uri(key)})") from None
+    record.update(resolved_at=time.time(), resolved_by=by, resolution=reason)
+    store.put(record_key(records_prefix, lane, alert_id, RESOLVED), json.dumps(record).encode())
+    store.delete(key)
+    return record
+
+
+class Reconciler:
+    """One lane's reconciliation over Kafka, its records in `store`. Call :meth:`step` in a loop."""
+
+    def __init__(self, kafka, store, lane: str, ttl_seconds: float, records_prefix: str,
+                 resume_ms: int | None = None) -> None:
+        self.kafka, self.store, self.lane, self.records_prefix = kafka, store, lane, records_prefix
+        self.state = Reconciliation(int(ttl_seconds * 1000))
+        self.fast_topic, self.exact_topic = kafka.fast_alerts_topic, kafka.alerts_topic
+        self._eof: dict[tuple[str, int], bool] = {}
+        self._consumer = None
+        self._resume_ms = resume_ms
+        # What an earlier keeper reported unconfirmed is still open: a late exact copy must clear it.
+        for rec in list_records(store, records_prefix, lane):
+            self.state.unconfirmed[rec["alert_id"]] = int(rec.get("fast_ts") or 0)
+            self.state.counts.unconfirmed += 1
+        self._fast_alerts: dict[str, dict] = {}  # pending fast alerts' JSON, for their record
+
+    # --- Kafka ----------------------------------------------------------------------------------
+    def open(self) -> None:
+        from confluent_kafka import OFFSET_END, TopicPartition
+
+        from aldebaran.kafka_io import consumer
+
+        c = consumer(self.kafka, f"aldebaran-lane-{self.lane}-reconciler")
+        start = self._resume_ms if self._resume_ms is not None else int(time.time() * 1000)
+        wanted = []
+        for topic, at in ((self.fast_topic, start), (self.exact_topic, start - self.state.ttl_ms)):
+            meta = c.list_topics(topic, timeout=10).topics.get(topic)
+            if meta is None or meta.error is not None:
+                raise NotFound(f"topic {topic} not found (the lane keeper creates the fast topic; the exact topic "
+                               "is created by `aldebaran services up` or the auditor)")
+            wanted += [TopicPartition(topic, p, max(at, 0)) for p in meta.partitions]
+        found = c.offsets_for_times(wanted, timeout=10)
+        # No record at or after the time: the partition's end (offset -1 from offsets_for_times).
+        assignment = [TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_END)
+                      for tp in found]
+        c.assign(assignment)
+        self._eof = {(tp.topic, tp.partition): False for tp in assignment}
+        self._consumer = c
+        log.info("reconciler %s: reading %s from %s and %s from %s ms before (ttl %d ms)", self.lane,
+                 self.fast_topic, start, self.exact_topic, self.state.ttl_ms, self.state.ttl_ms)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def step(self, timeout: float = 0.2, max_messages: int = 5000) -> int:
+        """Read what is there (up to `max_messages`), then judge. Returns the number of alerts read."""
+        from confluent_kafka import KafkaError
+
+        if self._consumer is None:
+            self.open()
+        msgs = self._consumer.consume(num_messages=max_messages, timeout=timeout)
+        read = 0
+        for msg in msgs:
+            where = (msg.topic(), msg.partition())
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    self._eof[where] = True
+                    continue
+                log.warning("reconciler %s: consumer error %s (retrying)", self.lane, msg.error())
+                continue
+            self._eof[where] = False
+            read += 1
+            self._on_alert(msg)
+        now_ms = int(time.time() * 1000)
+        self.state.caught_up(
+            fast_at=now_ms if self._caught_up(self.fast_topic) else None,
+            exact_at=now_ms if self._caught_up(self.exact_topic) else None)
+        self._apply(self.state.judge())
+        return read
+
+    def _caught_up(self, topic: str) -> bool:
+        flags = [eof for (t, _), eof in self._eof.items() if t == topic]
+        return bool(flags) and all(flags)
+
+    def _on_alert(self, msg) -> None:
+        try:
+            alert = json.loads(msg.value())
+            alert_id, kind = str(alert["alert_id"]), str(alert.get("kind"))
+        except (TypeError, ValueError, KeyError) as exc:
+            # The dispatcher dead-letters malformed alerts of the exact topic; here they are only skipped.
+            log.warning("reconciler %s: unreadable alert at %s[%d]@%d skipped: %s", self.lane, msg.topic(),
+                        msg.partition(), msg.offset(), exc)
+            return
+        ts = msg.timestamp()[1]
+        if msg.topic() == self.fast_topic:
+            self.state.fast(alert_id, ts)
+            if alert_id in self.state.pending_fast:
+                self._fast_alerts[alert_id] = alert
+        else:
+            self._apply(self.state.exact(alert_id, kind, ts))
+            self._fast_alerts.pop(alert_id, None)  # confirmed: no record will need it
+
+    # --- records --------------------------------------------------------------------------------------
+    def _apply(self, verdicts) -> None:
+        for alert_id in verdicts.unconfirmed:
+            ts = self.state.unconfirmed[alert_id]
+            body = {"alert_id": alert_id, "lane": self.lane, "fast_ts": ts, "reported_at": time.time(),
+                    "ttl_seconds": self.state.ttl_ms / 1000, "alert": self._fast_alerts.pop(alert_id, None),
+                    "why": f"the exact lane raised no alert {alert_id} within {self.state.ttl_ms / 1000:.0f}s of "
+                           f"the fast lane's (read {self.exact_topic} up to {self.state.exact_horizon} ms); "
+                           "not delivered by the dispatchers"}
+            self.store.put(record_key(self.records_prefix, self.lane, alert_id), json.dumps(body).encode())
+            log.error("lane %s: alert %s unconfirmed: %s", self.lane, alert_id, body["why"])
+        for alert_id in verdicts.confirmed_late:
+            self.store.delete(record_key(self.records_prefix, self.lane, alert_id))
+            log.warning("lane %s: alert %s confirmed late by the exact lane: record removed", self.lane, alert_id)
+        for alert_id in verdicts.missed:
+            log.info("lane %s: exact-lane alert %s had no fast-lane copy (delivered as usual)", self.lane, alert_id)
+
+    def status(self) -> dict:
+        return {**self.state.status(), "fast_topic": self.fast_topic, "exact_topic": self.exact_topic}

@@ -1,0 +1,106 @@
+"""Settings of the low-latency lane: its query, its reconciliation and its supervision (``ALDEBARAN_LANES_*``)."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from aldebaran.storage import safe_segment
+
+_INTERVAL = re.compile(r"^\s*(\d+)\s*(second|seconds|minute|minutes)\s*$")
+
+
+class LaneSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ALDEBARAN_LANES_", extra="ignore")
+
+    enabled: bool = Field(
+        False,
+        description="ALDEBARAN_LANES_ENABLED: the low-latency lane is part of this platform: platform_health checks "
+                    "it (the lane_supervisor DAG runs it once unpaused)",
+    )
+    name: str = Field("realtime", description="ALDEBARAN_LANES_NAME: the lane's name (its heartbeat, state, records)")
+    checkpoint: str | None = Field(
+        None,
+        description="ALDEBARAN_LANES_CHECKPOINT: the lane query's checkpoint (unset: <run dir>/lanes/<name>/checkpoint); "
+                    "losing it only re-reads from ALDEBARAN_LANES_STARTING_OFFSETS, the exact lane delivers the rest",
+    )
+    checkpoint_interval: str = Field(
+        "5 minutes",
+        description="ALDEBARAN_LANES_CHECKPOINT_INTERVAL: real-time trigger duration, how often the lane commits "
+                    "(≥ 5 seconds; each boundary is a stall of up to seconds)",
+    )
+    starting_offsets: str = Field(
+        "latest", pattern=r"^(earliest|latest)$",
+        description="ALDEBARAN_LANES_STARTING_OFFSETS: where a lane with a new checkpoint starts reading trades",
+    )
+    master: str = Field(
+        "local[4]", min_length=1,
+        description="ALDEBARAN_LANES_MASTER: the lane's Spark master; it needs a slot per Kafka partition plus one per "
+                    "stateful operator (real-time mode runs them all at once)",
+    )
+    driver_memory: str = Field("1g", description="ALDEBARAN_LANES_DRIVER_MEMORY: spark-submit --driver-memory")
+    confirm_ttl_seconds: float = Field(
+        300.0, gt=0,
+        description="ALDEBARAN_LANES_CONFIRM_TTL_SECONDS: how long the exact lane has to raise a fast-lane alert "
+                    "before it is reported unconfirmed (more than the exact lane's latency plus a restart)",
+    )
+    heartbeat_seconds: float = Field(
+        5.0, gt=0, description="ALDEBARAN_LANES_HEARTBEAT_SECONDS: how often the lane keeper writes its heartbeat"
+    )
+    query_stale_seconds: float = Field(
+        60.0, gt=0,
+        description="ALDEBARAN_LANES_QUERY_STALE_SECONDS: the lane's driver reports every 2 s; silent this long "
+                    "(after it started) = hung, the keeper stops it and exits failed",
+    )
+    stale_after_seconds: float = Field(
+        30.0, gt=0,
+        description="ALDEBARAN_LANES_STALE_AFTER_SECONDS: a keeper heartbeat older than this = restart "
+                    "(lane_supervisor) or unhealthy (platform_health)",
+    )
+    start_timeout_seconds: float = Field(
+        180.0, gt=0,
+        description="ALDEBARAN_LANES_START_TIMEOUT_SECONDS: a (re)started lane must report 'running' within this "
+                    "(JVM start and the query's first batch)",
+    )
+    backoff_base_seconds: float = Field(
+        30.0, ge=0, description="ALDEBARAN_LANES_BACKOFF_BASE_SECONDS: wait before the 2nd restart of an incident"
+    )
+    backoff_max_seconds: float = Field(
+        600.0, ge=0, description="ALDEBARAN_LANES_BACKOFF_MAX_SECONDS: the backoff doubles per restart up to this"
+    )
+    stable_after_seconds: float = Field(
+        300.0, gt=0,
+        description="ALDEBARAN_LANES_STABLE_AFTER_SECONDS: healthy this long after a restart closes the incident",
+    )
+    stop_timeout_seconds: float = Field(
+        30.0, gt=0,
+        description="ALDEBARAN_LANES_STOP_TIMEOUT_SECONDS: SIGTERM to a keeper being replaced, SIGKILL to its "
+                    "process group after this",
+    )
+    state_prefix: str = Field(
+        "supervisor/lane", min_length=1, description="ALDEBARAN_LANES_STATE_PREFIX: object-store prefix of the "
+                                                     "supervisor's state (<prefix>/<name>.json)",
+    )
+    records_prefix: str = Field(
+        "lanes", min_length=1,
+        description="ALDEBARAN_LANES_RECORDS_PREFIX: object-store prefix of the reconciliation's status and its "
+                    "unconfirmed-alert records (<prefix>/<name>/...)",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _segment(cls, value: str) -> str:
+        return safe_segment(value, "lane name")
+
+    @field_validator("checkpoint_interval")
+    @classmethod
+    def _interval(cls, value: str) -> str:
+        m = _INTERVAL.match(value)
+        if not m:
+            raise ValueError("expected '<n> seconds' or '<n> minutes'")
+        seconds = int(m.group(1)) * (60 if m.group(2).startswith("minute") else 1)
+        if seconds < 5:
+            raise ValueError("real-time mode's checkpoint interval is at least 5 seconds")
+        return value.strip()

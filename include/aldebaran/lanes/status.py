@@ -1,0 +1,115 @@
+"""`aldebaran lanes run|status|stop|resolve`: the two alert lanes side by side, and the fast lane's operation.
+
+``status`` shows the exact lane (the micro-batch auditor's heartbeat: status, last batch, age) and the
+low-latency lane (its keeper's heartbeat: status, the query, reconciliation counts, the alerts the exact
+lane never confirmed). ``--json`` prints the same as one object (what ``platform_health`` reads too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+
+def collect(now: float | None = None) -> dict:
+    """Both lanes' state, as plain JSON."""
+    from aldebaran.audit import heartbeat as audit_heartbeat
+    from aldebaran.audit.settings import AuditorSettings
+    from aldebaran.lanes import keeper, reconciler
+    from aldebaran.lanes.settings import LaneSettings
+    from aldebaran.objectstore import ObjectStore
+    from aldebaran.settings import KafkaSettings, load
+
+    now = now or time.time()
+    lanes = load(LaneSettings)
+    kafka = load(KafkaSettings)
+    query = load(AuditorSettings).query_name
+    exact_hb = audit_heartbeat.read(ObjectStore(), query)
+    exact = {"lane": "exact", "query": query, "topic": kafka.alerts_topic, "heartbeat": exact_hb is not None}
+    if exact_hb:
+        exact.update(status=exact_hb.get("status"), batch_id=exact_hb.get("batch_id"),
+                     age_seconds=round(now - exact_hb["updated_at_ms"] / 1000, 1),
+                     processed_rows_per_second=exact_hb.get("processed_rows_per_second"))
+    store = keeper.lane_store()
+    fast_hb = keeper.read_heartbeat(store, lanes.name)
+    records = reconciler.list_records(store, lanes.records_prefix, lanes.name)
+    fast = {"lane": lanes.name, "enabled": lanes.enabled, "topic": kafka.fast_alerts_topic,
+            "heartbeat_uri": store.uri(keeper.heartbeat_key(lanes.name)), "heartbeat": fast_hb is not None,
+            "unconfirmed": sorted(records, key=lambda r: r.get("fast_ts") or 0)}
+    if fast_hb:
+        fast.update(status=fast_hb.get("status"), age_seconds=round(now - float(fast_hb.get("at") or 0), 1),
+                    host=fast_hb.get("host"), pid=fast_hb.get("pid"), lane=fast_hb.get("lane"),
+                    reconcile=fast_hb.get("reconcile"), error=fast_hb.get("error"))
+    return {"at": now, "exact": exact, "fast": fast}
+
+
+def render(state: dict) -> str:
+    exact, fast = state["exact"], state["fast"]
+    lines = []
+    if exact["heartbeat"]:
+        lines.append(f"exact lane   auditor {exact['query']} → {exact['topic']}: {exact['status']}, batch "
+                     f"{exact['batch_id']}, heartbeat {exact['age_seconds']}s ago")
+    else:
+        lines.append(f"exact lane   auditor {exact['query']}: no heartbeat (not started)")
+    if not fast["heartbeat"]:
+        lines.append(f"fast lane    {fast['lane']}: no heartbeat at {fast['heartbeat_uri']} (not started; "
+                     "`aldebaran lanes run`, or unpause the lane_supervisor DAG)")
+    else:
+        query = (fast.get("lane") or {}).get("query") or {}
+        lines.append(f"fast lane    {fast['lane']} → {fast['topic']}: {fast['status']}, heartbeat "
+                     f"{fast['age_seconds']}s ago (keeper pid {fast['pid']} on {fast['host']}; query "
+                     f"{'active' if query.get('active') else 'not active'}, lane pid {(fast.get('lane') or {}).get('pid')})")
+        rec = fast.get("reconcile") or {}
+        counts = rec.get("counts") or {}
+        if counts:
+            lines.append("reconcile    " + ", ".join(f"{k} {v}" for k, v in counts.items())
+                         + f"; pending {rec.get('pending_fast')} fast / {rec.get('pending_exact')} exact "
+                         f"(ttl {rec.get('ttl_ms', 0) / 1000:.0f}s)")
+        if fast.get("error"):
+            lines.append(f"error        {str(fast['error'])[:800]}")
+    unconfirmed = fast["unconfirmed"]
+    lines.append(f"unconfirmed  {len(unconfirmed)} fast-lane alert(s) the exact lane never confirmed (not delivered)"
+                 + "".join(f"\n  {r['alert_id']}  order {(r.get('alert') or {}).get('order_id')}  {r.get('why')}"
+                           for r in unconfirmed[:20]))
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["run", "status", "stop", "resolve"],
+                   help="run: the lane keeper (what lane_supervisor starts); status: both lanes; stop: the keeper "
+                        "on this host; resolve ALERT_ID --reason: settle an unconfirmed alert")
+    p.add_argument("alert_id", nargs="?", help="resolve: the unconfirmed alert's id")
+    p.add_argument("--reason", help="resolve: why it is settled (kept in its record)")
+    p.add_argument("--json", action="store_true", help="status: one JSON object")
+
+
+def main(args: argparse.Namespace) -> int:
+    from aldebaran.exceptions import ConfigError
+
+    if args.action == "run":
+        from aldebaran.lanes.keeper import run
+
+        return run()
+    if args.action == "stop":
+        from aldebaran.platform.lane_supervisor import stop
+
+        print(json.dumps({"stopped_pids": stop()}))
+        return 0
+    if args.action == "resolve":
+        import getpass
+
+        from aldebaran.lanes import keeper, reconciler
+        from aldebaran.lanes.settings import LaneSettings
+        from aldebaran.settings import load
+
+        if not args.alert_id or not args.reason:
+            raise ConfigError("aldebaran lanes resolve needs ALERT_ID and --reason")
+        cfg = load(LaneSettings)
+        record = reconciler.resolve(keeper.lane_store(), cfg.records_prefix, cfg.name, args.alert_id, args.reason,
+                                    by=getpass.getuser())
+        print(json.dumps(record, default=str))
+        return 0
+    state = collect()
+    print(json.dumps(state, default=str, indent=1) if args.json else render(state))
+    return 0
