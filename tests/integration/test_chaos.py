@@ -1,5 +1,5 @@
 """Shortened reliability campaigns (aldebaran_lab.chaos) on the real services: the same code `make chaos` runs
-at full size, with few faults and small data (the three marked `campaign` run in `make chaos-short`, not in
+at full size, with few faults and small data (the four marked `campaign` run in `make chaos-short`, not in
 `make test`). The kill-auditor campaign's short variant is
 tests/integration/test_auditor_recovery.py."""
 
@@ -168,3 +168,32 @@ def test_a_warm_standby_takes_over_a_killed_auditor_faster_than_a_cold_restart(s
     assert d["alerts_topic"]["missing"] == 0 and d["alerts_topic"]["extra"] == 0 and d["alerts_topic"]["changed"] == 0
     assert len(d["warm_s"]) == 1 and len(d["cold_s"]) == 1
     assert d["warm_s"][0] < d["cold_s"][0]
+
+
+@pytest.mark.campaign
+def test_a_killed_dispatcher_is_not_restarted_and_the_other_takes_its_partitions_fenced(services_up):
+    """`aldebaran chaos dispatch-failover --short`: two streaming dispatchers (webhook + Kafka bus) share each
+    channel's partitions through the consumer groups, session timeout 6 s. One is frozen for 8 s (SIGSTOP, longer
+    than the session: the broker expels it, the other takes its partitions with a higher owner epoch, and the
+    resumed one must not write past it), then one is SIGKILLed and not restarted: the survivor delivers the dead
+    one's partitions. Every alert reaches each recipient once. Marked `campaign` (~45-90 s with the dispatcher
+    starts); the gaps are the campaign's measurement, not asserted here."""
+    from aldebaran_lab.chaos import dispatch_failover
+
+    result = dispatch_failover.run(timeouts_ms=[6000], kills=1, stalls_s=[8.0], rate=50.0, seed=4, mode="short")
+    d = result.details
+    log.info("dispatch-failover (short): %s", json.dumps(d, default=str)[:4000])
+    assert d["failures"] == [] and (result.lost, result.duplicated) == (0, 0)
+    published = d["alerts_published"]
+    assert published > 0
+    assert d["webhook"]["accepted"] == published and d["webhook"]["statuses"].get(201) == published
+    assert (d["bus"]["received"], d["bus"]["lost"], d["bus"]["duplicated"], d["bus"]["unexpected"]) == (published, 0, 0, 0)
+    assert d["bus"]["ledger_not_delivered"] == 0
+    s = d["per_timeout_ms"]["6000"]
+    # A freeze longer than the session is an expulsion: the group rebalanced (a false failover), fenced by the epochs.
+    assert [e["false_failover"] for e in s["stall_events"]] == [True]
+    # The kill: the survivor took every dead partition and delivered from each of them again, on both channels.
+    (kill,) = s["kills"]
+    for ch in ("webhook", "bus"):
+        assert kill["dead_partitions"][ch], ch
+        assert kill[ch]["taken_s"] is not None and kill[ch]["all_s"] is not None, (ch, kill[ch])

@@ -1,4 +1,4 @@
-"""`aldebaran chaos kill-auditor|failover|kill-dispatch|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|all`:
+"""`aldebaran chaos kill-auditor|failover|kill-dispatch|dispatch-failover|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|all`:
 run a campaign, log its verdict, write its table into docs/reliability.md (unless --no-report). Exit status 1
 when something was lost, duplicated or crashed."""
 
@@ -12,19 +12,26 @@ import sys
 
 log = logging.getLogger("aldebaran_lab.chaos")
 
-CAMPAIGNS = ("kill-auditor", "failover", "kill-dispatch", "kill-scheduler", "kill-triggerer", "kill-api-server", "under-load",
+CAMPAIGNS = ("kill-auditor", "failover", "kill-dispatch", "dispatch-failover", "kill-scheduler", "kill-triggerer", "kill-api-server", "under-load",
              "outages", "fuzz")
 
 
 # Campaigns that can run on private services (the others bring their own already, or fuzz the shared setup).
-PRIVATE_OK = ("kill-auditor", "kill-dispatch", "under-load")
+PRIVATE_OK = ("kill-auditor", "kill-dispatch", "dispatch-failover", "under-load")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("campaign", choices=[*CAMPAIGNS, "all"])
     p.add_argument("--short", action="store_true", help="small data, few faults (what the test suite runs)")
     p.add_argument("--events", type=int, default=None, help="kill-auditor/outages: events in the original mix")
-    p.add_argument("--kills", type=int, default=None, help="kill campaigns: SIGKILLs to land")
+    p.add_argument("--kills", type=int, default=None,
+                   help="kill campaigns: SIGKILLs to land (dispatch-failover: per session timeout)")
+    p.add_argument("--session-timeouts", default=None,
+                   help="dispatch-failover: comma list of consumer session timeouts in ms, each measured in the same run "
+                        "(default 6000,10000,20000; the broker's group.min.session.timeout.ms is the floor)")
+    p.add_argument("--stalls", default=None,
+                   help="dispatch-failover: comma list of freezes (SIGSTOP, seconds) of a dispatcher per session timeout "
+                        "(default 8,15; 'none' for none)")
     p.add_argument("--alerts", type=int, default=None,
                    help="kill-dispatch/kill-scheduler/kill-triggerer/kill-api-server: alerts to deliver")
     p.add_argument("--rate", type=float, default=None, help="under-load: trades/s offered (original publisher's mix)")
@@ -35,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--signal", choices=["term", "kill"], default="term",
                    help="outages: stop Kafka/MinIO gracefully (SIGTERM, default) or SIGKILL their process groups")
     p.add_argument("--private-services", action="store_true",
-                   help="kill-auditor/kill-dispatch/under-load: run on a Kafka and a MinIO of the campaign's own (free "
+                   help="kill-auditor/kill-dispatch/dispatch-failover/under-load: run on a Kafka and a MinIO of the campaign's own (free "
                         "ports, own run directory) instead of the shared ones, so that nothing else restarting the "
                         "shared services (a `make test` stops them at its end) cuts a long campaign short")
     p.add_argument("--seed", type=int, default=1)
@@ -64,6 +71,14 @@ def run_one(name: str, args: argparse.Namespace):
 
         return kill_dispatch.run(alerts=_pick(args.alerts, 5_000, 300, short), kills=_pick(args.kills, 20, 4, short),
                                  seed=args.seed, mode=mode)
+    if name == "dispatch-failover":
+        from aldebaran_lab.chaos import dispatch_failover
+
+        timeouts = args.session_timeouts or ("6000" if short else "6000,10000,20000")
+        stalls = args.stalls or ("8" if short else "8,15")
+        return dispatch_failover.run(timeouts_ms=[int(t) for t in timeouts.split(",")],
+                                     stalls_s=[] if stalls == "none" else [float(s) for s in stalls.split(",")],
+                                     kills=_pick(args.kills, 3, 1, short), seed=args.seed, mode=mode)
     if name == "kill-scheduler":
         from aldebaran_lab.chaos import kill_scheduler
 

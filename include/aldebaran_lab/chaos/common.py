@@ -407,10 +407,10 @@ def write_report(result: CampaignResult, command: str, path: Path | None = None)
     return path
 
 
-def channel_connections(webhook, secret: str, sms, sms_lookup=None) -> dict[str, str]:
-    """AIRFLOW_CONN_* for the campaigns' webhook (HMAC-signed with `secret`) and SMS test receivers;
-    with `sms_lookup` (a second SmsProvider) also channel `sms_lookup`: the same provider API with the
-    connection extra ``lookup: true``, so its IN_DOUBT deliveries are settled by asking the provider."""
+def channel_connections(webhook, secret: str, sms=None, sms_lookup=None) -> dict[str, str]:
+    """AIRFLOW_CONN_* for the campaigns' webhook (HMAC-signed with `secret`) and SMS test receivers (none
+    without `sms`); with `sms_lookup` (a second SmsProvider) also channel `sms_lookup`: the same provider API
+    with the connection extra ``lookup: true``, so its IN_DOUBT deliveries are settled by asking the provider."""
     def sms_conn(provider, lookup: bool) -> str:
         return json.dumps({"conn_type": "sms", "host": provider.url, "login": provider.account_sid,
                            "password": provider.auth_token,
@@ -419,8 +419,9 @@ def channel_connections(webhook, secret: str, sms, sms_lookup=None) -> dict[str,
     out = {
         "AIRFLOW_CONN_ALDEBARAN_WEBHOOK": json.dumps({"conn_type": "http", "host": webhook.url, "password": secret,
                                                       "extra": {"endpoint": "/alerts", "timeout": 5}}),
-        "AIRFLOW_CONN_ALDEBARAN_SMS": sms_conn(sms, False),
     }
+    if sms is not None:
+        out["AIRFLOW_CONN_ALDEBARAN_SMS"] = sms_conn(sms, False)
     if sms_lookup is not None:
         out["AIRFLOW_CONN_ALDEBARAN_SMS_LOOKUP"] = sms_conn(sms_lookup, True)
     return out
@@ -589,18 +590,20 @@ def settled(states: Mapping[str, Mapping[str, str]], ids: Iterable[str],
     return out
 
 
-def unsettled(kafka: KafkaSettings, ledger, channels: Iterable[str], lookup: Iterable[str] = ()) -> dict[str, dict]:
+def unsettled(kafka: KafkaSettings, ledger, channels: Iterable[str], lookup: Iterable[str] = (),
+              group: str | None = None) -> dict[str, dict]:
     """Per channel, what keeps its deliveries from being settled, found cheaply (no ledger scan): its
     consumer group's lag on the alerts topic (an offset is committed only once every alert below it is
     DELIVERED, RETRY, DEAD or IN_DOUBT), the alerts in its retry index, and for the `lookup` channels
     the IN_DOUBT ones the provider's lookup has yet to settle. {} = every channel settled; then
-    ``Ledger.states`` (a scan) gives the verdict once."""
+    ``Ledger.states`` (a scan) gives the verdict once. `group`: the dispatchers' ALDEBARAN_DELIVERY_GROUP
+    (default: the product's default)."""
     from aldebaran.delivery.dispatcher import GROUP
 
     out = {}
     lookup = set(lookup)
     for channel in channels:
-        lag = kafka_admin.consumer_lag(kafka, f"{GROUP}-{channel}", kafka.alerts_topic)
+        lag = kafka_admin.consumer_lag(kafka, f"{group or GROUP}-{channel}", kafka.alerts_topic)
         left = {"lag": lag["lag"] if lag["committed"] else "nothing committed",
                 "retry": len(ledger.indexed("retry", channel))}
         if channel in lookup:
@@ -708,6 +711,15 @@ class DispatcherProcess:
         self.proc.wait(30)
         _reap_group(self.proc.pid)
 
+    def pause(self) -> None:
+        """SIGSTOP its process group: a frozen process (a VM pause, swapping, a starved host), heartbeats included."""
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+
     def stop(self, timeout: float = 60.0) -> int | None:
         """SIGTERM (it finishes the runs in hand and commits), SIGKILL if it hangs."""
         if self.proc is None:
@@ -754,6 +766,31 @@ def delivery_env(prefix: str, lease_seconds: float, **extra: str) -> dict[str, s
     }
     env.update(extra)
     return env
+
+
+def bus_connection(bootstrap_servers: str, topic: str) -> dict:
+    """The connection of a Kafka-bus channel (conn_type kafka: key = alert id, idempotent producer) onto `topic`."""
+    return {"conn_type": "kafka", "extra": {"topic": topic, "bootstrap.servers": bootstrap_servers, "linger.ms": 5}}
+
+
+def bus_verdict(kafka: KafkaSettings, topic: str, ids: set[str]) -> tuple[dict, dict[str, float]]:
+    """The bus topic as its consumers see it (they deduplicate by the key): copies per key, keys that are not
+    the alert's id (real duplicates); and each key's first copy (its produce time, epoch seconds)."""
+    copies: dict[str, int] = {}
+    first: dict[str, float] = {}
+    mismatched = 0
+    for m in kafka_io.read_topic(kafka, topic, timeout=300):
+        a = json.loads(m.value())
+        key = (m.key() or b"").decode()
+        if key != a.get("alert_id"):
+            mismatched += 1
+        copies[key] = copies.get(key, 0) + 1
+        at = m.timestamp()[1] / 1000
+        first[key] = min(at, first.get(key, at))
+    got = set(copies)
+    return ({"expected": len(ids), "received": len(got & ids), "lost": len(ids - got), "duplicated": mismatched,
+             "resent_same_key_deduplicated": sum(n - 1 for n in copies.values()), "unexpected": len(got - ids)},
+            first)
 
 
 def campaign_ledger(store: S3Store, prefix: str, lease_seconds: float):

@@ -77,13 +77,14 @@ class Publisher(threading.Thread):
         self.landed = 0
         self.t0 = time.monotonic()
         self.sent = 0
-        self.flush = threading.Event()
+        self.flush = threading.Event()  # publish the rest at once
+        self.stop = threading.Event()  # publish no more (what was sent is stream[:sent])
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
             producer = kafka_io.producer(self.ws.kafka)
-            while self.sent < len(self.stream):
+            while self.sent < len(self.stream) and not self.stop.is_set():
                 if self.flush.is_set():
                     n = len(self.stream) - self.sent
                 else:

@@ -43,8 +43,8 @@ from aldebaran import kafka_admin, kafka_io, reference
 from aldebaran.progress import track
 from aldebaran_capacity import loadgen
 from aldebaran_lab.chaos.common import (
-    AuditorProcess, CampaignResult, ChaosError, DispatcherProcess, Workspace, auditor_args, caught_up,
-    campaign_ledger, committed, delivery_env, first_receipt_after, recovery_text, unsettled, wait_for,
+    AuditorProcess, CampaignResult, ChaosError, DispatcherProcess, Workspace, auditor_args, bus_connection, bus_verdict,
+    caught_up, campaign_ledger, committed, delivery_env, first_receipt_after, recovery_text, unsettled, wait_for,
 )
 
 log = logging.getLogger(__name__)
@@ -143,8 +143,7 @@ def run(rate: float = 20_000, seconds: float = 120.0, kills: int = 8, seed: int 
         receivers["webhook"] = ReceiverProcess("webhook").start()
         conns = {"webhook": {"conn_type": "http", "host": receivers["webhook"].url, "password": receivers["webhook"].secret,
                              "extra": {"endpoint": "/alerts", "timeout": 10, "batch": webhook_batch}},
-                 "bus": {"conn_type": "kafka", "extra": {"topic": bus_topic, "bootstrap.servers": ws.kafka.bootstrap_servers,
-                                                         "linger.ms": 5}}}
+                 "bus": bus_connection(ws.kafka.bootstrap_servers, bus_topic)}
         if sms:
             receivers["sms"] = ReceiverProcess("sms").start()
             r = receivers["sms"]
@@ -276,7 +275,8 @@ def run(rate: float = 20_000, seconds: float = 120.0, kills: int = 8, seed: int 
                                  "duplicated": 0, "resent_same_key_deduplicated": web["duplicates"],
                                  "unexpected": len(got - ids), "incomplete_requests": web["incomplete_requests"]}
         received_at["webhook"] = list(web["received_at"].values())
-        bus, received_at["bus"] = _bus_verdict(ws, bus_topic, ids)
+        bus, first = bus_verdict(ws.kafka, bus_topic, ids)
+        received_at["bus"] = list(first.values())
         recipients["bus"] = bus
         if sms:
             s = stats["sms"]
@@ -401,24 +401,6 @@ def _topic_verdict(ws: Workspace, expected: dict[str, tuple]) -> dict:
     return {"expected": len(expected), "received_raw": raw, "unique": len(seen), "duplicates_raw": raw - len(seen),
             "missing": len(missing), "extra": len(extra), "changed": len(changed),
             "examples": sorted(missing)[:3] + sorted(extra)[:3] + changed[:3]}
-
-
-def _bus_verdict(ws: Workspace, topic: str, ids: set[str]) -> tuple[dict, list[float]]:
-    """The bus topic as its consumers see it: copies per key, keys that are not the alert's id."""
-    copies: dict[str, int] = {}
-    first: dict[str, float] = {}
-    mismatched = 0
-    for m in kafka_io.read_topic(ws.kafka, topic, timeout=300):
-        a = json.loads(m.value())
-        key = (m.key() or b"").decode()
-        if key != a.get("alert_id"):
-            mismatched += 1
-        copies[key] = copies.get(key, 0) + 1
-        first.setdefault(key, m.timestamp()[1] / 1000)
-    got = set(copies)
-    return ({"expected": len(ids), "received": len(got & ids), "lost": len(ids - got), "duplicated": mismatched,
-             "resent_same_key_deduplicated": sum(n - 1 for n in copies.values()), "unexpected": len(got - ids)},
-            list(first.values()))
 
 
 def main(argv: list[str] | None = None) -> int:
