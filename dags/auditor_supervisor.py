@@ -13,6 +13,14 @@ lease of a dead holder, revokes a remote one) → `submit_auditor` (the Spark pr
 SparkSubmitOperator, master and deploy mode from the `spark_default` connection; the driver is
 started detached and the task returns once the new auditor holds the lease and its query started).
 
+**Warm standby** (`ALDEBARAN_SUPERVISOR_STANDBY=true` or the `standby` Param; off by default): then
+`prepare_standby` (short-circuit: a standby is due when the slot is empty, its process gone or stuck,
+and a live auditor holds the lease) → `submit_standby` (spark-submit `--standby true`, returns once it
+waits on the lease). `assess` promotes the standby once it holds the lease (the holder's session is
+the standby's spark-submit), so a takeover is not taken for a dead auditor; with a usable standby a
+`restart` becomes a `failover`: `prepare_restart` stops the old auditor, the standby takes over and
+nothing is submitted (a standby that fails to take over is stopped and the restart goes cold).
+
 Never two auditors on one checkpoint: the auditor itself takes a lease object in the object store
 (conditional create, renewed with If-Match every ttl/3) and refuses to start, or stops, without it.
 State: `supervisor/auditor/<query>.json`; the heartbeat: `heartbeats/auditor/<query>.json`
@@ -27,7 +35,7 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import CronTriggerTimetable, Param, dag, task
 
-from aldebaran.platform.spark_submit import AuditorSubmitOperator
+from aldebaran.platform.spark_submit import AuditorSubmitOperator, StandbySubmitOperator
 
 
 @dag(
@@ -54,6 +62,9 @@ from aldebaran.platform.spark_submit import AuditorSubmitOperator
         "page_after_restarts": Param(None, type=["null", "integer"], minimum=1,
                                      description="Page the alert channels once an incident needed this many restarts. "
                                                  "Empty: ALDEBARAN_SUPERVISOR_PAGE_AFTER_RESTARTS (3)."),
+        "standby": Param(None, type=["null", "boolean"],
+                         description="Keep a warm standby auditor and fail over to it instead of a cold restart. "
+                                     "Empty: ALDEBARAN_SUPERVISOR_STANDBY (false)."),
     },
 )
 def auditor_supervisor():
@@ -69,11 +80,18 @@ def auditor_supervisor():
 
         return page_if_needed(decision)
 
-    @task.short_circuit
+    # Skips only submit_auditor: the standby tasks run after a restart and after no restart alike.
+    @task.short_circuit(ignore_downstream_trigger_rules=False)
     def prepare_restart(decision: dict) -> bool:
         from aldebaran.platform.supervisor import prepare_restart as prepare
 
         return prepare(decision)
+
+    @task.short_circuit(trigger_rule="none_failed")
+    def prepare_standby(decision: dict) -> bool:
+        from aldebaran.platform.standby_slot import standby_due
+
+        return standby_due(decision)
 
     decision = assess()
     page(decision)
@@ -83,7 +101,13 @@ def auditor_supervisor():
         conn_id="spark_default",
         retry_exponential_backoff=True,
     )
-    prepare_restart(decision) >> submit
+    standby = StandbySubmitOperator(
+        task_id="submit_standby",
+        decision=decision,
+        conn_id="spark_default",
+        retry_exponential_backoff=True,
+    )
+    prepare_restart(decision) >> submit >> prepare_standby(decision) >> standby
 
 
 auditor_supervisor()

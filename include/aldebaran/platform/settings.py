@@ -38,6 +38,12 @@ class SupervisorSettings(BaseSettings):
     state_prefix: str = Field(
         "supervisor/auditor", min_length=1, description="ALDEBARAN_SUPERVISOR_STATE_PREFIX: object-store prefix"
     )
+    standby: bool = Field(
+        False,
+        description="ALDEBARAN_SUPERVISOR_STANDBY: keep a warm standby auditor (`--standby true`) next to the supervised "
+                    "one; an unhealthy auditor is then stopped and the standby takes over instead of a cold restart "
+                    "(client deploy mode only: the standby runs on the supervisor's host)",
+    )
 
 
 class DispatchSupervisorSettings(BaseSettings):

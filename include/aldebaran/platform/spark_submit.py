@@ -56,30 +56,65 @@ class AuditorSubmitOperator(SparkSubmitOperator):
         self.decision = decision
 
     def execute(self, context: Any) -> dict:
-        from aldebaran import spark as sparkmod
-        from aldebaran.platform import supervisor
+        from aldebaran.platform import auditor_submit
 
         decision = self.decision
-        self.application_args = list(decision["auditor_args"])
-        if not self.jars:
-            self.jars = ",".join(sparkmod.connector_jars(s3a=decision["checkpoint"].startswith("s3a://")))
-        self._hook = self._get_hook()
-        hook = self._hook
+        hook = self._prepare(list(decision["auditor_args"]))
         submitted_at = time.time()
         if hook._connection.get("deploy_mode") == "cluster":
             external_id = self.submit_job(context)
-            supervisor.record_submission(decision, None, None, submitted_at, external_id=external_id)
-            return supervisor.wait_started(decision, submitted_at)
+            auditor_submit.record_submission(decision, None, None, submitted_at, external_id=external_id)
+            return auditor_submit.wait_started(decision, submitted_at)
+        proc, log_path = self._launch(hook, decision["query_name"])
+        auditor_submit.record_submission(decision, proc.pid, str(log_path), submitted_at)
+        return auditor_submit.wait_started(decision, submitted_at, proc, log_path)
+
+    def _prepare(self, application_args: list[str]):
+        from aldebaran import spark as sparkmod
+
+        self.application_args = application_args
+        if not self.jars:
+            self.jars = ",".join(sparkmod.connector_jars(s3a=self.decision["checkpoint"].startswith("s3a://")))
+        self._hook = self._get_hook()
+        return self._hook
+
+    def _launch(self, hook, log_name: str):
+        """Client mode: spark-submit started detached in its own session."""
+        from aldebaran import spark as sparkmod
+        from aldebaran.platform import auditor_submit
 
         command = hook._build_spark_submit_command(self.application)
         env = {**sparkmod.spark_env(), **{k: str(v) for k, v in (self.env_vars or {}).items()}}
         # The pyspark wheel's spark-submit sits next to this interpreter.
         env["PATH"] = f"{paths.venv_bin('spark-submit').parent}{os.pathsep}{env.get('PATH', '')}"
-        proc, log_path = supervisor.launch(command, env, decision["query_name"])
+        proc, log_path = auditor_submit.launch(command, env, log_name)
         self.log.info("spark-submit started detached: pid %d, log %s", proc.pid, log_path)
-        supervisor.record_submission(decision, proc.pid, str(log_path), submitted_at)
-        return supervisor.wait_started(decision, submitted_at, proc, log_path)
+        return proc, log_path
 
     def on_kill(self) -> None:
         # Killing this task must not kill the auditor it started: the supervisor decides about that.
         self.log.info("task killed; the auditor it submitted keeps running (the supervisor watches it)")
+
+
+class StandbySubmitOperator(AuditorSubmitOperator):
+    """Launch the warm standby of the auditor described by `decision` (``--standby true``, same checkpoint
+    and settings) and return once it waits on the checkpoint lease: the supervisor's standby slot
+    (:mod:`aldebaran.platform.standby_slot`). Client deploy mode only — the slot tells a takeover by the
+    standby's spark-submit session, which must run on this host."""
+
+    def __init__(self, *, name: str = "aldebaran-auditor-standby", **kwargs: Any) -> None:
+        super().__init__(name=name, **kwargs)
+
+    def execute(self, context: Any) -> dict:
+        from aldebaran.exceptions import AuditorError
+        from aldebaran.platform import standby_slot
+
+        decision = self.decision
+        hook = self._prepare([*decision["auditor_args"], "--standby", "true"])
+        if hook._connection.get("deploy_mode") == "cluster":
+            raise AuditorError("ALDEBARAN_SUPERVISOR_STANDBY needs spark_default in client deploy mode: the standby "
+                               "slot follows the standby by its spark-submit session on this host")
+        launched_at = time.time()
+        proc, log_path = self._launch(hook, f"{decision['query_name']}-standby")
+        standby_slot.record(decision, proc.pid, str(log_path), launched_at)
+        return standby_slot.wait_ready(decision, proc, log_path, launched_at)

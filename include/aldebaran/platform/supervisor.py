@@ -15,10 +15,15 @@ One supervisor run (every minute, one at a time):
    query and releases its lease), SIGKILL to its process group after a timeout; a lease whose local
    holder is dead is ``broken`` (free at once); a holder on another host is ``revoked`` (it sees that
    at its next renewal and stops; the lease is free after one ttl).
-4. **submit** — :class:`aldebaran.platform.spark_submit.AuditorSubmitOperator` (the Spark provider's
+4. **submit** (:mod:`aldebaran.platform.auditor_submit`) — :class:`aldebaran.platform.spark_submit.AuditorSubmitOperator` (the Spark provider's
    SparkSubmitOperator, master and deploy mode from ``spark_default``) starts the auditor on the same
    checkpoint, so it resumes from it, and waits until the new auditor holds the lease and its query
    has started.
+
+With ``ALDEBARAN_SUPERVISOR_STANDBY=true`` a warm standby auditor is kept next to the active one (tasks
+``prepare_standby`` → ``submit_standby``); assess promotes it once it holds the lease, and ``failover``
+(stop the active, the standby takes over) replaces ``restart`` while it is usable:
+:mod:`aldebaran.platform.standby_slot`.
 
 Restarts of one incident back off exponentially (``BACKOFF_BASE_SECONDS`` × 2^(n-1), at most
 ``BACKOFF_MAX_SECONDS``); the incident closes once the auditor has been healthy for
@@ -33,65 +38,20 @@ import logging
 import os
 import signal
 import socket
-import subprocess
 import time
-from pathlib import Path
 
-from aldebaran.exceptions import AlreadyExists, AuditorError, NotFound, PreconditionFailed
 from aldebaran.objectstore import ObjectStore, safe_segment
 from aldebaran import lease as leases
+from aldebaran.platform import standby_slot
 from aldebaran.platform.settings import SupervisorSettings
+from aldebaran.platform.supervisor_state import (  # noqa: F401  (re-exported: others import them from here)
+    MAX_HISTORY, NONE, RESTART, WAIT, _signal, _wait_gone, load_state, pid_alive, save_state, settings_with,
+    start_ticks, state_key,
+)
 
 log = logging.getLogger(__name__)
 
-NONE, WAIT, RESTART = "none", "wait", "restart"
 TERMINATED = ("failed", "stopped")
-MAX_HISTORY = 20
-
-
-# --- processes on this host --------------------------------------------------------------------
-pid_alive = leases.pid_alive
-start_ticks = leases.start_ticks
-
-
-def _signal(pid: int, sig: int, group: bool = False) -> None:
-    try:
-        (os.killpg if group else os.kill)(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _wait_gone(pids: list[tuple[int, int | None]], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not any(pid_alive(p, t) for p, t in pids):
-            return True
-        time.sleep(0.2)
-    return not any(pid_alive(p, t) for p, t in pids)
-
-
-# --- state ---------------------------------------------------------------------------------------
-def state_key(settings: SupervisorSettings, query: str) -> str:
-    return f"{settings.state_prefix.strip('/')}/{safe_segment(query, 'query name')}.json"
-
-
-def load_state(store: ObjectStore, key: str) -> tuple[dict, str | None]:
-    try:
-        obj = store.get(key)
-    except NotFound:
-        return {}, None
-    return obj.json(), obj.etag
-
-
-def save_state(store: ObjectStore, key: str, state: dict, etag: str | None) -> str:
-    body = json.dumps(state, separators=(",", ":"), default=str).encode()
-    try:
-        return store.create(key, body) if etag is None else store.replace(key, body, etag)
-    except (AlreadyExists, PreconditionFailed):
-        raise AuditorError(
-            f"supervisor state {store.uri(key)} changed during this run: is a second supervisor running? "
-            "(the auditor_supervisor DAG runs with max_active_runs=1)"
-        ) from None
 
 
 def target(query_name: str | None = None, checkpoint: str | None = None) -> dict:
@@ -104,17 +64,10 @@ def target(query_name: str | None = None, checkpoint: str | None = None) -> dict
             "lease_seconds": audit.lease_seconds}
 
 
-def settings_with(overrides: dict | None = None) -> SupervisorSettings:
-    from aldebaran.settings import load
-
-    return load(SupervisorSettings, **{k: v for k, v in (overrides or {}).items() if v not in (None, "")})
-
-
 # --- 1. assess -----------------------------------------------------------------------------------
 def observe(store: ObjectStore, tgt: dict, state: dict, now: float) -> dict:
     """Everything the decision rests on, as plain JSON (it is logged and kept in the state)."""
     from aldebaran.audit import heartbeat
-
     host = socket.gethostname()
     hb = heartbeat.read(store, tgt["query_name"])
     got = leases.read(store, tgt["checkpoint"])
@@ -134,6 +87,7 @@ def observe(store: ObjectStore, tgt: dict, state: dict, now: float) -> dict:
         "submit": submit or None,
         "submit_alive": (pid_alive(submit.get("pid"), submit.get("start_ticks"))
                          if submit.get("pid") and submit.get("host") == host else None),
+        **standby_slot.observe(state, lease, host),  # holder_sid, standby, standby_alive, standby_ready
     }
 
 
@@ -209,15 +163,19 @@ def decide(facts: dict, problems: list[str], state: dict, settings: SupervisorSe
 
 
 def assess(query_name: str | None = None, checkpoint: str | None = None, overrides: dict | None = None) -> dict:
-    """Task 1: observe, diagnose, decide; keep the decision in the supervisor state; return it."""
+    """Task 1: observe, (promote a standby that took over,) diagnose, decide; keep the decision in the
+    supervisor state; return it."""
     settings = settings_with(overrides)
     tgt = target(query_name, checkpoint)
     store = ObjectStore()
     key = state_key(settings, tgt["query_name"])
     state, etag = load_state(store, key)
-    facts = observe(store, tgt, state, time.time())
+    facts, state = standby_slot.promote(observe(store, tgt, state, time.time()), state)
+    if facts.get("promoted"):
+        log.warning("the standby took over: spark-submit %s is now the supervised auditor", facts["submit"]["pid"])
     problems = diagnose(facts, settings)
     decision, state = decide(facts, problems, state, settings)
+    decision = standby_slot.choose(decision, facts, settings)
     decision.update(tgt)
     decision.update({
         "problems": problems,
@@ -263,8 +221,9 @@ def page_alert(decision: dict) -> dict:
         "trigger_event_ts": None,
         "detected_at": int(float(incident["opened_at"]) * 1000),
         "message": (f"The streaming auditor {query!r} (checkpoint {decision['checkpoint']}) was restarted "
-                    f"{incident['restarts']} times since {leases._iso(incident['opened_at'])} and is still "
-                    f"unhealthy: {decision['reason']}"),
+                    f"{incident['restarts']} times since {leases._iso(incident['opened_at'])} and "
+                    f"{'its standby took over again' if decision.get('healthy') else 'is still unhealthy'}: "
+                    f"{decision['reason']}"),
     }
 
 
@@ -298,11 +257,16 @@ def page_if_needed(decision: dict) -> dict:
 # --- 3. prepare_restart -------------------------------------------------------------------------------
 def prepare_restart(decision: dict) -> bool:
     """Task 3 (short-circuit): False unless a restart is due; then clear the way for the new auditor."""
-    if decision["action"] != RESTART:
+    if decision["action"] == standby_slot.FAILOVER:
+        if not standby_slot.failover(decision):
+            return False  # the standby took over: nothing to submit
+    elif decision["action"] != RESTART:
         log.info("no restart: %s", decision["reason"])
         return False
     settings = settings_with(decision.get("settings"))
     store = ObjectStore()
+    # A standby the restart does not use would take the lease the old auditor releases.
+    standby_slot.stop(store, decision["query_name"], settings, "the auditor is restarted cold")
     stop_local(store, decision["query_name"], decision["checkpoint"], settings.stop_timeout_seconds,
                reason=f"supervisor restart: {decision['reason']}")
     got = leases.read(store, decision["checkpoint"])
@@ -346,87 +310,3 @@ def stop_local(store: ObjectStore, query: str, checkpoint: str, timeout: float, 
                 _signal(pid, signal.SIGKILL)
         _wait_gone(targets, 10)
     return True
-
-
-# --- 4. submit ------------------------------------------------------------------------------------------
-def launch(command: list[str], env: dict[str, str], query: str) -> tuple[subprocess.Popen, Path]:
-    """Start spark-submit detached (own session: it outlives the task that started it)."""
-    from aldebaran import paths
-
-    logs = paths.run_dir() / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"auditor-{safe_segment(query, 'query name')}-{time.strftime('%Y%m%dT%H%M%S')}.log"
-    with open(log_path, "ab") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True, cwd=str(paths.ROOT))
-    return proc, log_path
-
-
-def _tail(path: Path | None, lines: int = 25) -> str:
-    if path is None or not path.exists():
-        return ""
-    text = path.read_text(errors="replace").splitlines()[-lines:]
-    return "\nLast spark-submit output:\n" + "\n".join(text)
-
-
-def record_submission(decision: dict, pid: int | None, log_path: str | None, submitted_at: float,
-                      external_id: str | None = None) -> None:
-    settings = settings_with(decision.get("settings"))
-    store = ObjectStore()
-    key = state_key(settings, decision["query_name"])
-    state, etag = load_state(store, key)
-    incident = state.get("incident")
-    if incident:
-        incident["restarts"] = int(incident.get("restarts", 0)) + 1
-    state["submit"] = {"at": submitted_at, "pid": pid, "host": socket.gethostname(),
-                       "start_ticks": start_ticks(pid) if pid else None, "log": log_path,
-                       "external_id": external_id, "reason": decision["reason"],
-                       "incident": incident["id"] if incident else None}
-    save_state(store, key, state, etag)
-
-
-def wait_started(decision: dict, submitted_at: float, proc: subprocess.Popen | None = None,
-                 log_path: Path | None = None) -> dict:
-    """Block until the new auditor holds the lease and its query started; fail with the log tail
-    if spark-submit exits first or the start timeout passes."""
-    from aldebaran.audit import heartbeat
-
-    settings = settings_with(decision.get("settings"))
-    store = ObjectStore()
-    deadline = time.monotonic() + settings.start_timeout_seconds
-    while True:
-        got = leases.read(store, decision["checkpoint"])
-        hb = heartbeat.read(store, decision["query_name"])
-        leased = bool(got and got[0].get("state") == leases.HELD
-                      and float(got[0].get("acquired_at") or 0) >= submitted_at - 1)
-        beating = bool(hb and float(hb.get("updated_at_ms") or 0) / 1000 >= submitted_at - 1
-                       and hb.get("status") in ("started", "running", "idle"))
-        if leased and beating:
-            started_in = time.time() - submitted_at
-            _mark_started(store, settings, decision, time.time())
-            log.info("auditor %s started in %.1fs (%s)", decision["query_name"], started_in,
-                     leases.describe(got[0]))
-            return {"pid": proc.pid if proc else None, "log": str(log_path) if log_path else None,
-                    "started_in_seconds": round(started_in, 1), "lease_generation": got[0].get("generation")}
-        if proc is not None and proc.poll() is not None:
-            raise AuditorError(f"the auditor's spark-submit exited with code {proc.returncode} before it started "
-                               f"(log {log_path}){_tail(log_path)}")
-        if time.monotonic() > deadline:
-            raise AuditorError(
-                f"the auditor did not start within {settings.start_timeout_seconds:.0f}s "
-                f"(ALDEBARAN_SUPERVISOR_START_TIMEOUT_SECONDS): lease {leases.describe(got[0] if got else None)}, "
-                f"heartbeat {hb and hb.get('status')} (log {log_path}){_tail(log_path)}"
-            )
-        time.sleep(0.5)
-
-
-def _mark_started(store: ObjectStore, settings: SupervisorSettings, decision: dict, at: float) -> None:
-    key = state_key(settings, decision["query_name"])
-    state, etag = load_state(store, key)
-    if state.get("submit"):
-        state["submit"]["started_at"] = at
-        history = state.setdefault("restarts", [])
-        history.append({"submitted_at": state["submit"]["at"], "started_at": at, "pid": state["submit"]["pid"],
-                        "reason": state["submit"].get("reason"), "incident": state["submit"].get("incident")})
-        del history[:-MAX_HISTORY]
-        save_state(store, key, state, etag)

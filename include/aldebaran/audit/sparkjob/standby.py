@@ -28,6 +28,9 @@ from aldebaran.exceptions import AldebaranError, LeaseHeld
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.25  # how often the lease is looked at while waiting
+# Logged once the standby's Spark session is up and it waits on the lease: the supervisor's standby slot
+# (aldebaran.platform.standby_slot) and the failover campaign read a standby's log for it.
+READY_LINE = "waiting for the lease"
 
 
 def wait_for_lease(spark, settings, kafka, store):
@@ -35,8 +38,8 @@ def wait_for_lease(spark, settings, kafka, store):
     Lease. The lease is looked at every POLL_SECONDS whatever the prefetch is doing."""
     from aldebaran.lease import acquire
 
-    log.info("standby %s: Spark up; waiting for the lease on %s (books prefetched every %.0fs)",
-             settings.query_name, settings.checkpoint, settings.standby_refresh_seconds)
+    log.info("standby %s: Spark up; %s on %s (books prefetched every %.0fs)",
+             settings.query_name, READY_LINE, settings.checkpoint, settings.standby_refresh_seconds)
     done = threading.Event()
     warmer = threading.Thread(target=_prefetch_loop, args=(spark, settings, kafka, done), daemon=True,
                               name="aldebaran-standby-prefetch")
