@@ -92,13 +92,15 @@ def kafka_topics(services_up, unique, monkeypatch):
         "trades_topic": f"t-{unique}-trades",
         "alerts_topic": f"t-{unique}-alerts",
         "dlq_topic": f"t-{unique}-dlq",
+        "fast_alerts_topic": f"t-{unique}-fast",  # the low-latency lane's
     }
     for field, topic in names.items():
         monkeypatch.setenv(f"ALDEBARAN_KAFKA_{field.upper()}", topic)
     settings = load(KafkaSettings)
-    kafka_admin.ensure_topics(settings)
+    topics = [*settings.topics(), settings.fast_alerts_topic]
+    kafka_admin.ensure_topics(settings, topics)
     yield settings
-    kafka_admin.delete_topics(settings, settings.topics())
+    kafka_admin.delete_topics(settings, topics)
 
 
 @pytest.fixture

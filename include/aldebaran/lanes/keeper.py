@@ -64,6 +64,16 @@ def lane_dir(settings) -> Path:
     return paths.run_dir() / "lanes" / settings.name
 
 
+def _die_with_parent() -> None:
+    """In the lane's process before it execs spark-submit: SIGTERM it when the keeper dies, even by SIGKILL
+    (Linux ``PR_SET_PDEATHSIG``, kept across exec), so a restarted keeper never finds an orphaned lane still
+    writing to the same checkpoint and topic."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def _read_status(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
@@ -119,8 +129,10 @@ class Keeper:
                     status_file=str(self.status_path))
         self.log_path = workdir / f"lane-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
         with open(self.log_path, "ab") as out:
+            # Its own process group, so that stopping it reaches the JVM and its Python driver together.
             self.proc = subprocess.Popen(spec.argv(), env=spec.env(), stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
         log.info("lane %s: spark-submit pid %d (log %s)", self.name, self.proc.pid, self.log_path)
 
     def lane_problem(self) -> str | None:

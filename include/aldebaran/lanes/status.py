@@ -29,7 +29,7 @@ def collect(now: float | None = None) -> dict:
     exact = {"lane": "exact", "query": query, "topic": kafka.alerts_topic, "heartbeat": exact_hb is not None}
     if exact_hb:
         exact.update(status=exact_hb.get("status"), batch_id=exact_hb.get("batch_id"),
-                     age_seconds=round(now - exact_hb["updated_at_ms"] / 1000, 1),
+                     age_seconds=round(max(0.0, now - exact_hb["updated_at_ms"] / 1000), 1),
                      processed_rows_per_second=exact_hb.get("processed_rows_per_second"))
     store = keeper.lane_store()
     fast_hb = keeper.read_heartbeat(store, lanes.name)
@@ -38,8 +38,8 @@ def collect(now: float | None = None) -> dict:
             "heartbeat_uri": store.uri(keeper.heartbeat_key(lanes.name)), "heartbeat": fast_hb is not None,
             "unconfirmed": sorted(records, key=lambda r: r.get("fast_ts") or 0)}
     if fast_hb:
-        fast.update(status=fast_hb.get("status"), age_seconds=round(now - float(fast_hb.get("at") or 0), 1),
-                    host=fast_hb.get("host"), pid=fast_hb.get("pid"), lane=fast_hb.get("lane"),
+        fast.update(status=fast_hb.get("status"), age_seconds=round(max(0.0, now - float(fast_hb.get("at") or 0)), 1),
+                    host=fast_hb.get("host"), pid=fast_hb.get("pid"), process=fast_hb.get("lane"),
                     reconcile=fast_hb.get("reconcile"), error=fast_hb.get("error"))
     return {"at": now, "exact": exact, "fast": fast}
 
@@ -48,18 +48,19 @@ def render(state: dict) -> str:
     exact, fast = state["exact"], state["fast"]
     lines = []
     if exact["heartbeat"]:
-        lines.append(f"exact lane   auditor {exact['query']} → {exact['topic']}: {exact['status']}, batch "
+        lines.append(f"exact lane   auditor query {exact['query']} → {exact['topic']}: {exact['status']}, batch "
                      f"{exact['batch_id']}, heartbeat {exact['age_seconds']}s ago")
     else:
-        lines.append(f"exact lane   auditor {exact['query']}: no heartbeat (not started)")
+        lines.append(f"exact lane   auditor query {exact['query']} → {exact['topic']}: no heartbeat (not started)")
     if not fast["heartbeat"]:
         lines.append(f"fast lane    {fast['lane']}: no heartbeat at {fast['heartbeat_uri']} (not started; "
                      "`aldebaran lanes run`, or unpause the lane_supervisor DAG)")
     else:
-        query = (fast.get("lane") or {}).get("query") or {}
+        process = fast.get("process") or {}
+        query = process.get("query") or {}
         lines.append(f"fast lane    {fast['lane']} → {fast['topic']}: {fast['status']}, heartbeat "
                      f"{fast['age_seconds']}s ago (keeper pid {fast['pid']} on {fast['host']}; query "
-                     f"{'active' if query.get('active') else 'not active'}, lane pid {(fast.get('lane') or {}).get('pid')})")
+                     f"{'active' if query.get('active') else 'not active'}, lane pid {process.get('pid')})")
         rec = fast.get("reconcile") or {}
         counts = rec.get("counts") or {}
         if counts:
