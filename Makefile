@@ -58,8 +58,8 @@ chaos: setup  ## reliability campaigns, full size (~30 min; shared services up; 
 test-ha: setup-ha  ## bring the HA profile up in a private run dir, kill one member of each quorum, bring it down (~3 min)
 	@$(VENV)/bin/pytest tests/integration/test_ha_profile.py -m ha $(PYTEST_ARGS)
 
-chaos-short: setup  ## the short campaigns left out of `make test`: Airflow triggerer/api-server (private services), auditor failover (~13 min)
-	@$(VENV)/bin/pytest tests/integration/test_chaos.py -m campaign $(PYTEST_ARGS)
+chaos-short: setup  ## the short campaigns left out of `make test`: Airflow triggerer/api-server (private services), auditor failover, the supervisor's standby slot (~17 min)
+	@$(VENV)/bin/pytest tests/integration/test_chaos.py tests/integration/dags/test_auditor_supervisor_standby.py -m campaign $(PYTEST_ARGS)
 
 clean: down down-ha  ## stop services (core and HA) and delete local service data (.run)
 	rm -rf .run

@@ -161,6 +161,11 @@ def test_a_promoted_standby_whose_query_has_not_reported_yet_is_still_starting_n
     decision, state, _ = run(taken_over(heartbeat=hb), state)
     assert state["submit"]["started_at"] is None
     assert decision["action"] == WAIT and "still starting" in decision["reason"], decision
+    # Its query reports: a later run records it as started.
+    later = taken_over(now=NOW + 5, heartbeat={"status": "started", "updated_at_ms": (NOW + 1) * 1000},
+                       standby=None, standby_alive=None, submit=state["submit"], submit_alive=True)
+    decision, state, _ = run(later, state)
+    assert decision["action"] == NONE and state["submit"]["started_at"] == NOW + 5
 
 
 def test_repeated_takeovers_page_once_the_incident_reaches_page_after_restarts():

@@ -83,21 +83,30 @@ def took_over(facts: dict) -> bool:
                 and facts.get("holder_local") and facts.get("holder_sid") == slot["pid"])
 
 
+def _reported_since(hb: dict | None, since: float) -> bool:
+    return bool(hb and float(hb.get("updated_at_ms") or 0) / 1000 >= since - 1
+                and hb.get("status") in ("started", "running", "idle"))
+
+
 def promote(facts: dict, state: dict) -> tuple[dict, dict]:
-    """(facts, state) with a standby that took over made the supervised auditor; unchanged otherwise."""
+    """(facts, state) with a standby that took over made the supervised auditor. A promoted auditor counts
+    as started once its own query reported (until then an older heartbeat, the replaced auditor's last one,
+    makes it "still starting" for the decision, not a failed auditor); a later run records that."""
+    submit = state.get("submit") or {}
     if not took_over(facts):
+        if submit.get("promoted_at") and not submit.get("started_at") \
+                and _reported_since(facts.get("heartbeat"), float(submit["at"])):
+            submit = {**submit, "started_at": facts["now"]}
+            return {**facts, "submit": submit}, {**state, "submit": submit}
         return facts, state
-    now, slot, lease, hb = facts["now"], facts["standby"], facts["lease"], facts.get("heartbeat") or {}
+    now, slot, lease = facts["now"], facts["standby"], facts["lease"]
     acquired = float(lease.get("acquired_at") or now)
-    replaced = state.get("submit") or {}
+    replaced = submit
     incident = dict(state["incident"]) if state.get("incident") else {
         "id": f"{int(acquired)}", "opened_at": acquired, "restarts": 0, "paged": False,
         "first_problem": f"the active auditor (spark-submit {replaced.get('pid')}) lost the checkpoint lease"}
     incident["restarts"] = int(incident.get("restarts", 0)) + 1
-    # Started once its own query reported; until then an older heartbeat (the replaced auditor's last one)
-    # makes it "still starting" for the decision, not a failed auditor.
-    started = (float(hb.get("updated_at_ms") or 0) / 1000 >= acquired - 1
-               and hb.get("status") in ("started", "running", "idle"))
+    started = _reported_since(facts.get("heartbeat"), acquired)
     submit = {**slot, "at": acquired, "started_at": acquired if started else None, "launched_at": slot.get("at"),
               "promoted_at": now, "external_id": None, "incident": incident["id"],
               "reason": f"standby took over from spark-submit {replaced.get('pid')}"}
