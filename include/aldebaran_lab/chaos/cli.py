@@ -78,7 +78,7 @@ def run_one(name: str, args: argparse.Namespace):
         stalls = args.stalls or ("8" if short else "8,15")
         return dispatch_failover.run(timeouts_ms=[int(t) for t in timeouts.split(",")],
                                      stalls_s=[] if stalls == "none" else [float(s) for s in stalls.split(",")],
-                                     kills=_pick(args.kills, 3, 1, short), seed=args.seed, mode=mode)
+                                     kills=_pick(args.kills, 4, 1, short), seed=args.seed, mode=mode)
     if name == "kill-scheduler":
         from aldebaran_lab.chaos import kill_scheduler
 

@@ -3,21 +3,25 @@ takes its partitions over through the consumer group, fenced by the partition ow
 The same kill is measured at several consumer session timeouts in one run.
 
     1. alerts are published to a fresh alerts topic (4 partitions) at a steady `rate` for the whole run;
-    2. for each session timeout in `timeouts_ms` (ALDEBARAN_DELIVERY_SESSION_TIMEOUT_MS; the broker's
-       group.min.session.timeout.ms, 6 s by default, is the floor), two streaming dispatchers
-       (``aldebaran dispatch --follow``, channels `webhook` and `bus`, consumer groups of the campaign's own)
-       split each channel's partitions;
-    3. stalls: one of them is frozen for each of `stalls_s` (SIGSTOP of its process group: librdkafka's
-       heartbeat thread stops too, as in a VM pause or a swapping host), then resumed. A stall longer than
-       the session is a *false failover*: the other one takes the frozen one's partitions (a higher owner
-       epoch), and the frozen one, resumed, is fenced from writing under its old epoch;
-    4. kills: one of them is SIGKILLed at a random moment and not restarted. The survivor must learn of it
-       (the session expires at the broker), rejoin (the rebalance: classic protocol, eager assignors, so it
-       is assigned every partition again), take each partition's owner epoch in the ledger and deliver the
-       first run. Measured per channel from the receivers' clocks: kill → the survivor owns each dead
-       partition (the owner object's ``since``), kill → the first alert of a dead partition received, kill →
-       every dead partition delivered again, and the longest stretch without any receipt at the recipient
-       in between. Only then is a new dispatcher started in the dead one's place, for the next kill;
+    2. `kills` rounds; in each, for each session timeout in `timeouts_ms` in turn
+       (ALDEBARAN_DELIVERY_SESSION_TIMEOUT_MS; the broker's group.min.session.timeout.ms, 6 s by default, is
+       the floor), a fresh pair of streaming dispatchers (``aldebaran dispatch --follow``, channels `webhook`
+       and `bus`, consumer groups of the campaign's own) splits each channel's partitions. Round robin: the
+       ledger grows during the run, and a new owner reads its recent runs back, so each timeout is measured
+       at every age of it;
+    3. stalls (first round): one of the pair is frozen for each of `stalls_s` (SIGSTOP of its process group:
+       librdkafka's heartbeat thread stops too, as in a VM pause or a swapping host), then resumed. A stall
+       longer than the session is a *false failover*: the broker expels the frozen member, the other one
+       takes its partitions (a higher owner epoch), and the resumed one is fenced from writing under its old
+       epoch;
+    4. kill: one of the pair is SIGKILLed at a random moment and not restarted. The survivor must learn of it
+       (the session expires at the broker; the survivor hears of the rebalance at its next heartbeat),
+       rejoin (classic protocol, eager assignors: it is assigned every partition again, its own included),
+       take each partition's owner epoch in the ledger, read back the recent runs of each partition (the
+       dedupe window) and send the first run. Measured per channel: kill → the survivor owns each dead
+       partition (the owner object's ``since``), kill → the first alert of a dead partition received, kill
+       → every dead partition delivered again, and the longest stretch without any receipt at the
+       recipient in between; with the run objects stored at the kill (what the window reads back);
     5. verdict per recipient over the whole run: the webhook receiver (deduplicates by Idempotency-Key,
        counts requests) accepted each published alert exactly once and nothing else; the bus topic holds
        each alert under its own key (copies under the same key are deduplicated resends); every ledger
@@ -50,7 +54,8 @@ from aldebaran_lab.chaos.kill_dispatch import Publisher, make_alerts
 
 log = logging.getLogger(__name__)
 
-CHANNELS = ("webhook", "bus")
+BUS = "bus"  # a Kafka-bus channel (its connection: AIRFLOW_CONN_ALDEBARAN_<NAME>, conn_type kafka)
+CHANNELS = ("webhook", BUS)
 PARTITIONS = 4
 LEASE_SECONDS = 3.0
 TIMEOUTS_MS = (6000, 10000, 20000)
@@ -220,10 +225,18 @@ class Run:
         self.events.append(event)
         return event
 
+    def runs_stored(self) -> dict[str, dict[int, int]]:
+        """Run objects per channel and partition: what a new owner reads back to rebuild its dedupe window
+        (``ChannelDispatcher._load_recent``: every run of the last ALDEBARAN_DELIVERY_DEDUPE_WINDOW_OFFSETS)."""
+        topic = self.ws.kafka.alerts_topic
+        return {ch: {p: sum(1 for _ in self.ws.store.list(self.ledger.run_prefix(ch, topic, p)))
+                     for p in range(PARTITIONS)} for ch in CHANNELS}
+
     def kill(self, timeout_ms: int, victim: int, margin_s: float) -> dict:
-        """SIGKILL one dispatcher, do not restart it; wait until the survivor owns all its partitions."""
+        """SIGKILL one dispatcher and do not restart it; wait until the survivor owns all its partitions."""
         proc, survivor = self.slots[victim], self.slots[1 - victim]
         time.sleep(self.rng.uniform(0.5, 2.0))  # a random moment of the flow
+        runs = self.runs_stored()
         before = self.owners()
         dead = owned_by(before, owner_of(proc))
         heir = owner_of(survivor)
@@ -245,13 +258,12 @@ class Run:
             time.sleep(0.25)
         time.sleep(margin_s)  # the survivor delivers the dead partitions' backlog meanwhile
         event = {"kind": "kill", "timeout_ms": timeout_ms, "dispatcher": proc.name, "killed_at": killed_at,
-                 "dead": {ch: sorted(v) for ch, v in dead.items()}, "taken_at": taken}
+                 "dead": {ch: sorted(v) for ch, v in dead.items()}, "taken_at": taken,
+                 "runs_stored": {ch: sum(n.values()) for ch, n in runs.items()},
+                 "runs_stored_dead": {ch: sum(runs[ch][p] for p in dead[ch]) for ch in CHANNELS}}
         log.info("session %d ms: %s SIGKILLed, the survivor owns its partitions %.1f s later", timeout_ms, proc.name,
                  max((t for v in taken.values() for t in v.values()), default=killed_at) - killed_at)
         self.events.append(event)
-        proc.forget()
-        proc.start()  # a fresh dispatcher in the dead one's place, for the next kill (not a restart of this one)
-        self.starts += 1
         return event
 
 
@@ -277,7 +289,8 @@ def run(timeouts_ms: Iterable[int] = TIMEOUTS_MS, kills: int = 3, stalls_s: Iter
             budget_s = sum(t / 1000 * 3 + 40 for t in timeouts_ms) * (kills + len(stalls_s)) + 300
             stream = make_alerts(int(rate * budget_s), ws.name)
             env = ws.env(ALDEBARAN_CHANNELS=",".join(CHANNELS), **channel_connections(webhook, secret),
-                         AIRFLOW_CONN_ALDEBARAN_BUS=json.dumps(bus_connection(ws.kafka.bootstrap_servers, bus_topic)),
+                         **{f"AIRFLOW_CONN_ALDEBARAN_{BUS.upper()}": json.dumps(bus_connection(ws.kafka.bootstrap_servers,
+                                                                                                 bus_topic))},
                          **delivery_env(prefix, LEASE_SECONDS, ALDEBARAN_DELIVERY_GROUP=group))
             ledger = campaign_ledger(ws.store, prefix, LEASE_SECONDS)
             state = Run(ws, ledger, env, rng)
@@ -286,20 +299,21 @@ def run(timeouts_ms: Iterable[int] = TIMEOUTS_MS, kills: int = 3, stalls_s: Iter
             faults.start()
             wall0 = time.time()
             victim = 0
-            for timeout_ms in timeouts_ms:
-                state.start_pair(timeout_ms)
-                log.info("session %d ms: the pair split the partitions in %.1f s", timeout_ms, state.await_split())
-                for seconds in stalls_s:
-                    state.stall(timeout_ms, victim, seconds)
+            # Round robin over the timeouts, a fresh pair each time: the ledger grows during the run (the runs a new
+            # owner reads back), so every timeout is measured at each age of it.
+            for round_ in range(kills):
+                for timeout_ms in timeouts_ms:
+                    state.start_pair(timeout_ms)
+                    log.info("session %d ms: the pair split the partitions in %.1f s", timeout_ms, state.await_split())
+                    for seconds in stalls_s if round_ == 0 else ():
+                        state.stall(timeout_ms, victim, seconds)
+                        victim = 1 - victim
+                        faults.advance()
+                    state.kill(timeout_ms, victim, margin_s)  # the survivor goes on alone until the next pair
                     victim = 1 - victim
                     faults.advance()
-                for _ in range(kills):
-                    state.kill(timeout_ms, victim, margin_s)
-                    victim = 1 - victim
-                    faults.advance()
-                    state.await_split()
-                if publisher.error is not None:
-                    raise ChaosError(f"publisher failed: {publisher.error!r}")
+                    if publisher.error is not None:
+                        raise ChaosError(f"publisher failed: {publisher.error!r}")
             faults.close()
             publisher.stop.set()
             publisher.join(60)
@@ -317,6 +331,9 @@ def run(timeouts_ms: Iterable[int] = TIMEOUTS_MS, kills: int = 3, stalls_s: Iter
                 failures.append(f"not settled {settle_timeout:.0f}s after the last kill: {left}")
             result.recovery_s.append(time.monotonic() - t_settle)
             for d in state.slots:
+                if not d.alive():  # the one killed last (on purpose)
+                    d.forget()
+                    continue
                 rc = d.stop()
                 if rc not in (0, None):
                     failures.append(f"dispatcher {d.name}: clean stop exited {rc}")
@@ -375,7 +392,8 @@ def _details(events: list[dict], received: dict, partition_of: dict, wall0: floa
             figures = {ch: takeover_figures(received[ch], partition_of, e["dead"][ch], e["killed_at"], e["taken_at"][ch])
                        for ch in CHANNELS}
             s["kills"].append({"dispatcher": e["dispatcher"], "at_s": round(e["killed_at"] - wall0, 1),
-                               "dead_partitions": e["dead"], **figures})
+                               "dead_partitions": e["dead"], "runs_stored": e["runs_stored"],
+                               "runs_stored_dead": e["runs_stored_dead"], **figures})
         else:
             end = e["resumed_at"] + e["split_again_s"]
             gaps = {ch: longest_pause(received[ch].values(), e["frozen_at"], end)[0] for ch in CHANNELS}
