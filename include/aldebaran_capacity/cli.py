@@ -97,6 +97,10 @@ def register(sub) -> None:
                    help="low-latency: a Spark setting of the lane's spark-submit (repeatable)")
     b.add_argument("--report", action="store_true",
                    help="low-latency: write its section of docs/benchmarks.md and its key of docs/img/bench-results.json")
+    b.add_argument("--producer", default="jvm", choices=["jvm", "python"],
+                   help="low-latency: the paced producer (jvm: the Java client, bench/paced.py; python: confluent-kafka)")
+    b.add_argument("--no-exact", action="store_true",
+                   help="low-latency: skip the exact lane's run over the same trades (its agreement)")
     b.add_argument("--checkpoint-interval", default="5 minutes",
                    help="low-latency: the real-time trigger's duration (a checkpoint interval, not a latency)")
     b.add_argument("--mix", choices=["original", "custom"], default="original",

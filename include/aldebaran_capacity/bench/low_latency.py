@@ -2,7 +2,8 @@
 with the reference model, at paced rates.
 
     aldebaran bench low-latency [--rates 1000,10000,50000] [--seconds 20] [--micro-batch] [--runtime 4.3|control]
-                                [--checkpoint-interval '5 minutes'] [--conf K=V ...] [--out FILE] [--report]
+                                [--producer jvm|python] [--no-exact] [--checkpoint-interval '5 minutes']
+                                [--conf K=V ...] [--out FILE] [--report]
 
 ``--report`` writes its section of docs/benchmarks.md (between its markers) and its ``low_latency`` key into
 docs/img/bench-results.json (``segments[]`` {rate, p50_ms, p95_ms, p99_ms, …}, ``agreement``), keeping the rest.
@@ -10,14 +11,19 @@ docs/img/bench-results.json (``segments[]`` {rate, p50_ms, p95_ms, p99_ms, …},
 The lane runs as it does in production: spark-submit of the Spark 4.3 runtime (aldebaran.lanes.launch),
 reading a fresh trades topic and writing a fresh alerts topic on the shared Kafka. Each segment produces,
 from a process of its own, the original publisher's mix (one request, four purchases per order;
-loadgen.original_mix) paced at its rate, each trade stamped with the wall clock as it is handed to the producer (its Kafka timestamp, which the
-lane's parse takes as the event time, as no ``ts`` is sent). An alert's latency is its own Kafka timestamp
+loadgen.original_mix) paced at its rate, each trade stamped with the wall clock as it is sent (its Kafka
+timestamp, which the lane's parse takes as the event time, as no ``ts`` is sent). The producer is the Java
+client (``--producer jvm``, :mod:`aldebaran_capacity.bench.paced`, the default) or confluent-kafka from
+Python (``--producer python``, the earlier runs' harness, whose own tail dominated them). An alert's latency is its own Kafka timestamp
 (the lane's producer stamps it on send) minus its ``trigger_event_ts``: the produce time of the trade that
 put the order over. Both clocks are this machine's.
 
-Agreement: the lane's alerts of a segment against the reference model's for the same trades and stamps,
-on :data:`aldebaran.reference.KEY_FIELDS`; ``agreement`` = |same| / |union|, with the missing and extra
-counts.
+Agreement, two ways. Per segment, the lane's alerts against the reference model's for the same trades and
+stamps, on :data:`aldebaran.reference.KEY_FIELDS` (``segments[].agreement`` = |same| / |union|, with the
+missing and extra counts). And against the exact lane itself: after the segments the micro-batch auditor
+runs over the same trades topic (available-now, the control venv's Spark), and the two lanes' alerts go
+through the reconciliation (:class:`aldebaran.lanes.reconcile.Reconciliation`, TTL unbounded as the exact
+lane runs afterwards): ``agreement`` = {confirmed, unconfirmed, missed, …} (``--no-exact`` skips it).
 """
 
 from __future__ import annotations
@@ -100,6 +106,25 @@ class _BusFloor(threading.Thread):
         return self.lags
 
 
+def group_cpu_seconds(pgid: int) -> float:
+    """CPU seconds (user + system) used so far by the live processes of process group `pgid` (the lane's
+    spark-submit JVM and its Python driver): the lane's cost in cores is its growth over a wall-clock span."""
+    import os
+
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # field 5 of stat, the process group, after the command name
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
 def _probe(kafka: KafkaSettings, topic: str, alerts: _Alerts, timeout: float) -> float:
     """Send an overfilled order every few seconds until one's alert comes back: the lane is up (it starts at
     the topic's latest offsets, so probes sent before its query runs are never read). Returns seconds waited."""
@@ -136,7 +161,8 @@ def _produce(orders: int, seed: int, topic: str, rate: int, kafka: KafkaSettings
         return pool.apply(_send_mix, (orders, seed, topic, rate, kafka))
 
 
-def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, seconds: float, seed: int) -> dict:
+def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, seconds: float, seed: int,
+            producer: str = "jvm", lane_pgid: int | None = None) -> dict:
     """One paced run: produce `rate` events/s for `seconds`, then wait for the lane's alerts of it."""
     orders = max(1, int(rate * seconds / 5))
     recs = _mix(orders, seed)
@@ -144,11 +170,19 @@ def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, second
     floor = _BusFloor(kafka, topic)
     floor.start()
     time.sleep(1.0)  # the floor's consumer has fetched its end offsets before the first trade
+    cpu0, wall0 = (group_cpu_seconds(lane_pgid) if lane_pgid else None), time.monotonic()
     try:
-        sent = _produce(orders, seed, topic, rate, kafka)
+        if producer == "jvm":
+            from aldebaran_capacity.bench import paced
+
+            sent = paced.send(recs, topic, rate, kafka.bootstrap_servers)
+        else:
+            sent = _produce(orders, seed, topic, rate, kafka)
         time.sleep(1.0)
     finally:
         bus = floor.stop()
+    lane_cores = (round((group_cpu_seconds(lane_pgid) - cpu0) / (time.monotonic() - wall0), 2)
+                  if lane_pgid else None)
     expected = loadgen.expected(recs, sent.timestamps)
     order_ids = {r.key.decode() for r in recs}
     want = {a["alert_id"] for a in expected}
@@ -171,7 +205,8 @@ def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, second
     same = ref_keys & set(lane_keys)
     union = ref_keys | set(lane_keys)
     return {
-        "rate": rate, "seconds": seconds, "events": sent.count, "achieved_rate": round(sent.rate),
+        "rate": rate, "seconds": seconds, "producer": producer, "events": sent.count,
+        "achieved_rate": round(sent.rate),
         "alerts": len(got), "expected_alerts": len(expected),
         "missing": len(ref_keys - set(lane_keys)), "extra": len(set(lane_keys) - ref_keys),
         "duplicates": len(lane_keys) - len(set(lane_keys)),
@@ -179,6 +214,8 @@ def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, second
         "p50_ms": _percentile(latencies, 50), "p95_ms": _percentile(latencies, 95),
         "p99_ms": _percentile(latencies, 99), "max_ms": max(latencies) if latencies else None,
         # The floor: the same trades through Kafka to a plain consumer, same run (no Spark).
+        # CPU the lane's processes used while the segment was produced, in cores (this box has 2).
+        "lane_cores": lane_cores,
         "bus_read": len(bus), "bus_p50_ms": _round(_percentile(bus, 50)), "bus_p99_ms": _round(_percentile(bus, 99)),
     }
 
@@ -187,9 +224,44 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
+def exact_agreement(kafka: KafkaSettings, trades: str, lane_alerts: list[tuple[int, dict]], tag: str) -> dict:
+    """The exact lane over the same trades (available-now), reconciled with the fast lane's alerts."""
+    from aldebaran import kafka_io
+    from aldebaran import spark as sparkmod
+    from aldebaran.audit.sparkjob import job
+    from aldebaran.kafka_admin import delete_topics, ensure_topics
+    from aldebaran.lanes.reconcile import Reconciliation
+
+    exact_kafka = load(KafkaSettings, trades_topic=trades, alerts_topic=f"rtm-bench-exact-{tag}",
+                       dlq_topic=f"rtm-bench-dlq-{tag}")
+    ensure_topics(exact_kafka, [exact_kafka.alerts_topic, exact_kafka.dlq_topic])
+    t0 = time.monotonic()
+    try:
+        with tempfile.TemporaryDirectory(prefix="rtm-exact-") as ck:
+            settings = harness.auditor_settings(f"rtm_exact_{tag}", str(Path(ck) / "auditor"), lease_seconds=0)
+            spark = sparkmod.session("aldebaran-bench-exact-lane", master=settings.master,
+                                     shuffle_partitions=settings.shards)
+            job.run(settings, spark=spark, kafka=exact_kafka)
+        exact = [(m.timestamp()[1], json.loads(m.value()))
+                 for m in kafka_io.read_topic(exact_kafka, exact_kafka.alerts_topic, timeout=120)]
+    finally:
+        delete_topics(exact_kafka, [exact_kafka.alerts_topic, exact_kafka.dlq_topic])
+    rec = Reconciliation(ttl_ms=10 ** 12)  # the exact lane ran afterwards: any delay confirms
+    for ts, a in lane_alerts:
+        rec.fast(a["alert_id"], ts)
+    for ts, a in exact:
+        rec.exact(a["alert_id"], str(a.get("kind")), ts)
+    rec.caught_up(fast_at=2 * 10 ** 12, exact_at=2 * 10 ** 12)  # both topics read to their end
+    rec.judge()
+    counts = vars(rec.counts)
+    return {"confirmed": counts["confirmed"], "unconfirmed": counts["unconfirmed"], "missed": counts["missed"],
+            "fast_alerts": counts["fast"], "exact_alerts": len(exact), "exact_overfills": counts["exact"],
+            "repeats": counts["repeats"], "exact_seconds": round(time.monotonic() - t0, 1)}
+
+
 def run(rates=DEFAULT_RATES, seconds: float = 20.0, micro_batch: bool = False,
         checkpoint_interval: str = "5 minutes", start_timeout: float = 180.0, runtime: str | None = "4.3",
-        conf: dict[str, str] | None = None) -> dict:
+        conf: dict[str, str] | None = None, producer: str = "jvm", exact: bool = True) -> dict:
     """Start the lane on fresh topics, run each segment, stop the lane. Returns ``{"low_latency": ...}``."""
     from aldebaran.kafka_admin import delete_topics, ensure_topics
     from aldebaran.lanes.launch import Lane
@@ -212,22 +284,33 @@ def run(rates=DEFAULT_RATES, seconds: float = 20.0, micro_batch: bool = False,
         try:
             started = _probe(kafka, trades, alerts, start_timeout)
             log.info("low-latency: lane up after %.0fs (log %s)", started, log_path)
+            cpu0 = group_cpu_seconds(proc.pid)
+            time.sleep(10.0)
+            idle_cores = round((group_cpu_seconds(proc.pid) - cpu0) / 10.0, 2)
+            log.info("low-latency: the idle lane uses %.2f cores", idle_cores)
             segments = []
             for i, rate in enumerate(rates):
-                seg = segment(kafka, trades, alerts, rate, seconds, seed=1_000 + i)
+                seg = segment(kafka, trades, alerts, rate, seconds, seed=1_000 + i, producer=producer,
+                              lane_pgid=proc.pid)
                 log.info("low-latency: %s", seg)
                 segments.append(seg)
         finally:
             alerts.close()
             stop_lane(proc)
+        try:
+            # After the lane stopped: the exact lane gets the machine to itself, as the lane had.
+            agreement = exact_agreement(kafka, trades, alerts.seen, tag) if exact else None
+        finally:
             delete_topics(kafka, [trades, alerts_topic])
-    agreement = min((s["agreement"] for s in segments), default=None)
+    reference_agreement = min((s["agreement"] for s in segments), default=None)
     return {"low_latency": {
         "mode": "micro-batch (processingTime 0)" if micro_batch else f"real-time (checkpoint every {checkpoint_interval})",
         "runtime": "pyspark 4.3.0 (setup/runtimes/spark-4.3.txt)" if runtime else "pyspark 4.2.0 (the control venv)",
         "master": lane.master, "conf": lane.conf,
-        "segments": segments, "agreement": agreement,
-        "correct": all(s["missing"] == 0 and s["extra"] == 0 for s in segments),
+        "idle_cores": idle_cores, "segments": segments, "agreement": agreement,
+        "reference_agreement": reference_agreement,
+        "correct": all(s["missing"] == 0 and s["extra"] == 0 for s in segments)
+                   and (agreement is None or (agreement["unconfirmed"] == 0 and agreement["missed"] == 0)),
         "lane_log": str(log_path),
     }}
 
@@ -239,11 +322,12 @@ def main(args) -> int:
     runtime = None if args.runtime == "control" else args.runtime
     command = (f"aldebaran bench low-latency --rates {','.join(map(str, rates))} --seconds {args.seconds:g}"
                f" --checkpoint-interval '{args.checkpoint_interval}' --runtime {args.runtime}"
+               f" --producer {args.producer}" + (" --no-exact" if args.no_exact else "")
                + (" --micro-batch" if args.micro_batch else "") + "".join(f" --conf {c}" for c in args.conf or []))
     conf = dict(c.split("=", 1) for c in args.conf or [])
     result = {"machine": machine.describe(), "command": command}
     result.update(run(rates, args.seconds, micro_batch=args.micro_batch, checkpoint_interval=args.checkpoint_interval,
-                      runtime=runtime, conf=conf))
+                      runtime=runtime, conf=conf, producer=args.producer, exact=not args.no_exact))
     text = json.dumps(result, indent=2)
     if args.out:
         Path(args.out).write_text(text + "\n")
@@ -256,17 +340,29 @@ def main(args) -> int:
 def render(result: dict) -> str:
     """The section of docs/benchmarks.md for one run."""
     ll, m = result["low_latency"], result["machine"]
+    producer = (ll["segments"] or [{}])[0].get("producer", "python")
     lines = [BEGIN, "## Low-latency lane: trade → alert in real-time mode (issue 19)", "",
              f"`{result['command']}` — {m['date']}, {m['cores']} cores, load average {m['load_avg_at_start']:.1f} "
-             f"at start; {ll['runtime']}, {ll['mode']}, `{ll['master']}`. The lane and how it is measured: "
-             "docs/design.md, \"The low-latency lane\"; `aldebaran_capacity.bench.low_latency`.", "",
-             "| rate (events/s) | achieved | alerts | p50 ms | p95 ms | p99 ms | max ms | agreement | missing / extra "
-             "| floor p50 / p99 ms (Kafka → plain consumer, same run) |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+             f"at start; {ll['runtime']}, {ll['mode']}, `{ll['master']}`; trades paced by the "
+             f"{'Java client (bench/paced.py)' if producer == 'jvm' else 'Python producer (confluent-kafka)'}. "
+             "The lane and how it is measured: docs/design.md, \"The low-latency lane\"; "
+             "`aldebaran_capacity.bench.low_latency`.", "",
+             "| rate (events/s) | achieved | alerts | p50 ms | p95 ms | p99 ms | max ms | agreement (reference) "
+             "| missing / extra | lane CPU (cores) | floor p50 / p99 ms (Kafka → plain consumer, same run) |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"]
     for s in ll["segments"]:
         lines.append(f"| {s['rate']:,} | {s['achieved_rate']:,} | {s['alerts']:,} | {s['p50_ms']} | {s['p95_ms']} | "
                      f"{s['p99_ms']} | {s['max_ms']} | {s['agreement']:.4f} | {s['missing']} / {s['extra']} | "
-                     f"{s.get('bus_p50_ms')} / {s.get('bus_p99_ms')} |")
+                     f"{s.get('lane_cores')} | {s.get('bus_p50_ms')} / {s.get('bus_p99_ms')} |")
+    agreement = ll.get("agreement")
+    if isinstance(agreement, dict):
+        lines += ["", f"Against the exact lane (the micro-batch auditor over the same trades afterwards, "
+                      f"{agreement['exact_seconds']} s): **{agreement['confirmed']:,} confirmed, "
+                      f"{agreement['unconfirmed']} unconfirmed, {agreement['missed']} missed** "
+                      f"({agreement['fast_alerts']:,} fast-lane alerts, {agreement['exact_overfills']:,} exact-lane "
+                      f"OVERFILLs of {agreement['exact_alerts']:,} exact-lane alerts)."]
+    if ll.get("idle_cores") is not None:
+        lines += ["", f"The lane idle (no trades, 10 s before the first segment): {ll['idle_cores']} cores."]
     lines += ["", END]
     return "\n".join(lines)
 
