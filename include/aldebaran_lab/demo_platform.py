@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 SUPERVISOR, DISPATCH, DISPATCH_SUPERVISOR, HEALTH = (
     "auditor_supervisor", "alert_dispatch", "dispatch_supervisor", "platform_health")
 DAGS = (SUPERVISOR, DISPATCH, DISPATCH_SUPERVISOR, HEALTH)
+LANE_SUPERVISOR = "lane_supervisor"  # not part of the demo; paused with the rest at `services down`
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
@@ -99,7 +100,8 @@ def api_from_env():
 
 
 def stop(platform: Platform | None = None, reason: str = "demo reset") -> list[str]:
-    """Stop the auditor and the streaming dispatchers this host runs for the platform's defaults.
+    """Stop the auditor, the streaming dispatchers and the low-latency lane this host runs for the platform's
+    defaults.
     Returns what was stopped. The supervisors must be paused first, or they start them again."""
     from aldebaran.platform import dispatch_supervisor, supervisor
     from aldebaran.storage import ObjectStore
@@ -115,6 +117,10 @@ def stop(platform: Platform | None = None, reason: str = "demo reset") -> list[s
     for name in dispatch_supervisor.plan(cfg):
         if dispatch_supervisor.stop(dstore, name, cfg, reason):
             stopped.append(f"dispatcher {name}")
+    from aldebaran.platform import lane_supervisor
+
+    if lane_supervisor.stop(reason):  # the low-latency lane's keeper, if this host runs one
+        stopped.append(f"lane {lane_supervisor.settings().name}")
     return stopped
 
 
@@ -127,7 +133,7 @@ def shut_down() -> None:
     healthy = {s.name for s in services.status(services.CORE) if s.healthy}
     if "airflow" in healthy:
         api = api_from_env()
-        for dag_id in DAGS:
+        for dag_id in (*DAGS, LANE_SUPERVISOR):
             if api.dag(dag_id) is not None:
                 api.set_paused(dag_id, True)
     if "minio" in healthy:
