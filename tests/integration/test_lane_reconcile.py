@@ -33,6 +33,17 @@ def _produce(kafka, topic: str, alerts: list[dict]) -> None:
     kafka_io.produce_all(kafka_io.producer(kafka), topic, [(a["alert_id"], json.dumps(a)) for a in alerts])
 
 
+def _step_until(rec, count: str, value: int) -> dict:
+    """Step the reconciler until its `count` reaches `value`; its counts then."""
+    def reached():
+        rec.step(timeout=0.5)
+        counts = rec.status()["counts"]
+        assert counts[count] == value, counts
+        return counts
+
+    return assert_eventually(reached, timeout=30, interval=0.2, message=f"{count} = {value}")
+
+
 @pytest.fixture
 def lane_env(kafka_topics, store, s3_prefix, tmp_path, monkeypatch, unique):
     log_file = tmp_path / "delivered.jsonl"
@@ -66,13 +77,7 @@ def test_an_alert_the_exact_lane_never_raises_is_reported_and_not_delivered(lane
     kp = keeper.Keeper(cfg, kafka_topics, store)
     kp.reconciler = rec
     try:
-        def judged():
-            rec.step(timeout=0.5)
-            counts = rec.status()["counts"]
-            assert counts["unconfirmed"] == 1, counts
-            return counts
-
-        counts = assert_eventually(judged, timeout=30, interval=0.2, message="the lonely fast alert judged")
+        counts = _step_until(rec, "unconfirmed", 1)
         assert (counts["fast"], counts["exact"], counts["confirmed"], counts["missed"]) == (2, 1, 1, 0)
         records = reconciler.list_records(store, cfg.records_prefix, cfg.name)
         assert [r["alert_id"] for r in records] == [lonely["alert_id"]]
@@ -93,13 +98,7 @@ def test_an_alert_the_exact_lane_never_raises_is_reported_and_not_delivered(lane
         # The exact lane raises rc-2 late: confirmed late, the record goes, the lane is healthy again.
         _produce(kafka_topics, kafka_topics.alerts_topic, [_alert("rc-2")])
 
-        def confirmed_late():
-            rec.step(timeout=0.5)
-            counts = rec.status()["counts"]
-            assert counts["confirmed_late"] == 1, counts
-            return counts
-
-        counts = assert_eventually(confirmed_late, timeout=30, interval=0.2, message="the late confirmation")
+        counts = _step_until(rec, "confirmed_late", 1)
         assert (counts["unconfirmed"], counts["confirmed"]) == (0, 2)
         assert reconciler.list_records(store, cfg.records_prefix, cfg.name) == []
         kp.beat("running")
@@ -115,11 +114,7 @@ def test_an_operator_resolves_an_unconfirmed_alert(lane_env, kafka_topics):
     rec = reconciler.Reconciler(kafka_topics, store, cfg.name, cfg.confirm_ttl_seconds, cfg.records_prefix,
                                 resume_ms=int(time.time() * 1000) - 60_000)
     try:
-        def judged():
-            rec.step(timeout=0.5)
-            assert rec.status()["counts"]["unconfirmed"] == 1
-
-        assert_eventually(judged, timeout=30, interval=0.2, message="the fast alert judged unconfirmed")
+        _step_until(rec, "unconfirmed", 1)
     finally:
         rec.close()
     aid = alert_id("OVERFILL", "rv-1")
