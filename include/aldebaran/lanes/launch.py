@@ -1,9 +1,11 @@
 """How the low-latency lane is submitted: spark-submit of the Spark 4.3 job runtime (its own SPARK_HOME and
-Python, ``make setup`` builds it) running spark_apps/realtime_lane.py. The same command serves a benchmark and
-a test; the provider's SparkSubmitOperator (item 4 of issue 19, still open) takes the runtime through
-:func:`operator_env`: the provider accepts only a bare ``spark-submit`` as its binary and refuses a
-``spark-home`` extra, so the runtime's bin/ goes first on the PATH it hands spark-submit's Popen (checked
-with SparkSubmitHook, docs/design.md)."""
+Python, ``make setup`` builds it) running spark_apps/realtime_lane.py. The same command serves the lane keeper
+(aldebaran.lanes.keeper, what the lane_supervisor DAG runs), the benchmark and the tests. The keeper runs it
+directly rather than through the provider's SparkSubmitHook because it owns the lane's lifecycle for as long
+as it runs: its process group (stopped as one), a death signal tied to the keeper, the driver's status file.
+A task that wants the provider's operator takes the runtime through :func:`operator_env`: the provider accepts
+only a bare ``spark-submit`` as its binary and refuses a ``spark-home`` extra, so the runtime's bin/ goes
+first on the PATH it hands spark-submit's Popen (checked by hand with SparkSubmitHook, docs/design.md)."""
 
 from __future__ import annotations
 
