@@ -63,10 +63,14 @@ class DeliverySettings(BaseSettings):
     heartbeat_seconds: float = Field(
         5.0, gt=0, description="ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS: a streaming dispatcher's heartbeat period"
     )
+    # 6 s, the broker's default floor (group.min.session.timeout.ms): `aldebaran chaos dispatch-failover` measured
+    # kill → the survivor delivers the dead one's partitions at 6, 10 and 20 s; a process frozen longer than this
+    # is expelled (a false failover, fenced by the owner epochs). docs/reliability.md § dispatcher failover.
     session_timeout_ms: int = Field(
-        10_000, ge=1000, le=300_000,
+        6_000, ge=1000, le=300_000,
         description="ALDEBARAN_DELIVERY_SESSION_TIMEOUT_MS: Kafka consumer session; a dead dispatcher's partitions "
-                    "move to a live one after about this long",
+                    "move to a live one after about this long (at least the broker's group.min.session.timeout.ms; "
+                    "a dispatcher frozen longer loses its partitions)",
     )
     idle_seconds: float = Field(
         5.0, gt=0, description="ALDEBARAN_DELIVERY_IDLE_SECONDS: `dispatch` (one pass) returns after this long idle"
