@@ -34,6 +34,7 @@ import json
 import logging
 import math
 import random
+import re
 import secrets
 import socket
 import time
@@ -362,7 +363,7 @@ def run(timeouts_ms: Iterable[int] = TIMEOUTS_MS, kills: int = 3, stalls_s: Iter
             result.details = _details(state.events, received, partition_of, wall0, timeouts_ms, stalls_s)
             result.details.update({
                 "alerts_published": len(published), "rate_per_s": rate, "partitions": PARTITIONS,
-                "lease_s": LEASE_SECONDS, "dispatcher_starts": state.starts, "settled_after_s": round(result.recovery_s[0], 1),
+                "lease_s": LEASE_SECONDS, "dispatcher_starts": state.starts, "fenced": _fenced(ws), "settled_after_s": round(result.recovery_s[0], 1),
                 "webhook": {**web.details()["webhook"], "lost": lost["webhook"]},
                 "bus": {**bus, "ledger_not_delivered": bus_open, "lost": lost["bus"]},
                 "failures": failures,
@@ -381,6 +382,12 @@ def run(timeouts_ms: Iterable[int] = TIMEOUTS_MS, kills: int = 3, stalls_s: Iter
         if cleanup:
             kafka_admin.delete_topics(ws.kafka, [bus_topic])
             ws.cleanup()
+
+
+def _fenced(ws: Workspace) -> list[str]:
+    """The dispatchers' log lines of a partition stopped by the fence (a resumed one writing under its old epoch)."""
+    return [line.strip()[:200] for path in sorted(ws.logs.glob("dispatcher-*.log"))
+            for line in path.read_text(errors="replace").splitlines() if re.search(r": partition \d+ stopped: ", line)]
 
 
 def _details(events: list[dict], received: dict, partition_of: dict, wall0: float, timeouts_ms: list[int],
