@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV  := .venv
 ALD   := $(VENV)/bin/aldebaran
 
-.PHONY: help setup setup-ha up up-cluster up-ha down down-ha status status-ha demo test test-unit test-ha chaos chaos-short clean bench bench-quick
+.PHONY: help setup setup-ha up up-cluster up-ha down down-ha status status-ha demo test test-unit test-ha chaos chaos-short chaos-ha clean bench bench-quick
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -55,11 +55,15 @@ chaos: setup  ## reliability campaigns, full size (~30 min; shared services up; 
 	@$(ALD) services up
 	@$(ALD) chaos all $(CHAOS_ARGS)
 
-test-ha: setup-ha  ## bring the HA profile up in a private run dir, kill one member of each quorum, bring it down (~3 min)
-	@$(VENV)/bin/pytest tests/integration/test_ha_profile.py -m ha $(PYTEST_ARGS)
+test-ha: setup-ha  ## the HA profile in a private run dir: kill one member of each quorum (~3 min); then the short `chaos ha` (a broker and the active auditor killed under load, ~10 min)
+	@$(VENV)/bin/pytest tests/integration/test_ha_profile.py tests/integration/test_chaos_ha.py -m ha $(PYTEST_ARGS)
 
 chaos-short: setup  ## the short campaigns left out of `make test`: Airflow triggerer/api-server (private services), auditor failover, the supervisor's standby slot (~17 min)
 	@$(VENV)/bin/pytest tests/integration/test_chaos.py tests/integration/dags/test_auditor_supervisor_standby.py -m campaign $(PYTEST_ARGS)
+
+chaos-ha: setup-ha  ## `aldebaran chaos ha` on the HA profile (started if down, left up): one kill per component under 10k trades/s (~20 min)
+	@$(ALD) services up --ha
+	@$(ALD) chaos ha $(CHAOS_ARGS)
 
 clean: down down-ha  ## stop services (core and HA) and delete local service data (.run)
 	rm -rf .run

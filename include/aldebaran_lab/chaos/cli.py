@@ -1,6 +1,7 @@
-"""`aldebaran chaos kill-auditor|failover|kill-dispatch|dispatch-failover|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|all`:
+"""`aldebaran chaos kill-auditor|failover|kill-dispatch|dispatch-failover|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|ha|all`:
 run a campaign, log its verdict, write its table into docs/reliability.md (unless --no-report). Exit status 1
-when something was lost, duplicated or crashed."""
+when something was lost, duplicated or crashed. `ha` runs on the HA profile (`make up-ha`, which needs
+Postgres): it is not part of `all`; `make chaos-ha` runs it."""
 
 from __future__ import annotations
 
@@ -20,8 +21,12 @@ CAMPAIGNS = ("kill-auditor", "failover", "kill-dispatch", "dispatch-failover", "
 PRIVATE_OK = ("kill-auditor", "kill-dispatch", "dispatch-failover", "under-load")
 
 
+# On the HA profile only (`make setup-ha` installs Postgres for it): never in `all`.
+HA_CAMPAIGNS = ("ha",)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("campaign", choices=[*CAMPAIGNS, "all"])
+    p.add_argument("campaign", choices=[*CAMPAIGNS, *HA_CAMPAIGNS, "all"])
     p.add_argument("--short", action="store_true", help="small data, few faults (what the test suite runs)")
     p.add_argument("--events", type=int, default=None, help="kill-auditor/outages: events in the original mix")
     p.add_argument("--kills", type=int, default=None,
@@ -34,7 +39,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default 8,15; 'none' for none)")
     p.add_argument("--alerts", type=int, default=None,
                    help="kill-dispatch/kill-scheduler/kill-triggerer/kill-api-server: alerts to deliver")
-    p.add_argument("--rate", type=float, default=None, help="under-load: trades/s offered (original publisher's mix)")
+    p.add_argument("--rate", type=float, default=None, help="under-load/ha: trades/s offered (original publisher's mix)")
+    p.add_argument("--components", default=None,
+                   help="ha: comma list of what to kill, in turn (default all: kafka,minio,auditor,dispatcher,scheduler,"
+                        "triggerer,spark-master,spark-worker)")
+    p.add_argument("--down-seconds", type=float, default=None, help="ha: seconds a killed member stays dead")
     p.add_argument("--seconds", type=float, default=None, help="under-load: seconds of load")
     p.add_argument("--payloads", type=int, default=None, help="fuzz: hostile trade messages")
     p.add_argument("--kafka-down", type=float, default=None, help="outages: seconds Kafka stays stopped")
@@ -103,6 +112,14 @@ def run_one(name: str, args: argparse.Namespace):
                            kafka_down=_pick(args.kafka_down, 30.0, 5.0, short),
                            minio_down=_pick(args.minio_down, 60.0, 5.0, short), seed=args.seed, mode=mode,
                            kill=args.signal == "kill")
+    if name == "ha":
+        from aldebaran_lab.chaos import ha
+
+        components = args.components.split(",") if args.components else (
+            ("kafka", "auditor") if short else ha.COMPONENTS)
+        return ha.run(rate=_pick(args.rate, 10_000, 5_000, short), components=components,
+                      down_s=_pick(args.down_seconds, 10.0, 5.0, short), warmup_s=60.0 if not short else 45.0,
+                      baseline_s=30.0 if not short else 20.0, seed=args.seed, mode=mode)
     from aldebaran_lab.chaos import fuzz
 
     return fuzz.run(payloads=_pick(args.payloads, 10_000, 500, short), orders=_pick(args.events, 2_000, 200, short),
@@ -138,6 +155,13 @@ def main(args: argparse.Namespace) -> int:
         log.info("%s details: %s", name, json.dumps(result.details, default=str)[:4000])
         if not args.no_report:
             log.info("table written to %s", write_report(result, command))
+            if name == "ha" and "results" in result.details:
+                from aldebaran import paths
+                from aldebaran_lab.chaos.ha_measure import write_results
+
+                results = {**result.details["results"], "command": command, "load_average_after": result.load_after}
+                log.info("ha results written to %s",
+                         write_results(results, paths.ROOT / "docs" / "img" / "reliability-results.json"))
         if not result.ok:
             bad.append(name)
     if bad:

@@ -13,6 +13,7 @@ Every member has its own PID file and can be killed and started alone, for failu
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -61,6 +62,24 @@ def member(name: str, layout: Layout = LAYOUT, values: dict[str, str] | None = N
                            master=f"spark://127.0.0.1:{layout.spark_port}",
                            ui_port=layout.spark_worker_ui_ports[int(index) - 1], daemon_env=spark_env)
     return AirflowPart(name, root=base, layout=layout, values=values)
+
+
+def kafka_controller(layout: Layout = LAYOUT) -> str:
+    """The member that is the KRaft quorum's active controller now (``kafka-<i>``), from the nodes'
+    ``quorum-state`` files: the leader of the highest epoch any node has seen. (The Admin API's
+    DescribeCluster names a random broker as "controller" in KRaft mode, not the active controller.)"""
+    best: tuple[int, int] | None = None
+    for i in range(1, len(layout.kafka_ports) + 1):
+        path = root() / f"kafka-{i}" / "data" / "__cluster_metadata-0" / "quorum-state"
+        try:
+            state = json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):
+            continue
+        if state.get("leaderId", -1) >= 0 and (best is None or state["leaderEpoch"] > best[0]):
+            best = (state["leaderEpoch"], state["leaderId"])
+    if best is None:
+        raise ServiceError("kafka: no node of the HA profile knows a KRaft leader (is the profile up?)")
+    return f"kafka-{best[1]}"
 
 
 def _start_group(members: list[Service]) -> None:
@@ -198,5 +217,5 @@ def usage(layout: Layout = LAYOUT) -> dict[str, tuple[int, int]]:
     return {s.name: memory(s.pid) for s in status(layout=layout) if s.pid is not None}
 
 
-__all__ = ["LAYOUT", "Layout", "down", "env_path", "kill", "member", "memory", "names", "root",
+__all__ = ["LAYOUT", "Layout", "down", "env_path", "kafka_controller", "kill", "member", "memory", "names", "root",
            "start", "status", "up", "usage"]
