@@ -8,10 +8,15 @@ It runs in the control venv and
 2. reconciles the two lanes' alerts (:class:`aldebaran.lanes.reconciler.Reconciler`) in its main loop;
 3. writes a heartbeat every ``ALDEBARAN_LANES_HEARTBEAT_SECONDS`` at ``heartbeats/lane/<name>.json``:
 
-       {"status": "starting"|"running"|"failed"|"stopped", "name", "host", "pid", "started_at", "at",
-        "lane": {"pid", "log", "query": <driver status>}, "reconcile": <Reconciler.status()>, "error"}
+       {"status": "starting"|"running"|"rotating"|"failed"|"stopped", "name", "host", "pid", "started_at", "at",
+        "lane": {"pid", "log", "query": <driver status>, "generation": {"name", "started_at", "checkpoint"}},
+        "reconcile": <Reconciler.status()>, "error"}
 
-The lane is ``running`` once its driver reports an active query. The keeper exits failed (code 1, the
+The lane is ``running`` once its driver reports an active query. Its checkpoint is one *generation* under
+the checkpoint root (``<root>/gen-<start time>``): every ``ALDEBARAN_LANES_ROTATE_SECONDS`` the keeper stops
+the lane and starts it on a fresh generation from the latest trades, which bounds the lane's state (its
+books never expire; design.md); a restarted keeper resumes the generation its last heartbeat names while
+it is younger than that. The keeper exits failed (code 1, the
 lane's log tail in the heartbeat) when the lane exits, when its query stops, or when its driver goes
 silent for ``ALDEBARAN_LANES_QUERY_STALE_SECONDS`` after it started; the ``lane_supervisor`` DAG
 (aldebaran.platform.lane_supervisor) restarts it. SIGTERM/SIGINT stop the lane, then the keeper (0).
@@ -96,17 +101,22 @@ class Keeper:
         self.stop_event = threading.Event()
         self.proc: subprocess.Popen | None = None
         self.log_path: Path | None = None
-        self.status_path = lane_dir(settings) / f"driver-status-{os.getpid()}.json"
+        self.status_path = lane_dir(settings) / f"driver-status-{os.getpid()}-0.json"
+        self.launches = 0
         self.reconciler = None
         self.query: dict | None = None
         self.running_since: float | None = None
+        self.lane_started_at = 0.0
+        self.generation: dict | None = None  # {"name", "started_at", "checkpoint"}
+        self.rotating = False  # a new generation is starting
 
     # --- heartbeat ---------------------------------------------------------------------------------
     def beat(self, status: str, error: str | None = None) -> None:
         body = {"status": status, "name": self.name, "host": socket.gethostname(), "pid": os.getpid(),
                 "started_at": self.started_at, "at": time.time(), "error": error,
                 "lane": {"pid": self.proc.pid if self.proc else None,
-                         "log": str(self.log_path) if self.log_path else None, "query": self.query},
+                         "log": str(self.log_path) if self.log_path else None, "query": self.query,
+                         "generation": self.generation},
                 "topics": {"trades": self.kafka.trades_topic, "fast": self.kafka.fast_alerts_topic,
                            "exact": self.kafka.alerts_topic},
                 "reconcile": self.reconciler.status() if self.reconciler else None}
@@ -116,16 +126,35 @@ class Keeper:
             log.warning("lane %s: heartbeat not written: %s", self.name, exc)
 
     # --- the lane process ---------------------------------------------------------------------------------
-    def start_lane(self) -> None:
+    def checkpoint_root(self) -> str:
+        return (self.settings.checkpoint or str(lane_dir(self.settings) / "checkpoint")).rstrip("/")
+
+    def pick_generation(self, previous: dict | None, now: float) -> tuple[dict, str]:
+        """The generation to run: the previous keeper's while it is young enough, else a new one (which
+        starts from the latest trades, unless it is the lane's first). Returns (generation, starting offsets)."""
+        s = self.settings
+        gen = (previous or {}).get("generation")
+        if gen and gen.get("checkpoint", "").startswith(self.checkpoint_root() + "/") and (
+                not s.rotate_seconds or now - float(gen.get("started_at") or 0) < s.rotate_seconds):
+            return gen, s.starting_offsets  # an existing checkpoint: Spark resumes from it, the option is unused
+        name = f"gen-{int(now)}"
+        new = {"name": name, "started_at": now, "checkpoint": f"{self.checkpoint_root()}/{name}", "fresh": True}
+        return new, (s.starting_offsets if not gen else "latest")
+
+    def start_lane(self, starting_offsets: str) -> None:
         from aldebaran.lanes.launch import Lane
 
         s = self.settings
         workdir = lane_dir(s)
         workdir.mkdir(parents=True, exist_ok=True)
+        # A file of its own per launch: a stopped lane's driver may still write its last status to the old one.
         self.status_path.unlink(missing_ok=True)
-        spec = Lane(checkpoint=s.checkpoint or str(workdir / "checkpoint"), trades_topic=self.kafka.trades_topic,
+        self.launches += 1
+        self.status_path = workdir / f"driver-status-{os.getpid()}-{self.launches}.json"
+        self.query, self.running_since, self.lane_started_at = None, None, time.time()
+        spec = Lane(checkpoint=self.generation["checkpoint"], trades_topic=self.kafka.trades_topic,
                     alerts_topic=self.kafka.fast_alerts_topic, checkpoint_interval=s.checkpoint_interval,
-                    starting_offsets=s.starting_offsets, master=s.master, driver_memory=s.driver_memory,
+                    starting_offsets=starting_offsets, master=s.master, driver_memory=s.driver_memory,
                     status_file=str(self.status_path))
         self.log_path = workdir / f"lane-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
         with open(self.log_path, "ab") as out:
@@ -133,7 +162,25 @@ class Keeper:
             self.proc = subprocess.Popen(spec.argv(), env=spec.env(), stdout=out, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
                                          preexec_fn=_die_with_parent)
-        log.info("lane %s: spark-submit pid %d (log %s)", self.name, self.proc.pid, self.log_path)
+        log.info("lane %s: spark-submit pid %d on %s from %s (log %s)", self.name, self.proc.pid,
+                 self.generation["checkpoint"], starting_offsets, self.log_path)
+
+    def rotate(self) -> None:
+        """Stop the lane, start it on a new generation from the latest trades, drop the old local checkpoint."""
+        import shutil
+
+        old = self.generation
+        log.info("lane %s: rotating: generation %s is %.0fs old (ALDEBARAN_LANES_ROTATE_SECONDS)", self.name,
+                 old["name"], time.time() - float(old["started_at"]))
+        self.stop_lane()
+        self.rotating = True
+        self.generation, offsets = self.pick_generation({"generation": {**old, "started_at": 0}}, time.time())
+        self.start_lane(offsets)
+        if "://" not in old["checkpoint"] or old["checkpoint"].startswith("file://"):
+            shutil.rmtree(old["checkpoint"].removeprefix("file://"), ignore_errors=True)
+        else:
+            log.info("lane %s: the old checkpoint %s is left in place (remove it, or expire it with a bucket "
+                     "lifecycle rule)", self.name, old["checkpoint"])
 
     def lane_problem(self) -> str | None:
         """Why the lane is not healthy any more (None: it is, or still starting)."""
@@ -143,11 +190,18 @@ class Keeper:
         self.query = _read_status(self.status_path) or self.query
         q = self.query
         if q is None:
+            waited = time.time() - self.lane_started_at
+            if waited > self.settings.start_timeout_seconds:
+                return (f"the lane's query did not start within {waited:.0f}s (ALDEBARAN_LANES_START_TIMEOUT_SECONDS); "
+                        f"last lines of {self.log_path}:\n{_tail(self.log_path)}")
             return None
         if q.get("exception") or not q.get("active"):
             return f"the lane's query stopped: {q.get('exception') or q.get('status')}"
         if self.running_since is None:
             self.running_since = time.time()
+            if self.generation.pop("fresh", False):
+                # A new generation's age counts from its query's start, not from the JVM's launch.
+                self.generation["started_at"] = self.running_since
             log.info("lane %s: query %s running (%.1fs after the keeper started)", self.name, q.get("query_id"),
                      self.running_since - self.started_at)
         silent = time.time() - float(q.get("at") or 0)
@@ -175,8 +229,9 @@ class Keeper:
             log.info("lane %s: created topic(s) %s", self.name, ", ".join(created))
         self.reconciler = Reconciler(self.kafka, self.store, self.name, s.confirm_ttl_seconds, s.records_prefix,
                                      resume_ms=resume)
+        self.generation, offsets = self.pick_generation(previous.get("lane"), time.time())
         self.beat("starting")
-        self.start_lane()
+        self.start_lane(offsets)
         last_beat = 0.0
         try:
             while not self.stop_event.is_set():
@@ -190,7 +245,12 @@ class Keeper:
                     self.stop_lane()
                     self.beat("failed", error=problem[-4000:])
                     return 1
-                self.beat("running" if self.running_since else "starting")
+                if (s.rotate_seconds and self.running_since
+                        and time.time() - float(self.generation["started_at"]) >= s.rotate_seconds):
+                    self.rotate()
+                if self.running_since:
+                    self.rotating = False
+                self.beat("running" if self.running_since else "rotating" if self.rotating else "starting")
         except BaseException as exc:
             self.stop_lane()
             self.beat("failed", error=f"{type(exc).__name__}: {exc}")
@@ -198,6 +258,7 @@ class Keeper:
         finally:
             self.reconciler.close()
         self.stop_lane()
+        self.status_path.unlink(missing_ok=True)
         self.beat("stopped")
         log.info("lane %s stopped: %s", self.name, json.dumps(self.reconciler.status()["counts"]))
         return 0

@@ -41,6 +41,12 @@ class LaneSettings(BaseSettings):
                     "stateful operator (real-time mode runs them all at once)",
     )
     driver_memory: str = Field("1g", description="ALDEBARAN_LANES_DRIVER_MEMORY: spark-submit --driver-memory")
+    rotate_seconds: float = Field(
+        21600.0, ge=0,
+        description="ALDEBARAN_LANES_ROTATE_SECONDS: start the lane on a fresh checkpoint (from the latest trades) "
+                    "this long after it started, which bounds its state (it never expires books); 0 = never. Each "
+                    "rotation is a gap of one lane start, and orders open across it are left to the exact lane",
+    )
     confirm_ttl_seconds: float = Field(
         300.0, gt=0,
         description="ALDEBARAN_LANES_CONFIRM_TTL_SECONDS: how long the exact lane has to raise a fast-lane alert "

@@ -222,7 +222,7 @@ def check_lane(now: float) -> dict:
     if not fast["heartbeat"]:
         problems.append(f"lane {fast['lane']!r}: no heartbeat at {fast['heartbeat_uri']} — is it running? "
                         "(the lane_supervisor DAG starts it)")
-    elif fast.get("status") != "running":
+    elif fast.get("status") not in ("running", "rotating"):  # rotating: a new generation starts (keeper)
         problems.append(f"lane {fast['lane']!r}: {fast.get('status')} {fast.get('age_seconds')}s ago "
                         f"{str(fast.get('error') or '')[:300]}".rstrip())
     elif fast["age_seconds"] > stale:

@@ -1,0 +1,83 @@
+"""The lane keeper rotates the lane's checkpoint generation (its state is bounded that way: the lane never
+expires a book): `aldebaran lanes run` with a short ALDEBARAN_LANES_ROTATE_SECONDS on real Kafka and the Spark
+4.3 runtime. The first generation runs, then the keeper starts a second one from the latest trades and removes
+the first's checkpoint; trades sent after the rotation alert on the fast topic; SIGTERM stops keeper and lane."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from aldebaran import events, kafka_io, paths
+from aldebaran.audit.model import alert_id
+from aldebaran.lanes import keeper
+from aldebaran.lanes.settings import LaneSettings
+from aldebaran.settings import load
+from aldebaran_capacity import loadgen
+from tests.conftest import assert_eventually
+
+
+def test_the_keeper_rotates_the_lane_onto_a_fresh_checkpoint(kafka_topics, s3_prefix, tmp_path, monkeypatch, unique):
+    env = {
+        "ALDEBARAN_LANES_NAME": f"rot-{unique}",
+        "ALDEBARAN_LANES_CHECKPOINT": str(tmp_path / "checkpoint"),
+        "ALDEBARAN_LANES_CHECKPOINT_INTERVAL": "10 seconds",
+        "ALDEBARAN_LANES_ROTATE_SECONDS": "20",
+        "ALDEBARAN_LANES_HEARTBEAT_SECONDS": "1",
+        "ALDEBARAN_LANES_RECORDS_PREFIX": f"{s3_prefix}/lanes",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    cfg = load(LaneSettings)
+    store = keeper.lane_store()
+    with open(tmp_path / "keeper.log", "wb") as out:
+        proc = subprocess.Popen([str(paths.venv_bin("aldebaran")), "lanes", "run"], stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def generation(rotated: bool) -> dict:
+            assert proc.poll() is None, (tmp_path / "keeper.log").read_text()[-3000:]
+            hb = keeper.read_heartbeat(store, cfg.name) or {}
+            gen = (hb.get("lane") or {}).get("generation") or {}
+            assert hb.get("status") == "running" and gen, hb.get("status")
+            assert (first is not None and gen["name"] != first["name"]) == rotated, gen
+            return gen
+
+        first = None
+        first = assert_eventually(lambda: generation(False), timeout=240, interval=1, message="the first generation")
+        second = assert_eventually(lambda: generation(True), timeout=300, interval=1,
+                                   message="the second generation running")
+        assert Path(second["checkpoint"]).parent == tmp_path / "checkpoint"
+        assert not Path(first["checkpoint"]).exists(), "the first generation's checkpoint is still there"
+
+        # The new generation reads from the latest offsets as its query resolves them: send an overfilled
+        # order every few seconds until one alerts (the bench's probe), then the challenge's example.
+        producer = kafka_io.producer(kafka_topics)
+        probes: list[str] = []
+
+        def fast_alert_ids() -> set[str]:
+            return {json.loads(m.value())["alert_id"]
+                    for m in kafka_io.read_topic(kafka_topics, kafka_topics.fast_alerts_topic, idle=1.0)}
+
+        def probe_alerted():
+            order = f"probe-{len(probes)}"
+            probes.append(order)
+            kafka_io.produce_all(producer, kafka_topics.trades_topic, [
+                (order, events.encode(events.request(order, 1, "probe", "P"))),
+                (order, events.encode(events.purchase(f"{order}-p", order, 2, "probe", "P")))])
+            assert {alert_id("OVERFILL", o) for o in probes} & fast_alert_ids()
+
+        assert_eventually(probe_alerted, timeout=180, interval=3, message="a probe's alert after the rotation")
+        recs = list(loadgen.records(loadgen.CHALLENGE_EXAMPLE))
+        kafka_io.produce_all(producer, kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
+        assert_eventually(lambda: alert_id("OVERFILL", "1") in fast_alert_ids(), timeout=120, interval=2,
+                          message="the challenge's alert after the rotation")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        rc = proc.wait(60)
+        store.delete(keeper.heartbeat_key(cfg.name))
+    assert rc == 0, (tmp_path / "keeper.log").read_text()[-3000:]
+    hb_log = (tmp_path / "keeper.log").read_text()
+    assert "rotating: generation" in hb_log
