@@ -1,9 +1,11 @@
-"""The dispatch-failover campaign's pure parts (aldebaran_lab.chaos.dispatch_failover): who owns which partition,
+"""The dispatch-failover campaign's pure parts (aldebaran_lab.chaos.failover_figures): who owns which partition,
 and a kill's figures from the receipts. Hand-written receipts and owners, hand-written expected figures."""
 
 from __future__ import annotations
 
-from aldebaran_lab.chaos.dispatch_failover import Owner, owned_by, split_between, summary, takeover_figures
+from aldebaran_lab.chaos.failover_figures import (
+    Owner, details, owned_by, rows, split_between, summary, takeover_figures,
+)
 
 A, B, C = "host:100", "host:200", "host:300"
 
@@ -68,3 +70,28 @@ def test_summary_counts_what_never_happened():
     assert summary([6.5, 7.1, 9.0]) == "median 7.1 s, max 9.0 s (n=3)"
     assert summary([6.5, None]) == "median 6.5 s, max 6.5 s (n=1), 1 never"
     assert summary([]) == "–"
+
+
+def test_details_and_rows_summarise_each_timeouts_kills_and_freezes():
+    received = {"webhook": {"a1": 1001.0, "a2": 1006.5, "a4": 1008.0}, "bus": {"a1": 1001.0, "a2": 1007.0, "a4": 1007.5}}
+    events = [
+        {"kind": "stall", "timeout_ms": 6000, "stall_s": 8.0, "dispatcher": "d0", "taken_while_frozen": {"webhook": [0]},
+         "false_failover": True, "frozen_at": 990.0, "resumed_at": 998.0, "split_again_s": 3.0},
+        {"kind": "kill", "timeout_ms": 6000, "dispatcher": "d1", "killed_at": KILL, "dead": {"webhook": [2, 3], "bus": [2, 3]},
+         "taken_at": {"webhook": {2: 1006.0, 3: 1006.2}, "bus": {2: 1006.0, 3: 1006.2}},
+         "runs_stored": {"webhook": 10, "bus": 12}, "runs_stored_dead": {"webhook": 5, "bus": 6}},
+    ]
+    d = details(events, received, PARTITION_OF, 900.0, [6000, 10000], [8.0], ("webhook", "bus"))
+    s = d["per_timeout_ms"]["6000"]
+    assert s["kill → first receipt from them (webhook)"] == "median 6.5 s, max 6.5 s (n=1)"
+    assert s["kill → all of them delivering (bus)"] == "median 7.5 s, max 7.5 s (n=1)"
+    assert s["stalls"] == {"8 s": "false failover (expelled, rebalanced)"}
+    assert s["kills"][0]["at_s"] == 100.0 and s["kills"][0]["runs_stored_dead"] == {"webhook": 5, "bus": 6}
+    assert d["per_timeout_ms"]["10000"]["kills"] == []  # measured nothing at 10 s: "–", not an error
+    d["settled_after_s"] = 2.0
+    table = rows(d, {"webhook": 0, "bus": 0}, {"webhook": 0, "bus": 1}, 3, ("webhook", "bus"))
+    assert [r["scenario"] for r in table] == [
+        "session 6 s, SIGKILL without restart — webhook", "session 6 s, SIGKILL without restart — bus",
+        "session 10 s, SIGKILL without restart — webhook", "session 10 s, SIGKILL without restart — bus",
+        "webhook (idempotent), whole run", "Kafka bus (key = alert id), whole run"]
+    assert (table[-1]["lost"], table[-1]["duplicated"], table[-1]["faults"]) == (0, 1, 2)

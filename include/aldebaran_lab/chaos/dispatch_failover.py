@@ -32,14 +32,12 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import random
 import re
 import secrets
 import socket
 import time
-from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable
 
 from aldebaran import kafka_admin, kafka_io
 from aldebaran.delivery.records import DELIVERED
@@ -49,8 +47,9 @@ from aldebaran.settings import KafkaSettings, load
 from aldebaran_capacity.receivers import WebhookReceiver
 from aldebaran_lab.chaos.common import (
     CampaignResult, ChaosError, DispatcherProcess, Workspace, bus_connection, bus_verdict, campaign_ledger,
-    channel_connections, delivery_env, delivery_verdict, longest_pause, recovery_text, unsettled,
+    channel_connections, delivery_env, delivery_verdict, unsettled,
 )
+from aldebaran_lab.chaos.failover_figures import Owner, details, epochs, owned_by, rows, split_between
 from aldebaran_lab.chaos.kill_dispatch import Publisher, make_alerts
 
 log = logging.getLogger(__name__)
@@ -60,75 +59,6 @@ CHANNELS = ("webhook", BUS)
 PARTITIONS = 4
 LEASE_SECONDS = 3.0
 TIMEOUTS_MS = (6000, 10000, 20000)
-
-
-@dataclass(frozen=True)
-class Owner:
-    """A partition's owner object in the ledger (``Ledger.take_partition``)."""
-
-    owner: str
-    epoch: int
-    since: float  # when it was taken (the dispatcher's clock, epoch seconds)
-
-
-Owners = Mapping[str, Mapping[int, "Owner | None"]]  # channel → partition → owner
-
-
-# --- pure parts (tests/unit/test_dispatch_failover.py) ---------------------------------------------------
-def split_between(owners: Owners, a: str, b: str) -> bool:
-    """Each channel's partitions are all owned by `a` or `b`, and each of the two owns at least one."""
-    for parts in owners.values():
-        who = [o.owner if o else None for o in parts.values()]
-        if any(w not in (a, b) for w in who) or a not in who or b not in who:
-            return False
-    return True
-
-
-def owned_by(owners: Owners, owner: str) -> dict[str, set[int]]:
-    return {ch: {p for p, o in parts.items() if o and o.owner == owner} for ch, parts in owners.items()}
-
-
-def takeover_figures(received_at: Mapping[str, float], partition_of: Mapping[str, int], dead: Iterable[int],
-                     killed_at: float, taken_at: Mapping[int, float]) -> dict:
-    """One channel's figures for one kill, in seconds from `killed_at` (epoch seconds, the dead one gone):
-    `taken_s` (the survivor owns every dead partition: the last owner epoch taken), `first_s` (the first
-    alert of a dead partition received after its new owner took it), `all_s` (every dead partition has
-    delivered again), `gap_s` (the longest stretch without any receipt at the recipient, all partitions,
-    from the kill until `all_s`). `received_at`: first receipt per alert id; `taken_at`: dead partition →
-    when the survivor took it. A figure that did not happen is None. Receipts of a dead partition between
-    the kill and its take can only come from the dead one (in flight at the kill): `stragglers`."""
-    dead = set(dead)
-    firsts: dict[int, float] = {}
-    stragglers = 0
-    for alert_id, t in received_at.items():
-        p = partition_of.get(alert_id)
-        if p not in dead or t < killed_at:
-            continue
-        if p not in taken_at or t < taken_at[p]:
-            stragglers += 1
-        elif t < firsts.get(p, math.inf):
-            firsts[p] = t
-
-    def since(t: float | None) -> float | None:
-        return None if t is None else round(t - killed_at, 2)
-
-    every = max(firsts.values()) if dead and len(firsts) == len(dead) else None
-    end = every if every is not None else max(firsts.values(), default=None)
-    return {
-        "taken_s": since(max(taken_at[p] for p in dead)) if dead and dead <= taken_at.keys() else None,
-        "first_s": since(min(firsts.values(), default=None)),
-        "all_s": since(every),
-        "gap_s": longest_pause(received_at.values(), killed_at, end)[0] if end is not None else None,
-        "stragglers": stragglers,
-    }
-
-
-def summary(values: Iterable[float | None]) -> str:
-    """recovery_text of the figures that happened, and how many did not."""
-    values = list(values)
-    got = [v for v in values if v is not None]
-    missing = len(values) - len(got)
-    return recovery_text(got) + (f", {missing} never" if missing else "")
 
 
 # --- the ledger's partition owners ---------------------------------------------------------------------
@@ -149,10 +79,6 @@ def read_owners(ledger, topic: str, channels: Iterable[str] = CHANNELS, partitio
 def owner_of(proc: DispatcherProcess) -> str:
     """The ledger owner a dispatcher process writes as (``Dispatcher.owner``: host:pid)."""
     return f"{socket.gethostname()}:{proc.pid}"
-
-
-def _epochs(owners: Owners) -> tuple:
-    return tuple((ch, p, o.epoch if o else 0) for ch, parts in sorted(owners.items()) for p, o in sorted(parts.items()))
 
 
 class Run:
@@ -189,9 +115,9 @@ class Run:
                     raise ChaosError(f"dispatcher {d.name} exited {d.returncode()}: {d.tail(5)}")
             owners = self.owners()
             if split_between(owners, owner_of(self.slots[0]), owner_of(self.slots[1])):
-                if _epochs(owners) == last:
+                if epochs(owners) == last:
                     return time.monotonic() - t0
-                last = _epochs(owners)
+                last = epochs(owners)
             else:
                 last = None
             time.sleep(1.5)
@@ -216,7 +142,7 @@ class Run:
             proc.resume()
         resumed_at = time.time()
         resplit = self.await_split()
-        rebalanced = _epochs(self.owners()) != _epochs(before)
+        rebalanced = epochs(self.owners()) != epochs(before)
         event = {"kind": "stall", "timeout_ms": timeout_ms, "stall_s": seconds, "dispatcher": proc.name,
                  "owned": {ch: sorted(v) for ch, v in mine.items()},
                  "taken_while_frozen": {ch: sorted(v) for ch, v in moved.items()}, "false_failover": rebalanced,
@@ -360,7 +286,7 @@ def run(timeouts_ms: Iterable[int] = TIMEOUTS_MS, kills: int = 3, stalls_s: Iter
             result.lost, result.duplicated = sum(lost.values()), sum(duplicated.values())
             result.faults = len(state.events)
             result.runs = state.starts
-            result.details = _details(state.events, received, partition_of, wall0, timeouts_ms, stalls_s)
+            result.details = details(state.events, received, partition_of, wall0, timeouts_ms, stalls_s, CHANNELS)
             result.details.update({
                 "alerts_published": len(published), "rate_per_s": rate, "partitions": PARTITIONS,
                 "lease_s": LEASE_SECONDS, "dispatcher_starts": state.starts, "fenced": _fenced(ws), "settled_after_s": round(result.recovery_s[0], 1),
@@ -368,7 +294,7 @@ def run(timeouts_ms: Iterable[int] = TIMEOUTS_MS, kills: int = 3, stalls_s: Iter
                 "bus": {**bus, "ledger_not_delivered": bus_open, "lost": lost["bus"]},
                 "failures": failures,
             })
-            result.rows = _rows(result.details, lost, duplicated, state.starts)
+            result.rows = rows(result.details, lost, duplicated, state.starts, CHANNELS)
             return result.finish(t0)
     except ChaosError as exc:
         return result.aborted(failures, exc, t0)
@@ -388,56 +314,3 @@ def _fenced(ws: Workspace) -> list[str]:
     """The dispatchers' log lines of a partition stopped by the fence (a resumed one writing under its old epoch)."""
     return [line.strip()[:200] for path in sorted(ws.logs.glob("dispatcher-*.log"))
             for line in path.read_text(errors="replace").splitlines() if re.search(r": partition \d+ stopped: ", line)]
-
-
-def _details(events: list[dict], received: dict, partition_of: dict, wall0: float, timeouts_ms: list[int],
-             stalls_s: list[float]) -> dict:
-    per_timeout: dict[int, dict] = {}
-    for e in events:
-        s = per_timeout.setdefault(e["timeout_ms"], {"kills": [], "stalls": []})
-        if e["kind"] == "kill":
-            figures = {ch: takeover_figures(received[ch], partition_of, e["dead"][ch], e["killed_at"], e["taken_at"][ch])
-                       for ch in CHANNELS}
-            s["kills"].append({"dispatcher": e["dispatcher"], "at_s": round(e["killed_at"] - wall0, 1),
-                               "dead_partitions": e["dead"], "runs_stored": e["runs_stored"],
-                               "runs_stored_dead": e["runs_stored_dead"], **figures})
-        else:
-            end = e["resumed_at"] + e["split_again_s"]
-            gaps = {ch: longest_pause(received[ch].values(), e["frozen_at"], end)[0] for ch in CHANNELS}
-            s["stalls"].append({"stall_s": e["stall_s"], "dispatcher": e["dispatcher"],
-                                "taken_while_frozen": e["taken_while_frozen"],
-                                "false_failover": e["false_failover"], "split_again_s": e["split_again_s"],
-                                "longest_gap_s": gaps})
-    out = {}
-    for t in timeouts_ms:
-        s = per_timeout.get(t, {"kills": [], "stalls": []})
-        out[str(t)] = {
-            **{f"{what} ({ch})": summary(k[ch][key] for k in s["kills"])
-               for ch in CHANNELS for what, key in (("kill → survivor owns the partitions", "taken_s"),
-                                                     ("kill → first receipt from them", "first_s"),
-                                                     ("kill → all of them delivering", "all_s"),
-                                                     ("longest gap at the recipient", "gap_s"))},
-            "stalls": {f"{st['stall_s']:g} s": "false failover (expelled, rebalanced)" if st["false_failover"] else "no failover"
-                       for st in s["stalls"]},
-            "kills": s["kills"], "stall_events": s["stalls"],
-        }
-    return {"timeouts_ms": timeouts_ms, "stalls_s": stalls_s, "per_timeout_ms": out}
-
-
-def _rows(details: dict, lost: dict, duplicated: dict, starts: int) -> list[dict]:
-    rows = []
-    for t, s in details["per_timeout_ms"].items():
-        n = len(s["kills"])
-        stalls = "; ".join(f"{k} freeze: {v}" for k, v in s["stalls"].items())
-        for ch in CHANNELS:
-            rows.append({"scenario": f"session {int(t) / 1000:g} s, SIGKILL without restart — {ch}", "runs": starts,
-                         "faults": n, "lost": "(below)", "duplicated": "(below)",
-                         "recovery": f"kill → first receipt from the dead one's partitions {s[f'kill → first receipt from them ({ch})']}; "
-                                     f"longest gap at the recipient {s[f'longest gap at the recipient ({ch})']}"
-                                     + (f"; {stalls}" if stalls and ch == CHANNELS[0] else "")})
-    for ch, label in (("webhook", "webhook (idempotent), whole run"), ("bus", "Kafka bus (key = alert id), whole run")):
-        rows.append({"scenario": label, "runs": starts, "faults": sum(len(s["kills"]) + len(s["stall_events"])
-                                                                      for s in details["per_timeout_ms"].values()),
-                     "lost": lost[ch], "duplicated": duplicated[ch],
-                     "recovery": f"all settled {details['settled_after_s']} s after the last fault"})
-    return rows
