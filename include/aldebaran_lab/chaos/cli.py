@@ -117,9 +117,9 @@ def run_one(name: str, args: argparse.Namespace):
 
         components = args.components.split(",") if args.components else (
             ("kafka", "auditor") if short else ha.COMPONENTS)
-        return ha.run(rate=_pick(args.rate, 10_000, 5_000, short), components=components,
-                      down_s=_pick(args.down_seconds, 10.0, 5.0, short), warmup_s=60.0 if not short else 45.0,
-                      baseline_s=30.0 if not short else 20.0, seed=args.seed, mode=mode)
+        return ha.run(rate=_pick(args.rate, 10_000, 3_000, short), components=components,
+                      down_s=_pick(args.down_seconds, 10.0, 5.0, short), warmup_s=45.0, baseline_s=20.0,
+                      producers=2 if short else 3, seed=args.seed, mode=mode)
     from aldebaran_lab.chaos import fuzz
 
     return fuzz.run(payloads=_pick(args.payloads, 10_000, 500, short), orders=_pick(args.events, 2_000, 200, short),

@@ -50,13 +50,16 @@ from aldebaran_lab.services import ha
 
 log = logging.getLogger(__name__)
 
-COMPONENTS = ("kafka", "minio", "auditor", "dispatcher", "scheduler", "triggerer", "spark-master", "spark-worker")
+# The auditor last: a new standby's Spark start is the slowest restore (minutes on a loaded machine).
+COMPONENTS = ("kafka", "minio", "dispatcher", "scheduler", "triggerer", "spark-master", "spark-worker", "auditor")
 LABELS = {"kafka": "Kafka broker (the KRaft controller)", "minio": "MinIO node", "auditor": "active auditor",
           "dispatcher": "streaming dispatcher", "scheduler": "Airflow scheduler", "triggerer": "Airflow triggerer",
           "spark-master": "Spark master", "spark-worker": "Spark worker (the active auditor's executor)"}
 # A slot's length past `down_s`: what restarting the member takes here, and some settling (seconds).
-SLOT_EXTRA = {"auditor": 75.0, "scheduler": 60.0, "triggerer": 60.0, "spark-master": 40.0}
-SLOT_DEFAULT = 35.0
+SLOT_EXTRA = {"auditor": 75.0, "scheduler": 60.0, "triggerer": 60.0}
+SLOT_DEFAULT = 45.0
+SETTLE_S = 15.0  # at least this long between a member back and the next kill (the schedule slips if need be)
+MARGIN_S = 30.0  # load after the last slot's planned end
 MINIO_VICTIM = "minio-3"  # not minio-1: the profile's clients all use minio-1's endpoint (see docs)
 CHANNELS = ("webhook", "bus")
 ONE_CORE = "--conf spark.cores.max=1 pyspark-shell"  # each auditor application: one executor core
@@ -252,6 +255,21 @@ def load_result(procs: list[subprocess.Popen], ws: Workspace) -> dict:
     return {"sent": count, "elapsed_s": round(seconds, 1), "achieved_per_s": round(count / seconds)}
 
 
+def expected_alerts(orders: int, seed: int, workers: int = 2) -> dict[str, tuple]:
+    """under_load.expected_keys over the whole mix, its chunks shared by `workers` processes (~25 s per 20k
+    orders and process on this machine under load: a full run's reference would take longer than the run)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    out: dict[str, tuple] = {}
+    with ProcessPoolExecutor(workers) as pool:
+        for part in pool.map(expected_keys, [orders] * workers, [seed] * workers,
+                             [(k, workers) for k in range(workers)]):
+            if twice := out.keys() & part.keys():
+                raise ChaosError(f"the reference expects alerts {sorted(twice)[:3]} twice")
+            out |= part
+    return out
+
+
 def slots(components, down_s: float) -> list[float]:
     """Each component's slot length (s): down, restart, settle."""
     return [down_s + SLOT_EXTRA.get(c, SLOT_DEFAULT) for c in components]
@@ -276,7 +294,7 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
     result = CampaignResult("ha", mode, runs=0, faults=0, lost=0, duplicated=0)
     failures: list[str] = []
     lengths = slots(components, down_s)
-    seconds = warmup_s + baseline_s + sum(lengths)
+    seconds = warmup_s + baseline_s + sum(lengths) + MARGIN_S
     orders = max(1, int(rate * seconds) // EVENTS_PER_ORDER)
     ws = Workspace.create("ha", s3a=True)
     group, prefix, bus_topic = f"chaos-{ws.name}", f"{ws.prefix}/deliveries", f"chaos-{ws.name}-bus"
@@ -326,7 +344,9 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
         faults: list[Fault] = []
         progress.start()
         for component, length in zip(components, lengths):
-            time.sleep(max(0.0, load_t0 + moment - time.time()))
+            start_at = max(load_t0 + moment, faults[-1].start + (faults[-1].restored_s or 0.0) + SETTLE_S
+                           if faults else 0.0)
+            time.sleep(max(0.0, start_at - time.time()))
             if all(p.poll() is not None for p in load):
                 failures.append(f"the load ended before the {component} fault: a longer slot or load needed")
                 break
@@ -339,7 +359,9 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
             result.faults += 1
             progress.advance()
             moment += length
-        time.sleep(max(0.0, load_t0 + moment - time.time()))
+        if faults:
+            f = faults[-1]
+            time.sleep(max(0.0, max(load_t0 + moment, f.start + (f.restored_s or 0.0) + SETTLE_S) - time.time()))
         (faults[-1] if faults else baseline).end = time.time()
         trades = load_result(load, ws)
         log.info("chaos ha: %s trades in %s s (%s/s)", f"{trades['sent']:,}", trades["elapsed_s"],
@@ -350,7 +372,7 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
         t_end = time.monotonic()
         # The reference after the load, while the platform catches up (a minute per ~70k orders here: its CPU
         # would otherwise compete with the faults' measurements).
-        expected = expected_keys(orders, seed)
+        expected = expected_alerts(orders, seed)
         log.info("chaos ha: %d alerts expected (reference: %.0f s)", len(expected), time.monotonic() - t_end)
         wait_for(lambda: caught_up(ws, ends), catch_up_timeout, 2.0, "the auditor caught up")
         ledger = campaign_ledger(ws.store, prefix, LEASE_SECONDS)

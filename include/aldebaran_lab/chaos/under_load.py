@@ -64,12 +64,13 @@ def mix(orders: int, seed: int, part: tuple[int, int] = (0, 1)):
             yield list(loadgen.records(loadgen.original_mix(min(ORDERS_PER_CHUNK, orders - start), seed * 100_000 + i)))
 
 
-def expected_keys(orders: int, seed: int) -> dict[str, tuple]:
-    """alert id → the reference's alert (as reference.key) for the whole mix, chunk by chunk."""
+def expected_keys(orders: int, seed: int, part: tuple[int, int] = (0, 1)) -> dict[str, tuple]:
+    """alert id → the reference's alert (as reference.key) for the whole mix, chunk by chunk; `part` (k, n):
+    only the chunks of :func:`mix`'s part (n processes can share the work)."""
     from aldebaran.reference import expected_grouped
 
     out: dict[str, tuple] = {}
-    for chunk in mix(orders, seed):
+    for chunk in mix(orders, seed, part):
         for a in expected_grouped(((r.key, r.value, i) for i, r in enumerate(chunk)), int(TTL_SECONDS * 1000)):
             if a["alert_id"] in out:
                 raise ChaosError(f"the reference expects alert {a['alert_id']} twice")
