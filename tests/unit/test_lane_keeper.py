@@ -16,7 +16,7 @@ def keeper(**settings) -> Keeper:
 
 def test_the_first_generation_starts_where_the_settings_say():
     gen, offsets = keeper().pick_generation(None, NOW)
-    assert gen == {"name": f"gen-{int(NOW)}", "started_at": NOW, "checkpoint": f"/ck/lane/gen-{int(NOW)}",
+    assert gen == {"name": f"gen-{int(NOW * 1000)}", "started_at": NOW, "checkpoint": f"/ck/lane/gen-{int(NOW * 1000)}",
                    "fresh": True}
     assert offsets == "earliest"
 
@@ -30,7 +30,7 @@ def test_a_young_generation_is_resumed():
 def test_an_old_generation_is_replaced_by_one_reading_the_latest_trades():
     previous = {"generation": {"name": "gen-1", "started_at": NOW - 3600, "checkpoint": "/ck/lane/gen-1"}}
     gen, offsets = keeper().pick_generation(previous, NOW)
-    assert gen["checkpoint"] == f"/ck/lane/gen-{int(NOW)}" and offsets == "latest"
+    assert gen["checkpoint"] == f"/ck/lane/gen-{int(NOW * 1000)}" and offsets == "latest"
 
 
 def test_without_rotation_a_generation_is_kept_forever():
@@ -43,3 +43,10 @@ def test_a_generation_under_another_checkpoint_root_is_not_resumed():
     previous = {"generation": {"name": "gen-1", "started_at": NOW, "checkpoint": "/elsewhere/gen-1"}}
     gen, _ = keeper().pick_generation(previous, NOW)
     assert gen["checkpoint"].startswith("/ck/lane/gen-")
+
+
+def test_a_rotation_always_starts_a_new_generation_from_the_latest_trades():
+    previous = {"generation": {"name": "gen-1", "started_at": NOW - 1, "checkpoint": "/ck/lane/gen-1"}}
+    for k in (keeper(), keeper(rotate_seconds=0)):
+        gen, offsets = k.pick_generation(previous, NOW, rotate=True)
+        assert gen["name"] == f"gen-{int(NOW * 1000)}" and offsets == "latest"

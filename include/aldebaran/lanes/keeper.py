@@ -19,7 +19,8 @@ books never expire; design.md); a restarted keeper resumes the generation its la
 it is younger than that. The keeper exits failed (code 1, the
 lane's log tail in the heartbeat) when the lane exits, when its query stops, or when its driver goes
 silent for ``ALDEBARAN_LANES_QUERY_STALE_SECONDS`` after it started; the ``lane_supervisor`` DAG
-(aldebaran.platform.lane_supervisor) restarts it. SIGTERM/SIGINT stop the lane, then the keeper (0).
+(aldebaran.platform.lane_supervisor) restarts it. SIGTERM/SIGINT stop the lane, then the keeper (0); SIGUSR1
+rotates now (an operator's hand, and the rotation test).
 """
 
 from __future__ import annotations
@@ -109,6 +110,7 @@ class Keeper:
         self.lane_started_at = 0.0
         self.generation: dict | None = None  # {"name", "started_at", "checkpoint"}
         self.rotating = False  # a new generation is starting
+        self.rotate_now = threading.Event()  # SIGUSR1
 
     # --- heartbeat ---------------------------------------------------------------------------------
     def beat(self, status: str, error: str | None = None) -> None:
@@ -129,15 +131,15 @@ class Keeper:
     def checkpoint_root(self) -> str:
         return (self.settings.checkpoint or str(lane_dir(self.settings) / "checkpoint")).rstrip("/")
 
-    def pick_generation(self, previous: dict | None, now: float) -> tuple[dict, str]:
-        """The generation to run: the previous keeper's while it is young enough, else a new one (which
-        starts from the latest trades, unless it is the lane's first). Returns (generation, starting offsets)."""
+    def pick_generation(self, previous: dict | None, now: float, rotate: bool = False) -> tuple[dict, str]:
+        """The generation to run: the previous one while it is young enough (and not `rotate`), else a new one
+        (which starts from the latest trades, unless it is the lane's first). Returns (generation, offsets)."""
         s = self.settings
         gen = (previous or {}).get("generation")
-        if gen and gen.get("checkpoint", "").startswith(self.checkpoint_root() + "/") and (
+        if not rotate and gen and gen.get("checkpoint", "").startswith(self.checkpoint_root() + "/") and (
                 not s.rotate_seconds or now - float(gen.get("started_at") or 0) < s.rotate_seconds):
             return gen, s.starting_offsets  # an existing checkpoint: Spark resumes from it, the option is unused
-        name = f"gen-{int(now)}"
+        name = f"gen-{int(now * 1000)}"
         new = {"name": name, "started_at": now, "checkpoint": f"{self.checkpoint_root()}/{name}", "fresh": True}
         return new, (s.starting_offsets if not gen else "latest")
 
@@ -170,11 +172,11 @@ class Keeper:
         import shutil
 
         old = self.generation
-        log.info("lane %s: rotating: generation %s is %.0fs old (ALDEBARAN_LANES_ROTATE_SECONDS)", self.name,
-                 old["name"], time.time() - float(old["started_at"]))
+        log.info("lane %s: rotating: generation %s is %.0fs old (ALDEBARAN_LANES_ROTATE_SECONDS %.0f, or SIGUSR1)",
+                 self.name, old["name"], time.time() - float(old["started_at"]), self.settings.rotate_seconds)
         self.stop_lane()
         self.rotating = True
-        self.generation, offsets = self.pick_generation({"generation": {**old, "started_at": 0}}, time.time())
+        self.generation, offsets = self.pick_generation({"generation": old}, time.time(), rotate=True)
         self.start_lane(offsets)
         if "://" not in old["checkpoint"] or old["checkpoint"].startswith("file://"):
             shutil.rmtree(old["checkpoint"].removeprefix("file://"), ignore_errors=True)
@@ -245,8 +247,9 @@ class Keeper:
                     self.stop_lane()
                     self.beat("failed", error=problem[-4000:])
                     return 1
-                if (s.rotate_seconds and self.running_since
-                        and time.time() - float(self.generation["started_at"]) >= s.rotate_seconds):
+                due = s.rotate_seconds and time.time() - float(self.generation["started_at"]) >= s.rotate_seconds
+                if self.running_since and (due or self.rotate_now.is_set()):
+                    self.rotate_now.clear()
                     self.rotate()
                 if self.running_since:
                     self.rotating = False
@@ -275,6 +278,11 @@ def run() -> int:
         log.info("lane %s: %s received, stopping", keeper.name, signal.Signals(signum).name)
         keeper.stop_event.set()
 
+    def on_rotate(_signum, _frame) -> None:
+        log.info("lane %s: SIGUSR1 received, rotating at the next heartbeat", keeper.name)
+        keeper.rotate_now.set()
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGUSR1, on_rotate)
     return keeper.run()
