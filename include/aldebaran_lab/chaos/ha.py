@@ -313,11 +313,11 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
         log.info("chaos ha: %d orders (%d trades at %.0f/s, %.0f s)", orders, orders * EVENTS_PER_ORDER, rate, seconds)
         kafka_admin.ensure_topics(ws.kafka, [bus_topic], partitions=2)
         receiver.start()
-        conns = {"AIRFLOW_CONN_ALDEBARAN_WEBHOOK": json.dumps({"conn_type": "http", "host": receiver.url,
-                                                               "password": receiver.secret,
-                                                               "extra": {"endpoint": "/alerts", "timeout": 10}}),
-                 "AIRFLOW_CONN_ALDEBARAN_BUS": json.dumps(bus_connection(ws.kafka.bootstrap_servers, bus_topic))}
-        denv = ws.env(ALDEBARAN_CHANNELS=",".join(CHANNELS), **conns,
+        conns = {"webhook": {"conn_type": "http", "host": receiver.url, "password": receiver.secret,
+                             "extra": {"endpoint": "/alerts", "timeout": 10}},
+                 "bus": bus_connection(ws.kafka.bootstrap_servers, bus_topic)}
+        denv = ws.env(ALDEBARAN_CHANNELS=",".join(CHANNELS),
+                      **{f"AIRFLOW_CONN_ALDEBARAN_{c.upper()}": json.dumps(conn) for c, conn in conns.items()},
                       **delivery_env(prefix, LEASE_SECONDS, ALDEBARAN_DELIVERY_GROUP=group))
         platform = Platform(ws, values["ALDEBARAN_SPARK_MASTER"], int(rate * 5), denv)
         for d in platform.dispatchers:
