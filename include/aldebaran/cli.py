@@ -106,6 +106,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_lanes(args: argparse.Namespace) -> int:
+    if args.action == "stop":
+        # Stopping the keeper is the lane supervisor's step (its launch record, its process group).
+        import json
+
+        from aldebaran.platform.lane_supervisor import stop
+
+        print(json.dumps({"stopped_pids": stop()}))
+        return 0
     from aldebaran.lanes import status
 
     return status.main(args)

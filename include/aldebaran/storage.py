@@ -48,6 +48,14 @@ def safe_segment(value: str, what: str = "key segment") -> str:
     return value
 
 
+def read_json(store: "Store", key: str) -> Any | None:
+    """The JSON document at `key` in `store`; None when there is none."""
+    try:
+        return json.loads(store.get(key).body)
+    except NotFound:
+        return None
+
+
 @dataclass(frozen=True)
 class StoredObject:
     key: str

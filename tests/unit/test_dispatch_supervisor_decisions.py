@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from aldebaran.exceptions import ConfigError
-from aldebaran.platform.dispatch_supervisor import NONE, RESTART, WAIT, broken_partitions, decide, diagnose, plan
+from aldebaran.platform.dispatch_supervisor import plan
+from aldebaran.platform.processes import NONE, RESTART, WAIT, broken_partitions, decide, diagnose
 from aldebaran.platform.settings import DispatchSupervisorSettings
 
 NOW = 1_000_000.0

@@ -21,7 +21,7 @@ import socket
 import threading
 import time
 
-from aldebaran.storage import safe_segment
+from aldebaran.storage import read_json, safe_segment
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +33,7 @@ def heartbeat_key(name: str) -> str:
 
 
 def read_heartbeat(store, name: str) -> dict | None:
-    from aldebaran.exceptions import NotFound
-
-    try:
-        return json.loads(store.get(heartbeat_key(name)).body)
-    except NotFound:
-        return None
+    return read_json(store, heartbeat_key(name))
 
 
 class Heartbeat:

@@ -19,7 +19,7 @@ books never expire; design.md); a restarted keeper resumes the generation its la
 it is younger than that. The keeper exits failed (code 1, the
 lane's log tail in the heartbeat) when the lane exits, when its query stops, or when its driver goes
 silent for ``ALDEBARAN_LANES_QUERY_STALE_SECONDS`` after it started; the ``lane_supervisor`` DAG
-(aldebaran.platform.lane_supervisor) restarts it. SIGTERM/SIGINT stop the lane, then the keeper (0); SIGUSR1
+restarts it. SIGTERM/SIGINT stop the lane, then the keeper (0); SIGUSR1
 rotates now (an operator's hand, and the rotation test).
 """
 
@@ -35,7 +35,7 @@ import threading
 import time
 from pathlib import Path
 
-from aldebaran.storage import safe_segment
+from aldebaran.storage import read_json, safe_segment
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +47,7 @@ def heartbeat_key(name: str) -> str:
 
 
 def read_heartbeat(store, name: str) -> dict | None:
-    from aldebaran.exceptions import NotFound
-
-    try:
-        return json.loads(store.get(heartbeat_key(name)).body)
-    except NotFound:
-        return None
+    return read_json(store, heartbeat_key(name))
 
 
 def lane_store():

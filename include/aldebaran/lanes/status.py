@@ -12,8 +12,9 @@ import json
 import time
 
 
-def collect(now: float | None = None) -> dict:
-    """Both lanes' state, as plain JSON."""
+def collect(now: float | None = None, lanes=None, exact: tuple[str, dict | None] | None = None) -> dict:
+    """Both lanes' state, as plain JSON. A caller that has them already passes `lanes` (the LaneSettings)
+    and `exact` (the auditor's query name and its heartbeat, None when it has none); else they are read here."""
     from aldebaran.audit import heartbeat as audit_heartbeat
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.lanes import keeper, reconciler
@@ -22,10 +23,13 @@ def collect(now: float | None = None) -> dict:
     from aldebaran.settings import KafkaSettings, load
 
     now = now or time.time()
-    lanes = load(LaneSettings)
+    lanes = lanes or load(LaneSettings)
     kafka = load(KafkaSettings)
-    query = load(AuditorSettings).query_name
-    exact_hb = audit_heartbeat.read(ObjectStore(), query)
+    if exact is None:
+        query = load(AuditorSettings).query_name
+        exact_hb = audit_heartbeat.read(ObjectStore(), query)
+    else:
+        query, exact_hb = exact
     exact = {"lane": "exact", "query": query, "topic": kafka.alerts_topic, "heartbeat": exact_hb is not None}
     if exact_hb:
         exact.update(status=exact_hb.get("status"), batch_id=exact_hb.get("batch_id"),
@@ -86,17 +90,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """``run``, ``status``, ``resolve``; ``stop`` is the lane supervisor's (aldebaran.cli routes it there)."""
     from aldebaran.exceptions import ConfigError
 
     if args.action == "run":
         from aldebaran.lanes.keeper import run
 
         return run()
-    if args.action == "stop":
-        from aldebaran.platform.lane_supervisor import stop
-
-        print(json.dumps({"stopped_pids": stop()}))
-        return 0
     if args.action == "resolve":
         import getpass
 

@@ -2,70 +2,37 @@
 
 The streaming dispatchers (``aldebaran dispatch --follow``, aldebaran.delivery.service) are the normal
 delivery path: one per configured channel, named after it, unless ``ALDEBARAN_DISPATCH_SUPERVISOR_GROUPS``
-puts several channels in one (:func:`plan`). Per dispatcher, each run (every minute, one at a time):
-
-1. **observe** its heartbeat (``heartbeats/dispatcher/<name>.json``) and, on this host, whether its
-   process lives (the pid + start ticks recorded at launch, or the heartbeat's pid);
-2. **diagnose** (no heartbeat, ``failed``/``stopped``, older than ``stale_after_seconds``, process gone,
-   other channels than configured) and **decide**, purely: ``none``, ``wait`` (a launch still starting,
-   or backing off: 0, base, 2·base, … ≤ max within one incident, as the auditor supervisor does) or
-   ``restart``;
-3. **restart**: SIGTERM to what is left (it finishes the runs in hand), SIGKILL to its process group
-   after ``stop_timeout_seconds``; launch it detached with its own log; record pid/start ticks/log;
-   return once its heartbeat says ``running``.
-
-A dispatcher left over (or alert_dispatch) shares the channel's consumer group, and the ledger's
-partition epochs fence whichever loses a partition, so an alert is never delivered twice. State: one
-object per dispatcher, ``<state prefix>/<name>.json``, written with If-Match.
-
-Steps 1–3 and the restart serve any long-running process that writes such a heartbeat: a :class:`Kind`
-names its heartbeat and how to recognise its process; the low-latency lane's keeper is the other one
-(aldebaran.platform.lane_supervisor).
+puts several channels in one (:func:`plan`). Each run (every minute, one at a time) supervises each
+dispatcher with the steps of aldebaran.platform.processes (observe its heartbeat
+``heartbeats/dispatcher/<name>.json`` and its process, diagnose, decide, restart with backoff), the
+:class:`~aldebaran.platform.processes.Kind` ``dispatcher``; it also names the channels a dispatcher runs
+other than configured. A dispatcher left over (or alert_dispatch) shares the channel's consumer group,
+and the ledger's partition epochs fence whichever loses a partition, so an alert is never delivered twice.
+State: one object per dispatcher, ``<state prefix>/<name>.json``, written with If-Match.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import signal
-import socket
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from aldebaran.exceptions import AlreadyExists, ConfigError, DispatcherError, PreconditionFailed
-from aldebaran.lease import pid_alive, start_ticks
+from aldebaran.exceptions import ConfigError
+from aldebaran.platform import processes
 from aldebaran.platform.settings import DispatchSupervisorSettings
-from aldebaran.platform.supervisor import _wait_gone, backoff_seconds, load_state
 from aldebaran.storage import safe_segment
 
 log = logging.getLogger(__name__)
 
-NONE, WAIT, RESTART = "none", "wait", "restart"
-TERMINATED = ("failed", "stopped")
-MAX_HISTORY = 20
 
-
-@dataclass(frozen=True)
-class Kind:
-    """A kind of supervised process: what it is called, where its heartbeat is, how its command line looks."""
-
-    label: str  # "dispatcher", "lane": in messages
-    read_heartbeat: Callable[[object, str], dict | None]
-    heartbeat_key: Callable[[str], str]
-    argv_words: tuple[bytes, ...]  # all in /proc/<pid>/cmdline: a pid read from a heartbeat is this process
-    stale_env: str  # the setting of the stale limit, named in the reason
-    start_env: str  # the setting of the start timeout
-
-
-def _dispatcher_kind() -> Kind:
+def kind() -> processes.Kind:
     from aldebaran.delivery.service import heartbeat_key, read_heartbeat
 
-    return Kind("dispatcher", read_heartbeat, heartbeat_key, (b"dispatch", b"--follow"),
-                "ALDEBARAN_DISPATCH_SUPERVISOR_STALE_AFTER_SECONDS", "ALDEBARAN_DISPATCH_SUPERVISOR_START_TIMEOUT_SECONDS")
+    return processes.Kind("dispatcher", read_heartbeat, heartbeat_key, (b"dispatch", b"--follow"),
+                          "ALDEBARAN_DISPATCH_SUPERVISOR_STALE_AFTER_SECONDS",
+                          "ALDEBARAN_DISPATCH_SUPERVISOR_START_TIMEOUT_SECONDS")
 
 
 def settings() -> DispatchSupervisorSettings:
@@ -105,151 +72,10 @@ def delivery_store():
     return open_store(load(DeliverySettings).store)
 
 
-def broken_partitions(heartbeat: dict | None) -> dict[str, str]:
-    """{"<channel>/<partition>": why} for each partition the dispatcher stopped delivering."""
-    return {f"{channel}/{number}": str(part["broken"])
-            for channel, parts in ((heartbeat or {}).get("partitions") or {}).items()
-            for number, part in (parts or {}).items() if (part or {}).get("broken")}
-
-
-# --- state ---------------------------------------------------------------------------------------
-def state_key(cfg, name: str) -> str:
-    return f"{cfg.state_prefix.strip('/')}/{safe_segment(name, 'process name')}.json"
-
-
-def save_state(store, key: str, state: dict, etag: str | None) -> str:
-    body = json.dumps(state, separators=(",", ":"), default=str).encode()
-    try:
-        return store.create(key, body) if etag is None else store.replace(key, body, etag)
-    except (AlreadyExists, PreconditionFailed):
-        raise DispatcherError(f"supervisor state {store.uri(key)} changed during this run: is a second "
-                              "supervisor running? (the dispatch_supervisor DAG runs with max_active_runs=1)") from None
-
-
-# --- 1-3. observe, diagnose, decide --------------------------------------------------------------------
-def observe(store, name: str, channels: list[str], state: dict, now: float, kind: Kind | None = None) -> dict:
-    """Everything the decision rests on, as plain JSON (logged and kept in the state)."""
-    kind = kind or _dispatcher_kind()
-    host = socket.gethostname()
-    hb = kind.read_heartbeat(store, name)
-    launch = state.get("launch") or {}
-    hb_local = bool(hb and hb.get("host") == host and hb.get("pid"))
-    ticks = launch.get("start_ticks") if hb and hb.get("pid") == launch.get("pid") else None
-    return {
-        "now": now, "host": host, "name": name, "channels": sorted(channels),
-        "kind": kind.label, "stale_env": kind.stale_env, "heartbeat_uri": store.uri(kind.heartbeat_key(name)),
-        "heartbeat": None if hb is None else {
-            **{k: hb.get(k) for k in ("status", "pid", "host", "at", "started_at", "error")},
-            "channels": sorted(hb.get("channels") or []), "broken": broken_partitions(hb)},
-        "heartbeat_alive": pid_alive(hb["pid"], ticks) if hb_local else None,
-        "launch": launch or None,
-        "launch_alive": (pid_alive(launch.get("pid"), launch.get("start_ticks"))
-                         if launch.get("pid") and launch.get("host") == host else None),
-    }
-
-
-def diagnose(facts: dict, cfg) -> list[str]:
-    """What is wrong with the dispatcher, in words (empty = healthy). Pure."""
-    problems: list[str] = []
-    now, hb, launch = facts["now"], facts["heartbeat"], facts["launch"] or {}
-    label = facts.get("kind", "dispatcher")
-    if hb is None:
-        problems.append(f"no heartbeat at {facts['heartbeat_uri']}")
-    else:
-        age = now - float(hb.get("at") or 0)
-        if hb.get("status") in TERMINATED:
-            detail = f": {str(hb.get('error'))[:300]}" if hb.get("error") else ""
-            problems.append(f"{label} {hb.get('status')} {age:.0f}s ago{detail}")
-        elif facts["heartbeat_alive"] is False:
-            problems.append(f"{label} process {hb.get('pid')} on {hb.get('host')} is gone "
-                            f"(last heartbeat {age:.0f}s ago)")
-        elif age > cfg.stale_after_seconds:
-            problems.append(f"heartbeat {age:.0f}s old (limit {cfg.stale_after_seconds:.0f}s, "
-                            f"{facts.get('stale_env', 'ALDEBARAN_DISPATCH_SUPERVISOR_STALE_AFTER_SECONDS')})")
-        if hb.get("channels") and hb["channels"] != facts["channels"]:
-            problems.append(f"it runs channel(s) {', '.join(hb['channels'])}, configured: {', '.join(facts['channels'])}")
-    # A launch that died before its first heartbeat (bad connection, import error): name its log.
-    if facts["launch_alive"] is False and (hb is None or float(hb.get("at") or 0) < float(launch.get("at") or 0)):
-        problems.append(f"launched process {launch.get('pid')} exited before it reported (log {launch.get('log')})")
-    return problems
-
-
-def decide(facts: dict, problems: list[str], state: dict, cfg) -> tuple[dict, dict]:
-    """(decision, new state). Pure: tests/unit/test_dispatch_supervisor_decisions.py."""
-    now = facts["now"]
-    state = dict(state)
-    incident = dict(state["incident"]) if state.get("incident") else None
-    launch = facts["launch"] or {}
-    launched_at = float(launch.get("at") or 0)
-    if not problems:
-        state["last_healthy_at"] = now
-        if incident and now - launched_at >= cfg.stable_after_seconds:
-            log.info("incident %s closed: healthy for %.0fs since the last restart", incident["id"], now - launched_at)
-            incident = None
-        state["incident"] = incident
-        return {"action": NONE, "healthy": True, "reason": "healthy", "incident": incident}, state
-
-    if incident is None:
-        incident = {"id": f"{int(now)}", "opened_at": now, "first_problem": problems[0], "restarts": 0}
-    state["incident"] = incident
-    restarts = int(incident["restarts"])
-    starting_for = now - launched_at
-    if (launch and not launch.get("started_at") and facts["launch_alive"] is not False
-            and starting_for < cfg.start_timeout_seconds and launched_at >= float(incident["opened_at"]) - 1):
-        reason = f"launched {starting_for:.0f}s ago, still starting (timeout {cfg.start_timeout_seconds:.0f}s)"
-        return {"action": WAIT, "healthy": False, "reason": reason, "incident": incident}, state
-    delay = backoff_seconds(restarts, cfg)
-    if launch and starting_for < delay:
-        reason = (f"backing off: restart {restarts + 1} of incident {incident['id']} in "
-                  f"{delay - starting_for:.0f}s ({'; '.join(problems)})")
-        return {"action": WAIT, "healthy": False, "reason": reason, "incident": incident}, state
-    return {"action": RESTART, "healthy": False, "reason": "; ".join(problems), "incident": incident}, state
-
-
-# --- 4. stop, launch, wait ---------------------------------------------------------------------------
-def _is_kind(pid: int, kind: Kind) -> bool:
-    """Guards signals to a pid read from a heartbeat (no start ticks there): is it this kind's process
-    (``dispatch --follow``, ``lanes run``)?"""
-    try:
-        argv = Path(f"/proc/{int(pid)}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return all(word in argv for word in kind.argv_words)
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        # The supervisor launches each dispatcher as the leader of its own session: signal the group.
-        os.killpg(pid, sig) if os.getpgid(pid) == pid else os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def stop(store, name: str, cfg, reason: str, kind: Kind | None = None) -> list[int]:
-    """Stop the process `name` if it runs on this host: SIGTERM (a dispatcher finishes the runs in hand
-    and commits), SIGKILL after the stop timeout. Returns the pids it signalled."""
-    kind = kind or _dispatcher_kind()
-    host = socket.gethostname()
-    launch = load_state(store, state_key(cfg, name))[0].get("launch") or {}
-    hb = kind.read_heartbeat(store, name) or {}
-    targets: list[tuple[int, int | None]] = []
-    if launch.get("host") == host and pid_alive(launch.get("pid"), launch.get("start_ticks")):
-        targets.append((int(launch["pid"]), launch.get("start_ticks")))
-    if (hb.get("host") == host and hb.get("pid") and hb.get("pid") != launch.get("pid")
-            and pid_alive(hb["pid"]) and _is_kind(hb["pid"], kind)):
-        targets.append((int(hb["pid"]), start_ticks(int(hb["pid"]))))
-    if not targets:
-        return []
-    log.warning("stopping %s %s (%s): pids %s", kind.label, name, reason, [p for p, _ in targets])
-    for pid, _ in targets:
-        _signal(pid, signal.SIGTERM)
-    if not _wait_gone(targets, cfg.stop_timeout_seconds):
-        for pid, ticks in targets:
-            if pid_alive(pid, ticks):
-                log.warning("%s pid %d did not stop within %.0fs: SIGKILL", kind.label, pid, cfg.stop_timeout_seconds)
-                _signal(pid, signal.SIGKILL)
-        _wait_gone(targets, 10)
-    return [p for p, _ in targets]
+def stop(store, name: str, cfg, reason: str) -> list[int]:
+    """Stop the dispatcher `name` if it runs on this host (:func:`aldebaran.platform.processes.stop`): it
+    finishes the runs in hand and commits on SIGTERM."""
+    return processes.stop(store, name, cfg, reason, kind())
 
 
 def launch(name: str, channels: list[str]) -> tuple[subprocess.Popen, Path]:
@@ -261,83 +87,7 @@ def launch(name: str, channels: list[str]) -> tuple[subprocess.Popen, Path]:
 
     command = [str(paths.venv_bin("aldebaran")), "dispatch", "--follow", "--name", name,
                *[arg for channel in channels for arg in ("--channel", channel)]]
-    return launch_detached(f"dispatcher-{safe_segment(name, 'dispatcher name')}", command, connections_env(channels))
-
-
-def launch_detached(log_name: str, command: list[str], extra_env: dict[str, str] | None = None
-                    ) -> tuple[subprocess.Popen, Path]:
-    """Start `command` in a session of its own (it outlives the task that started it), its output in
-    ``<run dir>/logs/<log_name>-<time>.log``."""
-    from aldebaran import paths
-
-    logs = paths.run_dir() / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"{log_name}-{time.strftime('%Y%m%dT%H%M%S')}.log"
-    try:
-        with open(log_path, "ab") as out:
-            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, cwd=str(paths.ROOT),
-                                    # Not configuration: the child inherits this environment (plus connections).
-                                    env={**os.environ, **(extra_env or {})})
-    except OSError as exc:
-        raise DispatcherError(f"{log_name}: cannot run {command[0]}: {exc}") from exc
-    return proc, log_path
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    text = path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else []
-    return "\nLast lines of its log:\n" + "\n".join(text) if text else ""
-
-
-def wait_running(store, name: str, proc: subprocess.Popen, log_path: Path, timeout: float,
-                 kind: Kind | None = None) -> dict:
-    """Block until the launched process's heartbeat says ``running``; fail with its log tail if it
-    exits first or the start timeout passes."""
-    kind = kind or _dispatcher_kind()
-    deadline = time.monotonic() + timeout
-    while True:
-        hb = kind.read_heartbeat(store, name) or {}
-        if hb.get("pid") == proc.pid and hb.get("status") == "running":
-            return hb
-        if proc.poll() is not None:
-            raise DispatcherError(f"{kind.label} {name} exited with code {proc.returncode} before it reported "
-                                  f"running (log {log_path}){_tail(log_path)}")
-        if time.monotonic() > deadline:
-            raise DispatcherError(f"{kind.label} {name} did not report running within {timeout:.0f}s "
-                                  f"({kind.start_env}; heartbeat "
-                                  f"{hb.get('status')} by pid {hb.get('pid')}, log {log_path}){_tail(log_path)}")
-        time.sleep(0.25)
-
-
-def restart(store, cfg, name: str, channels: list[str], decision: dict, kind: Kind | None = None,
-            launcher: Callable[[], tuple[subprocess.Popen, Path]] | None = None) -> dict:
-    """Stop what is left, launch (`launcher`, default: the dispatcher), record, wait for ``running``."""
-    kind = kind or _dispatcher_kind()
-    key = state_key(cfg, name)
-    stopped = stop(store, name, cfg, reason=f"supervisor restart: {decision['reason']}", kind=kind)
-    launched_at = time.time()
-    proc, log_path = launcher() if launcher else launch(name, channels)
-    # Recorded before waiting: a start that times out is still known (and stopped) next run.
-    state, etag = load_state(store, key)
-    incident = state.get("incident")
-    if incident:
-        incident["restarts"] = int(incident.get("restarts", 0)) + 1
-    state["launch"] = {"at": launched_at, "pid": proc.pid, "start_ticks": start_ticks(proc.pid),
-                       "host": socket.gethostname(), "log": str(log_path), "reason": decision["reason"],
-                       "incident": incident["id"] if incident else None}
-    save_state(store, key, state, etag)
-    wait_running(store, name, proc, log_path, cfg.start_timeout_seconds, kind)
-    started_at = time.time()
-    state, etag = load_state(store, key)
-    state["launch"]["started_at"] = started_at
-    history = state.setdefault("restarts", [])
-    history.append({k: state["launch"].get(k) for k in ("at", "started_at", "pid", "reason", "incident")})
-    del history[:-MAX_HISTORY]
-    save_state(store, key, state, etag)
-    log.info("%s %s running as pid %d after %.1fs (log %s)", kind.label, name, proc.pid, started_at - launched_at,
-             log_path)
-    return {"pid": proc.pid, "log": str(log_path), "stopped": stopped,
-            "started_in_seconds": round(started_at - launched_at, 2)}
+    return processes.launch_detached(f"dispatcher-{safe_segment(name, 'dispatcher name')}", command, connections_env(channels))
 
 
 # --- the DAG's tasks -------------------------------------------------------------------------------------
@@ -357,16 +107,16 @@ def supervise(name: str) -> dict:
         raise ConfigError(f"dispatcher {name!r} is no longer configured (ALDEBARAN_CHANNELS / "
                           "ALDEBARAN_DISPATCH_SUPERVISOR_GROUPS changed during this run)")
     store = delivery_store()
-    key = state_key(cfg, name)
-    state, etag = load_state(store, key)
-    facts = observe(store, name, channels, state, time.time())
-    problems = diagnose(facts, cfg)
-    decision, state = decide(facts, problems, state, cfg)
+    key = processes.state_key(cfg, name)
+    state, etag = processes.load_state(store, key)
+    facts = processes.observe(store, name, channels, state, time.time(), kind())
+    problems = processes.diagnose(facts, cfg)
+    decision, state = processes.decide(facts, problems, state, cfg)
     decision.update(name=name, channels=channels, problems=problems, observed_at=facts["now"],
                     broken=(facts["heartbeat"] or {}).get("broken") or {})
     state.update(name=name, channels=channels, last_assessment={
         k: decision[k] for k in ("action", "reason", "problems", "observed_at")})
-    save_state(store, key, state, etag)
+    processes.save_state(store, key, state, etag)
     log.log(logging.INFO if decision["healthy"] else logging.WARNING, "dispatcher %s: %s — %s", name,
             decision["action"], decision["reason"])
     log.info("observed: %s", json.dumps({k: v for k, v in facts.items() if k != "now"}, default=str))
@@ -374,6 +124,7 @@ def supervise(name: str) -> dict:
         # Not a restart reason: a fenced partition is revoked at the next rebalance, and a restart would
         # break again on an unreadable ledger object (an operator's job). platform_health names them.
         log.warning("dispatcher %s: broken partition(s): %s", name, decision["broken"])
-    if decision["action"] == RESTART:
-        decision["launched"] = restart(store, cfg, name, channels, decision)
+    if decision["action"] == processes.RESTART:
+        decision["launched"] = processes.restart(store, cfg, name, decision, kind(),
+                                                  lambda: launch(name, channels))
     return decision

@@ -174,7 +174,7 @@ def check_deliveries(channels: list[str], settings: HealthSettings) -> dict:
 def check_dispatchers(settings: HealthSettings, now: float) -> dict:
     from aldebaran.delivery.service import heartbeat_key, read_heartbeat
     from aldebaran.exceptions import ObjectStoreError
-    from aldebaran.platform import dispatch_supervisor
+    from aldebaran.platform import dispatch_supervisor, processes
 
     store = dispatch_supervisor.delivery_store()
     out: dict = {"ok": True, "dispatchers": {}}
@@ -191,7 +191,7 @@ def check_dispatchers(settings: HealthSettings, now: float) -> dict:
                             "(the dispatch_supervisor DAG starts it)")
             continue
         age = now - float(hb.get("at") or 0)
-        broken = dispatch_supervisor.broken_partitions(hb)
+        broken = processes.broken_partitions(hb)
         out["dispatchers"][name] = {"status": hb.get("status"), "age_seconds": round(age, 1), "host": hb.get("host"),
                                     "pid": hb.get("pid"), "broken": broken}
         if hb.get("status") != "running":
@@ -209,16 +209,19 @@ def check_dispatchers(settings: HealthSettings, now: float) -> dict:
     return out
 
 
-def check_lane(now: float) -> dict:
+def check_lane(now: float, lanes=None, exact: tuple[str, dict | None] | None = None) -> dict:
+    """`lanes` (the LaneSettings) and `exact` (the auditor's query and heartbeat): what :func:`check` has
+    read already (read again when not given)."""
     from aldebaran.lanes.settings import LaneSettings
     from aldebaran.lanes.status import collect
     from aldebaran.settings import load
 
-    fast = collect(now)["fast"]
+    lanes = lanes or load(LaneSettings)
+    fast = collect(now, lanes, exact)["fast"]
     out = {"ok": True, "lane": fast["lane"], "status": fast.get("status"), "age_seconds": fast.get("age_seconds"),
            "reconcile": (fast.get("reconcile") or {}).get("counts"), "unconfirmed": len(fast["unconfirmed"])}
     problems = []
-    stale = load(LaneSettings).stale_after_seconds
+    stale = lanes.stale_after_seconds
     if not fast["heartbeat"]:
         problems.append(f"lane {fast['lane']!r}: no heartbeat at {fast['heartbeat_uri']} — is it running? "
                         "(the lane_supervisor DAG starts it)")
@@ -272,8 +275,9 @@ def check(run_id: str, query_name: str | None = None, overrides: dict | None = N
         checks["deliveries"] = check_deliveries(channels, settings)
         if settings.check_dispatchers:
             checks["dispatchers"] = check_dispatchers(settings, now)
-        if load(LaneSettings).enabled:
-            checks["lane"] = check_lane(now)
+        lanes = load(LaneSettings)
+        if lanes.enabled:
+            checks["lane"] = check_lane(now, lanes, (query, heartbeat))
 
     problems = [c["problem"] for c in checks.values() if not c["ok"]]
     record = {"run_id": run_id, "at": now, "at_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),

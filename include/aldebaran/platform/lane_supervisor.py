@@ -4,9 +4,10 @@ The low-latency lane runs as one process, the lane keeper (``aldebaran lanes run
 aldebaran.lanes.keeper): it starts the real-time-mode query on the Spark 4.3 runtime, reconciles its
 alerts with the exact lane's and beats at ``heartbeats/lane/<name>.json``. Each run (every minute, one
 at a time) observes that heartbeat and the keeper's process, diagnoses and decides exactly as the
-dispatch supervisor does for a dispatcher (the same steps, :class:`~aldebaran.platform.dispatch_supervisor.Kind`
-``lane``): no heartbeat, ``failed``/``stopped`` (the lane exited, its query stopped or its driver hung:
-the keeper says which, with the lane's log tail), older than ``ALDEBARAN_LANES_STALE_AFTER_SECONDS``,
+dispatch supervisor does for a dispatcher (the same steps, aldebaran.platform.processes, with the
+:class:`~aldebaran.platform.processes.Kind` ``lane``): no heartbeat, ``failed``/``stopped`` (the lane
+exited, its query stopped or its driver hung: the keeper says which, with the lane's log tail), older
+than ``ALDEBARAN_LANES_STALE_AFTER_SECONDS``,
 or the process gone → stop what is left, launch the keeper detached, wait for ``running``; exponential
 backoff within one incident. State: ``<ALDEBARAN_LANES_STATE_PREFIX>/<name>.json``.
 """
@@ -17,7 +18,7 @@ import json
 import logging
 import time
 
-from aldebaran.platform import dispatch_supervisor as procs
+from aldebaran.platform import processes as procs
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ def supervise() -> dict:
             decision["action"], decision["reason"])
     log.info("observed: %s", json.dumps({k: v for k, v in facts.items() if k != "now"}, default=str))
     if decision["action"] == procs.RESTART:
-        decision["launched"] = procs.restart(store, cfg, name, [], decision, kind=lane, launcher=launch)
+        decision["launched"] = procs.restart(store, cfg, name, decision, kind=lane, launcher=launch)
     return decision
 
 

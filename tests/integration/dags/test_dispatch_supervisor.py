@@ -22,7 +22,7 @@ from aldebaran import kafka_io, paths
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery.service import heartbeat_key, read_heartbeat
 from aldebaran.platform import dispatch_supervisor as ds
-from aldebaran.platform import health
+from aldebaran.platform import health, processes
 from aldebaran.lease import pid_alive
 from aldebaran.platform.settings import HealthSettings
 from tests.conftest import assert_eventually
@@ -72,7 +72,7 @@ def dispatcher_env(kafka_topics, store, s3_prefix, tmp_path, monkeypatch, unique
     # stop timeout), and check that it is gone.
     cfg = ds.settings()
     stopped = ds.stop(store, name, cfg, reason="test finished")
-    launch = ds.load_state(store, ds.state_key(cfg, name))[0].get("launch") or {}
+    launch = processes.load_state(store, processes.state_key(cfg, name))[0].get("launch") or {}
     log.info("dispatcher stopped at teardown: pids %s", stopped)
     store.delete(heartbeat_key(name))
     assert not pid_alive(launch.get("pid"), launch.get("start_ticks")), f"dispatcher {launch} still running"
@@ -87,7 +87,7 @@ def test_supervisor_starts_a_dispatcher_and_restarts_it_after_a_kill(airflow_db,
     first_alerts = [_alert(f"ds-{i}") for i in range(3)]
     kafka_io.produce_all(produce, kafka_topics.alerts_topic, [(a["alert_id"], json.dumps(a)) for a in first_alerts])
     cfg = ds.settings()
-    state_key = ds.state_key(cfg, name)
+    state_key = processes.state_key(cfg, name)
 
     # 1. Nothing runs yet: the supervisor launches the dispatcher and returns once it beats `running`.
     first = dag.test()

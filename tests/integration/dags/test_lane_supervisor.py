@@ -22,7 +22,7 @@ from aldebaran.lanes import keeper
 from aldebaran.lanes.settings import LaneSettings
 from aldebaran.lease import pid_alive
 from aldebaran.platform import lane_supervisor
-from aldebaran.platform import dispatch_supervisor as procs
+from aldebaran.platform import processes as procs
 from aldebaran.settings import load
 from aldebaran_capacity import loadgen
 from tests.conftest import assert_eventually
