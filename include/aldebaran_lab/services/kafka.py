@@ -49,10 +49,12 @@ def new_cluster_id() -> str:
             return cluster_id
 
 def server_properties(*, node_id: int, host: str, port: int, controller_port: int, data: Path,
-                      settings: KafkaSettings, quorum: str, replicas: int = 1, min_insync: int = 1) -> str:
+                      settings: KafkaSettings, quorum: str, replicas: int = 1, min_insync: int = 1,
+                      extra: dict[str, object] | None = None) -> str:
     """A combined broker+controller's server.properties. ``quorum`` names the controllers: the single
     node's ``controller.quorum.bootstrap.servers`` (formatted ``--standalone``) or the HA profile's static
-    ``controller.quorum.voters``. ``replicas``/``min_insync`` apply to new topics and Kafka's internal ones."""
+    ``controller.quorum.voters``. ``replicas``/``min_insync`` apply to new topics and Kafka's internal ones;
+    ``extra`` adds (or overrides) settings, e.g. the HA profile's failure-detection timeouts."""
     max_bytes = settings.dlq_record_bytes  # the largest topic limit (the DLQ's)
     lines = [
         "process.roles=broker,controller",
@@ -80,6 +82,7 @@ def server_properties(*, node_id: int, host: str, port: int, controller_port: in
         f"replica.fetch.max.bytes={max_bytes}",
         "log.retention.hours=168",
         "log.segment.bytes=268435456",
+        *(f"{k}={v}" for k, v in (extra or {}).items()),
         "",
     ]
     return "\n".join(lines)

@@ -167,7 +167,12 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
             if read_recorded(settings.checkpoint.rstrip("/") + "/books") is not None:
                 # The active recorded its plan: build all of the query but its start while waiting.
                 prepared = prepare_query(spark, settings, on_batch, guard=lambda: held[0].check(), kafka=kafka)
-            lease = wait_for_lease(spark, settings, kafka or load(KafkaSettings), store)
+            try:
+                lease = wait_for_lease(spark, settings, kafka or load(KafkaSettings), store)
+            except KeyboardInterrupt:
+                # A clean stop of a standby that never took over: nothing ran, nothing to detach.
+                log.info("standby %s stopped while waiting for the lease", settings.query_name)
+                return {}
             held.append(lease)
         else:
             lease = acquire(store, settings.checkpoint, settings.query_name, settings.lease_seconds,

@@ -61,7 +61,7 @@ def member(name: str, layout: Layout = LAYOUT, values: dict[str, str] | None = N
         # Executors inherit the worker's environment, and the product's Python in them (the auditor's book
         # shards) reads its settings from it: the HA profile's object store and Kafka, not the caller's `.env`.
         profile = {k: v for k, v in values.items() if k.startswith("ALDEBARAN_")}
-        return SparkWorker(int(index), cores=1, memory="2g", root=base,
+        return SparkWorker(int(index), cores=layout.spark_worker_cores, memory=layout.spark_worker_memory, root=base,
                            master=f"spark://127.0.0.1:{layout.spark_port}",
                            ui_port=layout.spark_worker_ui_ports[int(index) - 1], daemon_env={**spark_env, **profile})
     return AirflowPart(name, root=base, layout=layout, values=values)

@@ -57,6 +57,9 @@ class KafkaNode(Kafka):
                 data=self.data, settings=self.settings,
                 quorum=f"controller.quorum.voters={self.layout.controller_voters()}",
                 replicas=self.layout.replication_factor, min_insync=self.layout.min_insync_replicas,
+                extra={"broker.session.timeout.ms": self.layout.kafka_broker_session_ms,
+                       "broker.heartbeat.interval.ms": self.layout.kafka_broker_heartbeat_ms,
+                       "replica.lag.time.max.ms": self.layout.kafka_replica_lag_ms},
             )
         )
         if not (self.data / "meta.properties").exists():

@@ -30,7 +30,20 @@ class Layout:
     replication_factor: int = 3
     min_insync_replicas: int = 2
     kafka_heap: str = "-Xmx320m"
+    # Failover in seconds (issue 18): a SIGKILLed broker is fenced, its partitions' leadership moved and it
+    # leaves their ISRs once the controller misses its heartbeats for broker.session.timeout.ms (Kafka's
+    # default 9 s, heartbeats every 2 s). 3 s here, heartbeats every 0.5 s: a broker frozen for 3 s (a GC
+    # pause, a starved machine) is fenced too and rejoins by itself; acks=all with min ISR 2 loses nothing.
+    kafka_broker_session_ms: int = 3000
+    kafka_broker_heartbeat_ms: int = 500
+    # A follower that stops fetching leaves the ISR after this long (default 30 s), so acks=all stops
+    # waiting for it even when it is not fenced (alive but stuck).
+    kafka_replica_lag_ms: int = 10000
     spark_daemon_memory: str = "256m"
+    # Executor slots per worker (not physical cores): two, so that when a worker dies the applications it
+    # ran get their executors on the other one at once instead of waiting for it to come back.
+    spark_worker_cores: int = 2
+    spark_worker_memory: str = "2g"
     # MinIO sizes its caches from the machine's memory; a soft Go heap limit keeps each node lean.
     minio_memlimit: str = "384MiB"
 
