@@ -17,7 +17,7 @@ up: setup  ## start Kafka, MinIO and Airflow on 127.0.0.1 (credentials generated
 up-cluster: setup  ## also start a Spark standalone master and two workers
 	@$(ALD) services up --cluster
 
-setup-ha:  ## setup, plus what only the HA profile needs (psycopg2; Debian's postgresql via apt if absent)
+setup-ha:  ## setup, plus what only the HA profile needs (psycopg2; Debian's postgresql and haproxy via apt if absent)
 	@bash scripts/setup.sh --ha
 
 up-ha: setup-ha  ## the HA profile: 3 Kafka brokers, 4 MinIO nodes, Airflow on Postgres (2 schedulers, 2 triggerers), Spark master + 2 workers

@@ -10,7 +10,7 @@
 #   minio/<version>/bin/minio                          MinIO server built with `go install`
 #
 # `setup.sh --ha` (make setup-ha) adds what only the HA profile needs: psycopg2 in the venv
-# (requirements-ha.txt) and Debian's `postgresql` server package (apt-get, as root, only if absent).
+# (requirements-ha.txt) and Debian's `postgresql` and `haproxy` packages (apt-get, as root, only if absent).
 #
 # Progress: each step prints "[i/N] name", and its time and the total when it ends. While a step runs
 # (a cold pip install, Maven resolve or Go build takes minutes), a line every $ALDEBARAN_SETUP_TICK
@@ -168,23 +168,32 @@ ha_extras() {
     echo "    pip install -r requirements-ha.txt"
     "$ROOT/.venv/bin/pip" install --quiet --progress-bar off -r "$ROOT/requirements-ha.txt" -c "$ROOT/constraints.txt"
   fi
+  local packages=()
   if compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null; then
     echo "    postgres: $(ls -d /usr/lib/postgresql/*/bin | tail -1)"
-    return
+  else
+    packages+=(postgresql)
   fi
+  # The one S3 endpoint of the profile's clients: HAProxy in front of the MinIO nodes.
+  if command -v haproxy >/dev/null; then
+    echo "    haproxy: $(command -v haproxy)"
+  else
+    packages+=(haproxy)
+  fi
+  [ "${#packages[@]}" -eq 0 ] && return
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
-    echo "setup: the HA profile needs PostgreSQL's server; install Debian's package: sudo apt-get install postgresql" >&2
+    echo "setup: the HA profile needs Debian's packages: sudo apt-get install ${packages[*]}" >&2
     exit 1
   fi
-  # The profile runs its own server under the run directory: keep Debian from creating (and starting) its
+  # The profile runs its own servers under the run directory: keep Debian from creating (and starting) its
   # default cluster on port 5432 as the package installs.
   if [ ! -e /etc/postgresql-common/createcluster.conf ]; then
     mkdir -p /etc/postgresql-common
     echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.conf
   fi
-  echo "    apt-get install postgresql (Debian's package)"
+  echo "    apt-get install ${packages[*]} (Debian's packages)"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-    -o Dpkg::Options::=--force-confold postgresql >/dev/null
+    -o Dpkg::Options::=--force-confold "${packages[@]}" >/dev/null
 }
 
 step "tools" check_tools
@@ -192,5 +201,5 @@ step "python venv" python_venv
 step "spark runtimes" spark_runtimes
 step "maven jars" maven_jars
 step "minio" minio_server
-if [ "$HA" -eq 1 ]; then step "ha extras: psycopg2, asyncpg, postgresql" ha_extras; fi
+if [ "$HA" -eq 1 ]; then step "ha extras: psycopg2, asyncpg, postgresql, haproxy" ha_extras; fi
 echo "==> setup complete in $(since "$total_start") (cache: $CACHE)"

@@ -127,9 +127,9 @@ def base_conf(shuffle_partitions: int = 2, s3a: bool = False) -> dict[str, str]:
     if s3a:
         conf.update(s3a_conf())
         # Each checkpoint file written straight to its key, not to a temp file renamed (= copied and deleted
-        # on S3): per batch, walCommit + commitOffsets on the HA profile's MinIO went 713 → 266 ms (medians of
-        # empty batches, both ways in one run; docs/design.md "Checkpoints on S3"). The class comes with the
-        # spark-s3a jars (setup/maven/spark-s3a.xml).
+        # on S3): per batch, walCommit + commitOffsets on the HA profile's MinIO went 558 → 230 ms (medians of
+        # 20 small batches each way in one run, `aldebaran bench checkpoint-files`; docs/design.md
+        # "Checkpoints on S3"). The class comes with the spark-s3a jars (setup/maven/spark-s3a.xml).
         conf["spark.sql.streaming.checkpointFileManagerClass"] = S3A_CHECKPOINT_MANAGER
     return conf
 

@@ -45,6 +45,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from aldebaran_capacity.bench import e2e
 
         return e2e.main(args)
+    if args.which == "checkpoint-files":
+        from aldebaran_capacity.bench import checkpoint_files, machine
+
+        result = {"machine": machine.describe(), "command": "aldebaran bench checkpoint-files " + " ".join(sys.argv[3:]),
+                  "checkpoint_files": checkpoint_files.run(rounds=args.repeats)}
+        print(json.dumps(result, indent=2))
+        return 0
     from aldebaran_capacity.bench import dispatch, machine
 
     result = {"machine": machine.describe(),
@@ -64,7 +71,8 @@ def register(sub) -> None:
     lg.set_defaults(func=cmd_loadgen)
 
     b = sub.add_parser("bench", help="benchmarks (figures with machine, versions and date)")
-    b.add_argument("which", choices=["dispatch", "all", "state-designs", "parse-cost", "e2e", "low-latency"])
+    b.add_argument("which", choices=["dispatch", "all", "state-designs", "parse-cost", "e2e", "low-latency",
+                                         "checkpoint-files"])
     b.add_argument("--quick", action="store_true", help="all: everything small (< 5 min), correctness only")
     b.add_argument("--out", default=None, help="all: report directory (default docs/, or .run/bench/quick with --quick); low-latency: a JSON file")
     b.add_argument("--sections", default=None,
@@ -75,7 +83,7 @@ def register(sub) -> None:
                    help="all: override a size, e.g. drain_orders=100000, rates=5000,20000, book_sizes=100000 (repeatable)")
     b.add_argument("--alerts", type=int, default=5000)
     b.add_argument("--concurrency", type=int, default=32, help="concurrent sends per channel")
-    b.add_argument("--repeats", type=int, default=3, help="runs; the median is reported")
+    b.add_argument("--repeats", type=int, default=3, help="runs; the median is reported (checkpoint-files: rounds)")
     b.add_argument("--steady-rates", default="50", help="dispatch: comma-separated alerts/s for the latency runs")
     b.add_argument("--orders", default="40000,200000",
                    help="state-designs: orders preloaded (~5 events each, all open), comma-separated sizes; "

@@ -13,7 +13,7 @@ from aldebaran.settings import KafkaSettings, ObjectStoreSettings
 from aldebaran_lab.services import ha
 from aldebaran_lab.services.ha import profile
 from aldebaran_lab.services.ha.airflow import AirflowPart, airflow_env, component_ports
-from aldebaran_lab.services.ha.members import KafkaNode, MinIONode
+from aldebaran_lab.services.ha.members import KafkaNode, MinIOBalancer, MinIONode
 from aldebaran_lab.services.kafka import server_properties
 from aldebaran_lab.services.postgres import server_options
 
@@ -41,7 +41,7 @@ def test_members_one_per_process_in_dependency_order():
     names = ha.names()
     assert names == (
         "postgres", "kafka-1", "kafka-2", "kafka-3", "minio-1", "minio-2", "minio-3", "minio-4",
-        "spark-master", "spark-worker-1", "spark-worker-2", "airflow-api-server", "airflow-dag-processor",
+        "minio-lb", "spark-master", "spark-worker-1", "spark-worker-2", "airflow-api-server", "airflow-dag-processor",
         "airflow-scheduler-1", "airflow-scheduler-2", "airflow-triggerer-1", "airflow-triggerer-2",
     )
     groups = profile.LAYOUT.groups()
@@ -66,7 +66,7 @@ def test_env_values_generate_secrets_once_and_derive_addresses(tmp_path):
         assert values[key], key
     assert values["ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS"] == "127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094"
     assert values["ALDEBARAN_KAFKA_REPLICATION_FACTOR"] == "3"
-    assert values["ALDEBARAN_S3_ENDPOINT_URL"] == "http://127.0.0.1:19000"
+    assert values["ALDEBARAN_S3_ENDPOINT_URL"] == "http://127.0.0.1:19010"  # the balancer, not a node
     assert values["ALDEBARAN_AIRFLOW_PORT"] == "19080"
     assert values["ALDEBARAN_SPARK_MASTER"] == "spark://127.0.0.1:19077"
     assert values["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == (
@@ -86,7 +86,7 @@ def test_the_env_file_is_private_stable_and_configures_the_product(tmp_path, mon
     assert KafkaSettings().replication_factor == 3
     assert len(KafkaSettings().bootstrap_servers.split(",")) == 3
     s3 = ObjectStoreSettings()
-    assert s3.endpoint() == "http://127.0.0.1:19000"
+    assert s3.endpoint() == "http://127.0.0.1:19010"
     assert s3.access_key.get_secret_value() == first["ALDEBARAN_S3_ACCESS_KEY"]
 
 
@@ -115,6 +115,25 @@ def test_each_broker_is_a_voter_of_one_quorum_with_replication_3_and_min_isr_2(t
         assert c["default.replication.factor"] == c["offsets.topic.replication.factor"] == "3"
         assert c["min.insync.replicas"] == c["transaction.state.log.min.isr"] == "2"
         assert c["unclean.leader.election.enable"] == "false"
+
+
+def test_ha_brokers_fence_a_dead_broker_in_seconds(tmp_path):
+    node = KafkaNode(1, root=tmp_path, layout=profile.LAYOUT)
+    with mock.patch.object(KafkaNode, "_run_tool"):  # storage formatting: not this test's business
+        node.prepare()
+    conf = props(node.config.read_text())
+    assert conf["broker.session.timeout.ms"] == "3000"  # Kafka's default: 9000
+    assert conf["broker.heartbeat.interval.ms"] == "500"
+    assert conf["replica.lag.time.max.ms"] == "10000"
+
+
+def test_the_s3_balancer_spreads_over_every_node_and_checks_each(tmp_path):
+    lb = MinIOBalancer(root=tmp_path, layout=profile.LAYOUT)
+    cfg = lb.render()
+    assert "bind 127.0.0.1:19010" in cfg and "option redispatch" in cfg
+    assert [line.split()[2] for line in cfg.splitlines() if line.strip().startswith("server ")] == [
+        "127.0.0.1:19000", "127.0.0.1:19001", "127.0.0.1:19002", "127.0.0.1:19003"]
+    assert cfg.count(" check") == 4 and "GET /minio/health/live" in cfg
 
 
 def test_kafka_nodes_share_one_cluster_id(tmp_path):

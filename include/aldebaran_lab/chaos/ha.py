@@ -2,8 +2,8 @@
 publisher's mix, SIGKILL one component at a time and measure what the recipients see (issue 18, item 4).
 
     1. the campaign's own topics (replication 3, min ISR 2) on the HA brokers, its checkpoint, books and
-       ledger on the erasure-coded MinIO — every client through minio-1's endpoint (the profile's one S3
-       endpoint), so the MinIO node killed is MINIO_VICTIM, not minio-1;
+       ledger on the erasure-coded MinIO — every client through the profile's balancer (minio-lb), so
+       the MinIO node killed, MINIO_VICTIM, is minio-1: the node a single-endpoint client would have used;
     2. an active auditor and a warm standby (failover.py's flags, s3a:// checkpoint) as applications of the
        HA Spark master, one executor core each (spark.cores.max=1: each on a worker of its own); a pair of
        streaming dispatchers (channels webhook and bus, one consumer group per channel: they split its
@@ -60,7 +60,7 @@ SLOT_EXTRA = {"auditor": 75.0, "scheduler": 60.0, "triggerer": 60.0}
 SLOT_DEFAULT = 45.0
 SETTLE_S = 15.0  # at least this long between a member back and the next kill (the schedule slips if need be)
 MARGIN_S = 30.0  # load after the last slot's planned end
-MINIO_VICTIM = "minio-3"  # not minio-1: the profile's clients all use minio-1's endpoint (see docs)
+MINIO_VICTIM = "minio-1"  # the node that was the clients' endpoint before the balancer (minio-lb)
 CHANNELS = ("webhook", "bus")
 ONE_CORE = "--conf spark.cores.max=1 pyspark-shell"  # each auditor application: one executor core
 

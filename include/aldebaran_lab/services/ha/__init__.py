@@ -32,7 +32,7 @@ def names(layout: Layout = LAYOUT) -> tuple[str, ...]:
 def member(name: str, layout: Layout = LAYOUT, values: dict[str, str] | None = None) -> Service:
     """The member called ``name`` (`aldebaran services status --ha` lists them)."""
     from aldebaran_lab.services.ha.airflow import AirflowPart
-    from aldebaran_lab.services.ha.members import KafkaNode, MinIONode
+    from aldebaran_lab.services.ha.members import KafkaNode, MinIOBalancer, MinIONode
     from aldebaran_lab.services.postgres import Postgres
     from aldebaran_lab.services.spark_cluster import SparkMaster, SparkWorker
 
@@ -51,6 +51,8 @@ def member(name: str, layout: Layout = LAYOUT, values: dict[str, str] | None = N
         return KafkaNode(int(index), root=base, layout=layout)
     if kind == "minio":
         return MinIONode(int(index), root=base, layout=layout, env=values)
+    if kind == "minio-lb":
+        return MinIOBalancer(root=base, layout=layout)
     if kind == "spark-master":
         # FILESYSTEM recovery: a master started again after a kill takes back its workers and applications.
         opts = (f"-Dspark.deploy.recoveryMode=FILESYSTEM "

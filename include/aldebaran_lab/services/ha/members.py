@@ -1,10 +1,12 @@
-"""The HA profile's Kafka brokers and MinIO nodes: the core services' code, configured as members of a
-quorum (services.kafka.server_properties, services.minio.MinIO's health and bucket provisioning)."""
+"""The HA profile's Kafka brokers, MinIO nodes and the balancer in front of them: the core services' code,
+configured as members of a quorum (services.kafka.server_properties, services.minio.MinIO's health and
+bucket provisioning)."""
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import urllib.request
 from pathlib import Path
 
@@ -152,3 +154,50 @@ class MinIONode(Service):
         settings = self.settings()
         if ObjectStore(settings).ensure_bucket():
             log.info("%s: created bucket %s", self.name, settings.bucket)
+
+
+class MinIOBalancer(Service):
+    """The profile's one S3 endpoint: Debian's HAProxy in front of the MinIO nodes (``make setup-ha``
+    installs it). It checks each node's liveness every 0.5 s and takes a node out after two failures; a
+    request whose connection is refused (a dead node) is sent to another node (``option redispatch``), so
+    the clients (boto3, s3a) see a node's death only on the requests it held. In production this is a
+    redundant load balancer in front of the MinIO nodes, or AWS S3's own endpoint."""
+
+    start_timeout = 60.0
+
+    def __init__(self, *, root: Path, layout: Layout) -> None:
+        self.name = "minio-lb"
+        super().__init__(root)
+        self.layout = layout
+        self.port = layout.minio_lb_port
+        self.address = f"{HOST}:{self.port}"
+        self.config = self.home / "haproxy.cfg"
+
+    def render(self) -> str:
+        servers = "".join(f"    server minio-{i} {HOST}:{p} check\n"
+                          for i, p in enumerate(self.layout.minio_ports, start=1))
+        return (
+            "global\n    maxconn 4096\n\n"
+            "defaults\n    mode http\n    timeout connect 2s\n    timeout client 300s\n    timeout server 300s\n"
+            "    retries 3\n    option redispatch 1\n\n"
+            f"frontend s3\n    bind {self.address}\n    default_backend minio\n\n"
+            "backend minio\n    balance roundrobin\n    option httpchk GET /minio/health/live\n"
+            "    http-check expect status 200\n    default-server inter 500ms fall 2 rise 2\n" + servers)
+
+    def prepare(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.config.write_text(self.render())
+
+    def command(self) -> list[str]:
+        binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
+        if not Path(binary).exists():
+            raise ConfigError("haproxy not found: `make setup-ha` installs Debian's haproxy package")
+        return [binary, "-db", "-f", str(self.config)]  # -db: in the foreground, this process is the member
+
+    def healthy(self) -> bool:
+        """At least one node answers through the balancer."""
+        try:
+            with urllib.request.urlopen(f"http://{self.address}/minio/health/ready", timeout=2) as resp:
+                return resp.status == 200
+        except OSError:
+            return False

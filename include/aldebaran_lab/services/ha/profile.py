@@ -20,6 +20,8 @@ class Layout:
     kafka_ports: tuple[int, ...] = (19092, 19093, 19094)
     controller_ports: tuple[int, ...] = (19192, 19193, 19194)
     minio_ports: tuple[int, ...] = (19000, 19001, 19002, 19003)
+    # The clients' one S3 endpoint: HAProxy over the MinIO nodes (a dead node is taken out within ~1 s).
+    minio_lb_port: int = 19010
     postgres_port: int = 19432
     airflow_port: int = 19080
     scheduler_health_ports: tuple[int, ...] = (19974, 19975)
@@ -72,6 +74,7 @@ class Layout:
         out = {"postgres": "postgres"}
         out |= {f"kafka-{i}": "kafka" for i in range(1, len(self.kafka_ports) + 1)}
         out |= {f"minio-{i}": "minio" for i in range(1, len(self.minio_ports) + 1)}
+        out |= {"minio-lb": "minio-lb"}
         out |= {"spark-master": "spark-master"}
         out |= {f"spark-worker-{i}": "spark-worker" for i in range(1, len(self.spark_worker_ui_ports) + 1)}
         out |= {"airflow-api-server": "airflow", "airflow-dag-processor": "airflow"}
@@ -116,8 +119,8 @@ def env_values(existing: dict[str, str], layout: Layout = LAYOUT, run_root: Path
     values |= {
         "ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS": layout.bootstrap_servers(),
         "ALDEBARAN_KAFKA_REPLICATION_FACTOR": str(layout.replication_factor),
-        # One node's S3 endpoint: clients talk to one node, the cluster spreads the data (see docs).
-        "ALDEBARAN_S3_ENDPOINT_URL": f"http://{HOST}:{layout.minio_ports[0]}",
+        # The balancer's endpoint: clients reach whichever MinIO nodes are alive (see docs).
+        "ALDEBARAN_S3_ENDPOINT_URL": f"http://{HOST}:{layout.minio_lb_port}",
         "ALDEBARAN_AIRFLOW_HOST": HOST,
         "ALDEBARAN_AIRFLOW_PORT": str(layout.airflow_port),
         "ALDEBARAN_SPARK_MASTER": f"spark://{HOST}:{layout.spark_port}",
