@@ -100,16 +100,19 @@ def api_from_env():
 
 
 def stop(platform: Platform | None = None, reason: str = "demo reset") -> list[str]:
-    """Stop the auditor, the streaming dispatchers and the low-latency lane this host runs for the platform's
-    defaults.
+    """Stop the auditor (its supervised standby first), the streaming dispatchers and the low-latency lane
+    this host runs for the platform's defaults.
     Returns what was stopped. The supervisors must be paused first, or they start them again."""
-    from aldebaran.platform import dispatch_supervisor, supervisor
+    from aldebaran.platform import dispatch_supervisor, standby_slot, supervisor
     from aldebaran.storage import ObjectStore
 
     platform = platform or Platform.load()
     stopped = []
     store = ObjectStore(load(ObjectStoreSettings))
     sup = supervisor.settings_with(None)
+    # The supervised standby first: stopping the active alone would hand it the lease.
+    if standby_slot.stop(store, platform.query, sup, reason):
+        stopped.append(f"standby auditor {platform.query}")
     if supervisor.stop_local(store, platform.query, platform.checkpoint, sup.stop_timeout_seconds, reason):
         stopped.append(f"auditor {platform.query}")
     cfg = dispatch_supervisor.settings()

@@ -220,3 +220,14 @@ def test_a_healthy_active_keeps_its_standby_waiting():
     decision, state, _ = run(f, {"submit": f["submit"], "standby": dict(STANDBY)})
     assert decision["action"] == NONE and state["standby"] == STANDBY
     assert decision["standby"] == {"enabled": True, "status": READY, "pid": 77, "promoted": False}
+
+
+@pytest.mark.parametrize("slot, now, wait", [
+    ({"at": 1000.0}, 1000.0 + 60, 240.0),  # died a minute after its launch: four more minutes
+    ({"at": 1000.0}, 1000.0 + 300, 0.0),
+    ({"at": 1000.0}, 1000.0 + 3600, 0.0),  # ran an hour: relaunched at once
+    ({"at": None}, 5000.0, 0.0),
+    (None, 5000.0, 0.0),
+])
+def test_a_standby_that_dies_soon_after_its_launch_is_relaunched_after_a_backoff(slot, now, wait):
+    assert standby_slot.relaunch_wait(slot, now, backoff=300.0) == wait

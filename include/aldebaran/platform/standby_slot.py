@@ -49,6 +49,16 @@ log = logging.getLogger(__name__)
 FAILOVER = "failover"
 ABSENT, DEAD, STARTING, READY, STUCK = "absent", "dead", "starting", "ready", "stuck"
 USABLE = (READY, STARTING)
+# A standby that died this soon after its launch is relaunched no sooner than this long after that launch:
+# one that crashes as it starts (bad config, no executor slots) is not relaunched every supervisor run. (A
+# stuck one is stopped after the start timeout, which paces its relaunches already.)
+RELAUNCH_BACKOFF_SECONDS = 300.0
+
+
+def relaunch_wait(slot: dict | None, now: float, backoff: float = RELAUNCH_BACKOFF_SECONDS) -> float:
+    """Seconds until a failed standby may be relaunched (0: now). `slot` is the failed one's record."""
+    launched = float((slot or {}).get("at") or 0)
+    return max(0.0, launched + backoff - now) if launched else 0.0
 
 
 def session_of(pid: int | None) -> int | None:
@@ -259,6 +269,10 @@ def standby_due(decision: dict) -> bool:
         return False
     if st in USABLE:  # a standby that took over is one too: the next assess promotes it
         log.info("standby (spark-submit %s) %s", facts["standby"]["pid"], st)
+        return False
+    if st == DEAD and (wait := relaunch_wait(facts["standby"], facts["now"])) > 0:
+        log.warning("standby (spark-submit %s) died %.0fs after its launch: the next one in %.0fs (backoff)",
+                    facts["standby"]["pid"], facts["now"] - float(facts["standby"]["at"]), wait)
         return False
     if st == STUCK:
         stop(store, query, settings, f"not ready {settings.start_timeout_seconds:.0f}s after its launch")
