@@ -179,7 +179,12 @@ class MinIOBalancer(Service):
         return (
             "global\n    maxconn 4096\n\n"
             "defaults\n    mode http\n    timeout connect 2s\n    timeout client 300s\n    timeout server 300s\n"
-            "    retries 3\n    option redispatch 1\n\n"
+            "    retries 3\n    option redispatch 1\n"
+            # botocore sends PUTs with `Expect: 100-continue`; MinIO answers a failed precondition (412, a
+            # conditional create that lost) before the body, botocore then reuses the connection without
+            # sending it, and a kept-alive proxy connection reads the next request as that body (400).
+            # One transaction per connection avoids it (MinIO itself closes such a connection).
+            "    option httpclose\n\n"
             f"frontend s3\n    bind {self.address}\n    default_backend minio\n\n"
             "backend minio\n    balance roundrobin\n    option httpchk GET /minio/health/live\n"
             "    http-check expect status 200\n    default-server inter 500ms fall 2 rise 2\n" + servers)
