@@ -96,7 +96,7 @@ def test_kafka_takes_acks_all_writes_with_the_controller_broker_dead(profile):
     t0 = time.monotonic()
     roundtrip("one-broker-dead")  # idempotent producer: acks=all, 2 in-sync replicas left
     # Reported, not asserted (a shared 2-core box): the broker is fenced after broker.session.timeout.ms.
-    print(f"\nkafka-{controller} (controller) SIGKILLed: acks=all produce + consume in {time.monotonic() - t0:.1f}s")
+    print(f"\nkafka-{controller} (the Admin API's controller) SIGKILLed: acks=all produce + consume in {time.monotonic() - t0:.1f}s")
     ha.start(f"kafka-{controller}")
     roundtrip("restarted")
 
