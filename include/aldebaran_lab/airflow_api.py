@@ -21,6 +21,8 @@ from aldebaran.exceptions import AldebaranError
 log = logging.getLogger(__name__)
 
 API_PATIENCE_S = 600.0  # how long a call waits for an unreachable api-server (it may be restarting)
+IDEMPOTENT = ("GET", "PUT", "PATCH", "DELETE")  # repeated after a 5xx (see AirflowApi.call) ...
+SERVER_ERROR_RETRIES = 5  # ... this many times, 2 s apart
 FINISHED = ("success", "failed")
 
 
@@ -56,8 +58,10 @@ class AirflowApi:
 
     def call(self, method: str, path: str, body: dict | None = None, patience: float | None = None) -> dict:
         """One API call. While the api-server is unreachable or too slow to answer (restarting, killed, a
-        loaded machine) the call is repeated for up to `patience` seconds (default API_PATIENCE_S)."""
+        loaded machine), or answers an idempotent call with a 5xx, the call is repeated for up to
+        `patience` seconds (default API_PATIENCE_S)."""
         deadline = time.monotonic() + (API_PATIENCE_S if patience is None else patience)
+        server_errors = 0
         while True:
             try:
                 try:
@@ -68,7 +72,16 @@ class AirflowApi:
                     self._token = None  # expired: once more with a new token
                     return self._request(method, path, body)
             except urllib.error.HTTPError as exc:
-                raise self.error(f"Airflow API {method} {path}: HTTP {exc.code} {exc.read()[:300]!r}") from exc
+                detail = exc.read()[:300]
+                # A 5xx on a call that may be repeated: the api-server's SQLite was busy ("Database error"
+                # while the scheduler writes, seen in CI on a DAG pause). Not for POST (it may have acted).
+                server_errors += exc.code >= 500
+                if (exc.code >= 500 and method in IDEMPOTENT and server_errors <= SERVER_ERROR_RETRIES
+                        and time.monotonic() < deadline):
+                    log.warning("Airflow API %s %s: HTTP %d %r; retrying", method, path, exc.code, detail)
+                    time.sleep(2.0)
+                    continue
+                raise self.error(f"Airflow API {method} {path}: HTTP {exc.code} {detail!r}") from exc
             except (OSError, ValueError) as exc:  # refused, reset, timed out, a truncated answer
                 if time.monotonic() > deadline:
                     raise self.error(f"Airflow API {method} {path}: unreachable: {exc}") from exc
