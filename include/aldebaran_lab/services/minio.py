@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import urllib.request
 from urllib.parse import urlparse
 
 from aldebaran import paths
@@ -13,6 +14,16 @@ from aldebaran_lab.services.base import Service
 
 log = logging.getLogger(__name__)
 
+
+
+def minio_health(address: str, check: str = "ready") -> bool:
+    """MinIO's health endpoint ``/minio/health/<check>`` at ``address`` (host:port) answers 200: ``ready``
+    (this server serves), ``live``, or ``cluster`` (the cluster has write quorum as seen from it)."""
+    try:
+        with urllib.request.urlopen(f"http://{address}/minio/health/{check}", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
 
 class MinIO(Service):
     name = "minio"
@@ -47,13 +58,7 @@ class MinIO(Service):
         return [str(paths.minio_binary()), "server", str(self.data), "--address", self.address, "--quiet"]
 
     def healthy(self) -> bool:
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(f"http://{self.address}/minio/health/ready", timeout=2) as resp:
-                return resp.status == 200
-        except OSError:
-            return False
+        return minio_health(self.address)
 
     def after_start(self) -> None:
         from aldebaran.objectstore import ObjectStore

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import urllib.request
 from pathlib import Path
 
 from aldebaran import paths
@@ -16,6 +15,7 @@ from aldebaran.settings import KafkaSettings, ObjectStoreSettings
 from aldebaran_lab.services.base import Service, port_open
 from aldebaran_lab.services.ha.profile import HOST, Layout
 from aldebaran_lab.services.kafka import LOG4J2, Kafka, new_cluster_id, server_properties
+from aldebaran_lab.services.minio import minio_health
 
 log = logging.getLogger(__name__)
 
@@ -134,19 +134,12 @@ class MinIONode(Service):
         return [str(paths.minio_binary()), "server", "--address", self.address, "--quiet",
                 *self.layout.minio_endpoints(self.root)]
 
-    def _probe(self, check: str) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://{self.address}/minio/health/{check}", timeout=2) as resp:
-                return resp.status == 200
-        except OSError:
-            return False
-
     def healthy(self) -> bool:
-        return self._probe("ready")
+        return minio_health(self.address)
 
     def cluster_writable(self) -> bool:
         """The cluster as seen from this node has write quorum (/minio/health/cluster)."""
-        return self._probe("cluster")
+        return minio_health(self.address, "cluster")
 
     def after_start(self) -> None:
         from aldebaran.objectstore import ObjectStore
@@ -201,8 +194,4 @@ class MinIOBalancer(Service):
 
     def healthy(self) -> bool:
         """At least one node answers through the balancer."""
-        try:
-            with urllib.request.urlopen(f"http://{self.address}/minio/health/ready", timeout=2) as resp:
-                return resp.status == 200
-        except OSError:
-            return False
+        return minio_health(self.address)
