@@ -161,7 +161,7 @@ class ChannelDispatcher:
                     self._retrying(self.sweep)
                     last_sweep = time.monotonic()
                 if heartbeat is not None:
-                    heartbeat.beat(self)
+                    heartbeat.progress(self, c, settled_upto)  # a report; its own thread writes the beat
                 msgs = c.consume(num_messages=self.settings.poll_max, timeout=0.2)
                 if not msgs and not any(p.buffer for p in self.partitions.values()):
                     if idle_timeout is not None and time.monotonic() - last_data > idle_timeout and c.assignment():

@@ -1,31 +1,40 @@
 """A long-running dispatcher: ``aldebaran dispatch --follow [--channel NAME ...]``.
 
-It delivers until SIGTERM/SIGINT (then finishes the runs in hand, commits and exits 0) and publishes a
-heartbeat every ``ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS`` at ``heartbeats/dispatcher/<name>.json``:
+It delivers until SIGTERM/SIGINT (then finishes the runs in hand, commits, leaves its consumer groups and
+exits 0). A thread of its own (aldebaran.heartbeat.Beater) publishes its heartbeat every
+``ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS`` at ``heartbeats/dispatcher/<name>.json``, however busy the channel
+loops are; the loops only report their progress to it:
 
     {"status": "running"|"stopped"|"failed", "name", "channels", "owner", "host", "pid", "started_at",
-     "at", "alerts", "runs", "sent", "failed", "in_doubt", "already_recorded", "retried", "ledger_writes",
-     "partitions": {channel: {partition: {"epoch", "broken"}}}, "error"}
+     "at", "period", "alerts", "runs", "sent", "failed", "in_doubt", "already_recorded", "retried",
+     "ledger_writes", "error",
+     "partitions": {channel: {partition: {"epoch", "broken", "settled", "position", "buffered", "advanced_at"}}},
+     "progress": {channel: {"loop_at", "progress_at", "pending", "outcomes"}}}
 
-Airflow's ``dispatch_supervisor`` DAG (aldebaran.platform.dispatch_supervisor) reads it: a heartbeat
-older than its stale limit, or a dead local process, means restart.
+``settled`` is the next offset to commit (everything below it is settled on the channel), ``position`` the
+consumer's; ``pending`` says the channel holds work it has not settled (alerts buffered, or read past what
+is settled, on a partition that is not broken); ``progress_at`` is when its settled offsets or its count of
+settled deliveries last moved. Airflow's ``dispatch_supervisor`` DAG (aldebaran.platform.dispatch_supervisor)
+restarts a dispatcher whose process is gone or whose heartbeat is stale (frozen or dead), or which has
+had work pending without progress for its progress limit; a slow dispatcher that progresses is left alone.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
-import socket
 import threading
 import time
 
+from aldebaran.heartbeat import Beater, Progress, identity
 from aldebaran.storage import read_json, safe_segment
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_PREFIX = "heartbeats/dispatcher"
+# What counts as a settled delivery in DispatchStats.summary(): a change in their sum is progress.
+OUTCOMES = ("sent", "already_recorded", "failed", "in_doubt", "retried")
 
 
 def heartbeat_key(name: str) -> str:
@@ -36,37 +45,98 @@ def read_heartbeat(store, name: str) -> dict | None:
     return read_json(store, heartbeat_key(name))
 
 
+class _Channel:
+    """The heartbeat's view of one channel loop: its worker, its settled offsets (the loop's own dict,
+    read, never written here), the consumer positions it last reported, and when each partition advanced."""
+
+    def __init__(self, clock) -> None:
+        self.worker = None
+        self.settled: dict[int, int] = {}
+        self.positions: dict[int, int] = {}
+        self.positions_read = 0.0
+        self.advanced: dict[int, tuple[int, float]] = {}  # partition → (settled offset, when it was first seen)
+        self.progress = Progress(clock)
+
+
 class Heartbeat:
-    """Writes the dispatcher's heartbeat at most every `period` seconds (called from every channel loop)."""
+    """The streaming dispatcher's heartbeat: written every `period` by its own thread (:meth:`start`,
+    :meth:`finish`); the channel loops call :meth:`progress` at each iteration, which never writes."""
 
     def __init__(self, store, name: str, channels: list[str], owner: str, stats, period: float,
-                 ledger=None) -> None:
+                 ledger=None, clock=time.time) -> None:
         self.store, self.name, self.channels, self.owner, self.ledger = store, name, channels, owner, ledger
-        self.stats, self.period = stats, period
-        self.started_at = time.time()
-        self._last = 0.0
+        self.stats, self.period, self.clock = stats, period, clock
+        self.started_at = clock()
         self._lock = threading.Lock()
-        self.workers: dict = {}
+        # Every channel from the start: a loop that never turns shows as such.
+        self._units = {c: _Channel(clock) for c in channels}
+        self.beater = Beater(store, heartbeat_key(name), self.body, period, f"dispatcher {name}")
 
-    def beat(self, worker=None, status: str = "running", error: str | None = None, force: bool = False) -> None:
-        if worker is not None:
-            self.workers[worker.channel.name] = worker
-        now = time.monotonic()
+    @property
+    def workers(self) -> dict:
+        return {c: u.worker for c, u in self._units.items() if u.worker is not None}
+
+    def progress(self, worker, consumer=None, settled: dict | None = None) -> None:
+        """A channel loop's report at the top of each iteration: it turned; its consumer's positions (read
+        here, in the loop's thread, at most once a second: the consumer is not shared with the beat)."""
         with self._lock:
-            if not force and now - self._last < self.period:
-                return
-            self._last = now
-        s = self.stats
-        body = {"status": status, "name": self.name, "channels": self.channels, "owner": self.owner,
-                "host": socket.gethostname(), "pid": os.getpid(), "started_at": self.started_at, "at": time.time(),
-                **(s.summary() if s is not None else {}), "error": error,
+            unit = self._units.setdefault(worker.channel.name, _Channel(self.clock))
+        unit.worker = worker
+        if settled is not None:
+            unit.settled = settled
+        unit.progress.turned()
+        now = time.monotonic()
+        if consumer is not None and now - unit.positions_read >= 1.0:
+            from confluent_kafka import KafkaException
+
+            unit.positions_read = now
+            try:
+                unit.positions = {tp.partition: tp.offset for tp in consumer.position(consumer.assignment())}
+            except KafkaException as exc:
+                log.debug("%s: consumer positions not read: %s", worker.channel.name, exc)
+
+    # --- the body ------------------------------------------------------------------------------------
+    def _observe(self, channel: str, unit: _Channel, outcomes: int) -> dict:
+        """This channel's partitions as the heartbeat reports them; updates its progress marks."""
+        now = self.clock()
+        parts, pending = {}, False
+        partitions = list(unit.worker.partitions.values()) if unit.worker is not None else []
+        settled_now = dict(unit.settled)
+        for p in partitions:
+            settled, position = settled_now.get(p.number), unit.positions.get(p.number)
+            position = position if position is not None and position >= 0 else None
+            buffered = len(p.buffer)
+            last = unit.advanced.get(p.number)
+            if last is None or last[0] != settled:
+                unit.advanced[p.number] = last = (settled, now)
+            parts[p.number] = {"epoch": p.epoch, "broken": p.broken, "settled": settled, "position": position,
+                               "buffered": buffered, "advanced_at": last[1]}
+            # A broken partition is not pending: it stays stopped until a rebalance revokes it, and a
+            # restart would not mend it (an operator's job; platform_health names it).
+            if not p.broken and (buffered or (settled is not None and position is not None and position > settled)):
+                pending = True
+        unit.progress.observe((tuple(sorted(settled_now.items())), outcomes), pending)
+        return parts
+
+    def body(self, status: str = "running", error: str | None = None) -> dict:
+        summary = self.stats.summary() if self.stats is not None else {}
+        partitions, progress = {}, {}
+        for channel, unit in list(self._units.items()):
+            outcomes = sum(int((summary.get(k) or {}).get(channel, 0)) for k in OUTCOMES)
+            partitions[channel] = self._observe(channel, unit, outcomes)
+            progress[channel] = {**unit.progress.snapshot(), "outcomes": outcomes}
+        return {"status": status, "name": self.name, "channels": self.channels, "owner": self.owner,
+                **identity(), "started_at": self.started_at, "at": self.clock(), "period": self.period,
+                **summary, "error": error,
                 "ledger_writes": self.ledger.writes if self.ledger is not None else None,
-                "partitions": {c: {p.number: {"epoch": p.epoch, "broken": p.broken} for p in w.partitions.values()}
-                               for c, w in self.workers.items()}}
-        try:
-            self.store.put(heartbeat_key(self.name), json.dumps(body, default=str).encode())
-        except Exception as exc:  # noqa: BLE001 - a missed heartbeat must never stop delivery
-            log.warning("dispatcher heartbeat not written: %s", exc)
+                "partitions": partitions, "progress": progress}
+
+    # --- writing -----------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.beater.start()
+
+    def finish(self, status: str, error: str | None = None) -> None:
+        self.beater.finish(self.body(status, error))
 
 
 def follow(channel_names: list[str] | None = None, name: str | None = None) -> int:
@@ -89,14 +159,14 @@ def follow(channel_names: list[str] | None = None, name: str | None = None) -> i
     signal.signal(signal.SIGINT, on_signal)
     heartbeat = Heartbeat(ledger.store, name, [c.name for c in channels], dispatcher.owner, stats,
                           dispatcher.settings.heartbeat_seconds, ledger)
-    heartbeat.beat(force=True, status="running")
+    heartbeat.start()
     log.info("dispatcher %s: following the alerts topic for %s (ledger %s)", name,
              ", ".join(c.name for c in channels), ledger.store.uri(ledger.prefix))
     try:
         dispatcher.run(stop=stop, idle_timeout=None, heartbeat=heartbeat, stats=stats)
     except BaseException as exc:
-        heartbeat.beat(status="failed", error=f"{type(exc).__name__}: {exc}", force=True)
+        heartbeat.finish("failed", error=f"{type(exc).__name__}: {exc}")
         raise
-    heartbeat.beat(status="stopped", force=True)
+    heartbeat.finish("stopped")
     log.info("dispatcher %s stopped: %s", name, json.dumps(stats.summary()))
     return 0

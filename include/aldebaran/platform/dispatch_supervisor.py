@@ -3,10 +3,13 @@
 The streaming dispatchers (``aldebaran dispatch --follow``, aldebaran.delivery.service) are the normal
 delivery path: one per configured channel, named after it, unless ``ALDEBARAN_DISPATCH_SUPERVISOR_GROUPS``
 puts several channels in one (:func:`plan`). Each run (every minute, one at a time) supervises each
-dispatcher with the steps of aldebaran.platform.processes (observe its heartbeat
-``heartbeats/dispatcher/<name>.json`` and its process, diagnose, decide, restart with backoff), the
-:class:`~aldebaran.platform.processes.Kind` ``dispatcher``; it also names the channels a dispatcher runs
-other than configured. A dispatcher left over (or alert_dispatch) shares the channel's consumer group,
+dispatcher with the steps of aldebaran.platform.processes and the
+:class:`~aldebaran.platform.processes.Kind` ``dispatcher`` (observe its heartbeat
+``heartbeats/dispatcher/<name>.json`` and its process, diagnose, decide, restart with backoff). It
+restarts a dispatcher whose process is gone, whose heartbeat is missing or stale (frozen or dead: the
+heartbeat has a thread of its own) or ``failed``/``stopped``, or one of whose channels has had work
+pending without progress for ``ALDEBARAN_DISPATCH_SUPERVISOR_PROGRESS_LIMIT_SECONDS``; a slow channel
+that progresses is left alone. It also names the channels a dispatcher runs other than configured. A dispatcher left over (or alert_dispatch) shares the channel's consumer group,
 and the ledger's partition epochs fence whichever loses a partition, so an alert is never delivered twice.
 State: one object per dispatcher, ``<state prefix>/<name>.json``, written with If-Match.
 """
@@ -32,7 +35,8 @@ def kind() -> processes.Kind:
 
     return processes.Kind("dispatcher", read_heartbeat, heartbeat_key, (b"dispatch", b"--follow"),
                           "ALDEBARAN_DISPATCH_SUPERVISOR_STALE_AFTER_SECONDS",
-                          "ALDEBARAN_DISPATCH_SUPERVISOR_START_TIMEOUT_SECONDS")
+                          "ALDEBARAN_DISPATCH_SUPERVISOR_START_TIMEOUT_SECONDS",
+                          "ALDEBARAN_DISPATCH_SUPERVISOR_PROGRESS_LIMIT_SECONDS")
 
 
 def settings() -> DispatchSupervisorSettings:

@@ -7,6 +7,11 @@ backing off 0, base, 2·base, … ≤ max within one incident; ``restart``), and
 what is left, SIGKILL to its process group after ``stop_timeout_seconds``, launch it detached with its own
 log, record pid/start ticks/log, return once its heartbeat says ``running``. State: one object per
 process, ``<state prefix>/<name>.json``, written with If-Match.
+
+The heartbeat is written by a thread of its own (aldebaran.heartbeat), so a stale one means the process
+is frozen or dead, never merely busy. Whether it works is judged on the progress its heartbeat carries
+(:func:`stalled`): a unit with work pending whose marks have not moved for the progress limit has lost
+progress; a slow unit that progresses is healthy however long each step takes.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ class Kind:
     argv_words: tuple[bytes, ...]  # all in /proc/<pid>/cmdline: a pid read from a heartbeat is this process
     stale_env: str  # the setting of the stale limit, named in the reason
     start_env: str  # the setting of the start timeout
+    progress_env: str = ""  # the setting of the progress limit (a kind whose heartbeat carries progress)
 
 
 def broken_partitions(heartbeat: dict | None) -> dict[str, str]:
@@ -78,15 +84,41 @@ def observe(store, name: str, channels: list[str], state: dict, now: float, kind
     ticks = launch.get("start_ticks") if hb and hb.get("pid") == launch.get("pid") else None
     return {
         "now": now, "host": host, "name": name, "channels": sorted(channels),
-        "kind": kind.label, "stale_env": kind.stale_env, "heartbeat_uri": store.uri(kind.heartbeat_key(name)),
+        "kind": kind.label, "stale_env": kind.stale_env, "progress_env": kind.progress_env,
+        "heartbeat_uri": store.uri(kind.heartbeat_key(name)),
         "heartbeat": None if hb is None else {
             **{k: hb.get(k) for k in ("status", "pid", "host", "at", "started_at", "error")},
-            "channels": sorted(hb.get("channels") or []), "broken": broken_partitions(hb)},
+            "channels": sorted(hb.get("channels") or []), "broken": broken_partitions(hb),
+            "progress": hb.get("progress")},
         "heartbeat_alive": pid_alive(hb["pid"], ticks) if hb_local else None,
         "launch": launch or None,
         "launch_alive": (pid_alive(launch.get("pid"), launch.get("start_ticks"))
                          if launch.get("pid") and launch.get("host") == host else None),
     }
+
+
+def stalled(progress: dict | None, now: float, limit: float) -> dict[str, str]:
+    """{unit: why} for each unit of a heartbeat's ``progress`` that has lost progress: its marks (settled
+    offsets, settled deliveries) have not moved for more than `limit` seconds while it has work pending,
+    or while its loop has not turned either (stuck outside its work, e.g. in a hung call). Pure.
+
+    A unit without pending work whose loop turns is idle, not stalled; a unit whose marks move is
+    healthy however slowly they move and however long one turn of its loop takes."""
+    out: dict[str, str] = {}
+    for unit, p in sorted((progress or {}).items()):
+        p = p or {}
+        quiet = now - float(p.get("progress_at") or 0)
+        if quiet <= limit:
+            continue
+        loop_at = p.get("loop_at")
+        loop_age = None if loop_at is None else now - float(loop_at)
+        if p.get("pending"):
+            out[unit] = f"work pending and no progress for {quiet:.0f}s"
+        elif loop_age is None:
+            out[unit] = f"its loop has not started in {quiet:.0f}s"
+        elif loop_age > limit:
+            out[unit] = f"its loop has not turned for {loop_age:.0f}s and no progress for {quiet:.0f}s"
+    return out
 
 
 def diagnose(facts: dict, cfg) -> list[str]:
@@ -107,6 +139,13 @@ def diagnose(facts: dict, cfg) -> list[str]:
         elif age > cfg.stale_after_seconds:
             problems.append(f"heartbeat {age:.0f}s old (limit {cfg.stale_after_seconds:.0f}s, "
                             f"{facts.get('stale_env', 'ALDEBARAN_DISPATCH_SUPERVISOR_STALE_AFTER_SECONDS')})")
+        else:
+            # Judged only on a live, fresh heartbeat: otherwise the reasons above say more.
+            limit = getattr(cfg, "progress_limit_seconds", None)
+            if limit is not None and hb.get("status") not in TERMINATED:
+                for unit, why in stalled(hb.get("progress"), now, limit).items():
+                    problems.append(f"{label} {facts['name']}: {unit}: {why} (limit {limit:.0f}s, "
+                                    f"{facts.get('progress_env') or 'progress limit'})")
         if hb.get("channels") and hb["channels"] != facts["channels"]:
             problems.append(f"it runs channel(s) {', '.join(hb['channels'])}, configured: {', '.join(facts['channels'])}")
     # A launch that died before its first heartbeat (bad connection, import error): name its log.

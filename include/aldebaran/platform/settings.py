@@ -52,7 +52,14 @@ class DispatchSupervisorSettings(BaseSettings):
     stale_after_seconds: float = Field(
         30.0, gt=0,
         description="ALDEBARAN_DISPATCH_SUPERVISOR_STALE_AFTER_SECONDS: a dispatcher heartbeat older than this = "
-                    "restart (the dispatcher beats every ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS)",
+                    "restart: the process is frozen or dead (a thread of its own beats every "
+                    "ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS, however busy its channels are)",
+    )
+    progress_limit_seconds: float = Field(
+        120.0, gt=0,
+        description="ALDEBARAN_DISPATCH_SUPERVISOR_PROGRESS_LIMIT_SECONDS: a channel with work pending (alerts "
+                    "read, not settled) whose settled offsets and settled deliveries have not moved for this long "
+                    "= restart; a slow channel that progresses is never restarted",
     )
     start_timeout_seconds: float = Field(
         60.0, gt=0,
