@@ -134,7 +134,9 @@ def test_max_run_follows_can_dedupe():
         can_dedupe: ClassVar[bool] = False
 
     assert ScriptedChannel().max_run == ch.DEDUPE_MAX_RUN == 5000
-    assert Once().max_run == 1
+    # Without deduplication a crash may put a run in doubt: one window of sends (the concurrency).
+    assert Once().max_run == ch.base.DEFAULT_CONCURRENCY == 16
+    assert Once(concurrency=4).max_run == 4
     assert ScriptedChannel(max_run=10).max_run == 10
     with pytest.raises(ValueError, match="max_run must be at least 1"):
         ScriptedChannel(max_run=0)
@@ -146,9 +148,11 @@ def test_builtin_max_run_and_lookup_flags():
     webhook = ch.WebhookChannel("w", "http://127.0.0.1:1", "k")
     sms = ch.SmsChannel("s", "http://127.0.0.1:1", "AC1", "t", "+15550001111", "+15552223333")
     assert (webhook.max_run, webhook.has_lookup, webhook.concurrency) == (5000, False, 64)
-    assert (sms.max_run, sms.has_lookup) == (1, False)
+    assert (sms.max_run, sms.has_lookup, sms.remembers_sent) == (16, False, False)
     assert ch.SmsChannel("s", "http://127.0.0.1:1", "AC1", "t", "+15550001111", "+15552223333", lookup=True).has_lookup
-    assert (ch.LogChannel("log").max_run, ch.KafkaChannel("k", "t", {"bootstrap.servers": "x:1"}).max_run) == (1, ch.DEDUPE_MAX_RUN)
+    log = ch.LogChannel("log")
+    assert (log.max_run, log.has_lookup, log.lookup_lags, log.remembers_sent) == (ch.DEDUPE_MAX_RUN, True, False, True)
+    assert ch.KafkaChannel("k", "t", {"bootstrap.servers": "x:1"}).max_run == ch.DEDUPE_MAX_RUN
     with pytest.raises(NotImplementedError, match="webhook channel w has no lookup"):
         webhook.lookup("a1")
 

@@ -5,16 +5,15 @@ Each channel is its own work queue: its own consumer group on the alerts topic
 assignment gives each partition one dispatcher at a time; on assignment the dispatcher takes the
 partition's owner **epoch** in the ledger (the fence a stale owner cannot write past).
 
-Per partition, in this order (durable first, commit last):
-
-- a channel that deduplicates (webhook, email, Kafka bus): the polled alerts are cut into **runs**
-  (≤ the channel's max_run). A run is claimed with one conditional create whose key comes from its
-  first offset; its alerts are sent together (``send_many``); every outcome is recorded in one write;
-  then the offsets are committed. A run found already RECORDED (a replay after a crash) is skipped;
-  one found CLAIMED by an older epoch is adopted and sent again with the same idempotency keys.
-  Alert ids seen in recent runs (``dedupe_window_offsets``) are repeats and are not sent again.
-- a channel that cannot deduplicate (SMS): one record per alert, created as the claim. A crash puts
-  at most the alerts in flight into doubt; a repeated alert id is recognised forever by its key.
+Per partition, in this order (durable first, commit last; :mod:`aldebaran.delivery.settle`): the
+polled alerts are cut into **runs** (≤ the channel's max_run), on every channel. A run is claimed with
+one conditional create whose key comes from its first offset; its alerts are sent together
+(``send_many``); every outcome is recorded in one write; then the offsets are committed. A run found
+already RECORDED (a replay after a crash) is skipped; one found CLAIMED by an older epoch is adopted
+and settled as the channel allows: resent with the same idempotency keys (a channel that
+deduplicates), looked up per alert (the log file), or recorded IN_DOUBT (SMS). Alert ids seen in
+recent runs (``dedupe_window_offsets``) are repeats and are not sent again; older repeats are refused
+by the recipient's deduplication, the channel's own sent-log, or a sent marker in the ledger.
 
 Failed sends keep their own record (RETRY → … → DEAD; IN_DOUBT where resending is unsafe). A
 periodic sweep retries what is due and asks providers with a lookup about IN_DOUBT deliveries.
@@ -35,10 +34,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from aldebaran.delivery.exceptions import RetryableError
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT, RETRY, SETTLED
-from aldebaran.delivery.runs import MALFORMED, PENDING, RECORDED, REPEAT, Run
 from aldebaran.delivery.settings import DeliverySettings
+from aldebaran.delivery.settle import Partition, RunSettler
 from aldebaran.exceptions import AlreadyExists, Fenced, LedgerCorrupt, ObjectStoreError
 from aldebaran.model import Alert, AlertError
 from aldebaran.settings import KafkaSettings, load
@@ -92,19 +92,6 @@ class DeadLetters:
             pass  # another channel's dispatcher (or an earlier run) recorded it already
 
 
-@dataclass
-class Partition:
-    """What a dispatcher keeps for one partition it owns."""
-
-    number: int
-    epoch: int
-    seen: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # recent alert ids
-    buffer: list = field(default_factory=list)  # polled, not yet settled: [(offset, raw, alert|None, error)]
-    skip_until: int = -1  # offsets ≤ this belong to a run already recorded
-    loaded: bool = False
-    broken: str | None = None  # why this partition's dispatch stopped (fenced, unreadable ledger object)
-
-
 class ChannelDispatcher:
     """One channel's queue over the alerts topic."""
 
@@ -119,7 +106,7 @@ class ChannelDispatcher:
         self.owner = owner
         self.stats = stats
         self.dead_letters = dead_letters
-        self.max_run = min(settings.run_max, getattr(channel, "max_run", settings.run_max))
+        self.runs = RunSettler(channel, ledger, settings, self.topic, owner, stats, dead_letters)
         self.partitions: dict[int, Partition] = {}
 
     # --- the loop ---------------------------------------------------------------------------------
@@ -215,193 +202,19 @@ class ChannelDispatcher:
     def _settle_partition(self, part: Partition, stop: threading.Event) -> int | None:
         """Settle what is buffered for one partition; the next offset to commit, or None."""
         try:
-            if not part.loaded:
-                self._load_recent(part)
-            if self.channel.can_dedupe:
-                return self._settle_runs(part, stop)
-            return self._settle_singly(part, stop)
+            return self.runs.settle(part, stop)
         except (Fenced, LedgerCorrupt) as exc:
             part.broken = str(exc)
             part.buffer.clear()
             log.error("%s: partition %d stopped: %s", self.channel.name, part.number, exc)
             return None
-        except ObjectStoreError as exc:
-            log.warning("%s: object store unavailable (%s); partition %d retries", self.channel.name, exc, part.number)
+        except (ObjectStoreError, RetryableError) as exc:
+            # Nothing is lost: the buffer stays, and an adopted run stays ours (asked again next turn).
+            log.warning("%s: %s; partition %d retries", self.channel.name, exc, part.number)
             stop.wait(1.0)
             return None
 
-    # --- channels that deduplicate: runs ----------------------------------------------------------
-    def _load_recent(self, part: Partition) -> None:
-        """Alert ids of the recent runs (the dedupe window), and a run that covers the first offset."""
-        first = part.buffer[0][0]
-        window = self.settings.dedupe_window_offsets
-        if self.channel.can_dedupe and window:
-            for run in self.ledger.runs(self.channel.name, self.topic, part.number, max(0, first - window)):
-                if run.start > first:
-                    break
-                if run.state == RECORDED:
-                    self._remember(part, run.alert_ids())
-                if run.start < first <= run.end and run.state == RECORDED:
-                    part.skip_until = run.end
-        part.loaded = True
-
-    def _remember(self, part: Partition, ids) -> None:
-        seen = part.seen
-        for alert_id in ids:
-            seen[alert_id] = None
-        excess = len(seen) - max(self.settings.dedupe_window_offsets, self.max_run)
-        for _ in range(max(0, excess)):
-            seen.popitem(last=False)
-
-    def _settle_runs(self, part: Partition, stop: threading.Event) -> int | None:
-        name, committed = self.channel.name, None
-        while part.buffer:
-            buf = [b for b in part.buffer if b[0] > part.skip_until]
-            if len(buf) != len(part.buffer):
-                part.buffer = buf
-                committed = part.skip_until + 1
-                continue
-            chunk = part.buffer[: self.max_run]
-            found = self.ledger.get_run(name, self.topic, part.number, chunk[0][0])
-            if found is not None:
-                run, etag = found
-                if run.state == RECORDED:
-                    self._remember(part, run.alert_ids())
-                    self.stats.bump("already", name, len(run.alert_ids()))
-                    part.skip_until = run.end
-                    continue
-                if run.end > part.buffer[-1][0]:
-                    return committed  # adopt once the whole range is here (next poll)
-                run.adopt(self.ledger.clock(), self.owner, part.epoch)
-                etag = self.ledger.save_run(run, etag)
-                by_offset = {b[0]: b for b in part.buffer if b[0] <= run.end}
-                self.stats.bump("retried", name, sum(1 for e in run.entries if e[2] == PENDING))
-            else:
-                run, by_offset = self._new_run(part, chunk)
-                etag = self.ledger.claim_run(run)
-                if etag is None:
-                    continue  # someone created it meanwhile: read it on the next turn
-            self._send_run(part, run, etag, by_offset, stop)
-            part.skip_until = run.end
-            committed = run.end + 1
-        return committed
-
-    def _new_run(self, part: Partition, chunk: list) -> tuple[Run, dict]:
-        entries, in_run = [], set()
-        for offset, raw, alert, error in chunk:
-            if alert is None:
-                entries.append([offset, None, MALFORMED, {"reason": error}])
-            elif alert.alert_id in part.seen or alert.alert_id in in_run:
-                entries.append([offset, alert.alert_id, REPEAT, None])
-            else:
-                in_run.add(alert.alert_id)
-                entries.append([offset, alert.alert_id, PENDING, None])
-        run = Run.claim(self.channel.name, self.topic, part.number, entries, part.epoch, self.owner, self.ledger.clock())
-        return run, {b[0]: b for b in chunk}
-
-    def _send_run(self, part: Partition, run: Run, etag: str, by_offset: dict, stop: threading.Event) -> None:
-        name = self.channel.name
-        pending = [e for e in run.entries if e[2] == PENDING]
-        for e in run.entries:
-            if e[2] == MALFORMED:
-                offset, raw = e[0], by_offset[e[0]][1]
-                self.dead_letters.add(self.topic, part.number, offset, raw, (e[3] or {}).get("reason", "malformed"))
-        alerts = [by_offset[e[0]][2] for e in pending]
-        outcomes = self.channel.send_many(alerts) if alerts else []
-        by = {e[0]: o for e, o in zip(pending, outcomes)}
-        self._record(run, etag, by, {e[0]: by_offset[e[0]][2] for e in pending}, part, stop)
-        self._remember(part, run.alert_ids())
-        delivered = sum(1 for o in outcomes if o.status == "delivered")
-        with self.stats.lock:
-            self.stats.runs += 1
-            self.stats.malformed += sum(1 for e in run.entries if e[2] == MALFORMED)
-            now_ms = time.time() * 1000
-            for alert, o in zip(alerts, outcomes):
-                if o.status == "delivered" and isinstance(alert.detected_at, (int, float)):
-                    self.stats.latencies_ms.append(now_ms - alert.detected_at)
-        self.stats.bump("sent", name, delivered)
-        self.stats.bump("failed", name, len(outcomes) - delivered)
-        self.stats.bump("already", name, sum(1 for e in run.entries if e[2] == REPEAT))
-
-    def _record(self, run: Run, etag: str, outcomes: dict, alerts: dict, part: Partition, stop: threading.Event) -> None:
-        """Record the run's outcomes. The sends happened: while the object store is unreachable, keep the
-        outcomes in memory and retry only this write (no resend), until it lands or the dispatcher stops."""
-        backoff, failed_once = 0.5, False
-        while True:
-            try:
-                self.ledger.record_run(run, etag, outcomes, alerts)
-                return
-            except Fenced:
-                if failed_once:  # the earlier attempt may have landed with its answer lost: is it ours?
-                    found = self.ledger.get_run(run.channel, run.topic, run.partition, run.start)
-                    if found and found[0].state == RECORDED and (found[0].owner, found[0].epoch) == (self.owner, part.epoch):
-                        return
-                raise
-            except ObjectStoreError as exc:
-                if stop.is_set():
-                    raise
-                failed_once = True
-                log.warning("%s: recording run %d@%d failed (%s); the sends stand, retrying the record in %.1fs",
-                            self.channel.name, run.partition, run.start, exc, backoff)
-                stop.wait(backoff)
-                backoff = min(10.0, backoff * 2)
-
-    # --- channels that cannot deduplicate: one record per alert -----------------------------------
-    def _settle_singly(self, part: Partition, stop: threading.Event) -> int | None:
-        """Per-alert claims, made a window at a time (the channel's concurrency) right before that window
-        is sent: a crash leaves at most one window's alerts in doubt, never the whole poll."""
-        name = self.channel.name
-        window = max(1, int(getattr(self.channel, "concurrency", 1)))
-        claims, waiting, in_poll = [], False, set()
-
-        def send_window() -> None:
-            if claims:
-                outcomes = self.channel.send_many([a for a, _, _ in claims])
-                for (alert, record, etag), outcome in zip(claims, outcomes):
-                    self._report(record, etag, outcome)
-                claims.clear()
-
-        for offset, raw, alert, error in part.buffer:
-            if stop.is_set():
-                send_window()
-                return None  # the buffer stays; what settled is found settled next time
-            if alert is None:
-                self.dead_letters.add(self.topic, part.number, offset, raw, error)
-                with self.stats.lock:
-                    self.stats.malformed += 1
-                continue
-            if alert.alert_id in in_poll:
-                self.stats.bump("already", name)  # a repeat within this poll: its first copy settles it
-                continue
-            in_poll.add(alert.alert_id)
-            got = self.ledger.claim(name, alert.to_dict(), self.owner)
-            if got is None:
-                found = self.ledger.get(name, alert.alert_id)
-                if found is None:
-                    waiting = True
-                    continue
-                record, etag = found
-                if record.state in SETTLED:
-                    self.stats.bump("already", name)
-                    continue
-                if not record.due(self.ledger.clock()):
-                    waiting = True  # another worker holds it under a live lease
-                    continue
-                got = self.ledger.take_over(record, etag, self.owner, self.channel.can_dedupe)
-                if got is None:
-                    self.stats.bump("in_doubt", name)
-                    continue
-            claims.append((alert, *got))
-            if len(claims) >= window:
-                send_window()
-        send_window()
-        if waiting:
-            stop.wait(min(5.0, self.ledger.lease_seconds / 4))
-            return None  # the buffer stays; settled ones are found settled next time
-        last = part.buffer[-1][0]
-        part.buffer.clear()
-        return last + 1
-
+    # --- per-alert records: retries, doubts, pages ------------------------------------------------
     def _report(self, record, etag, outcome) -> None:
         name = self.channel.name
         settled = self.ledger.settle(record, etag, outcome, self.channel.can_dedupe)
@@ -461,8 +274,6 @@ class ChannelDispatcher:
 
     def _retrying(self, fn, *args):
         """Object-store calls outside a partition's settle loop: back off while the store is down."""
-        from aldebaran.delivery.channels import RetryableError
-
         backoff = 1.0
         for _ in range(8):
             try:

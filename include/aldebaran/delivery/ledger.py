@@ -5,10 +5,13 @@ Layout under ``<prefix>`` (default ``deliveries``) in one :class:`aldebaran.stor
     <prefix>/<channel>/runs/<topic>/<partition:05d>/<start:020d>.json    a run (aldebaran.delivery.runs)
     <prefix>/<channel>/owners/<topic>/<partition:05d>.json                the partition's owner epoch
     <prefix>/<channel>/alerts/<alert_id>.json                             a per-alert record (records.py)
+    <prefix>/<channel>/sent/<alert_id>                                    the run that sent it (sent markers)
     <prefix>-index/<retry|dead|in_doubt>/<channel>/<alert_id>             records needing attention
 
-Costs on a channel that deduplicates: two writes per run (claim + record), whatever the run's size,
-plus one owner write per partition assignment; per-alert records only for failures. The index lets
+Costs on every channel: two writes per run (claim + record), whatever the run's size, plus one owner
+write per partition assignment; per-alert records only for failures and doubts. A channel that can
+neither deduplicate nor remember what it sent (SMS) also gets one sent marker per alert, so a repeat
+of its alert id is recognised forever (it is provider-bound: a write per message costs nothing there). The index lets
 the retry sweep, stats and the UI find the records that need attention without listing every object:
 a marker is written before a record enters an indexed state and removed after it leaves, so a crash
 in between leaves an extra marker (the sweep re-checks the record), never a missing one.
@@ -28,6 +31,7 @@ from typing import Callable, Iterator
 from aldebaran.delivery.records import CLAIMED, DEAD, IN_DOUBT, RETRY, Record, RetryPolicy
 from aldebaran.delivery.runs import DEAD as RUN_DEAD
 from aldebaran.delivery.runs import DELIVERED as RUN_DELIVERED
+from aldebaran.delivery.runs import IN_DOUBT as RUN_IN_DOUBT
 from aldebaran.delivery.runs import PENDING, RETRYING, Run
 from aldebaran.delivery.settings import DeliverySettings
 from aldebaran.exceptions import AlreadyExists, Fenced, LedgerCorrupt, NotFound, PreconditionFailed
@@ -73,6 +77,9 @@ class Ledger:
 
     def key(self, channel: str, alert_id: str) -> str:
         return f"{self._channel(channel)}/alerts/{safe_segment(alert_id, 'alert id')}.json"
+
+    def sent_key(self, channel: str, alert_id: str) -> str:
+        return f"{self._channel(channel)}/sent/{safe_segment(alert_id, 'alert id')}"
 
     def index_key(self, kind: str, channel: str, alert_id: str) -> str:
         return f"{self.prefix}-index/{kind}/{safe_segment(channel, 'channel')}/{safe_segment(alert_id, 'alert id')}"
@@ -221,31 +228,52 @@ class Ledger:
         self.store.delete(self.index_key(kind, channel, alert_id))
 
     # --- outcomes: the dispatcher reports, the aggregates transition, the ledger stores ------------
-    def record_run(self, run: Run, etag: str, outcomes: dict, alerts: dict) -> str:
-        """Record every outcome of a run in one write. `outcomes`: offset → Outcome for the entries
-        that were sent; `alerts`: offset → the Alert (or its dict). A failed alert gets its own record first
-        (RETRY, or DEAD when permanent), so a crash between the two writes loses nothing. Fenced if
-        a newer owner adopted the run meanwhile."""
+    def record_run(self, run: Run, etag: str, outcomes: dict, alerts: dict, can_dedupe: bool = True) -> str:
+        """Record every outcome of a run in one write. `outcomes`: offset → Outcome for the pending
+        entries; `alerts`: offset → the Alert (or its dict). A failed alert gets its own record first
+        (RETRY, or DEAD when permanent; IN_DOUBT when the outcome is unknown on a channel that cannot
+        deduplicate), so a crash between the two writes loses nothing. Fenced if a newer owner adopted
+        the run meanwhile. Idempotent: entries settled by an earlier attempt of this write are kept."""
         now = self.clock()
         key = self.run_key(run.channel, run.topic, run.partition, run.start)
-        for entry in run.entries:
-            if entry[2] != PENDING:
-                continue
+        results = {}
+        for entry in run.pending():
             outcome = outcomes[entry[0]]
             if outcome.status == "delivered":
-                entry[2], entry[3] = RUN_DELIVERED, outcome.receipt
+                results[entry[0]] = (RUN_DELIVERED, outcome.receipt)
                 continue
             error = outcome.error or outcome.status
-            if outcome.status == "unknown":  # runs are only for channels that deduplicate: resend is safe
-                error = f"outcome unknown, will resend with the same key: {error}"
             failed = alerts[entry[0]]
             failed = failed if isinstance(failed, dict) else failed.to_dict()
-            record = Record.failed_in_run(run.channel, failed, run.owner, now, key, error,
-                                          outcome.status == "permanent", self.policy)
+            if outcome.status == "unknown" and not can_dedupe:
+                record = Record.doubted_in_run(run.channel, failed, run.owner, now, key, f"outcome unknown: {error}")
+            else:
+                if outcome.status == "unknown":  # the channel deduplicates: a resend is safe
+                    error = f"outcome unknown, will resend with the same key: {error}"
+                record = Record.failed_in_run(run.channel, failed, run.owner, now, key, error,
+                                              outcome.status == "permanent", self.policy)
             self.create(record)  # None: the alert already has a record (an earlier run); that one carries on
-            entry[2], entry[3] = (RUN_DEAD if record.state == DEAD else RETRYING), {"error": error[:200]}
+            status = {DEAD: RUN_DEAD, IN_DOUBT: RUN_IN_DOUBT}.get(record.state, RETRYING)
+            results[entry[0]] = (status, {"error": error[:200]})
+        run.settle(results)
         run.record(now)
         return self.save_run(run, etag)
+
+    # --- sent markers: repeats on a channel that can neither deduplicate nor remember ----------
+    def mark_sent(self, channel: str, alert_id: str, run_key: str) -> bool:
+        """Before an alert's first send on such a channel: create its marker naming the run (If-None-Match).
+        True if the alert is this run's to send (created now, or by this run before an adoption);
+        False if another run holds it: a repeat, never sent twice, however old."""
+        key = self.sent_key(channel, alert_id)
+        try:
+            self._write(self.store.create, key, run_key.encode())
+            return True
+        except AlreadyExists:
+            pass
+        try:
+            return self.store.get(key).body.decode() == run_key
+        except NotFound:  # only an operator deletes markers: treat as never sent
+            return self.mark_sent(channel, alert_id, run_key)
 
     def settle(self, record: Record, etag: str, outcome, can_dedupe: bool) -> Record | None:
         """Apply one send's outcome to a per-alert record and store it; None if someone moved it."""

@@ -6,8 +6,8 @@ A record is kept where one alert needs its own state:
 - RETRY / DEAD: a send failed (retry with backoff until DEAD after N attempts);
 - IN_DOUBT: a send may have reached a provider that cannot deduplicate; never re-sent automatically,
   settled by asking the provider (a channel with a lookup) or by an operator;
-- every delivery on a channel that cannot deduplicate (SMS): the record is created as the claim, so a
-  crash puts at most the alerts in flight into doubt, and a repeated alert id is recognised forever;
+- IN_DOUBT also for the pending alerts of a run adopted after its owner died, on a channel that
+  cannot deduplicate and has no lookup (at most one run per partition and crash);
 - out-of-band deliveries (the supervisor's pages).
 
 Key ``<prefix>/<channel>/alerts/<alert_id>.json``. Created with If-None-Match: * (the claim), every
@@ -94,6 +94,16 @@ class Record:
                      created_at=now, updated_at=now, owner=owner, run=run)
         record._note(now, f"sent in run {run}")
         record.failed(now, error, permanent, policy)
+        return record
+
+    @classmethod
+    def doubted_in_run(cls, channel: str, alert: dict, owner: str, now: float, run: str, error: str) -> "Record":
+        """An alert of a run whose send may or may not have happened, on a channel that cannot
+        deduplicate: its exception record, IN_DOUBT (never re-sent automatically)."""
+        record = cls(alert_id=alert["alert_id"], channel=channel, state=CLAIMED, attempt=1, alert=alert,
+                     created_at=now, updated_at=now, owner=owner, run=run)
+        record._note(now, f"sent in run {run}")
+        record.doubted(now, error)
         return record
 
     # --- transitions ----------------------------------------------------------------------------

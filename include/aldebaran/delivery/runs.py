@@ -17,13 +17,18 @@ Fencing: each owner of a (channel, partition) holds an **epoch** (:mod:`aldebara
 bumps it with a compare-and-swap when a dispatcher is assigned the partition). A run carries the epoch
 of its claimer. A newer owner that finds a run CLAIMED but never RECORDED adopts it (If-Match: the
 stale owner's record write then fails, so it can never record past the new owner) and sends the run
-again: this path is for channels that deduplicate by the alert id, where a repeated send is harmless.
-A run of a newer epoch tells an older owner that it is stale.
+again. What "again" means depends on the channel (the adopter decides, :mod:`aldebaran.delivery.settle`):
+a channel that deduplicates by the alert id is sent the pending alerts again (harmless repeats); one
+with a sent-log or provider lookup is asked per pending alert, and only what it does not have is sent;
+one with neither records the pending alerts IN_DOUBT (each its own record) and sends nothing. A run of
+a newer epoch tells an older owner that it is stale.
 
 Entries: ``[offset, alert_id, status, receipt]``; status is one of
 
     D delivered · S a repeat of an alert id already settled (same run or an earlier one) ·
-    R / X failed: the alert's own record (RETRY / DEAD) carries on · M malformed alert (dead-lettered)
+    R / X failed: the alert's own record (RETRY / DEAD) carries on · U in doubt: its own IN_DOUBT
+    record carries on (a channel that cannot deduplicate) · M malformed alert (dead-lettered) ·
+    ? pending (claimed, no outcome yet)
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ from aldebaran.exceptions import Fenced, LedgerCorrupt
 
 CLAIMED, RECORDED = "CLAIMED", "RECORDED"
 DELIVERED, REPEAT, RETRYING, DEAD, MALFORMED, PENDING = "D", "S", "R", "X", "M", "?"
-FINAL = (DELIVERED, REPEAT, RETRYING, DEAD, MALFORMED)
+IN_DOUBT = "U"
+FINAL = (DELIVERED, REPEAT, RETRYING, DEAD, IN_DOUBT, MALFORMED)
 
 
 @dataclass
@@ -89,9 +95,22 @@ class Run:
                          f"{self.epoch} ({self.owner}); this dispatcher holds epoch {epoch}")
         self.history.append({"at": now, "owner": owner, "epoch": epoch, "note": f"adopted from {self.owner} (epoch {self.epoch})"})
         self.owner, self.epoch = owner, epoch
-        for entry in self.entries:  # everything not settled elsewhere is sent again (same idempotency key)
+        for entry in self.entries:  # everything not settled elsewhere is open again; the adopter settles it
             if entry[2] not in (MALFORMED, REPEAT):
                 entry[2], entry[3] = PENDING, None
+
+    def settle(self, results: dict) -> None:
+        """Give pending entries their outcome: `results` maps offset → (status, detail), status one of
+        D (detail: the receipt), R / X / U (detail: the error; the alert's own record carries on) or S
+        (a repeat found settled elsewhere). One pass, so a run of thousands costs one walk."""
+        for entry in self.entries:
+            got = results.get(entry[0])
+            if got is None:
+                continue
+            if entry[2] != PENDING or got[0] not in FINAL:
+                raise ValueError(f"run {self.channel}/{self.partition}@{self.start}: offset {entry[0]} "
+                                 f"is {entry[2]}, cannot become {got[0]}")
+            entry[2], entry[3] = got
 
     def record(self, now: float) -> None:
         """Every entry has its outcome: the run is settled (the one write that records them follows).
@@ -105,6 +124,10 @@ class Run:
         self.history.append({"at": now, "owner": self.owner, "epoch": self.epoch, "note": "recorded"})
 
     # --- reading --------------------------------------------------------------------------------
+    def pending(self) -> list[list]:
+        """The entries without an outcome yet (a new run's alerts to send, or an adopted run's open ones)."""
+        return [e for e in self.entries if e[2] == PENDING]
+
     def alert_ids(self) -> list[str]:
         return [e[1] for e in self.entries if e[1] is not None and e[2] != MALFORMED]
 

@@ -5,11 +5,22 @@ RetryableError (try again later), OutcomeUnknown (a RetryableError: the request 
 PermanentError (never succeeds). ``send_many(alerts) -> [Outcome]`` sends a ledger run: one Outcome
 per alert, in order, and never raises for one alert's failure.
 
-`can_dedupe` says whether the provider honours the idempotency key (the alert id). If it does, a send
-whose outcome is unknown may be repeated safely and a run may hold many alerts (`max_run`); if not,
-the ledger marks such a delivery IN_DOUBT instead of sending twice, and runs hold one alert, so a
-crash throws at most one delivery into doubt. A provider that can say whether it has a message
-(`has_lookup`) lets the ledger settle IN_DOUBT deliveries by asking (`lookup`).
+Every channel is sent ledger runs of up to `max_run` alerts (one claim, one record per run). What a
+channel declares decides what happens after a crash between a run's send and its record:
+
+- `can_dedupe`: the provider honours the idempotency key (the alert id): the run's pending alerts
+  are sent again, and a repeat beyond the dispatcher's dedupe window is harmless;
+- `has_lookup`: the channel can say whether it has a message (`lookup`): each pending alert is
+  looked up, found ones are recorded delivered, only the others are sent. `lookup_lags` (the
+  default) means the provider's log may lag a send by seconds, so the alerts go IN_DOUBT first and
+  the sweep asks after ``ALDEBARAN_DELIVERY_LOOKUP_GRACE_SECONDS``; a channel whose lookup is exact
+  at once (the log file) is asked right away;
+- neither: the pending alerts become IN_DOUBT for an operator, never re-sent automatically. Runs
+  default to `concurrency` alerts there, so a crash puts at most that many into doubt.
+
+`remembers_sent`: the channel itself never sends a key twice (it keeps a sent-log and checks it), so
+repeats of an alert id beyond the dedupe window need nothing from the ledger. A channel that can
+neither deduplicate nor remember gets a sent marker per alert in the ledger instead.
 
 Kinds register by name, like the audit rules: ``@register("webhook", conn_types=("http", "https"))``
 on the class; :data:`KINDS` (kind → class) and :data:`CONN_TYPES` (connection type → kind) follow.
@@ -30,7 +41,7 @@ if TYPE_CHECKING:
     from aldebaran.delivery.channels.connection import Connection
 
 Status = Literal["delivered", "retry", "permanent", "unknown"]
-DEDUPE_MAX_RUN = 5000  # alerts per ledger run on a channel that deduplicates (ALDEBARAN_DELIVERY_RUN_MAX caps it too)
+DEDUPE_MAX_RUN = 5000  # alerts per ledger run where a crash costs no doubt (ALDEBARAN_DELIVERY_RUN_MAX caps it too)
 DEFAULT_CONCURRENCY = 16
 
 
@@ -90,6 +101,8 @@ class Channel:
     kind: ClassVar[str] = ""  # set by @register
     can_dedupe: ClassVar[bool] = False
     has_lookup: bool = False
+    lookup_lags: ClassVar[bool] = True
+    remembers_sent: ClassVar[bool] = False
 
     def __init__(self, name: str, *, concurrency: int = DEFAULT_CONCURRENCY, max_run: int | None = None) -> None:
         if concurrency < 1:
@@ -98,7 +111,8 @@ class Channel:
             raise ValueError(f"{self.kind or 'channel'} {name}: max_run must be at least 1")
         self.name = name
         self.concurrency = concurrency
-        self.max_run = max_run if max_run is not None else (DEDUPE_MAX_RUN if self.can_dedupe else 1)
+        # Without deduplication a crash may put a whole run in doubt: keep runs to one window of sends.
+        self.max_run = max_run if max_run is not None else (DEDUPE_MAX_RUN if self.can_dedupe else concurrency)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 

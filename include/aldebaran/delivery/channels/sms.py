@@ -6,10 +6,13 @@ the form fields To, From, Body (:func:`~.text.sms_text`). 2xx → receipt with t
 
 The provider cannot deduplicate: a failure after the request may have been written is an unknown
 outcome, which the ledger records IN_DOUBT instead of sending a second text, and a ledger run holds
-one alert (``max_run`` 1). With the connection extra ``lookup: true`` each message also carries
+one window of sends (``max_run`` = ``concurrency``), so a crash between send and record puts at most
+that many into doubt; each alert also gets a sent marker in the ledger, so a repeat of its id is never
+texted twice. With the connection extra ``lookup: true`` each message also carries
 ``Reference=<alert_id>``, and :meth:`SmsChannel.lookup` asks the provider
 (``GET <messages url>?Reference=<alert_id>`` → ``{"messages": [...]}``) whether it has that message,
-so the ledger can settle an IN_DOUBT delivery without an operator.
+so the sweep settles an IN_DOUBT delivery without an operator, once
+``ALDEBARAN_DELIVERY_LOOKUP_GRACE_SECONDS`` have passed (a provider's message log lags a little).
 """
 
 from __future__ import annotations

@@ -1,0 +1,235 @@
+"""Settling one partition's alerts on one channel, a ledger run at a time: the one claim sequence.
+
+Every channel, whether it deduplicates or not, goes through the same steps (durable first):
+
+    find the run starting at the first unsettled offset
+      RECORDED            → skip its range (a replay after a crash, or another worker's)
+      CLAIMED, older owner → adopt it (If-Match fences the old owner), settle its pending alerts (below)
+      none                → claim a new run over the next ≤ max_run offsets (If-None-Match: *)
+    send the pending alerts (``send_many``), record every outcome in one write, then the caller
+    commits the offsets.
+
+What adoption means is the channel's to say (:mod:`aldebaran.delivery.channels.base`): a channel that
+deduplicates is sent the pending alerts again (same idempotency keys); one whose lookup answers at once
+(the log file) is asked per alert, found ones are recorded delivered and only the others are sent; any
+other channel records them IN_DOUBT, each with its own record (the sweep then asks a lagging provider
+lookup after its grace, or an operator settles them). A crash therefore puts at most one run per
+partition in doubt, and only on a channel without an immediate lookup.
+
+Repeats of an alert id (the alerts topic is at-least-once; replays re-emit old ids): the ids of the
+runs in the last ``ALDEBARAN_DELIVERY_DEDUPE_WINDOW_OFFSETS`` offsets are recognised and recorded
+``S`` without a send, on every channel. Beyond that window: a deduplicating channel's recipient drops
+the repeat by its key; a channel that remembers what it sent (the log file) refuses it itself; any
+other channel (SMS) gets a sent marker per alert in the ledger before the send, so a repeat is
+recognised however old it is.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from aldebaran.delivery.channels.base import Outcome
+from aldebaran.delivery.runs import MALFORMED, PENDING, RECORDED, REPEAT, Run
+from aldebaran.exceptions import Fenced, ObjectStoreError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Partition:
+    """What a dispatcher keeps for one partition it owns."""
+
+    number: int
+    epoch: int
+    seen: collections.OrderedDict = field(default_factory=collections.OrderedDict)  # recent alert ids
+    buffer: list = field(default_factory=list)  # polled, not yet settled: [(offset, raw, alert|None, error)]
+    skip_until: int = -1  # offsets ≤ this belong to a run already recorded
+    loaded: bool = False
+    broken: str | None = None  # why this partition's dispatch stopped (fenced, unreadable ledger object)
+
+
+class RunSettler:
+    """One channel's runs over the partitions a dispatcher owns (`settle` is called per partition, from
+    several threads at once; each partition's state lives in its :class:`Partition`)."""
+
+    def __init__(self, channel, ledger, settings, topic: str, owner: str, stats, dead_letters) -> None:
+        self.channel = channel
+        self.ledger = ledger
+        self.settings = settings
+        self.topic = topic
+        self.owner = owner
+        self.stats = stats
+        self.dead_letters = dead_letters
+        self.max_run = min(settings.run_max, getattr(channel, "max_run", settings.run_max))
+        self.can_dedupe = bool(getattr(channel, "can_dedupe", False))
+        # Where neither the recipient nor the channel can tell a repeat, the ledger must: one marker per alert.
+        self.markers = not self.can_dedupe and not getattr(channel, "remembers_sent", False)
+        self.asks_at_once = getattr(channel, "has_lookup", False) and not getattr(channel, "lookup_lags", True)
+
+    # --- the claim sequence -----------------------------------------------------------------------
+    def settle(self, part: Partition, stop: threading.Event) -> int | None:
+        """Settle what is buffered for one partition; the next offset to commit, or None."""
+        if not part.loaded:
+            self._load_recent(part)
+        name, committed = self.channel.name, None
+        while part.buffer and not stop.is_set():  # a stop lands between runs: what is recorded commits
+            buf = [b for b in part.buffer if b[0] > part.skip_until]
+            if len(buf) != len(part.buffer):
+                part.buffer = buf
+                committed = part.skip_until + 1
+                continue
+            chunk = part.buffer[: self.max_run]
+            found = self.ledger.get_run(name, self.topic, part.number, chunk[0][0])
+            known: dict = {}
+            if found is not None:
+                run, etag = found
+                if run.state == RECORDED:
+                    self._remember(part, run.alert_ids())
+                    self.stats.bump("already", name, len(run.alert_ids()))
+                    part.skip_until = run.end
+                    continue
+                if run.end > part.buffer[-1][0]:
+                    return committed  # adopt once the whole range is here (next poll)
+                previous = f"{run.owner} (epoch {run.epoch})"
+                run.adopt(self.ledger.clock(), self.owner, part.epoch)
+                etag = self.ledger.save_run(run, etag)
+                by_offset = {b[0]: b for b in part.buffer if b[0] <= run.end}
+                known = self._after_crash(run, previous)
+            else:
+                run, by_offset = self._new_run(part, chunk)
+                etag = self.ledger.claim_run(run)
+                if etag is None:
+                    continue  # someone created it meanwhile: read it on the next turn
+            self._send_run(part, run, etag, by_offset, known, stop)
+            part.skip_until = run.end
+            committed = run.end + 1
+        return committed
+
+    def _new_run(self, part: Partition, chunk: list) -> tuple[Run, dict]:
+        entries, in_run = [], set()
+        for offset, _raw, alert, error in chunk:
+            if alert is None:
+                entries.append([offset, None, MALFORMED, {"reason": error}])
+            elif alert.alert_id in part.seen or alert.alert_id in in_run:
+                entries.append([offset, alert.alert_id, REPEAT, None])
+            else:
+                in_run.add(alert.alert_id)
+                entries.append([offset, alert.alert_id, PENDING, None])
+        run = Run.claim(self.channel.name, self.topic, part.number, entries, part.epoch, self.owner, self.ledger.clock())
+        return run, {b[0]: b for b in chunk}
+
+    def _after_crash(self, run: Run, previous: str) -> dict:
+        """Outcomes of an adopted run's pending alerts known without a send: offset → Outcome."""
+        pending = run.pending()
+        self.stats.bump("retried", self.channel.name, len(pending))
+        if self.can_dedupe:
+            return {}  # sent again with the same idempotency keys: the recipient drops what it has
+        if self.asks_at_once:
+            # RetryableError (the channel cannot tell now) propagates: the run stays ours, asked again next turn.
+            found = {}
+            for offset, alert_id, _status, _receipt in pending:
+                receipt = self.channel.lookup(alert_id)
+                if receipt is not None:
+                    found[offset] = Outcome.delivered(alert_id, receipt)
+            log.info("%s: run %d@%d adopted from %s: %d of %d pending alerts found sent by lookup, the rest is sent",
+                     self.channel.name, run.partition, run.start, previous, len(found), len(pending))
+            return found
+        log.warning("%s: run %d@%d adopted from %s: its %d pending alerts may have been sent; IN_DOUBT",
+                    self.channel.name, run.partition, run.start, previous, len(pending))
+        why = f"run adopted from {previous}: its owner stopped between send and record, a send may have happened"
+        return {e[0]: Outcome.unknown(e[1], why) for e in pending}
+
+    def _send_run(self, part: Partition, run: Run, etag: str, by_offset: dict, known: dict,
+                  stop: threading.Event) -> None:
+        name = self.channel.name
+        for e in run.entries:
+            if e[2] == MALFORMED:
+                offset, raw = e[0], by_offset[e[0]][1]
+                self.dead_letters.add(self.topic, part.number, offset, raw, (e[3] or {}).get("reason", "malformed"))
+        to_send = [e for e in run.pending() if e[0] not in known]
+        if self.markers and to_send:
+            key = self.ledger.run_key(run.channel, run.topic, run.partition, run.start)
+            mine = {e[0] for e in to_send if self.ledger.mark_sent(name, e[1], key)}
+            run.settle({e[0]: (REPEAT, {"note": "sent by an earlier run (its sent marker)"})
+                        for e in to_send if e[0] not in mine})
+            to_send = [e for e in to_send if e[0] in mine]
+        alerts = [by_offset[e[0]][2] for e in to_send]
+        outcomes = self.channel.send_many(alerts) if alerts else []
+        everything = {**known, **{e[0]: o for e, o in zip(to_send, outcomes)}}
+        self._record(run, etag, everything, {o: by_offset[o][2] for o in everything}, part, stop)
+        self._remember(part, run.alert_ids())
+        self._count(run, alerts, outcomes, known)
+
+    def _record(self, run: Run, etag: str, outcomes: dict, alerts: dict, part: Partition, stop: threading.Event) -> None:
+        """Record the run's outcomes. The sends happened: while the object store is unreachable, keep the
+        outcomes in memory and retry only this write (no resend), until it lands or the dispatcher stops."""
+        backoff, failed_once = 0.5, False
+        while True:
+            try:
+                self.ledger.record_run(run, etag, outcomes, alerts, self.can_dedupe)
+                return
+            except Fenced:
+                if failed_once:  # the earlier attempt may have landed with its answer lost: is it ours?
+                    found = self.ledger.get_run(run.channel, run.topic, run.partition, run.start)
+                    if found and found[0].state == RECORDED and (found[0].owner, found[0].epoch) == (self.owner, part.epoch):
+                        return
+                raise
+            except ObjectStoreError as exc:
+                if stop.is_set():
+                    raise
+                failed_once = True
+                log.warning("%s: recording run %d@%d failed (%s); the sends stand, retrying the record in %.1fs",
+                            self.channel.name, run.partition, run.start, exc, backoff)
+                stop.wait(backoff)
+                backoff = min(10.0, backoff * 2)
+
+    def _count(self, run: Run, alerts: list, outcomes: list, known: dict) -> None:
+        name, stats = self.channel.name, self.stats
+        # A key the channel already held (its sent-log) was not sent again: it counts with the repeats.
+        fresh = [o.status == "delivered" and "found_by" not in (o.receipt or {}) for o in outcomes]
+        tally = collections.Counter()
+        for o in [*outcomes, *known.values()]:
+            if o.status == "delivered":
+                tally["already"] += 1
+            elif o.status == "unknown" and not self.can_dedupe:
+                tally["in_doubt"] += 1
+            else:
+                tally["failed"] += 1
+        with stats.lock:
+            stats.runs += 1
+            stats.malformed += sum(1 for e in run.entries if e[2] == MALFORMED)
+            now_ms = time.time() * 1000
+            for alert, new in zip(alerts, fresh):
+                if new and isinstance(alert.detected_at, (int, float)):
+                    stats.latencies_ms.append(now_ms - alert.detected_at)
+        stats.bump("sent", name, sum(fresh))
+        stats.bump("already", name, tally["already"] - sum(fresh) + sum(1 for e in run.entries if e[2] == REPEAT))
+        stats.bump("in_doubt", name, tally["in_doubt"])
+        stats.bump("failed", name, tally["failed"])
+
+    # --- the dedupe window ------------------------------------------------------------------------
+    def _load_recent(self, part: Partition) -> None:
+        """Alert ids of the recent runs (the dedupe window), and a run that covers the first offset."""
+        first = part.buffer[0][0]
+        window = self.settings.dedupe_window_offsets
+        if window:
+            for run in self.ledger.runs(self.channel.name, self.topic, part.number, max(0, first - window)):
+                if run.start > first:
+                    break
+                if run.state == RECORDED:
+                    self._remember(part, run.alert_ids())
+                if run.start < first <= run.end and run.state == RECORDED:
+                    part.skip_until = run.end
+        part.loaded = True
+
+    def _remember(self, part: Partition, ids) -> None:
+        seen = part.seen
+        for alert_id in ids:
+            seen[alert_id] = None
+        excess = len(seen) - max(self.settings.dedupe_window_offsets, self.max_run)
+        for _ in range(max(0, excess)):
+            seen.popitem(last=False)
