@@ -2,6 +2,12 @@
 merged with the books' own figures, as one JSON object in the object store
 (``heartbeats/auditor/<query>.json``) and as a log line. The supervisor and the health DAG read it;
 `aldebaran auditor status` prints it.
+
+Unlike the dispatcher's, this heartbeat is progress itself (one per micro-batch, or an ``idle`` event
+when there is nothing to read), published by Spark's listener bus, not by the batch's own code. Whether
+the driver lives is told by the checkpoint lease, renewed by a thread of its own, and by the driver's
+pid; so the supervisor's "no progress for ALDEBARAN_SUPERVISOR_STALE_AFTER_SECONDS" (120 s) is already a
+rule on lost progress, and it only restarts a busy auditor whose one batch outlasts it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import socket
 import threading
 import time
 
+from aldebaran.heartbeat import publish
 from aldebaran.objectstore import ObjectStore, safe_segment
 
 log = logging.getLogger(__name__)
@@ -61,10 +68,7 @@ def make_listener(store: ObjectStore, query_name: str, books_by_batch):
         terminated = threading.Event()  # set once our query's terminated event was handled
 
         def _publish(self, record: dict) -> None:
-            try:
-                store.put(key, json.dumps(record, separators=(",", ":")).encode())
-            except Exception as exc:  # noqa: BLE001 - a heartbeat must never kill the query
-                log.warning("heartbeat not published to %s: %s", store.uri(key), exc)
+            publish(store, key, record, f"auditor {query_name}")  # a failure is logged: it must not kill the query
 
         def onQueryStarted(self, event) -> None:
             if event.name == query_name:
