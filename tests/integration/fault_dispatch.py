@@ -1,9 +1,11 @@
 """Failure injection for the dispatch tests: a dispatcher whose channel SIGKILLs its own process right
-after a successful send and before the ledger records it.
+after a send and before the ledger records it.
 
-    python tests/integration/fault_dispatch.py <ledger prefix> <consumer group> <lease seconds>
+    python tests/integration/fault_dispatch.py <ledger prefix> <consumer group> <lease seconds> [<sent>]
 
-Channels come from ALDEBARAN_CHANNELS / AIRFLOW_CONN_ALDEBARAN_* as in production.
+`sent`: how many alerts of the first run actually go out before the kill (default: all of them), so a
+crash can land part-way through a run. Channels come from ALDEBARAN_CHANNELS / AIRFLOW_CONN_ALDEBARAN_*
+as in production.
 """
 
 import os
@@ -14,15 +16,15 @@ import sys
 class KillAfterSendFaultInjection:
     """Wraps a real channel; the process dies between the send and its record."""
 
-    def __init__(self, inner) -> None:
+    def __init__(self, inner, sent: int | None) -> None:
         self.inner = inner
-        self.name = inner.name
-        self.can_dedupe = inner.can_dedupe
-        self.max_run = inner.max_run
-        self.has_lookup = inner.has_lookup
+        self.sent = sent
+
+    def __getattr__(self, name: str):  # name, can_dedupe, max_run, has_lookup, lookup_lags, ...
+        return getattr(self.inner, name)
 
     def send_many(self, alerts):
-        self.inner.send_many(alerts)
+        self.inner.send_many(alerts if self.sent is None else alerts[: self.sent])
         os.kill(os.getpid(), signal.SIGKILL)
         raise AssertionError("unreachable")
 
@@ -38,9 +40,10 @@ def main() -> None:
     from aldebaran.storage import S3Store
 
     prefix, group, lease = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    sent = int(sys.argv[4]) if len(sys.argv) > 4 else None
     settings = DeliverySettings(prefix=prefix, lease_seconds=lease)
     ledger = Ledger(S3Store(), prefix=prefix, lease_seconds=lease)
-    channels = [KillAfterSendFaultInjection(c) for c in configured_channels()]
+    channels = [KillAfterSendFaultInjection(c, sent) for c in configured_channels()]
     Dispatcher(ledger, channels, group=group, settings=settings).run_once(idle_timeout=20)
 
 
