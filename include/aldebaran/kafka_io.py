@@ -19,10 +19,9 @@ def producer(settings: KafkaSettings, **extra) -> Producer:
     conf = {
         "bootstrap.servers": settings.bootstrap_servers,
         "enable.idempotence": True,  # no duplicates from producer retries; acks=all
-        # Kafka's default partitioner (the Java client's): a keyed trade lands where the auditor's
-        # co-partitioned plan expects it (aldebaran.audit.partitioning). librdkafka's own default,
-        # consistent_random, hashes keys with CRC32 instead.
-        "partitioner": "murmur2_random",
+        # librdkafka's default partitioner (consistent_random: CRC32 of the key), as a user's plain
+        # confluent-kafka Producer has it: the auditor detects whichever standard partitioner the
+        # trades' producers use (aldebaran.audit.partitioning), so the platform's own tools need none.
         "linger.ms": 5,
         "batch.num.messages": 10000,
         "queue.buffering.max.messages": 1_000_000,

@@ -37,6 +37,11 @@ class AuditorSettings(BaseSettings):
         "auto", description="copartitioned: one shard per trades partition, no shuffle (producers key by order id); "
         "shuffle: repartition by order id; auto: copartitioned if a sample of the topic keeps the keying contract "
         "(an existing checkpoint keeps its plan)")
+    partitioner: Literal["auto", "crc32", "murmur2", "fnv1a"] = Field(
+        "auto", description="co-partitioned plan: the partitioner the trades' producers use, which decides the shard "
+        "that owns an order — crc32: librdkafka/confluent-kafka's default (consistent_random); murmur2: the Java "
+        "client's default (librdkafka murmur2_random); fnv1a: librdkafka fnv1a_random; auto: detected from the "
+        "topic's events and recorded with the books (an existing checkpoint keeps its own)")
     parser: Literal["auto", "python", "jvm"] = Field(
         "auto", description="where trades are parsed: python (msgspec + the reference validator, in the shard task; "
         "co-partitioned plan only) or jvm (Spark column expressions); auto: python when co-partitioned")

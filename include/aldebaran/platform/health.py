@@ -150,6 +150,21 @@ def check_auditor_progress(store, query: str, heartbeat: dict | None, max_age: f
     return out
 
 
+def check_keying(heartbeat: dict | None, max_share: float) -> dict:
+    """The producer keying contract as the auditor sees it: a warning (the verdict stays green: misrouted
+    events are audited correctly, one batch later) when the recent misrouted share is high."""
+    books = (heartbeat or {}).get("books") or {}
+    share = books.get("misrouted_share_recent")
+    out = {"ok": True, "misrouted_share_recent": share, "partitioner": books.get("partitioner")}
+    if share is not None and share > max_share:
+        out["warning"] = (
+            f"auditor: {share:.0%} of the recent events reached a partition that does not own their order "
+            f"(the checkpoint's partitioner: {books.get('partitioner')}). Producers must key each trade by its "
+            f"order id and keep one partitioner (README 'Producing trades'); misrouted events are re-produced to "
+            f"their owner and cost a batch of latency (limit {max_share:.0%}, ALDEBARAN_HEALTH_MAX_MISROUTED_SHARE)")
+    return out
+
+
 def check_deliveries(channels: list[str], settings: HealthSettings) -> dict:
     from aldebaran.delivery.dispatcher import default_ledger
 
@@ -272,6 +287,7 @@ def check(run_id: str, query_name: str | None = None, overrides: dict | None = N
     if checks["object_store"]["ok"]:
         checks["auditor_progress"] = check_auditor_progress(store, query, heartbeat,
                                                             settings.max_progress_age_seconds, now)
+        checks["keying"] = check_keying(heartbeat, settings.max_misrouted_share)
         checks["deliveries"] = check_deliveries(channels, settings)
         if settings.check_dispatchers:
             checks["dispatchers"] = check_dispatchers(settings, now)
@@ -280,9 +296,10 @@ def check(run_id: str, query_name: str | None = None, overrides: dict | None = N
             checks["lane"] = check_lane(now, lanes, (query, heartbeat))
 
     problems = [c["problem"] for c in checks.values() if not c["ok"]]
+    warnings = [c["warning"] for c in checks.values() if c.get("warning")]
     record = {"run_id": run_id, "at": now, "at_iso": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
-              "healthy": not problems, "problems": problems, "auditor_query": query, "channels": channels,
-              "checks": checks}
+              "healthy": not problems, "problems": problems, "warnings": warnings, "auditor_query": query,
+              "channels": channels, "checks": checks}
     if checks["object_store"]["ok"]:
         prefix = settings.prefix.strip("/")
         run_key = f"{prefix}/runs/{time.strftime('%Y-%m-%d', time.gmtime(now))}/{_segment(run_id)}.json"
@@ -294,9 +311,12 @@ def check(run_id: str, query_name: str | None = None, overrides: dict | None = N
         record["record_uri"] = None  # nowhere to write it: the log and the failure carry it
     level = logging.INFO if not problems else logging.ERROR
     log.log(level, "platform %s: %s", "healthy" if not problems else "UNHEALTHY",
-            json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "problem"} for k, v in checks.items()}, default=str))
+            json.dumps({k: {kk: vv for kk, vv in v.items() if kk not in ("problem", "warning")}
+                        for k, v in checks.items()}, default=str))
     for problem in problems:
         log.error("  problem: %s", problem)
+    for warning in warnings:
+        log.warning("  warning: %s", warning)
     return record
 
 

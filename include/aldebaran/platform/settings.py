@@ -135,6 +135,11 @@ class HealthSettings(BaseSettings):
         description="ALDEBARAN_HEALTH_MAX_DISPATCHER_HEARTBEAT_AGE_SECONDS: oldest acceptable streaming dispatcher "
                     "heartbeat",
     )
+    max_misrouted_share: float = Field(
+        0.10, ge=0, le=1,
+        description="ALDEBARAN_HEALTH_MAX_MISROUTED_SHARE: warn when more than this share of the auditor's recent "
+                    "events reached a partition that does not own their order (producers not keyed by order id, or "
+                    "partitioned by another function than the checkpoint's); correct, but one batch slower")
     prefix: str = Field("health/platform", min_length=1, description="ALDEBARAN_HEALTH_PREFIX: where health records go")
     timeout_seconds: float = Field(5.0, gt=0, description="ALDEBARAN_HEALTH_TIMEOUT_SECONDS: per reachability probe")
 

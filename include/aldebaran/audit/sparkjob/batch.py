@@ -19,6 +19,7 @@ Only the counts come back with the alerts.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -53,6 +54,7 @@ class BatchContext:
     limits: object = None  # aldebaran.audit.sparkjob.jvmparse.Limits: for the Python parser (co-partitioned plan)
     host_idle_seconds: float = 600.0  # a dedicated shard host stops after this long without work
     expire_all: bool = False  # the end pass of a bounded run with expire-at-end (sparkjob/endpass.py)
+    partitioner: str = "murmur2"  # co-partitioned: who owns an order (aldebaran.audit.partitioning)
 
 
 def batch_context(settings, kafka) -> BatchContext:
@@ -188,6 +190,9 @@ class Plan:
     shards: int
     parser: str = "jvm"
     host: str = "worker"  # co-partitioned: "dedicated" (aldebaran.audit.sparkjob.shardhost) or "worker"
+    # co-partitioned: the producers' partitioner (aldebaran.audit.partitioning); None until the topic's
+    # first events show it (a plan decided on an empty topic).
+    partitioner: str | None = "murmur2"
 
 
 class _Row:
@@ -206,7 +211,7 @@ class BatchWriter:
     """foreachBatch sink. Order per batch: state deltas and DLQ records (in the shard tasks) → alerts to
     Kafka and the archive object, side by side → return (Spark then commits the batch's offsets)."""
 
-    def __init__(self, settings, kafka, archive, on_batch=None, plan=None) -> None:
+    def __init__(self, settings, kafka, archive, on_batch=None, plan=None, learn=None) -> None:
         from aldebaran.kafka_io import AlertSink
 
         self.settings = settings
@@ -216,6 +221,9 @@ class BatchWriter:
         self.archive = archive  # aldebaran.audit.archive.Archive | None
         self.on_batch = on_batch
         self.ctx = batch_context(settings, kafka)
+        self.learn = learn  # plan → plan with its partitioner, or None (plans.learn_partitioner)
+        if self.plan.partitioner is not None:
+            self.ctx = dataclasses.replace(self.ctx, partitioner=self.plan.partitioner)
         self.last: dict = {}
         self.recent: dict[int, dict] = {}  # batch id → figures, for the heartbeat listener
         self._archive_pool = None  # one thread: the archive PUT overlaps the alerts produce
@@ -240,6 +248,9 @@ class BatchWriter:
         if self.plan.name == "copartitioned":
             from aldebaran.audit.sparkjob.copartitioned import copartitioned_function, idle_shards_function
 
+            if self.plan.partitioner is None and self.learn is not None:
+                self._learn_partitioner()
+
             out = real.mapInArrow(copartitioned_function(self.ctx, batch_id, self.plan.shards, self.plan.parser,
                                                          self.plan.host), OUTPUT_SCHEMA)
             rows = [r.asDict() for r in out.collect()]
@@ -259,6 +270,14 @@ class BatchWriter:
             # runs the shard tasks: state deltas and DLQ records are durable after this
             rows = [r.asDict() for r in out.collect()]
         self.emit(batch_id, rows, t0, {"parse_shards": _ms_since(t0)})
+
+    def _learn_partitioner(self) -> None:
+        """A plan decided on an empty topic: once events are there (this batch's are), detect the producers'
+        partitioner from them and record it with the books before any book opens."""
+        found = self.learn(self.kafka, self.plan, self.ctx.state_root)
+        if found is not None:
+            self.plan = found
+            self.ctx = dataclasses.replace(self.ctx, partitioner=found.partitioner)
 
     def emit(self, batch_id: int, rows: list[dict], t0: float, steps: dict) -> None:
         """The shard tasks' rows of a batch (state deltas already durable) → alerts to Kafka and the archive
@@ -292,6 +311,7 @@ class BatchWriter:
             # Events of orders another partition owns (co-partitioned plan): produced to their owner.
             "misrouted": sum(s.misrouted or 0 for s in stats),
             "plan": self.plan.name,
+            "partitioner": self.plan.partitioner if self.plan.name == "copartitioned" else None,
             "parser": self.plan.parser,
             # Messages the Python parser's fast path decided; the rest went to the reference validator.
             "parsed_fast": sum(s.parsed_fast or 0 for s in stats),
@@ -311,6 +331,10 @@ class BatchWriter:
         self.recent[batch_id] = self.last
         for old in [b for b in self.recent if b < batch_id - 20]:
             del self.recent[old]
+        # The producer keying contract over the recent batches (platform health warns when it is high).
+        seen = sum(f["applied"] + f["duplicates"] + f["misrouted"] for f in self.recent.values())
+        self.last["misrouted_share_recent"] = (
+            round(sum(f["misrouted"] for f in self.recent.values()) / seen, 4) if seen else None)
         log.log(batch_log_level(self.last), "batch %d: %s", batch_id, json.dumps(self.last))
         if self.on_batch:
             self.on_batch(self.last)

@@ -1,12 +1,13 @@
 """The co-partitioned plan: one stage, no shuffle (issue 16; docs/design.md "Plans").
 
-When producers keep the keying contract (aldebaran.audit.partitioning) and the auditor runs one shard
-per Kafka partition, shard p's books only ever need partition p's events. So the task that reads a
+When producers keep the keying contract (aldebaran.audit.partitioning: keyed by order id, any standard
+partitioner, the one in use detected and recorded with the books) and the auditor runs one shard per
+Kafka partition, shard p's books only ever need partition p's events. So the task that reads a
 partition also runs its shard:
 
     Kafka partition p ─ read ─ mapInArrow: [parse in Python (aldebaran.audit.pyparse) | JVM-parsed rows]
                                            ─ ShardStore(p).apply ─▶ alerts, figures
-                                             invalid → trades.dlq, misrouted → trades partition owner(order)
+                                             invalid → trades.dlq, misrouted → trades partition owner(order, partitioner)
 
 The read and the Python step run in one task, so they overlap (Spark feeds Arrow batches to the Python
 worker while it reads the next ones), and nothing is written to or read from a shuffle.
@@ -44,8 +45,8 @@ def _store(ctx: BatchContext, shard_id: int) -> ShardStore:
                              ctx.snapshot_every, ctx.snapshot_delta_ratio), shard_id)
 
 
-def _owns(shard_id: int, partitions: int):
-    return lambda order_id: owner(order_id, partitions) == shard_id
+def _owns(shard_id: int, partitions: int, partitioner: str):
+    return lambda order_id: owner(order_id, partitions, partitioner) == shard_id
 
 
 def rerouted_record(ev: EventRow, topic: str, partition: int) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
@@ -134,14 +135,14 @@ def process(ctx: BatchContext, batch_id: int, partitions: int, parser: str, shar
             if len(rb):
                 yield from convert(rb)
 
-    out = store.apply(batch_id, rows(), owns=_owns(shard_id, partitions), expire_all=ctx.expire_all)
+    out = store.apply(batch_id, rows(), owns=_owns(shard_id, partitions, ctx.partitioner), expire_all=ctx.expire_all)
     if out.misrouted:
         from aldebaran.kafka_io import DlqSink
 
         reroute = DlqSink(ctx.kafka, topic=topic)
         by_owner: dict[int, list] = {}
         for ev in out.misrouted:
-            by_owner.setdefault(owner(ev.order_id, partitions), []).append(rerouted_record(ev, topic, shard_id))
+            by_owner.setdefault(owner(ev.order_id, partitions, ctx.partitioner), []).append(rerouted_record(ev, topic, shard_id))
         for p, records in sorted(by_owner.items()):
             reroute.add_to(p, records)
     # Every DLQ and rerouted record acknowledged before the task reports the batch done.

@@ -107,7 +107,7 @@ def prepare_query(spark, settings: AuditorSettings, on_batch=None, guard=None, k
 
     store = ObjectStore(load(ObjectStoreSettings))
     archive = Archive(store, settings.archive_prefix, settings.query_name)
-    writer = BatchWriter(settings, kafka, archive, on_batch=on_batch, plan=plan)
+    writer = BatchWriter(settings, kafka, archive, on_batch=on_batch, plan=plan, learn=plans.learn_partitioner)
     from aldebaran.audit.heartbeat import make_listener
 
     listener = make_listener(store, settings.query_name, lambda batch_id: writer.recent.get(batch_id))
