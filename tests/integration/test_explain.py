@@ -77,9 +77,9 @@ def test_explain_tells_the_story_of_the_challenge_alert(spark, kafka_topics, sto
         ("3", "purchase", 30, *at[("3", 30)])]
     assert [t.event_id for t in story.trades if t.trigger] == ["3"] and story.not_found == 0
     [log_view] = story.deliveries
-    # The log channel cannot deduplicate: each alert has its own record, with its history.
-    assert (log_view["channel"], log_view["source"], log_view["state"]) == ("log", "record", "DELIVERED")
-    assert [h["state"] for h in log_view["history"]] == ["CLAIMED", "DELIVERED"]
+    # The log channel commits runs like every channel: the alert is found in its run, with the run's history.
+    assert (log_view["channel"], log_view["source"], log_view["state"]) == ("log", "run", "DELIVERED")
+    assert [h["note"] for h in log_view["run"]["history"]] == ["claimed", "recorded"]
 
     # Order m: 9 events, 5 kept; the 4 in between found by the scan, the repeat and the invalid one not.
     big = ex.explain(alert_id_of("OVERFILL", "m"), ledger, kafka=kafka_topics)
@@ -113,4 +113,4 @@ def test_explain_tells_the_story_of_the_challenge_alert(spark, kafka_topics, sto
         for e, k, s in [("1", "request", 100), ("2", "purchase", 90), ("3", "purchase", 30)]]
     assert [row[6] for row in tables["trades"][1:]] == ["", "", "trigger"]
     assert tables["deliveries"][1][:2] == ["log", "DELIVERED"]
-    assert [row[1] for row in tables["history-0"][1:]] == ["CLAIMED", "DELIVERED"]
+    assert [row[2] for row in tables["history-0"][1:]] == ["claimed", "recorded"]

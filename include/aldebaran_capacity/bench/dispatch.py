@@ -3,11 +3,12 @@ writes per delivery, and the ledger's ceiling, side by side in one run.
 
     aldebaran bench dispatch --alerts 50000
 
-Per channel (webhook one alert per request, webhook batched, Kafka bus, SMS), a backlog of alerts
-(+10 % repeats of the same ids) is put on a fresh alerts topic, then a streaming dispatcher process
-(``aldebaran dispatch --follow``, as dispatch_supervisor runs it) drains it into a real recipient: a
-receiver in a process of its own (aldebaran_capacity.receivers) or, for the bus, a Kafka topic read back by
-the bench. Nothing else shares the dispatcher's process (its GIL). Figures:
+Per channel (webhook one alert per request, webhook batched, Kafka bus, SMS, the log file), a backlog
+of alerts (+10 % repeats of the same ids) is put on a fresh alerts topic, then a streaming dispatcher
+process (``aldebaran dispatch --follow``, as dispatch_supervisor runs it) drains it into a real recipient:
+a receiver in a process of its own (aldebaran_capacity.receivers), for the bus a Kafka topic read back by
+the bench, for the log channel its file read back by the bench (receipt time = the line's ``sent_at``).
+Nothing else shares the dispatcher's process (its GIL). Figures:
 
 - deliveries/s: unique alerts received at the recipient ÷ (last receipt − first receipt), the
   sustained rate; ``deliveries_eps_incl_start`` divides by (last receipt − dispatcher start), which
@@ -31,7 +32,7 @@ import uuid
 
 log = logging.getLogger(__name__)
 
-CHANNELS = ("webhook", "webhook_batch", "bus", "sms")
+CHANNELS = ("webhook", "webhook_batch", "bus", "sms", "log")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -121,6 +122,31 @@ class BusReader:
         self._thread.join(10)
 
 
+class LogFileReader:
+    """Reads the log channel's file back: first ``sent_at`` per idempotency key, and keys written twice."""
+
+    def __init__(self, path) -> None:
+        self.path = path
+        self.received_at: dict[str, float] = {}
+        self.duplicates = 0
+        self._pos = 0
+
+    def stats(self, summary: bool = True) -> dict:
+        if self.path.exists():
+            with open(self.path, "rb") as fh:
+                fh.seek(self._pos)
+                data = fh.read()
+            complete = data.rfind(b"\n") + 1  # a line still being written is read next time
+            for line in data[:complete].splitlines():
+                line = json.loads(line)
+                if line["idempotency_key"] in self.received_at:
+                    self.duplicates += 1
+                else:
+                    self.received_at[line["idempotency_key"]] = line["sent_at"]
+            self._pos += complete
+        return {"received": len(self.received_at), "duplicates": self.duplicates, "received_at": self.received_at}
+
+
 def _recipient(kind: str, kafka, tag: str):
     """(recipient with .stats() → {received, duplicates, received_at}, connection JSON for the channel, stop)."""
     if kind == "bus":
@@ -132,6 +158,12 @@ def _recipient(kind: str, kafka, tag: str):
         conn = {"conn_type": "kafka", "extra": {"topic": topic, "bootstrap.servers": kafka.bootstrap_servers,
                                                 "linger.ms": 5}}
         return reader, conn, lambda: (reader.stop(), kafka_admin.delete_topics(kafka, [topic]))
+    if kind == "log":
+        from aldebaran import paths
+
+        path = paths.run_dir() / "bench" / f"dispatch-{tag}.alerts.log.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return LogFileReader(path), {"conn_type": "log", "extra": {"path": str(path)}}, lambda: path.unlink(missing_ok=True)
     from aldebaran_capacity.receivers import ReceiverProcess
 
     proc = ReceiverProcess("sms" if kind == "sms" else "webhook").start()

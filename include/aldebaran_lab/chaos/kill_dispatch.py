@@ -6,8 +6,8 @@ and its record.
     2. `dispatchers` streaming dispatchers (``aldebaran dispatch --follow``, the process the
        dispatch_supervisor DAG starts; one consumer group per channel, so they split the partitions)
        deliver to three channels configured through AIRFLOW_CONN_ALDEBARAN_*: `webhook` (deduplicates
-       by Idempotency-Key: ledger runs), `sms` (a provider that cannot deduplicate: one record per
-       alert, IN_DOUBT for an operator after a crash) and `sms_lookup` (the same kind of provider with
+       by Idempotency-Key: ledger runs), `sms` (a provider that cannot deduplicate: runs of one send
+       window, IN_DOUBT for an operator after a crash) and `sms_lookup` (the same kind of provider with
        the connection extra ``lookup: true``: IN_DOUBT is settled by asking the provider);
     3. each dispatcher is killed in turn, alternately by a failure injection that SIGKILLs it right
        after a send and before its record (``python -m aldebaran_lab.chaos.dispatch_worker``: the same

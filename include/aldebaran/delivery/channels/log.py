@@ -85,7 +85,6 @@ class LogChannel(Channel):
                     torn = self._catch_up(fh)
                 except OSError as exc:
                     return [Outcome.retry(a.alert_id, f"log channel {path}: {exc}") for a in batch]
-                now = time.time()
                 # A crash mid-write can leave a last line without its newline: end it, never glue onto it.
                 chunks, pos, written, outcomes = ([b"\n"] if torn else []), self._indexed[1] + torn, {}, []
                 for alert in batch:
@@ -94,7 +93,7 @@ class LogChannel(Channel):
                     if end is not None:
                         outcomes.append(Outcome.delivered(key, {"file": path, "offset": end, "found_by": "sent-log"}))
                         continue
-                    line = json.dumps({"idempotency_key": key, "sent_at": now, "alert": alert.to_dict()},
+                    line = json.dumps({"idempotency_key": key, "sent_at": time.time(), "alert": alert.to_dict()},
                                       separators=(",", ":")).encode() + b"\n"
                     chunks.append(line)
                     pos += len(line)
