@@ -62,13 +62,15 @@ def test_dispatch_section_shows_channels_writes_per_delivery_and_the_ledger_ceil
         "alerts": 50_000, "sms_alerts": 500, "repeats": 1, "all_correct": True, "ledger_writes_per_delivery": 0.0012,
         "ledger_ceiling": {"run_size": 1923, "concurrency": 8, "runs_per_s": 100.0, "conditional_puts_per_s": 200.0,
                            "deliveries_per_s": 192_300.0},
-        "channels": {"bus": channel, "webhook": {**channel, "deliveries_eps": 1_020.0}},
+        "channels": {"bus": channel, "webhook": {**channel, "deliveries_eps": 1_020.0},
+                     "log": {**channel, "deliveries_eps": 31_206.0}},
     }
     doc = report.write(results, tmp_path)["markdown"].read_text()
     assert "| bus | 10,250 | 7,700 | 26 | 0.0012 | 0.05 | 50,000 / 50,000 | 0 | yes |" in doc
     assert "| dispatch bus: ≥ 50k deliveries/s on a Kafka-bus channel | 10,250/s | **NO** |" in doc
     assert "| dispatch webhook: ≥ 10k deliveries/s per webhook channel | 1,020/s | **NO** |" in doc
-    assert "| ≤ 0.02 ledger object writes per delivery (channels that deduplicate) | 0.0012 | yes |" in doc
+    assert "| dispatch log: ≥ 5k deliveries/s on the log channel | 31,206/s | yes |" in doc
+    assert "| ≤ 0.02 ledger object writes per delivery (every channel that is not provider-bound) | 0.0012 | yes |" in doc
     assert "192,300" in doc
 
 
