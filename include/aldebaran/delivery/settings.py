@@ -37,14 +37,15 @@ class DeliverySettings(BaseSettings):
     backoff_max_seconds: float = Field(300.0, gt=0, description="ALDEBARAN_DELIVERY_BACKOFF_MAX_SECONDS: retry delay cap")
     run_max: int = Field(
         5000, ge=1, le=100_000,
-        description="ALDEBARAN_DELIVERY_RUN_MAX: most alerts one ledger run holds on a channel that deduplicates "
-                    "(a channel may set its own lower max_run)",
+        description="ALDEBARAN_DELIVERY_RUN_MAX: most alerts one ledger run holds, on every channel (a channel may "
+                    "set its own lower max_run: one send window on a channel that can neither deduplicate nor look up)",
     )
     dedupe_window_offsets: int = Field(
         200_000, ge=0,
         description="ALDEBARAN_DELIVERY_DEDUPE_WINDOW_OFFSETS: on taking a partition, a dispatcher reads the runs "
-                    "of the last this-many offsets to recognise repeated alert ids; older repeats reach the "
-                    "recipient, which deduplicates by the alert id",
+                    "of the last this-many offsets to recognise repeated alert ids; older repeats are dropped by "
+                    "a deduplicating recipient (alert id), the log channel's own sent-log, or an SMS alert's "
+                    "sent marker in the ledger",
     )
     concurrency: int = Field(
         64, ge=1, le=1024, description="ALDEBARAN_DELIVERY_CONCURRENCY: sends in flight per channel"
