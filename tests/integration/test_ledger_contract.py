@@ -158,6 +158,36 @@ class StoreAndLedgerContract:
         with pytest.raises(LedgerCorrupt, match="00000000000000000005"):
             ledger.get_run("webhook", "alerts", 0, 5)
 
+    def test_a_run_on_a_channel_that_cannot_deduplicate_keeps_unknown_outcomes_in_doubt(self, ledger):
+        run = Run.claim("sms", "alerts", 0, entries([3, 4, 5]), 1, "w1", ledger.clock())
+        etag = ledger.claim_run(run)
+        outcomes = {3: Outcome("delivered", {"sid": "SM3"}), 4: Outcome("unknown", error="read timeout"),
+                    5: Outcome("retry", error="HTTP 503")}
+        ledger.record_run(run, etag, outcomes, {o: alert(o) for o in (3, 4, 5)}, can_dedupe=False)
+        stored, _ = ledger.get_run("sms", "alerts", 0, 3)
+        assert [e[2] for e in stored.entries] == ["D", "U", RETRYING] and stored.state == RECORDED
+        doubted, _ = ledger.get("sms", f"{4:032x}")
+        assert doubted.state == IN_DOUBT and doubted.run == ledger.run_key("sms", "alerts", 0, 3)
+        assert ledger.indexed("in_doubt", "sms") == [f"{4:032x}"] and ledger.indexed("retry", "sms") == [f"{5:032x}"]
+
+    def test_a_sent_marker_is_taken_once_and_names_its_run(self, ledger):
+        first, later = ledger.run_key("sms", "alerts", 0, 0), ledger.run_key("sms", "alerts", 0, 900_000)
+        assert ledger.mark_sent("sms", ALERT["alert_id"], first)
+        assert ledger.mark_sent("sms", ALERT["alert_id"], first)  # the same run again (after an adoption): its own
+        assert not ledger.mark_sent("sms", ALERT["alert_id"], later)  # any later run: a repeat, however old
+        wins = []
+
+        def worker(i):
+            if ledger.mark_sent("sms", "b" * 32, ledger.run_key("sms", "alerts", 0, i)):
+                wins.append(i)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(wins) == 1
+
     # --- per-alert records --------------------------------------------------------------------
     def test_claim_once_then_deliver(self, ledger):
         record, etag = ledger.claim("sms", ALERT, "w1")
