@@ -45,8 +45,10 @@ test: setup  ## the whole suite against real services (started, then stopped eve
 test-unit: setup  ## only the fast tests: unit and DAG integrity (no services needed)
 	@$(VENV)/bin/pytest tests/unit tests/dags -q $(PYTEST_ARGS)
 
-bench: setup  ## capacity benchmarks, full size (shared services up; tables + plots into docs/benchmarks.md, docs/img/)
+bench: setup  ## capacity benchmarks, full size, then the deployed path (the platform as `make demo` leaves it; tables + plots into docs/benchmarks.md, docs/img/)
 	@$(ALD) bench all
+	@$(ALD) services up
+	@$(ALD) bench deployed --start --report
 
 bench-quick: setup  ## every benchmark small (< 5 min), asserts correctness only (report under .run/bench/quick)
 	@$(ALD) bench all --quick

@@ -15,6 +15,19 @@ USAGE = """\
     aldebaran bench low-latency [--rates R,...]        the real-time-mode lane (Spark 4.3): trade→alert p50/p95/p99, agreement"""
 
 
+# Bench modes that other packages add (the lab's `deployed`, which drives the local platform through
+# Airflow): name → handler(args). This package never imports them.
+EXTRA_BENCH_MODES: dict = {}
+BENCH_MODES = ["dispatch", "all", "state-designs", "parse-cost", "e2e", "low-latency", "checkpoint-files"]
+
+
+def add_bench_mode(name: str, handler) -> None:
+    """Register `aldebaran bench <name>` (called from another package's ``register``)."""
+    EXTRA_BENCH_MODES[name] = handler
+    if name not in BENCH_MODES:
+        BENCH_MODES.append(name)
+
+
 def cmd_loadgen(args: argparse.Namespace) -> int:
     from aldebaran_capacity import loadgen
 
@@ -25,6 +38,8 @@ def cmd_loadgen(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
+    if args.which in EXTRA_BENCH_MODES:
+        return EXTRA_BENCH_MODES[args.which](args)
     if args.which == "all":
         from aldebaran_capacity.bench import suite
 
@@ -71,8 +86,7 @@ def register(sub) -> None:
     lg.set_defaults(func=cmd_loadgen)
 
     b = sub.add_parser("bench", help="benchmarks (figures with machine, versions and date)")
-    b.add_argument("which", choices=["dispatch", "all", "state-designs", "parse-cost", "e2e", "low-latency",
-                                         "checkpoint-files"])
+    b.add_argument("which", choices=BENCH_MODES)  # a list: modes added later are accepted too
     b.add_argument("--quick", action="store_true", help="all: everything small (< 5 min), correctness only")
     b.add_argument("--out", default=None, help="all: report directory (default docs/, or .run/bench/quick with --quick); low-latency: a JSON file")
     b.add_argument("--sections", default=None,
@@ -95,7 +109,7 @@ def register(sub) -> None:
                    help="state-designs: time allowed to the per-order Python state candidate")
     b.add_argument("--rates", default=None,
                    help="e2e: comma-separated trade rates to ramp through, trades/s (default 5000,10000,20000,50000); "
-                   "low-latency: the paced rates (default 1000,10000,50000)")
+                   "low-latency: the paced rates (default 1000,10000,50000); deployed: default 1000,5000,20000,50000")
     b.add_argument("--seconds", type=float, default=20.0, help="e2e, low-latency: how long each rate is produced, seconds")
     b.add_argument("--micro-batch", action="store_true",
                    help="low-latency: run the lane's plan as back-to-back micro-batches (the comparison)")
@@ -104,7 +118,12 @@ def register(sub) -> None:
     b.add_argument("--conf", action="append", default=None, metavar="KEY=VALUE",
                    help="low-latency: a Spark setting of the lane's spark-submit (repeatable)")
     b.add_argument("--report", action="store_true",
-                   help="low-latency: write its section of docs/benchmarks.md and its key of docs/img/bench-results.json")
+                   help="low-latency, deployed: write its section of docs/benchmarks.md and its key of "
+                   "docs/img/bench-results.json")
+    b.add_argument("--start", action="store_true",
+                   help="deployed: run `aldebaran demo` first when the platform is not running")
+    b.add_argument("--drain-seconds", type=float, default=60.0,
+                   help="deployed: after each rate, how long to wait for its alerts and deliveries")
     b.add_argument("--producer", default="jvm", choices=["jvm", "python"],
                    help="low-latency: the paced producer (jvm: the Java client, bench/paced.py; python: confluent-kafka)")
     b.add_argument("--no-exact", action="store_true",

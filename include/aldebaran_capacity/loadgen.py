@@ -298,6 +298,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--orders", type=int, default=1000, help="orders to generate")
     p.add_argument("--seed", type=int, default=1, help="random seed (same seed, same events)")
     p.add_argument("--rate", type=float, default=None, help="events per second (default: as fast as possible)")
+    p.add_argument("--seconds", type=float, default=None,
+                   help="with --rate: produce for this long (rate × seconds events of the chosen mix; --orders is "
+                   "then an upper bound)")
+    p.add_argument("--watch", action="store_true",
+                   help="while producing to the running platform, a line every 2 s: trades/s in, alerts/s, "
+                   "deliveries/s per channel, trade → alert and trade → log p99 (aldebaran_capacity.watch)")
+    p.add_argument("--watch-linger", type=float, default=15.0,
+                   help="--watch: keep watching this long after the last trade (the deliveries that follow it)")
     p.add_argument("--topic", default=None, help="target topic (default: ALDEBARAN_KAFKA_TRADES_TOPIC)")
     p.add_argument("--challenge-example", action="store_true", help="also send the challenge's order 1 example")
     m = Mix()
@@ -316,6 +324,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ttl-seconds", type=float, default=600.0, help="book TTL the reference model assumes")
 
 
+def _watch(topic: str):
+    """The live line of --watch, over the running platform's channels (ALDEBARAN_CHANNELS)."""
+    from aldebaran.delivery.channels import channel_names, configured_channels
+    from aldebaran.delivery.settings import DeliverySettings
+    from aldebaran.settings import KafkaSettings, load
+    from aldebaran_capacity.watch import LiveWatch
+
+    kafka = load(KafkaSettings).model_copy(update={"trades_topic": topic})
+    channels = channel_names()
+    log_path = configured_channels(["log"])[0].path if "log" in channels else None
+    w = LiveWatch(kafka, channels, load(DeliverySettings).group, log_path)
+    w.start()
+    return w
+
+
 def main(args: argparse.Namespace) -> None:
     from aldebaran import paths
     from aldebaran.settings import KafkaSettings, load
@@ -332,7 +355,19 @@ def main(args: argparse.Namespace) -> None:
                   malformed_fraction=args.malformed_fraction, open_orders=args.open_orders, seed=args.seed)
         recs += list(mix_records(mix))
         mix_meta = {"mix": "custom", **asdict(mix)}
-    sent = send(recs, topic, rate=args.rate, stamp_now=True, total=len(recs))
+    if args.seconds is not None:
+        if not args.rate:
+            raise SystemExit("loadgen: --seconds needs --rate (events per second)")
+        if args.mix == "original" and args.rate * args.seconds > len(recs):
+            # the orders to fill the time: the mix averages ~4.5 events per order; generated, then cut
+            recs += list(records(original_mix(int(args.rate * args.seconds / 2) + 1, args.seed + 1)))
+        recs = recs[: int(args.rate * args.seconds)]
+    watch = _watch(topic) if args.watch else None
+    try:
+        sent = send(recs, topic, rate=args.rate, stamp_now=True, total=len(recs))
+    finally:
+        if watch is not None:
+            watch.stop(linger=args.watch_linger)
     alerts = expected(recs, sent.timestamps, ttl_ms=int(args.ttl_seconds * 1000))
     path = args.expected or paths.run_dir() / "loadgen" / f"{topic}-expected.json"
     write_expected(path, alerts, topic=topic, messages=sent.count, ttl_ms=int(args.ttl_seconds * 1000), **mix_meta)

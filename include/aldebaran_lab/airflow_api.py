@@ -125,6 +125,42 @@ class AirflowApi:
                                  f"{', '.join(missing)} (see its log, and `airflow dags list-import-errors`)")
             time.sleep(2.0)
 
+    # --- variables and connections (what a user sets in the UI) ----------------------------------
+    def _upsert(self, collection: str, key: str, body: dict) -> None:
+        """PATCH the object if it exists, else POST it."""
+        path = f"/api/v2/{collection}/{urllib.parse.quote(key, safe='')}"
+        try:
+            self._request("GET", path)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                raise self.error(f"Airflow API GET {path}: HTTP {exc.code}") from exc
+            self.call("POST", f"/api/v2/{collection}", body)
+            return
+        self.call("PATCH", path, body)
+
+    def _delete(self, collection: str, key: str) -> None:
+        path = f"/api/v2/{collection}/{urllib.parse.quote(key, safe='')}"
+        try:
+            self._request("DELETE", path)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                raise self.error(f"Airflow API DELETE {path}: HTTP {exc.code}") from exc
+
+    def set_variable(self, key: str, value: str) -> None:
+        self._upsert("variables", key, {"key": key, "value": value})
+
+    def delete_variable(self, key: str) -> None:
+        self._delete("variables", key)
+
+    def set_connection(self, conn_id: str, conn_type: str, *, host: str | None = None, port: int | None = None,
+                       password: str | None = None, extra: dict | None = None) -> None:
+        body = {"connection_id": conn_id, "conn_type": conn_type, "host": host, "port": port,
+                "password": password, "extra": json.dumps(extra) if extra is not None else None}
+        self._upsert("connections", conn_id, {k: v for k, v in body.items() if v is not None})
+
+    def delete_connection(self, conn_id: str) -> None:
+        self._delete("connections", conn_id)
+
     def set_paused(self, dag_id: str, paused: bool) -> None:
         self.call("PATCH", f"/api/v2/dags/{dag_id}?update_mask=is_paused", {"is_paused": paused})
 

@@ -12,7 +12,8 @@ USAGE = """\
     aldebaran demo [--stop]                            the platform end to end through Airflow (make demo)
     aldebaran chaos kill-auditor|failover|kill-dispatch|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|all
                                                        reliability campaigns (make chaos)
-    aldebaran docs config [--check]                    the configuration reference in docs/operations.md"""
+    aldebaran docs config [--check]                    the configuration reference in docs/operations.md
+    aldebaran bench deployed [--rates R,...] [--report] the platform as `make demo` leaves it: trade → alert → log, webhook, bus"""
 
 
 def cmd_services(args: argparse.Namespace) -> int:
@@ -96,8 +97,18 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return docsgen.main(args)
 
 
+def cmd_bench_deployed(args: argparse.Namespace) -> int:
+    from aldebaran_lab import deployed
+
+    return deployed.main(args)
+
+
 def register(sub) -> None:
-    """Add `services`, `demo`, `chaos` and `docs` to the subparsers of `aldebaran`."""
+    """Add `services`, `demo`, `chaos` and `docs` to the subparsers of `aldebaran`, and `bench deployed` to
+    the capacity package's `bench`."""
+    from aldebaran_capacity.cli import add_bench_mode
+
+    add_bench_mode("deployed", cmd_bench_deployed)
     s = sub.add_parser("services", help="start/stop/inspect the local services")
     s.add_argument("action", choices=["up", "down", "status", "kill"])
     s.add_argument("names", nargs="*", help="services (default: minio kafka airflow; down/status: all)")

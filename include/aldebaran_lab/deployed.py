@@ -1,0 +1,301 @@
+"""``aldebaran bench deployed``: the figure we publish — the platform as ``make demo`` leaves it, fed by a
+plain confluent-kafka producer.
+
+What runs: the Airflow-supervised auditor on its s3a checkpoint in MinIO, the streaming dispatchers the
+``dispatch_supervisor`` DAG starts, and three channels — ``log`` (the demo's), ``webhook`` (a receiver
+in a process of its own) and ``bus`` (a Kafka topic). The bench configures the last two the way a user
+does, through Airflow (the Variable ``aldebaran_channels`` and the connections ``aldebaran_webhook`` /
+``aldebaran_bus``), and takes them away again at the end.
+
+Per rate, a producer process with confluent-kafka's defaults (librdkafka's partitioner) sends paced
+orders keyed by order id: a request for 100 shares, then two purchases of 60 — one OVERFILL per order,
+tipped by the second purchase, whose Kafka timestamp is the trade's time. Taps (aldebaran_capacity.taps)
+see each alert on the alerts topic, in the log file, at the webhook receiver and on the bus topic:
+
+    trade (producer) ─▶ detected_at (the book step) ─▶ produced to `alerts` ─▶ seen on `alerts`
+                                                                            ─▶ log / webhook / bus
+
+It also samples the auditor's batches (its heartbeat: batch time and its steps), counts restarts (a new
+pid behind a heartbeat), and records the box (aldebaran_capacity.bench.boxstate): a segment where other
+processes took more than 0.2 core is flagged. A short warm-up segment runs first and is not reported.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+from aldebaran.exceptions import AldebaranError
+from aldebaran_capacity.bench.boxstate import BoxSampler
+from aldebaran_capacity.taps import LogTap, TopicTap, percentile
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RATES = (1000, 5000, 20000, 50000)
+CHANNELS = ("log", "webhook", "bus")
+BUS_TOPIC = "alerts.bench-bus"
+CHANNELS_VARIABLE = "aldebaran_channels"
+EVENTS_PER_ORDER = 3
+WARMUP = (200, 5.0)  # events/s, seconds: the first batches after a quiet spell, left out
+
+
+class DeployedError(AldebaranError):
+    """The deployed-path bench cannot run (platform not running, channels not started)."""
+
+
+# --- the producer (its own process: `python -m aldebaran_lab.deployed produce ...`) ------------------
+def produce(bootstrap: str, topic: str, rate: float, seconds: float, prefix: str) -> dict:
+    """Paced orders from a plain confluent-kafka Producer (defaults); returns what was sent."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap})
+    orders = max(1, int(rate * seconds / EVENTS_PER_ORDER))
+    errors = []
+
+    def on_delivery(err, _msg) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    t0, n = time.monotonic(), 0
+    for i in range(orders):
+        oid = f"{prefix}-{i}"
+        for value in (
+            {"id": oid, "#shares": 100, "client": "Bench", "stock": "AAPL"},
+            {"id": f"{oid}-a", "initial_order_id": oid, "#shares": 60, "client": "Bench", "stock": "AAPL"},
+            {"id": f"{oid}-b", "initial_order_id": oid, "#shares": 60, "client": "Bench", "stock": "AAPL"},
+        ):
+            while True:
+                try:
+                    p.produce(topic, key=oid, value=json.dumps(value), on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+            n += 1
+        p.poll(0)
+        ahead = n / rate - (time.monotonic() - t0)
+        if ahead > 0.001:
+            time.sleep(ahead)
+    sent_s = time.monotonic() - t0
+    left = p.flush(60)
+    return {"orders": orders, "events": n, "seconds": round(sent_s, 3), "undelivered": left, "errors": errors[:3]}
+
+
+def _produce_in_process(kafka, rate: float, seconds: float, prefix: str) -> dict:
+    cmd = [sys.executable, "-m", "aldebaran_lab.deployed", "produce", kafka.bootstrap_servers, kafka.trades_topic,
+           str(rate), str(seconds), prefix]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 3 + 120)
+    if out.returncode != 0:
+        raise DeployedError(f"the paced producer failed ({out.returncode}): {out.stderr[-800:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# --- the platform -------------------------------------------------------------------------------------
+class Watcher(threading.Thread):
+    """Every second: the auditor's batches (from its heartbeat) and the pids behind the heartbeats."""
+
+    def __init__(self, query: str, dispatchers: list[str]) -> None:
+        from aldebaran.objectstore import ObjectStore
+        from aldebaran.platform import dispatch_supervisor
+
+        super().__init__(daemon=True, name="deployed-watcher")
+        self.query, self.dispatchers = query, dispatchers
+        self.store, self.dstore = ObjectStore(), dispatch_supervisor.delivery_store()
+        self._done = threading.Event()
+        self.batches: dict[int, dict] = {}
+        self.pids: dict[str, list[int]] = {}
+
+    def _pid(self, who: str, hb: dict | None) -> None:
+        pid = (hb or {}).get("pid")
+        seen = self.pids.setdefault(who, [])
+        if pid is not None and (not seen or seen[-1] != pid):
+            seen.append(pid)
+
+    def sample(self) -> None:
+        from aldebaran.audit import heartbeat
+        from aldebaran.delivery.service import read_heartbeat
+
+        hb = heartbeat.read(self.store, self.query)
+        self._pid("auditor", hb)
+        books = (hb or {}).get("books") or {}
+        if books.get("batch_id") is not None:
+            spark = hb.get("duration_ms") or {}
+            self.batches[books["batch_id"]] = {"batch_ms": books.get("batch_ms"), "steps_ms": books.get("steps_ms"),
+                                               "applied": books.get("applied"), "misrouted": books.get("misrouted"),
+                                               "trigger_ms": spark.get("triggerExecution"), "spark_ms": spark}
+        for name in self.dispatchers:
+            self._pid(f"dispatcher {name}", read_heartbeat(self.dstore, name))
+
+    def run(self) -> None:
+        while not self._done.wait(1.0):
+            try:
+                self.sample()
+            except AldebaranError as exc:
+                log.debug("watcher: %s", exc)
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join(10)
+
+    def restarts(self) -> dict[str, int]:
+        return {who: len(pids) - 1 for who, pids in self.pids.items() if len(pids) > 1}
+
+
+def auditor_running(query: str, max_age: float = 60.0) -> bool:
+    from aldebaran.audit import heartbeat
+    from aldebaran.objectstore import ObjectStore
+
+    hb = heartbeat.read(ObjectStore(), query)
+    return bool(hb) and hb.get("status") == "running" and time.time() - hb.get("updated_at_ms", 0) / 1000 < max_age
+
+
+class Channels:
+    """log, webhook and bus on the running platform, configured through Airflow, and taken away after."""
+
+    def __init__(self, api, kafka) -> None:
+        self.api, self.kafka = api, kafka
+        self.receiver = None
+
+    def __enter__(self) -> "Channels":
+        from aldebaran import kafka_admin
+        from aldebaran_capacity.receivers.process import ReceiverProcess
+
+        secret = secrets.token_urlsafe(24)
+        self.receiver = ReceiverProcess("webhook", secret=secret).start()
+        kafka_admin.ensure_topics(self.kafka, [BUS_TOPIC])
+        # host with a scheme is the base URL (the HTTP provider's rule, connection.base_url)
+        self.api.set_connection("aldebaran_webhook", "http", host=self.receiver.url, password=secret)
+        self.api.set_connection("aldebaran_bus", "kafka", extra={"topic": BUS_TOPIC,
+                                                                 "bootstrap.servers": self.kafka.bootstrap_servers})
+        self.api.set_variable(CHANNELS_VARIABLE, ",".join(CHANNELS))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from aldebaran.platform import dispatch_supervisor
+
+        # The supervisor keeps what is configured: the Variable goes first, then the two dispatchers.
+        self.api.delete_variable(CHANNELS_VARIABLE)
+        cfg = dispatch_supervisor.settings()
+        store = dispatch_supervisor.delivery_store()
+        for name in ("webhook", "bus"):
+            dispatch_supervisor.stop(store, name, cfg, "bench deployed: done")
+        for conn in ("aldebaran_webhook", "aldebaran_bus"):
+            self.api.delete_connection(conn)
+        if self.receiver is not None:
+            self.receiver.stop()
+
+    def wait_dispatchers(self, timeout: float = 240.0) -> None:
+        """Trigger dispatch_supervisor until a running dispatcher of each channel owns its partitions."""
+        from aldebaran.delivery.service import read_heartbeat
+        from aldebaran.platform import dispatch_supervisor
+
+        store = dispatch_supervisor.delivery_store()
+        deadline, triggered = time.monotonic() + timeout, 0.0
+        while True:
+            ready = {}
+            for name in CHANNELS:
+                hb = read_heartbeat(store, name) or {}
+                parts = (hb.get("partitions") or {}).get(name) or {}
+                ready[name] = hb.get("status") == "running" and bool(parts)
+            if all(ready.values()):
+                return
+            if time.monotonic() > deadline:
+                raise DeployedError(f"dispatchers not running after {timeout:.0f}s: {ready} (dispatch_supervisor's "
+                                    "task log says why)")
+            if time.monotonic() - triggered > 60:
+                self.api.trigger("dispatch_supervisor")
+                triggered = time.monotonic()
+            time.sleep(2.0)
+
+
+# --- one segment ----------------------------------------------------------------------------------------
+def segment(kafka, receiver, log_path, query: str, rate: int, seconds: float, drain_s: float) -> dict:
+    prefix = f"dep{uuid.uuid4().hex[:6]}r{rate}"
+
+    def keep(order_id) -> bool:
+        return isinstance(order_id, str) and order_id.startswith(prefix + "-")
+
+    taps = {"alerts": TopicTap(kafka, kafka.alerts_topic, keep), "log": LogTap(log_path, keep),
+            "bus": TopicTap(kafka, BUS_TOPIC, keep)}
+    watcher, box = Watcher(query, list(CHANNELS)), BoxSampler()
+    for t in (*taps.values(), watcher, box):
+        t.start()
+    watcher.sample()
+    t0 = time.time() * 1000
+    try:
+        sent = _produce_in_process(kafka, rate, seconds, prefix)
+        box_state = box.stop()  # the load segment only, not the drain
+        want = sent["orders"]
+        deadline = time.monotonic() + drain_s
+        while time.monotonic() < deadline:
+            hook = receiver.stats(summary=True)
+            if all(len(t.seen) >= want for t in taps.values()) and hook.get("received", 0) >= want:
+                break
+            time.sleep(1.0)
+    finally:
+        for t in (*taps.values(), watcher):
+            t.stop()
+    webhook = {a: at * 1000 for a, at in (receiver.stats(summary=False).get("received_at") or {}).items()}
+    from aldebaran_lab.deployed_figures import figures
+
+    return figures(rate, sent, t0, taps, webhook, keep_ids=set(taps["alerts"].seen), watcher=watcher,
+                   box=box_state)
+
+
+def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start: bool = False) -> dict:
+    from aldebaran.delivery.channels import configured_channels
+    from aldebaran.settings import KafkaSettings, load
+    from aldebaran_lab.demo_platform import Platform, api_from_env
+
+    platform = Platform.load()
+    platform.require_local()
+    if not auditor_running(platform.query):
+        if not start:
+            raise DeployedError(f"the auditor {platform.query!r} is not running: run `make demo` first (or pass "
+                                "--start)")
+        log.info("deployed: the platform is not running; `aldebaran demo` first")
+        subprocess.run([sys.executable, "-m", "aldebaran.cli", "demo"], check=True)
+    kafka = load(KafkaSettings)
+    api = api_from_env()
+    log_path = configured_channels(["log"])[0].path
+    out = {"rates": list(rates), "seconds": seconds, "channels": list(CHANNELS), "segments": [],
+           "producer": "confluent-kafka Producer, default settings (librdkafka consistent_random partitioner)",
+           "order": "request 100 shares, then 2 purchases of 60: one OVERFILL per order"}
+    with Channels(api, kafka) as channels:
+        log.info("deployed: waiting for the log, webhook and bus dispatchers")
+        channels.wait_dispatchers()
+        log.info("deployed: warm-up %d events/s for %.0f s (not reported)", *WARMUP)
+        segment(kafka, channels.receiver, log_path, platform.query, WARMUP[0], WARMUP[1], drain_s)
+        for rate in rates:
+            log.info("deployed: %d events/s for %.0f s", rate, seconds)
+            seg = segment(kafka, channels.receiver, log_path, platform.query, rate, seconds, drain_s)
+            log.info("deployed: %s", json.dumps({k: v for k, v in seg.items() if k not in ("timeline", "batches")}))
+            out["segments"].append(seg)
+    return out
+
+
+def main(args) -> int:
+    from aldebaran import paths
+    from aldebaran_capacity.bench import machine
+    from aldebaran_lab import deployed_report
+
+    rates = [int(r) for r in args.rates.split(",") if r] if args.rates else list(DEFAULT_RATES)
+    seconds = args.seconds if args.seconds != 20.0 else 30.0  # the bench parser's shared default is e2e's
+    command = (f"aldebaran bench deployed --rates {','.join(map(str, rates))} --seconds {seconds:g} "
+               f"--drain-seconds {args.drain_seconds:g}")
+    result = {"machine": machine.describe(), "command": command}
+    result["deployed"] = run(rates, seconds, args.drain_seconds, start=args.start)
+    print(json.dumps(result, indent=1, default=str))
+    if args.report:
+        deployed_report.write(result, paths.ROOT / "docs")
+    return 0
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "produce":
+    bootstrap, topic, rate, secs, pfx = sys.argv[2:7]
+    print(json.dumps(produce(bootstrap, topic, float(rate), float(secs), pfx)))

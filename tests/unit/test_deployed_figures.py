@@ -1,0 +1,68 @@
+"""The deployed-path bench's figures (aldebaran_lab.deployed_figures) and its report's target lines, from
+hand-made tap contents: latency from the trade's timestamp, per channel, the stages, the timeline."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from aldebaran_capacity.taps import Seen, percentile
+from aldebaran_lab import deployed_report
+from aldebaran_lab.deployed_figures import figures, timeline
+
+
+def _tap(seen: dict) -> SimpleNamespace:
+    return SimpleNamespace(seen=seen)
+
+
+def _segment():
+    t0 = 1_000_000.0
+    # 4 orders: trades at t0 + 0, 100, 1100, 1200 ms; each alert seen on `alerts` 300 ms later.
+    trig = {f"a{i}": t0 + off for i, off in enumerate((0, 100, 1100, 1200))}
+    alerts = {a: Seen(t + 300, t, t + 200, t + 250, f"o{a}") for a, t in trig.items()}
+    logs = {a: Seen(t + 400, t, t + 200) for a, t in trig.items() if a != "a3"}  # one not delivered yet
+    bus = {a: Seen(t + 350, t, t + 200, t + 250) for a, t in trig.items()}
+    webhook = {a: t + 500 for a, t in trig.items()} | {"other-run": t0}
+    taps = {"alerts": _tap(alerts), "log": _tap(logs), "bus": _tap(bus)}
+    watcher = SimpleNamespace(batches={7: {"batch_ms": 180.0, "steps_ms": {"parse_shards": 120.0}, "misrouted": 0,
+                                           "trigger_ms": 260}},
+                              restarts=lambda: {})
+    return figures(5000, {"orders": 4, "events": 12, "seconds": 2.0}, t0, taps, webhook, set(alerts),
+                   watcher=watcher, box={"quiet": True})
+
+
+def test_latencies_are_measured_from_the_trades_timestamp_per_channel():
+    s = _segment()
+    assert (s["alert_p50_ms"], s["alert_p99_ms"]) == (300.0, 300.0)
+    assert s["achieved_eps"] == 6 and s["alerts"] == 4
+    ch = s["channels"]
+    assert (ch["log"]["expected"], ch["log"]["delivered"], ch["log"]["p99_ms"]) == (4, 3, 400.0)
+    assert (ch["webhook"]["delivered"], ch["webhook"]["p50_ms"]) == (4, 500.0)  # the other run's alert is not counted
+    assert ch["bus"]["after_alert_p99_ms"] == 50.0
+
+
+def test_stages_split_the_path():
+    st = _segment()["stages_ms"]
+    assert (st["trade_to_detected"], st["detected_to_produced"], st["produced_to_seen"]) == (200.0, 50.0, 50.0)
+    assert (st["alert_to_log"], st["alert_to_webhook"], st["alert_to_bus"]) == (100.0, 200.0, 50.0)
+    assert (st["batch_p50"], st["batch_parse_shards_p50"], st["batch_trigger_p50"]) == (180.0, 120.0, 260.0)
+
+
+def test_the_timeline_buckets_by_second_of_trade_time():
+    t0 = 0.0
+    out = timeline(t0, {"x": 10.0, "y": 1500.0, "z": 1600.0}, {"alert": {"x": 110.0, "y": 1800.0, "z": 1700.0}})
+    assert out == {"alert": [[0, 100.0], [1, 300.0]]}
+
+
+def test_percentile_is_nearest_rank():
+    values = list(range(1, 101))
+    assert (percentile(values, 50), percentile(values, 99), percentile(values, 100)) == (50, 99, 100)
+    assert percentile([], 99) is None
+
+
+def test_targets_name_met_and_missed_with_the_figure():
+    s = _segment()
+    lines = deployed_report.targets([s])
+    assert lines[0] == "- trade → alert p99 ≤ 1,000 ms at 5,000/s: **met** (300 ms)"
+    log_line = next(line for line in lines if "trade → log" in line)
+    assert "**missed**" in log_line and "3/4 delivered" in log_line  # on time, but one short
+    assert lines[-1].startswith("- 0 supervisor restarts under steady load: **met**")
