@@ -228,3 +228,37 @@ def test_stop_is_honoured_between_runs(ledger):
     part = partition(1, range(100))
     assert settler(ledger, fake, "w").settle(part, stop) == 4  # the first run is recorded and commits
     assert len(fake.sent) == 4 and [r.state for r in runs(ledger, "fake_sms")] == [RECORDED]
+
+
+class StoreDownOnceFake:
+    """Failure injection: the ledger's store refuses the first sent marker (an outage), then works."""
+
+    def __init__(self, store) -> None:
+        self.store, self.failed = store, False
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def create(self, key, body):
+        from aldebaran.exceptions import ObjectStoreError
+
+        if "/sent/" in key and not self.failed:
+            self.failed = True
+            raise ObjectStoreError("injected: store unavailable")
+        return self.store.create(key, body)
+
+
+def test_an_outage_before_the_send_leaves_no_doubt(tmp_path):
+    """The owner's own run, claimed but interrupted before any send (a marker write failed): taken up again
+    as it is, not adopted as a crash (which would put its alerts IN_DOUBT on SMS)."""
+    from aldebaran.exceptions import ObjectStoreError
+
+    ledger = Ledger(StoreDownOnceFake(LocalStore(tmp_path / "ledger")), prefix="deliveries", lease_seconds=30)
+    fake = CrashAfterSendsFake(concurrency=4)
+    s = settler(ledger, fake, "w")
+    part = partition(1, range(8))
+    with pytest.raises(ObjectStoreError):
+        s.settle(part, threading.Event())
+    assert fake.sent == [] and part.unsent == {0}
+    assert s.settle(part, threading.Event()) == 8
+    assert fake.sent == [f"a-{i}" for i in range(8)] and ledger.indexed("in_doubt", "fake_sms") == []

@@ -50,6 +50,7 @@ class Partition:
     skip_until: int = -1  # offsets ≤ this belong to a run already recorded
     loaded: bool = False
     broken: str | None = None  # why this partition's dispatch stopped (fenced, unreadable ledger object)
+    unsent: set = field(default_factory=set)  # starts of runs this owner claimed and has not begun to send
 
 
 class RunSettler:
@@ -94,16 +95,20 @@ class RunSettler:
                     continue
                 if run.end > part.buffer[-1][0]:
                     return committed  # adopt once the whole range is here (next poll)
-                previous = f"{run.owner} (epoch {run.epoch})"
-                run.adopt(self.ledger.clock(), self.owner, part.epoch)
-                etag = self.ledger.save_run(run, etag)
                 by_offset = {b[0]: b for b in part.buffer if b[0] <= run.end}
-                known = self._after_crash(run, previous)
+                if (run.owner, run.epoch) != (self.owner, part.epoch) or run.start not in part.unsent:
+                    # Ours but interrupted after the send began (an object-store error), or a dead owner's.
+                    previous = f"{run.owner} (epoch {run.epoch})"
+                    run.adopt(self.ledger.clock(), self.owner, part.epoch)
+                    etag = self.ledger.save_run(run, etag)
+                    known = self._after_crash(run, previous)
+                # else: claimed by this owner, which failed before sending anything: no doubt, carry on
             else:
                 run, by_offset = self._new_run(part, chunk)
                 etag = self.ledger.claim_run(run)
                 if etag is None:
                     continue  # someone created it meanwhile: read it on the next turn
+                part.unsent.add(run.start)
             self._send_run(part, run, etag, by_offset, known, stop)
             part.skip_until = run.end
             committed = run.end + 1
@@ -158,6 +163,7 @@ class RunSettler:
                         for e in to_send if e[0] not in mine})
             to_send = [e for e in to_send if e[0] in mine]
         alerts = [by_offset[e[0]][2] for e in to_send]
+        part.unsent.discard(run.start)  # from here on a failure may leave sends behind
         outcomes = self.channel.send_many(alerts) if alerts else []
         everything = {**known, **{e[0]: o for e, o in zip(to_send, outcomes)}}
         self._record(run, etag, everything, {o: by_offset[o][2] for o in everything}, part, stop)
