@@ -25,7 +25,7 @@ STAT_COLUMNS = (
 
 # --- reading the ledger --------------------------------------------------------------------------
 def latest_records(ledger, channel: str, limit: int) -> list:
-    """The `limit` most recently written per-alert records of a channel, newest first (failures, SMS,
+    """The `limit` most recently written per-alert records of a channel, newest first (failures, doubts,
     pages: alerts delivered inside a run have no record of their own; find them by id). The listing's
     LastModified picks them, so only `limit` records are read."""
     from aldebaran.storage import safe_segment

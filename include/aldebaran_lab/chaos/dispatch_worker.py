@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 class KillAfterSendFaultInjection:
     """Failure injection: wraps a real channel; after a ``send_many`` that reached the provider, with
     probability `probability` the process dies before the dispatcher can record the outcomes (a run on
-    a channel that deduplicates, the claimed per-alert records on one that cannot)."""
+    every channel: resent, looked up or put IN_DOUBT by the next owner, as the channel allows)."""
 
     def __init__(self, inner, probability: float, rng: random.Random, lock: threading.Lock) -> None:
         self.inner = inner
