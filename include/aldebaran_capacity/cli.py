@@ -12,13 +12,15 @@ USAGE = """\
     aldebaran bench all [--quick]                      drain, latency, books, churn, dispatch, e2e, low_latency → docs/benchmarks.md
     aldebaran bench state-designs                      candidate state designs side by side → docs/benchmarks.md
     aldebaran bench parse-cost                         Kafka read vs parse vs aggregate, batch jobs → docs/benchmarks.md
-    aldebaran bench low-latency [--rates R,...]        the real-time-mode lane (Spark 4.3): trade→alert p50/p95/p99, agreement"""
+    aldebaran bench low-latency [--rates R,...]        the real-time-mode lane (Spark 4.3): trade→alert p50/p95/p99, agreement
+    aldebaran bench alerts-from [--rates R] [--repeats N] alerts produced by the shard tasks vs the driver, A/B"""
 
 
 # Bench modes that other packages add (the lab's `deployed`, which drives the local platform through
 # Airflow): name → handler(args). This package never imports them.
 EXTRA_BENCH_MODES: dict = {}
-BENCH_MODES = ["dispatch", "all", "state-designs", "parse-cost", "e2e", "low-latency", "checkpoint-files"]
+BENCH_MODES = ["dispatch", "all", "state-designs", "parse-cost", "e2e", "low-latency", "checkpoint-files",
+               "alerts-from"]
 
 
 def add_bench_mode(name: str, handler) -> None:
@@ -56,6 +58,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from aldebaran_capacity.bench import low_latency
 
         return low_latency.main(args)
+    if args.which == "alerts-from":
+        from aldebaran_capacity.bench import alerts_from
+
+        return alerts_from.main(args)
     if args.which == "e2e":
         from aldebaran_capacity.bench import e2e
 

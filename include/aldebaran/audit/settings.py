@@ -37,6 +37,10 @@ class AuditorSettings(BaseSettings):
         "auto", description="copartitioned: one shard per trades partition, no shuffle (producers key by order id); "
         "shuffle: repartition by order id; auto: copartitioned if a sample of the topic keeps the keying contract "
         "(an existing checkpoint keeps its plan)")
+    alerts_from: Literal["shard", "driver"] = Field(
+        "shard", description="co-partitioned plan: who produces the alerts to Kafka — shard: each shard task, as "
+        "soon as its book delta is durable (an alert does not wait for the batch's other shards, the collect and "
+        "the driver); driver: foreachBatch, after the whole batch (the shuffle plan always does this)")
     partitioner: Literal["auto", "crc32", "murmur2", "fnv1a"] = Field(
         "auto", description="co-partitioned plan: the partitioner the trades' producers use, which decides the shard "
         "that owns an order — crc32: librdkafka/confluent-kafka's default (consistent_random); murmur2: the Java "

@@ -55,6 +55,8 @@ class BatchContext:
     host_idle_seconds: float = 600.0  # a dedicated shard host stops after this long without work
     expire_all: bool = False  # the end pass of a bounded run with expire-at-end (sparkjob/endpass.py)
     partitioner: str = "murmur2"  # co-partitioned: who owns an order (aldebaran.audit.partitioning)
+    # co-partitioned: each shard task produces its alerts once its delta is durable (ALDEBARAN_AUDIT_ALERTS_FROM)
+    alerts_in_shard: bool = False
 
 
 def batch_context(settings, kafka) -> BatchContext:
@@ -71,10 +73,22 @@ def batch_context(settings, kafka) -> BatchContext:
         kafka=kafka,
         limits=Limits(settings.max_message_bytes, settings.max_id_length, settings.max_shares),
         host_idle_seconds=settings.shard_host_idle_seconds,
+        alerts_in_shard=settings.alerts_from == "shard",
     )
 
 
 _DLQ_SINKS: dict = {}  # one DLQ producer per Python worker and Kafka settings, reused across batches
+_ALERT_SINKS: dict = {}  # the same for the shard tasks' alerts (alerts_in_shard)
+
+
+def shard_alert_sink(kafka):
+    from aldebaran.kafka_io import AlertSink
+
+    key = kafka.model_dump_json()
+    sink = _ALERT_SINKS.get(key)
+    if sink is None:
+        sink = _ALERT_SINKS[key] = AlertSink(kafka)
+    return sink
 
 
 def _dlq_sink(kafka):
@@ -284,17 +298,21 @@ class BatchWriter:
         object, side by side → the batch's figures (log, heartbeat, `on_batch`)."""
         alerts = [_Row(r) for r in rows if r["row_type"] == "alert"]
         stats = [_Row(r) for r in rows if r["row_type"] == "stats"]
+        # Co-partitioned with alerts_in_shard: each shard task produced its alerts already, as soon as its
+        # delta was durable (the alert did not wait for the other shards, the collect and this driver).
+        produced = self.plan.name == "copartitioned" and self.ctx.alerts_in_shard and self.ctx.kafka is not None
         if alerts:
             # The alerts are already on the driver: produce them from here (idempotent producer, flushed)
             # rather than recompute the shard tasks for a Spark write. The archive PUT runs beside the
-            # produce (both wait on the network; the latency log showed them in series costing up to
-            # 3.0 s + 2.3 s); the batch returns, and Spark commits, only after both succeeded.
+            # produce (both wait on the network, and would add up in series); the batch returns, and Spark
+            # commits, only after both succeeded.
             archived = None
             if self.archive is not None:
                 archived = self._archiver().submit(self._archive_write, batch_id, [r.alert_json for r in alerts])
-            t = time.perf_counter()
-            self.alert_sink.send([(r.alert_id, r.alert_json, _sources_header(r.sources)) for r in alerts])
-            steps["alerts"] = _ms_since(t)
+            if not produced:
+                t = time.perf_counter()
+                self.alert_sink.send([(r.alert_id, r.alert_json, sources_header(r.sources)) for r in alerts])
+                steps["alerts"] = _ms_since(t)
             if archived is not None:
                 steps["archive"] = archived.result()  # re-raises a failed PUT: the batch fails, not commits
         dlq_count = sum(s.dlq for s in stats)
@@ -351,7 +369,7 @@ def batch_log_level(figures: dict) -> int:
     return logging.INFO if any(figures.get(k) for k in ACTIVITY_FIGURES) else logging.DEBUG
 
 
-def _sources_header(sources: str | None) -> list[tuple[str, bytes]] | None:
+def sources_header(sources: str | None) -> list[tuple[str, bytes]] | None:
     from aldebaran.audit.provenance import HEADER
 
     return [(HEADER, sources.encode())] if sources else None

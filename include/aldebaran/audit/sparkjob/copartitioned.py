@@ -31,6 +31,7 @@ from aldebaran import events
 from aldebaran.audit.state.store import Config, ShardStore
 from aldebaran.audit.sparkjob.batch import (
     DLQ_FIELDS, EVENT_FIELDS, BatchContext, _arrow_schema, _dlq_sink, _rss_mib, alert_records, dlq_headers,
+    shard_alert_sink, sources_header,
 )
 from aldebaran.audit.partitioning import owner
 from aldebaran.audit.model import EventRow
@@ -151,7 +152,16 @@ def process(ctx: BatchContext, batch_id: int, partitions: int, parser: str, shar
         reroute.flush()
     if py is not None:
         figures = {"fast": py.fast, "slow": py.slow}
-    return _records(out, shard_id, dlq, len(out.misrouted), figures, topic)
+    records = _records(out, shard_id, dlq, len(out.misrouted), figures, topic)
+    if ctx.alerts_in_shard and ctx.kafka is not None:
+        # The delta is durable (store.apply wrote it): the alerts may leave now, not after the whole batch.
+        # A re-executed batch produces them again with the same ids (the topic is at-least-once; delivery
+        # deduplicates by alert id). Acknowledged before the task returns.
+        alerts = [(r["alert_id"], r["alert_json"], sources_header(r["sources"]))
+                  for r in records if r["row_type"] == "alert"]
+        if alerts:
+            shard_alert_sink(ctx.kafka).send(alerts)
+    return records
 
 
 def idle_shards_function(ctx: BatchContext, batch_id: int, partitions: int, parser: str, host: str = "worker"):
