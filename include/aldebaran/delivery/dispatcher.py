@@ -120,7 +120,11 @@ class ChannelDispatcher:
         c = consumer(self.kafka, self.group, **{
             "enable.partition.eof": False, "session.timeout.ms": self.settings.session_timeout_ms,
             "heartbeat.interval.ms": max(500, self.settings.session_timeout_ms // 5),
-            "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024})
+            "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
+            # A streaming dispatcher is a static member: its restart takes its partitions back at once
+            # (ALDEBARAN_DELIVERY_STATIC_MEMBERSHIP); a one-pass run stays dynamic beside it.
+            **({"group.instance.id": f"{self.group}@{socket.gethostname()}/{heartbeat.name}"}
+               if heartbeat is not None and self.settings.static_membership else {})})
         last_data = time.monotonic()
         settled_upto: dict[int, int] = {}  # partition → the next offset to commit (all below it settled)
 

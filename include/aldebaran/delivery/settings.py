@@ -73,6 +73,16 @@ class DeliverySettings(BaseSettings):
                     "move to a live one after about this long (at least the broker's group.min.session.timeout.ms; "
                     "a dispatcher frozen longer loses its partitions)",
     )
+    # Chosen by measurement (docs/reliability.md § dispatcher restart handover): a restarted member with the
+    # old one's group.instance.id takes its partitions back without a rebalance, so neither a killed
+    # predecessor's session nor a busy member of the same group (which rejoins only when it polls) holds it up.
+    static_membership: bool = Field(
+        True,
+        description="ALDEBARAN_DELIVERY_STATIC_MEMBERSHIP: a streaming dispatcher (`dispatch --follow`) joins each "
+                    "channel's consumer group as a static member, group.instance.id <group>@<host>/<dispatcher name>, "
+                    "so its restart owns its partitions at once; one dispatcher per name per host (a second one "
+                    "with the same name fences the first). `dispatch` (one pass, alert_dispatch) stays dynamic",
+    )
     idle_seconds: float = Field(
         5.0, gt=0, description="ALDEBARAN_DELIVERY_IDLE_SECONDS: `dispatch` (one pass) returns after this long idle"
     )

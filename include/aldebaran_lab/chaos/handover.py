@@ -128,7 +128,9 @@ def trial(kafka, topic: str, partitions: int, mode: str, exit_: str, peer: str, 
         old = Member(topic, group, mode, "dispatcher")
         members = [m for m in (bystander, old) if m is not None]
         live = lambda ms: set().union(*(m.held() for m in ms))  # noqa: E731
-        _wait(lambda: old.held() and live(members) == everything, timeout, "the old member's assignment")
+        # Settled: each member holds a share, together all of them, none twice.
+        _wait(lambda: all(m.held() for m in members) and live(members) == everything
+              and sum(len(m.held()) for m in members) == partitions, timeout, "the old member's assignment")
         time.sleep(1.0)  # settled
         mine = sorted(old.held())
         load1 = os.getloadavg()[0]
