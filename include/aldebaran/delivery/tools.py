@@ -114,7 +114,8 @@ def find(ledger, channel: str, alert_id: str, position: tuple[int, int] | None, 
         return {"channel": channel, "state": "PENDING", "partition": partition, "offset": offset,
                 "note": "not yet in a run on this channel"}
     entry = next((e for e in run.entries if e[0] == offset), None)
-    state = {"D": DELIVERED, "S": "REPEAT", "M": "MALFORMED", "R": RETRY, "X": DEAD, "?": "CLAIMED"}.get(entry[2] if entry else "?")
+    state = {"D": DELIVERED, "S": "REPEAT", "M": "MALFORMED", "R": RETRY, "X": DEAD, "U": IN_DOUBT,
+             "?": "CLAIMED"}.get(entry[2] if entry else "?")
     return {"channel": channel, "source": "run", "state": state, "receipt": entry[3] if entry else None,
             "run": {"partition": run.partition, "start": run.start, "end": run.end, "state": run.state,
                     "owner": run.owner, "epoch": run.epoch, "claimed_at": run.claimed_at,
