@@ -7,7 +7,7 @@ A record is kept where one alert needs its own state:
 - IN_DOUBT: a send may have reached a provider that cannot deduplicate; never re-sent automatically,
   settled by asking the provider (a channel with a lookup) or by an operator;
 - IN_DOUBT also for the pending alerts of a run adopted after its owner died, on a channel that
-  cannot deduplicate and has no lookup (at most one run per partition and crash);
+  cannot deduplicate and has no lookup exact at once (at most one run per partition and crash);
 - out-of-band deliveries (the supervisor's pages).
 
 Key ``<prefix>/<channel>/alerts/<alert_id>.json``. Created with If-None-Match: * (the claim), every
