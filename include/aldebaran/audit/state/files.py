@@ -73,10 +73,20 @@ class S3Files:
         self.store.delete(self.prefix + name)
 
 
+_S3_FILES: dict[tuple[int, str], "S3Files"] = {}
+
+
 def files_for(root: str) -> Files:
-    """A new client for `root` each call: a forked snapshot writer makes its own, never its parent's."""
+    """The files under `root`. An S3 root's client is kept per process and root, so a shard's every batch
+    reuses one boto3 client and its connections (a new client per batch cost ~10 ms per shard per batch,
+    measured in docs/design.md § 5); keyed by pid too, so a forked snapshot writer makes its own, never
+    uses its parent's."""
     if root.startswith(("s3://", "s3a://")):
-        return S3Files(root)
+        key = (os.getpid(), root)
+        files = _S3_FILES.get(key)
+        if files is None:
+            files = _S3_FILES[key] = S3Files(root)
+        return files
     return LocalFiles(root.removeprefix("file://"))
 
 
