@@ -174,16 +174,27 @@ def _wait_gone(kafka: KafkaSettings, topics: list[str], timeout: float = 30.0) -
         time.sleep(0.5)
 
 
-def _delete_groups(kafka: KafkaSettings, groups: list[str]) -> None:
-    from confluent_kafka import KafkaException
+def _delete_groups(kafka: KafkaSettings, groups: list[str], timeout: float = 45.0) -> None:
+    """Delete the dispatchers' consumer groups. A streaming dispatcher is a static member of its group
+    (ALDEBARAN_DELIVERY_STATIC_MEMBERSHIP): stopped, it stays a member until its session times out
+    (ALDEBARAN_DELIVERY_SESSION_TIMEOUT_MS), so a group still "not empty" is asked again until then."""
+    from confluent_kafka import KafkaError, KafkaException
 
     client = kafka_admin.admin(kafka)
     existing = {g.group_id for g in client.list_consumer_groups(request_timeout=10).result().valid}
     doomed = [g for g in groups if g in existing]
-    if not doomed:
-        return
-    for group, fut in client.delete_consumer_groups(doomed, request_timeout=10).items():
-        try:
-            fut.result()
-        except KafkaException as exc:
-            raise DemoError(f"could not delete consumer group {group} (is a dispatcher still running?): {exc}") from exc
+    deadline = time.monotonic() + timeout
+    while doomed:
+        busy = []
+        for group, fut in client.delete_consumer_groups(doomed, request_timeout=10).items():
+            try:
+                fut.result()
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.NON_EMPTY_GROUP and time.monotonic() < deadline:
+                    busy.append(group)
+                    continue
+                raise DemoError(f"could not delete consumer group {group} (is a dispatcher still running?): "
+                                f"{exc}") from exc
+        doomed = busy
+        if doomed:
+            time.sleep(1.0)
