@@ -126,25 +126,26 @@ class AirflowApi:
             time.sleep(2.0)
 
     # --- variables and connections (what a user sets in the UI) ----------------------------------
+    def _unless_missing(self, method: str, collection: str, key: str) -> bool:
+        """`method` on one object of `collection`; False if there is no such object (404)."""
+        path = f"/api/v2/{collection}/{urllib.parse.quote(key, safe='')}"
+        try:
+            self._request(method, path)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                raise self.error(f"Airflow API {method} {path}: HTTP {exc.code}") from exc
+            return False
+        return True
+
     def _upsert(self, collection: str, key: str, body: dict) -> None:
         """PATCH the object if it exists, else POST it."""
-        path = f"/api/v2/{collection}/{urllib.parse.quote(key, safe='')}"
-        try:
-            self._request("GET", path)
-        except urllib.error.HTTPError as exc:
-            if exc.code != 404:
-                raise self.error(f"Airflow API GET {path}: HTTP {exc.code}") from exc
+        if self._unless_missing("GET", collection, key):
+            self.call("PATCH", f"/api/v2/{collection}/{urllib.parse.quote(key, safe='')}", body)
+        else:
             self.call("POST", f"/api/v2/{collection}", body)
-            return
-        self.call("PATCH", path, body)
 
     def _delete(self, collection: str, key: str) -> None:
-        path = f"/api/v2/{collection}/{urllib.parse.quote(key, safe='')}"
-        try:
-            self._request("DELETE", path)
-        except urllib.error.HTTPError as exc:
-            if exc.code != 404:
-                raise self.error(f"Airflow API DELETE {path}: HTTP {exc.code}") from exc
+        self._unless_missing("DELETE", collection, key)
 
     def set_variable(self, key: str, value: str) -> None:
         self._upsert("variables", key, {"key": key, "value": value})

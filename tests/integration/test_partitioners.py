@@ -18,11 +18,10 @@ from confluent_kafka import Producer
 
 from aldebaran import kafka_admin, kafka_io, reference
 from aldebaran.audit.partitioning import LIBRDKAFKA, partition_of
-from aldebaran.audit.settings import AuditorSettings
-from aldebaran.audit.sparkjob import job, plans
+from aldebaran.audit.sparkjob import plans
 from aldebaran.exceptions import ConfigError
-from aldebaran.settings import load
 from aldebaran_capacity import loadgen
+from tests.integration.test_plans import _run  # the auditor run to the end of its input, its batch figures
 
 
 def _plain_producer(kafka, **conf) -> Producer:
@@ -34,14 +33,6 @@ def _produce(p: Producer, topic: str, records) -> None:
     for key, value in records:
         p.produce(topic, key=key, value=value)
     assert p.flush(30) == 0
-
-
-def _run(spark, checkpoint, name, **extra):
-    settings = load(AuditorSettings, checkpoint=checkpoint, trigger="available-now", query_name=name,
-                    archive_prefix="tests/archive", **extra)
-    figures = []
-    job.run(settings, spark=spark, on_batch=figures.append)
-    return figures
 
 
 def _ids(kafka) -> list:
