@@ -80,21 +80,22 @@ def manual_run(http, dag_id: str) -> str:
     return next(r["dag_run_id"] for r in runs if r["run_type"] == "manual")
 
 
-def test_the_deliveries_page_shows_the_demo_records_with_no_parameter(demo, http):
+def test_the_deliveries_page_shows_the_ledger_and_finds_each_demo_alert_in_its_run(demo, http):
+    """The log channel delivers in group-commit runs (no per-alert record unless an alert fails or is in
+    doubt): the page with no parameter shows the ledger, and any demo alert is found by its id, DELIVERED
+    in its run."""
     alerts = demo_alerts()
     ids = {a["alert_id"] for a in alerts}
     assert len(alerts) == len(ids) > 20
 
     page = http.get("/aldebaran/deliveries/")
     assert page.status_code == 200
-    assert "s3://aldebaran/deliveries/" in page.text
-    shown = set(re.findall(r'href="log/([0-9a-f]{32})"', page.text))
-    assert len(shown) == 20 and shown <= ids  # the latest 20 records, all the demo's
+    assert "s3://aldebaran/deliveries/" in page.text and "log" in page.text
 
     (order1,) = [a for a in alerts if a["order_id"] == "1"]
-    record = http.get(f"/aldebaran/deliveries/log/{order1['alert_id']}")
-    assert record.status_code == 200 and "DELIVERED" in record.text
-    assert order1["alert_id"] in record.text and "<th>purchased</th><td>120</td>" in record.text
+    found = http.get("/aldebaran/deliveries/find", params={"alert_id": order1["alert_id"]})
+    assert found.status_code == 200
+    assert order1["alert_id"] in found.text and "DELIVERED" in found.text and "run partition" in found.text
 
 
 def test_explain_tells_the_story_of_the_demo_alert_from_the_cli_and_the_page(demo, http):

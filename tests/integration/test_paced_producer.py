@@ -1,12 +1,14 @@
 """The low-latency benchmark's paced producer on the JVM (aldebaran_capacity.bench.paced) against real Kafka:
-every record arrives once, keyed as given, in order per order id (the Java client's default partitioner is
-the one the platform's producers use), stamped with the time it was sent, at about the rate asked."""
+every record arrives once, keyed as given, in order per order id, placed by the Java client's default
+partitioner (murmur2, one of the standard partitioners the auditor detects), stamped with the time it was
+sent, at about the rate asked."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 
 from aldebaran import kafka_io
+from aldebaran.audit.partitioning import partition_of
 from aldebaran_capacity import loadgen
 from aldebaran_capacity.bench import paced
 
@@ -27,9 +29,11 @@ def test_paced_producer_sends_every_record_once_in_order_with_its_stamp(kafka_to
         by_key[m.key()].append(m.value())
     for key, values in by_key.items():
         assert values == [r.value for r in recs if r.key == key]
-    # Same partition per order id as the platform's own producer (murmur2 of the key).
+    # The Java client's default partitioner: murmur2 of the key (aldebaran.audit.partitioning), the same partition
+    # as librdkafka's murmur2_random puts it in.
     partitions = {m.key(): m.partition() for m in got}
-    probe = kafka_io.producer(kafka_topics)
+    assert partitions == {k: partition_of(k, kafka_topics.partitions, "murmur2") for k in partitions}
+    probe = kafka_io.producer(kafka_topics, partitioner="murmur2_random")
     kafka_io.produce_all(probe, kafka_topics.alerts_topic, [(k, b"x") for k in partitions])
     again = {m.key(): m.partition() for m in kafka_io.read_topic(kafka_topics, kafka_topics.alerts_topic, idle=1.0)}
     assert again == partitions
