@@ -13,7 +13,8 @@ USAGE = """\
     aldebaran chaos kill-auditor|failover|kill-dispatch|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|all
                                                        reliability campaigns (make chaos)
     aldebaran docs config [--check]                    the configuration reference in docs/operations.md
-    aldebaran bench deployed [--rates R,...] [--report] the platform as `make demo` leaves it: trade → alert → log, webhook, bus"""
+    aldebaran bench deployed [--rates R,...] [--report] the platform as `make demo` leaves it: trade → alert → log, webhook, bus
+    aldebaran bench steady [--rates 5000] [--seconds 300] steady load on it: 0 restarts, each alert once in the log"""
 
 
 def cmd_services(args: argparse.Namespace) -> int:
@@ -103,12 +104,19 @@ def cmd_bench_deployed(args: argparse.Namespace) -> int:
     return deployed.main(args)
 
 
+def cmd_bench_steady(args: argparse.Namespace) -> int:
+    from aldebaran_lab import steady
+
+    return steady.main(args)
+
+
 def register(sub) -> None:
     """Add `services`, `demo`, `chaos` and `docs` to the subparsers of `aldebaran`, and `bench deployed` to
     the capacity package's `bench`."""
     from aldebaran_capacity.cli import add_bench_mode
 
     add_bench_mode("deployed", cmd_bench_deployed)
+    add_bench_mode("steady", cmd_bench_steady)
     s = sub.add_parser("services", help="start/stop/inspect the local services")
     s.add_argument("action", choices=["up", "down", "status", "kill"])
     s.add_argument("names", nargs="*", help="services (default: minio kafka airflow; down/status: all)")
