@@ -17,7 +17,7 @@ import time
 log = logging.getLogger(__name__)
 
 
-def run(rate: int, seconds: float, linger: float = 30.0, seed: int = 77) -> dict:
+def run(rate: int, seconds: float, linger: float = 30.0, seed: int | None = None) -> dict:
     from aldebaran import paths
     from aldebaran.delivery.channels import configured_channels
     from aldebaran_lab.deployed import DeployedError, Watcher, auditor_running
@@ -29,7 +29,10 @@ def run(rate: int, seconds: float, linger: float = 30.0, seed: int = 77) -> dict
     watcher.sample()
     path = configured_channels(["log"])[0].path
     start = path.stat().st_size if path.exists() else 0
-    expected_path = paths.run_dir() / "bench" / f"steady-{int(time.time())}-expected.json"
+    # A new seed each run: the same seed again would send the same order and event ids, which the running
+    # auditor's books deduplicate (no alert), while the reference model expects them.
+    seed = seed if seed is not None else int(time.time())
+    expected_path = paths.run_dir() / "bench" / f"steady-{seed}-expected.json"
     t0 = time.time()
     rc = subprocess.call([sys.executable, "-m", "aldebaran.cli", "loadgen", "--rate", str(rate), "--seconds",
                           str(seconds), "--seed", str(seed), "--watch", "--watch-linger", str(linger),
@@ -45,7 +48,7 @@ def run(rate: int, seconds: float, linger: float = 30.0, seed: int = 77) -> dict
                 seen[json.loads(line)["alert"]["alert_id"]] += 1
             except (ValueError, KeyError):
                 continue  # a torn last line: not a delivery
-    return {"rate": rate, "seconds": seconds, "loadgen_rc": rc, "wall_s": round(time.time() - t0),
+    return {"rate": rate, "seconds": seconds, "seed": seed, "loadgen_rc": rc, "wall_s": round(time.time() - t0),
             "restarts": watcher.restarts(), "pids": watcher.pids, "expected_overfills": len(want),
             "delivered_log": len(want & set(seen)), "missing_log": len(want - set(seen)),
             "twice_log": sum(1 for a in want if seen[a] > 1), "auditor_batches_seen": len(watcher.batches)}
