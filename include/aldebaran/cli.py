@@ -27,6 +27,7 @@ EXTENSIONS = ("aldebaran_capacity", "aldebaran_lab")
 CORE_USAGE = """\
     aldebaran auditor run|status                       the streaming auditor
     aldebaran dispatch [--channel NAME] [--follow]     deliver alerts to the configured channels (once, or streaming)
+    aldebaran dispatch --fast [--follow]               deliver the fast lane's alerts to the channels that opted in
     aldebaran deliveries stats|list|show|retry|resolve inspect and settle the delivery ledger
     aldebaran explain ALERT_ID [--json]                one alert's story: its trades, trigger and deliveries
     aldebaran lanes run|status|stop|resolve            the low-latency lane (real-time mode) and its reconciliation"""
@@ -85,9 +86,9 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
     if args.follow:
         from aldebaran.delivery import service
 
-        return service.follow(args.channel or None, args.name)
+        return service.follow(args.channel or None, args.name, fast=args.fast)
     stats = dispatcher.run_once(
-        channels=args.channel or None, max_alerts=args.max_alerts, idle_timeout=args.idle_timeout
+        channels=args.channel or None, max_alerts=args.max_alerts, idle_timeout=args.idle_timeout, fast=args.fast
     )
     print(json.dumps(stats.summary()))
     return 0
@@ -150,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--follow", action="store_true",
                    help="stream: deliver until SIGTERM/SIGINT, with a heartbeat (what dispatch_supervisor starts)")
     d.add_argument("--name", default=None, help="--follow: the dispatcher's name in its heartbeat (default: its channels)")
+    d.add_argument("--fast", action="store_true",
+                   help="deliver the low-latency lane's alerts (ALDEBARAN_KAFKA_FAST_ALERTS_TOPIC) to the channels "
+                        'whose connection says "fast": true (heartbeat name fast-lane)')
     d.add_argument("--max-alerts", type=int, default=None, help="stop after this many alerts")
     d.add_argument("--idle-timeout", type=float, default=None,
                    help="stop after this many seconds without alerts (default ALDEBARAN_DELIVERY_IDLE_SECONDS)")

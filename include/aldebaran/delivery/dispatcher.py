@@ -93,7 +93,10 @@ class DeadLetters:
 
 
 class ChannelDispatcher:
-    """One channel's queue over the alerts topic."""
+    """One channel's queue over the alerts topic (a subclass reads another: aldebaran.delivery.fast)."""
+
+    group_suffix = ""  # after <group>-<channel>: a queue of its own per topic
+    claim_first = False  # RunSettler: create a new run without looking for one first
 
     def __init__(self, channel, ledger: Ledger, settings: DeliverySettings, kafka: KafkaSettings,
                  group: str, owner: str, stats: DispatchStats, dead_letters: DeadLetters) -> None:
@@ -101,13 +104,21 @@ class ChannelDispatcher:
         self.ledger = ledger
         self.settings = settings
         self.kafka = kafka
-        self.topic = kafka.alerts_topic
-        self.group = f"{group}-{channel.name}"
+        self.topic = self.topic_of(kafka)
+        self.group = f"{group}-{channel.name}{self.group_suffix}"
         self.owner = owner
         self.stats = stats
         self.dead_letters = dead_letters
-        self.runs = RunSettler(channel, ledger, settings, self.topic, owner, stats, dead_letters)
+        self.runs = RunSettler(channel, ledger, settings, self.topic, owner, stats, dead_letters, self.claim_first)
         self.partitions: dict[int, Partition] = {}
+
+    @staticmethod
+    def topic_of(kafka: KafkaSettings) -> str:
+        return kafka.alerts_topic
+
+    def fetch(self, c) -> list:
+        """One poll: up to poll_max alerts, gathered for at most 0.2 s (librdkafka waits that long to fill it)."""
+        return c.consume(num_messages=self.settings.poll_max, timeout=0.2)
 
     # --- the loop ---------------------------------------------------------------------------------
     def run(self, stop: threading.Event, idle_timeout: float | None, max_alerts: int | None = None,
@@ -153,7 +164,7 @@ class ChannelDispatcher:
                     last_sweep = time.monotonic()
                 if heartbeat is not None:
                     heartbeat.progress(self, c, settled_upto)  # a report; its own thread writes the beat
-                msgs = c.consume(num_messages=self.settings.poll_max, timeout=0.2)
+                msgs = self.fetch(c)
                 if not msgs and not any(p.buffer for p in self.partitions.values()):
                     if idle_timeout is not None and time.monotonic() - last_data > idle_timeout and c.assignment():
                         break
@@ -187,6 +198,7 @@ class ChannelDispatcher:
             self._retrying(self.sweep)
         finally:
             pool.shutdown(wait=True)
+            self.runs.close()
             # Only what was settled: never the consumer's position, which runs ahead of what is settled
             # (a poll's buffer cut short by a stop, a partition stopped broken, a run waiting for its range).
             final = [TopicPartition(self.topic, p, off) for p, off in settled_upto.items() if p in self.partitions]
@@ -293,7 +305,8 @@ class Dispatcher:
     """Every configured channel's ChannelDispatcher, one thread each."""
 
     def __init__(self, ledger: Ledger, channels: list, kafka: KafkaSettings | None = None, group: str | None = None,
-                 owner: str | None = None, settings: DeliverySettings | None = None) -> None:
+                 owner: str | None = None, settings: DeliverySettings | None = None,
+                 worker: type[ChannelDispatcher] = ChannelDispatcher) -> None:
         self.ledger = ledger
         self.channels = channels
         self.kafka = kafka or load(KafkaSettings)
@@ -301,6 +314,7 @@ class Dispatcher:
         self.group = group or self.settings.group
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self.dead_letters = DeadLetters(ledger.store)
+        self.worker = worker  # ChannelDispatcher, or FastChannelDispatcher (the fast lane's topic)
 
     def run(self, stop: threading.Event | None = None, idle_timeout: float | None = None,
             max_alerts: int | None = None, heartbeat=None, stats: DispatchStats | None = None) -> DispatchStats:
@@ -308,7 +322,7 @@ class Dispatcher:
         stats = stats if stats is not None else DispatchStats()
         stop = stop or threading.Event()
         t0 = time.monotonic()
-        workers = [ChannelDispatcher(ch, self.ledger, self.settings, self.kafka, self.group, self.owner, stats,
+        workers = [self.worker(ch, self.ledger, self.settings, self.kafka, self.group, self.owner, stats,
                                      self.dead_letters) for ch in self.channels]
         errors: list[BaseException] = []
 
@@ -369,8 +383,14 @@ def default_ledger(store=None) -> Ledger:
 
 
 def run_once(channels: list[str] | None = None, max_alerts: int | None = None,
-             idle_timeout: float | None = None) -> DispatchStats:
+             idle_timeout: float | None = None, fast: bool = False) -> DispatchStats:
+    """One pass over the alerts topic (fast: over the fast lane's, for the channels that opted in)."""
     from aldebaran.delivery.channels import configured_channels
 
-    d = Dispatcher(default_ledger(), configured_channels(channels))
+    if fast:
+        from aldebaran.delivery.fast import fast_dispatcher
+
+        d = fast_dispatcher(default_ledger(), channels)
+    else:
+        d = Dispatcher(default_ledger(), configured_channels(channels))
     return d.run_once(max_alerts=max_alerts, idle_timeout=idle_timeout)

@@ -264,16 +264,37 @@ class Ledger:
         """Before an alert's first send on such a channel: create its marker naming the run (If-None-Match).
         True if the alert is this run's to send (created now, or by this run before an adoption);
         False if another run holds it: a repeat, never sent twice, however old."""
+        return self.claim_sent(channel, alert_id, run_key) is None
+
+    def claim_sent(self, channel: str, alert_id: str, run_key: str) -> str | None:
+        """:meth:`mark_sent` telling who holds the marker: None if this run does, else the holder's run key
+        (it names the topic, so the lane, that delivered the alert: the fast lane's copy and the exact
+        lane's meet here, aldebaran.delivery.fast)."""
         key = self.sent_key(channel, alert_id)
         try:
             self._write(self.store.create, key, run_key.encode())
-            return True
+            return None
         except AlreadyExists:
             pass
         try:
-            return self.store.get(key).body.decode() == run_key
+            holder = self.store.get(key).body.decode()
         except NotFound:  # only an operator deletes markers: treat as never sent
-            return self.mark_sent(channel, alert_id, run_key)
+            return self.claim_sent(channel, alert_id, run_key)
+        return None if holder == run_key else holder
+
+    def sent_by(self, channel: str, alert_id: str) -> str | None:
+        """The run key an alert's sent marker names, or None (no marker: never marked on this channel)."""
+        try:
+            return self.store.get(self.sent_key(channel, alert_id)).body.decode()
+        except NotFound:
+            return None
+
+    def run_at(self, key: str) -> Run | None:
+        """The run stored under `key` (a sent marker's body), or None."""
+        try:
+            return Run.from_bytes(self.store.get(key).body, key)
+        except NotFound:
+            return None
 
     def settle(self, record: Record, etag: str, outcome, can_dedupe: bool) -> Record | None:
         """Apply one send's outcome to a per-alert record and store it; None if someone moved it."""

@@ -139,15 +139,21 @@ class Heartbeat:
         self.beater.finish(self.body(status, error))
 
 
-def follow(channel_names: list[str] | None = None, name: str | None = None) -> int:
-    """Run the dispatcher until SIGTERM/SIGINT. Returns the exit code."""
+def follow(channel_names: list[str] | None = None, name: str | None = None, fast: bool = False) -> int:
+    """Run the dispatcher until SIGTERM/SIGINT (fast: the fast lane's, aldebaran.delivery.fast). Returns the exit code."""
     from aldebaran.delivery.channels import configured_channels
     from aldebaran.delivery.dispatcher import Dispatcher, DispatchStats, default_ledger
 
-    channels = configured_channels(channel_names)
     ledger = default_ledger()
-    name = name or "-".join(c.name for c in channels)
-    dispatcher = Dispatcher(ledger, channels)
+    if fast:
+        from aldebaran.delivery.fast import DISPATCHER_NAME, fast_dispatcher
+
+        dispatcher = fast_dispatcher(ledger, channel_names)
+        name = name or DISPATCHER_NAME
+    else:
+        dispatcher = Dispatcher(ledger, configured_channels(channel_names))
+        name = name or "-".join(c.name for c in dispatcher.channels)
+    channels = dispatcher.channels
     stop = threading.Event()
     stats = DispatchStats()
 
@@ -160,8 +166,9 @@ def follow(channel_names: list[str] | None = None, name: str | None = None) -> i
     heartbeat = Heartbeat(ledger.store, name, [c.name for c in channels], dispatcher.owner, stats,
                           dispatcher.settings.heartbeat_seconds, ledger)
     heartbeat.start()
-    log.info("dispatcher %s: following the alerts topic for %s (ledger %s)", name,
-             ", ".join(c.name for c in channels), ledger.store.uri(ledger.prefix))
+    log.info("dispatcher %s: following %s for %s (ledger %s)", name,
+             dispatcher.worker.topic_of(dispatcher.kafka), ", ".join(c.name for c in channels),
+             ledger.store.uri(ledger.prefix))
     try:
         dispatcher.run(stop=stop, idle_timeout=None, heartbeat=heartbeat, stats=stats)
     except BaseException as exc:

@@ -22,6 +22,14 @@ runs in the last ``ALDEBARAN_DELIVERY_DEDUPE_WINDOW_OFFSETS`` offsets are recogn
 the repeat by its key; a channel that remembers what it sent (the log file) refuses it itself; any
 other channel (SMS) gets a sent marker per alert in the ledger before the send, so a repeat is
 recognised however old it is.
+
+A channel that opted in to the fast lane (``fast``) keeps sent markers in both lanes, whatever it can
+do otherwise: the fast lane's copy and the exact lane's (same alert id, other topic, other runs) meet at
+the marker, and the second is recorded ``S`` with the holder run's key in its receipt. Where the holder
+run is not recorded (its dispatcher died between marker and record, or is still sending) and a resend is
+harmless (the channel deduplicates or remembers what it sent), the second copy is sent anyway: an
+alert whose fast dispatcher never comes back is still delivered by the exact lane. A run's markers are
+created side by side (one round trip before the send, not one per alert).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import collections
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from aldebaran.delivery.channels.base import Outcome
@@ -37,6 +46,8 @@ from aldebaran.delivery.runs import MALFORMED, PENDING, RECORDED, REPEAT, Run
 from aldebaran.exceptions import Fenced, ObjectStoreError
 
 log = logging.getLogger(__name__)
+
+MARKER_THREADS = 32  # sent markers of one run created at once
 
 
 @dataclass
@@ -51,13 +62,15 @@ class Partition:
     loaded: bool = False
     broken: str | None = None  # why this partition's dispatch stopped (fenced, unreadable ledger object)
     unsent: set = field(default_factory=set)  # starts of runs this owner claimed and has not begun to send
+    contested: int = -1  # a start offset whose create failed: read that run before claiming there again
 
 
 class RunSettler:
     """One channel's runs over the partitions a dispatcher owns (`settle` is called per partition, from
     several threads at once; each partition's state lives in its :class:`Partition`)."""
 
-    def __init__(self, channel, ledger, settings, topic: str, owner: str, stats, dead_letters) -> None:
+    def __init__(self, channel, ledger, settings, topic: str, owner: str, stats, dead_letters,
+                 claim_first: bool = False) -> None:
         self.channel = channel
         self.ledger = ledger
         self.settings = settings
@@ -68,7 +81,15 @@ class RunSettler:
         self.max_run = min(settings.run_max, getattr(channel, "max_run", settings.run_max))
         self.can_dedupe = bool(getattr(channel, "can_dedupe", False))
         # Where neither the recipient nor the channel can tell a repeat, the ledger must: one marker per alert.
-        self.markers = not self.can_dedupe and not getattr(channel, "remembers_sent", False)
+        # A fast channel too: the markers are where the two lanes' copies of an alert meet.
+        self.resend_safe = self.can_dedupe or bool(getattr(channel, "remembers_sent", False))
+        self.markers = not self.resend_safe or bool(getattr(channel, "fast", False))
+        # Create a new run without looking for one first (one round trip less before the send; a run that
+        # exists makes the create fail, and it is read then). The fast lane's latency wants it.
+        self.claim_first = claim_first
+        self._marker_pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self._recorded_runs: collections.OrderedDict = collections.OrderedDict()  # holder run keys seen RECORDED
         self.asks_at_once = getattr(channel, "has_lookup", False) and not getattr(channel, "lookup_lags", True)
 
     # --- the claim sequence -----------------------------------------------------------------------
@@ -84,7 +105,8 @@ class RunSettler:
                 committed = part.skip_until + 1
                 continue
             chunk = part.buffer[: self.max_run]
-            found = self.ledger.get_run(name, self.topic, part.number, chunk[0][0])
+            fresh = self.claim_first and part.contested != chunk[0][0]
+            found = None if fresh else self.ledger.get_run(name, self.topic, part.number, chunk[0][0])
             known: dict = {}
             if found is not None:
                 run, etag = found
@@ -107,7 +129,8 @@ class RunSettler:
                 run, by_offset = self._new_run(part, chunk)
                 etag = self.ledger.claim_run(run)
                 if etag is None:
-                    continue  # someone created it meanwhile: read it on the next turn
+                    part.contested = chunk[0][0]
+                    continue  # someone created it meanwhile (or before: claim_first): read it on the next turn
                 part.unsent.add(run.start)
             self._send_run(part, run, etag, by_offset, known, stop)
             part.skip_until = run.end
@@ -157,11 +180,9 @@ class RunSettler:
                 self.dead_letters.add(self.topic, part.number, offset, raw, (e[3] or {}).get("reason", "malformed"))
         to_send = [e for e in run.pending() if e[0] not in known]
         if self.markers and to_send:
-            key = self.ledger.run_key(run.channel, run.topic, run.partition, run.start)
-            mine = {e[0] for e in to_send if self.ledger.mark_sent(name, e[1], key)}
-            run.settle({e[0]: (REPEAT, {"note": "sent by an earlier run (its sent marker)"})
-                        for e in to_send if e[0] not in mine})
-            to_send = [e for e in to_send if e[0] in mine]
+            repeats = self._mark(run, to_send)
+            run.settle(repeats)
+            to_send = [e for e in to_send if e[0] not in repeats]
         alerts = [by_offset[e[0]][2] for e in to_send]
         part.unsent.discard(run.start)  # from here on a failure may leave sends behind
         outcomes = self.channel.send_many(alerts) if alerts else []
@@ -169,6 +190,52 @@ class RunSettler:
         self._record(run, etag, everything, {o: by_offset[o][2] for o in everything}, part, stop)
         self._remember(part, run.alert_ids())
         self._count(run, alerts, outcomes, known)
+
+    # --- sent markers -------------------------------------------------------------------------------
+    def _mark(self, run: Run, to_send: list) -> dict:
+        """Create the sent markers of a run's alerts, side by side. offset → (REPEAT, receipt) for each alert
+        another run holds and this one must not send."""
+        key = self.ledger.run_key(run.channel, run.topic, run.partition, run.start)
+        name = self.channel.name
+        if len(to_send) == 1:
+            holders = [self.ledger.claim_sent(name, to_send[0][1], key)]
+        else:
+            holders = list(self._markers_pool().map(lambda e: self.ledger.claim_sent(name, e[1], key), to_send))
+        repeats = {}
+        for e, holder in zip(to_send, holders):
+            if holder is None:
+                continue
+            if self.resend_safe and not self._holder_recorded(holder):
+                # Its run may never be recorded (a dispatcher gone between marker and send): send it here too,
+                # the recipient (or the channel's sent-log) drops the second copy if both go out.
+                log.info("%s: %s is held by the unrecorded run %s: sent by this run too (a resend is harmless)",
+                         name, e[1], holder)
+                continue
+            repeats[e[0]] = (REPEAT, {"note": "sent by an earlier run (its sent marker)", "sent_by": holder})
+        return repeats
+
+    def _holder_recorded(self, key: str) -> bool:
+        if key in self._recorded_runs:
+            return True
+        run = self.ledger.run_at(key)
+        if run is None or run.state != RECORDED:
+            return False
+        self._recorded_runs[key] = None  # a recorded run stays recorded: remember a few
+        if len(self._recorded_runs) > 4096:
+            self._recorded_runs.popitem(last=False)
+        return True
+
+    def _markers_pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._marker_pool is None:
+                self._marker_pool = ThreadPoolExecutor(MARKER_THREADS, thread_name_prefix=f"markers-{self.channel.name}")
+            return self._marker_pool
+
+    def close(self) -> None:
+        with self._pool_lock:
+            pool, self._marker_pool = self._marker_pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
     def _record(self, run: Run, etag: str, outcomes: dict, alerts: dict, part: Partition, stop: threading.Event) -> None:
         """Record the run's outcomes. The sends happened: while the object store is unreachable, keep the

@@ -5,7 +5,9 @@ It runs in the control venv and
 1. creates the fast alerts topic if it is missing, then starts the lane (``spark-submit`` of the Spark 4.3
    runtime, :class:`aldebaran.lanes.launch.Lane`) as its child, in a process group of its own, with a
    status file the lane's driver rewrites every 2 s (:mod:`aldebaran.lanes.driver`);
-2. reconciles the two lanes' alerts (:class:`aldebaran.lanes.reconciler.Reconciler`) in its main loop;
+2. reconciles the two lanes' alerts (:class:`aldebaran.lanes.reconciler.Reconciler`) in its main loop, and
+   sends a retraction to each channel with ``fast: true`` for an alert judged unconfirmed
+   (aldebaran.delivery.retraction);
 3. writes a heartbeat every ``ALDEBARAN_LANES_HEARTBEAT_SECONDS`` at ``heartbeats/lane/<name>.json``:
 
        {"status": "starting"|"running"|"rotating"|"failed"|"stopped", "name", "host", "pid", "started_at", "at",
@@ -224,8 +226,12 @@ class Keeper:
         created = ensure_topics(self.kafka, [self.kafka.fast_alerts_topic, self.kafka.alerts_topic])
         if created:
             log.info("lane %s: created topic(s) %s", self.name, ", ".join(created))
+        from aldebaran.delivery.retraction import lane_retractor
+
+        # Channels with "fast": true had the fast alerts: they are sent the retractions (None: no such channel).
+        retractor = lane_retractor(self.name)
         self.reconciler = Reconciler(self.kafka, self.store, self.name, s.confirm_ttl_seconds, s.records_prefix,
-                                     resume_ms=resume)
+                                     resume_ms=resume, retractor=retractor)
         self.generation, offsets = self.pick_generation(previous.get("lane"), time.time())
         self.beat("starting")
         self.start_lane(offsets)
@@ -255,6 +261,8 @@ class Keeper:
             raise
         finally:
             self.reconciler.close()
+            if retractor is not None:
+                retractor.close()
         self.stop_lane()
         self.status_path.unlink(missing_ok=True)
         self.beat("stopped")

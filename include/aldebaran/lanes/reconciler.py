@@ -7,6 +7,11 @@ exact topic from ``ttl`` earlier, since its copy may come first). Each alert jud
 record, ``<records prefix>/<lane>/unconfirmed/<alert_id>.json`` (the fast alert, its time, why), which
 ``platform_health`` fails on and ``aldebaran lanes status`` lists; a late confirmation deletes it, and an
 operator settles one with ``aldebaran lanes resolve`` (moved under ``resolved/`` with a reason).
+
+Where channels opted in to the fast lane (a :class:`aldebaran.delivery.retraction.Retractor`), they had the
+alert: each is sent a retraction before the record is written (the record is what marks the alert judged,
+so a keeper that dies in between judges it again, and the ledger sends a retraction once per channel), and
+a late confirmation sends a reinstatement to each channel that got the retraction.
 """
 
 from __future__ import annotations
@@ -61,7 +66,7 @@ class Reconciler:
     """One lane's reconciliation over Kafka, its records in `store`. Call :meth:`step` in a loop."""
 
     def __init__(self, kafka, store, lane: str, ttl_seconds: float, records_prefix: str,
-                 resume_ms: int | None = None) -> None:
+                 resume_ms: int | None = None, retractor=None) -> None:
         self.kafka, self.store, self.lane, self.records_prefix = kafka, store, lane, records_prefix
         self.state = Reconciliation(int(ttl_seconds * 1000))
         self.fast_topic, self.exact_topic = kafka.fast_alerts_topic, kafka.alerts_topic
@@ -73,6 +78,9 @@ class Reconciler:
             self.state.unconfirmed[rec["alert_id"]] = int(rec.get("fast_ts") or 0)
             self.state.counts.unconfirmed += 1
         self._fast_alerts: dict[str, dict] = {}  # pending fast alerts' JSON, for their record
+        self.retractor = retractor  # None: no channel delivers the fast lane
+        self._held: dict[str, dict] = {}  # records whose retraction another worker holds under its lease
+        self._held_at = 0.0
 
     # --- Kafka ----------------------------------------------------------------------------------
     def open(self) -> None:
@@ -160,14 +168,34 @@ class Reconciler:
                     "ttl_seconds": self.state.ttl_ms / 1000, "alert": self._fast_alerts.pop(alert_id, None),
                     "why": f"the exact lane raised no alert {alert_id} within {self.state.ttl_ms / 1000:.0f}s of "
                            f"the fast lane's (read {self.exact_topic} up to {self.state.exact_horizon} ms); "
-                           "not delivered by the dispatchers"}
-            self.store.put(record_key(self.records_prefix, self.lane, alert_id), json.dumps(body).encode())
-            log.error("lane %s: alert %s unconfirmed: %s", self.lane, alert_id, body["why"])
+                           + ("retracted on the channels that had it from the fast lane" if self.retractor
+                              else "not delivered by the dispatchers")}
+            self._report(body)
+        if self._held and time.monotonic() - self._held_at >= 5.0:  # a held lease lasts seconds: not every step
+            self._held_at = time.monotonic()
+            for body in list(self._held.values()):
+                self._report(body)
         for alert_id in verdicts.confirmed_late:
+            self._held.pop(alert_id, None)
+            if self.retractor is not None:
+                self.retractor.reinstate(alert_id, time.time())  # before the delete: a crash asks again
             self.store.delete(record_key(self.records_prefix, self.lane, alert_id))
             log.warning("lane %s: alert %s confirmed late by the exact lane: record removed", self.lane, alert_id)
         for alert_id in verdicts.missed:
             log.info("lane %s: exact-lane alert %s had no fast-lane copy (delivered as usual)", self.lane, alert_id)
+
+    def _report(self, body: dict) -> None:
+        """Retract (where fast channels had it), then write the unconfirmed record (module docstring)."""
+        alert_id = body["alert_id"]
+        if self.retractor is not None:
+            body["retractions"] = self.retractor.retract(body)
+            if "busy" in body["retractions"].values():  # a dead keeper's send, under its lease: ask again later
+                self._held[alert_id] = body
+                self._held_at = time.monotonic()
+                return
+            self._held.pop(alert_id, None)
+        self.store.put(record_key(self.records_prefix, self.lane, alert_id), json.dumps(body).encode())
+        log.error("lane %s: alert %s unconfirmed: %s", self.lane, alert_id, body["why"])
 
     def status(self) -> dict:
         return {**self.state.status(), "fast_topic": self.fast_topic, "exact_topic": self.exact_topic}

@@ -2,7 +2,9 @@
 
 The streaming dispatchers (``aldebaran dispatch --follow``, aldebaran.delivery.service) are the normal
 delivery path: one per configured channel, named after it, unless ``ALDEBARAN_DISPATCH_SUPERVISOR_GROUPS``
-puts several channels in one (:func:`plan`). Each run (every minute, one at a time) supervises each
+puts several channels in one (:func:`plan`), and, where the low-latency lane is part of the platform
+(``ALDEBARAN_LANES_ENABLED``) and channels opted in to it (``fast: true``), the fast dispatcher
+``fast-lane`` (``aldebaran dispatch --follow --fast``, aldebaran.delivery.fast). Each run (every minute, one at a time) supervises each
 dispatcher with the steps of aldebaran.platform.processes and the
 :class:`~aldebaran.platform.processes.Kind` ``dispatcher`` (observe its heartbeat
 ``heartbeats/dispatcher/<name>.json`` and its process, diagnose, decide, restart with backoff). It
@@ -47,12 +49,16 @@ def settings() -> DispatchSupervisorSettings:
 
 def plan(cfg: DispatchSupervisorSettings | None = None) -> dict[str, list[str]]:
     """{dispatcher name: its channels}: the groups of ALDEBARAN_DISPATCH_SUPERVISOR_GROUPS (validated
-    by the settings), then one dispatcher per configured channel in no group, named after it."""
+    by the settings), then one dispatcher per configured channel in no group, named after it; then the
+    fast dispatcher of the channels with ``fast: true`` if the lane is enabled (module docstring)."""
     from aldebaran.delivery.channels import channel_names
+    from aldebaran.delivery.fast import DISPATCHER_NAME
 
     cfg = cfg or settings()
     configured = channel_names()
     out = {name: list(channels) for name, channels in (cfg.groups or {}).items()}
+    if DISPATCHER_NAME in out:
+        raise ConfigError(f"ALDEBARAN_DISPATCH_SUPERVISOR_GROUPS: {DISPATCHER_NAME!r} is the fast dispatcher's name")
     grouped = {channel for channels in out.values() for channel in channels}
     unknown = [(name, channel) for name, channels in out.items() for channel in channels if channel not in configured]
     if unknown:
@@ -64,7 +70,19 @@ def plan(cfg: DispatchSupervisorSettings | None = None) -> dict[str, list[str]]:
                 raise ConfigError(f"ALDEBARAN_DISPATCH_SUPERVISOR_GROUPS: group {channel!r} is named like a "
                                   "channel that is in no group")
             out[channel] = [channel]
+    fast = fast_plan(configured)
+    if fast:
+        out[DISPATCHER_NAME] = fast
     return out
+
+
+def fast_plan(configured: list[str]) -> list[str]:
+    """The channels the fast dispatcher delivers: those with ``fast: true``, if the lane is enabled."""
+    from aldebaran.delivery.fast import fast_channel_names
+    from aldebaran.lanes.settings import LaneSettings
+    from aldebaran.settings import load
+
+    return fast_channel_names(configured) if load(LaneSettings).enabled else []
 
 
 def delivery_store():
@@ -89,7 +107,10 @@ def launch(name: str, channels: list[str]) -> tuple[subprocess.Popen, Path]:
     from aldebaran import paths
     from aldebaran.delivery.channels.sources import connections_env
 
+    from aldebaran.delivery.fast import DISPATCHER_NAME
+
     command = [str(paths.venv_bin("aldebaran")), "dispatch", "--follow", "--name", name,
+               *(["--fast"] if name == DISPATCHER_NAME else []),
                *[arg for channel in channels for arg in ("--channel", channel)]]
     return processes.launch_detached(f"dispatcher-{safe_segment(name, 'dispatcher name')}", command, connections_env(channels))
 

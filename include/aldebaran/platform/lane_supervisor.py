@@ -38,11 +38,17 @@ def settings():
 
 
 def launch():
-    """``aldebaran lanes run`` detached (its settings come from this task's environment)."""
+    """``aldebaran lanes run`` detached (its settings come from this task's environment). It retracts unconfirmed
+    alerts on the channels with ``fast: true``: they are handed to it as the dispatch supervisor hands a
+    dispatcher its channels (ALDEBARAN_CHANNELS and their connections as Airflow resolved them)."""
     from aldebaran import paths
+    from aldebaran.delivery.channels.sources import connections_env
+    from aldebaran.delivery.fast import fast_channel_names
 
     cfg = settings()
-    return procs.launch_detached(f"lane-{cfg.name}", [str(paths.venv_bin("aldebaran")), "lanes", "run"])
+    fast = fast_channel_names()
+    env = {"ALDEBARAN_CHANNELS": ",".join(fast), **connections_env(fast)} if fast else {}
+    return procs.launch_detached(f"lane-{cfg.name}", [str(paths.venv_bin("aldebaran")), "lanes", "run"], env)
 
 
 def supervise() -> dict:

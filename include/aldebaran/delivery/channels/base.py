@@ -22,6 +22,11 @@ channel declares decides what happens after a crash between a run's send and its
 repeats of an alert id beyond the dedupe window need nothing from the ledger. A channel that can
 neither deduplicate nor remember gets a sent marker per alert in the ledger instead.
 
+`fast`: the channel opted in to the low-latency lane (``"fast": true`` in its connection's extra, read
+by :func:`aldebaran.delivery.channels.config.channel_from_connection` for every kind): it is also
+delivered from the fast alerts topic (:mod:`aldebaran.delivery.fast`), and both lanes keep sent markers
+for it, so whichever copy of an alert comes second is recognised as already delivered.
+
 Kinds register by name, like the audit rules: ``@register("webhook", conn_types=("http", "https"))``
 on the class; :data:`KINDS` (kind → class) and :data:`CONN_TYPES` (connection type → kind) follow.
 """
@@ -103,6 +108,7 @@ class Channel:
     has_lookup: bool = False
     lookup_lags: ClassVar[bool] = True
     remembers_sent: ClassVar[bool] = False
+    fast: bool = False  # delivered from the fast lane too (set from the connection's extra, module docstring)
 
     def __init__(self, name: str, *, concurrency: int = DEFAULT_CONCURRENCY, max_run: int | None = None) -> None:
         if concurrency < 1:

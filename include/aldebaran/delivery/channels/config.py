@@ -9,8 +9,9 @@ URI form (channels/sources.py), e.g.
 ``{"conn_type": "http", "host": "hooks.example.com", "schema": "https", "password": "<secret>",
 "extra": {"endpoint": "/aldebaran", "timeout": 10}}``. The channel kind is the connection's conn_type
 (looked up in the registry: http → webhook, smtp → email, kafka, sms, log, ...), or the channel's
-name when that is a kind. .env.example shows one definition per kind. Errors name the connection and
-the field, never a secret.
+name when that is a kind. .env.example shows one definition per kind. Any kind takes the extra
+``fast`` (true/false, default false): the channel is then delivered from the fast lane too
+(aldebaran.delivery.fast). Errors name the connection and the field, never a secret.
 """
 
 from __future__ import annotations
@@ -47,10 +48,13 @@ def channel_from_connection(name: str, conn: Connection | None) -> Channel:
         kind = name
     else:
         raise conn.error("field conn_type", f"is required (channel {name!r} is not a built-in name); {_choices()}")
+    fast = conn.extra_bool("fast", False)  # every kind may opt in to the fast lane: read here, not per kind
     try:
-        return KINDS[kind].from_connection(name, conn)
+        channel = KINDS[kind].from_connection(name, conn)
     except ValueError as exc:  # a constructor's own check; its message holds no secret
         raise conn.error("connection", f"is invalid: {exc}") from None
+    channel.fast = fast
+    return channel
 
 
 def channel_names(names: list[str] | None = None, environ: Mapping[str, str] | None = None) -> list[str]:

@@ -105,6 +105,11 @@ def sms_text(alert: Alert | Mapping[str, Any]) -> str:
     """``Aldebaran OVERFILL order 1: bought 120/100 AAPL``: short enough for one GSM-7 SMS."""
     alert = Alert.of(alert)
     kind, order = one_line(alert.kind, 20), one_line(alert.order_id, 40)
+    # A retraction (or its withdrawal) of a fast-lane alert is about another alert (aldebaran.delivery.retraction).
+    if alert.extra.get("retracts"):
+        return f"Aldebaran {kind} order {order}: alert {one_line(alert.extra['retracts'], 40)} withdrawn (not confirmed)"
+    if alert.extra.get("reinstates"):
+        return f"Aldebaran {kind} order {order}: alert {one_line(alert.extra['reinstates'], 40)} stands (confirmed late)"
     stock = f" {one_line(alert.stock, 20)}" if alert.stock else ""
     if alert.requested is None:
         return f"Aldebaran {kind} order {order}: bought {alert.purchased}{stock} without a request"

@@ -1,0 +1,96 @@
+"""Fast delivery: the low-latency lane's alerts (``ALDEBARAN_KAFKA_FAST_ALERTS_TOPIC``) to the channels that
+opted in (``"fast": true`` in the connection's extra), exactly once across both lanes.
+
+A fast dispatcher is the group-commit dispatcher over another topic: per opted-in channel one consumer
+group ``<group>-<channel>-fast`` on the fast topic, runs keyed ``runs/<fast topic>/<partition>/<start>``
+(so epochs, crash adoption and the sweep work as on the alerts topic), started by
+``aldebaran dispatch --fast [--follow]`` and named ``fast-lane`` in its heartbeat. Two things differ,
+both for latency (a fast alert should reach its recipient tens of ms after its trade):
+
+- it waits for the first message of a poll and then takes what is already there (``poll`` + ``consume(n, 0)``),
+  where the exact lane's dispatcher gathers for up to 0.2 s (librdkafka's ``consume`` waits out its timeout
+  to fill the batch);
+- it creates a new run without looking for one first (``claim_first``), and a run's sent markers side by
+  side: two object-store round trips before the send.
+
+Both lanes keep sent markers for a fast channel (aldebaran.delivery.settle): the exact lane's copy of an
+alert the fast lane delivered finds the fast run's marker and is recorded a repeat, not sent again. The
+crash orders, and what the reconciler's retractions add, are in docs/design.md ("Fast delivery").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from aldebaran.delivery.channels.connection import Connection
+from aldebaran.delivery.dispatcher import ChannelDispatcher, Dispatcher
+from aldebaran.exceptions import ConfigError
+from aldebaran.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+DISPATCHER_NAME = "fast-lane"  # its heartbeat's name (not a channel name: those have no "-")
+GROUP_SUFFIX = "-fast"
+
+
+class FastChannelDispatcher(ChannelDispatcher):
+    """One fast channel's queue over the fast alerts topic."""
+
+    group_suffix = GROUP_SUFFIX
+    claim_first = True
+
+    @staticmethod
+    def topic_of(kafka: KafkaSettings) -> str:
+        return kafka.fast_alerts_topic
+
+    def fetch(self, c) -> list:
+        """Block for the first message (up to 0.2 s, so the loop still turns: heartbeat, sweep, stop), then
+        take what has arrived without waiting for more."""
+        first = c.poll(0.2)
+        if first is None:
+            return []
+        rest = c.consume(num_messages=self.settings.poll_max - 1, timeout=0) if self.settings.poll_max > 1 else []
+        return [first, *rest]
+
+
+def is_fast(conn: Connection | None) -> bool:
+    """Whether a channel's connection opts in (``extra.fast``; errors name the connection and the field)."""
+    return conn is not None and conn.extra_bool("fast", False)
+
+
+def fast_channel_names(names: list[str] | None = None,
+                       lookup: Callable[[str], Connection | None] | None = None) -> list[str]:
+    """The configured channels (or `names`) whose connection says ``fast: true``, read from the connections
+    alone (no channel is built: what a supervisor needs to decide what to start)."""
+    from aldebaran.delivery.channels.config import channel_names
+    from aldebaran.delivery.channels.sources import lookup as default_lookup
+
+    lookup = lookup or default_lookup
+    return [name for name in channel_names(names) if is_fast(lookup(name))]
+
+
+def fast_channels(names: list[str] | None = None) -> list:
+    """The configured channels (or `names`) that opted in to the fast lane, built. ConfigError if none did."""
+    from aldebaran.delivery.channels import configured_channels
+
+    channels = configured_channels(names)
+    fast = [c for c in channels if c.fast]
+    for c in channels:
+        if not c.fast:
+            c.close()
+    if not fast:
+        raise ConfigError(f"no fast channel among {', '.join(c.name for c in channels)}: a channel opts in to the "
+                          'fast lane with "fast": true in its connection\'s extra (AIRFLOW_CONN_ALDEBARAN_<NAME>)')
+    return fast
+
+
+def fast_dispatcher(ledger, names: list[str] | None = None, **kwargs) -> Dispatcher:
+    """A :class:`Dispatcher` of the fast channels (or of `names`, each of which must be fast) over the fast topic."""
+    channels = fast_channels(names)
+    if names:
+        slow = sorted(set(names) - {c.name for c in channels})
+        if slow:
+            raise ConfigError(f"channel(s) {', '.join(slow)} did not opt in to the fast lane "
+                              '("fast": true in the connection\'s extra)')
+    return Dispatcher(ledger, channels, worker=FastChannelDispatcher, **kwargs)

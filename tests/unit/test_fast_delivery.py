@@ -1,0 +1,203 @@
+"""Fast delivery without services: the ``fast`` extra, the fast dispatcher's poll, the retraction's payload,
+the reconciler's retract-then-record order, and which dispatchers the supervisor plans."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from aldebaran.delivery.channels import Connection, channel_from_connection, sms_text
+from aldebaran.delivery.fast import DISPATCHER_NAME, FastChannelDispatcher, fast_channel_names
+from aldebaran.delivery.retraction import (
+    REINSTATEMENT,
+    RETRACTION,
+    reinstatement,
+    reinstatement_id,
+    retraction,
+    retraction_id,
+)
+from aldebaran.delivery.settings import DeliverySettings
+from aldebaran.exceptions import ConfigError
+from aldebaran.lanes import reconciler
+from aldebaran.model import Alert
+from aldebaran.platform.dispatch_supervisor import plan
+from aldebaran.platform.settings import DispatchSupervisorSettings
+from aldebaran.storage import LocalStore
+
+WEBHOOK = {"conn_type": "http", "host": "http://127.0.0.1:9", "password": "s3cret"}
+
+
+def conn(extra: dict, source: str = "AIRFLOW_CONN_ALDEBARAN_HOOK") -> Connection:
+    return Connection.from_fields(source, {**WEBHOOK, "extra": extra})
+
+
+# --- the opt-in -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("extra, fast", [({}, False), ({"fast": True}, True), ({"fast": False}, False),
+                                         ({"fast": "true"}, True), ({"fast": "no"}, False)])
+def test_a_channel_opts_in_with_fast_in_its_extra(extra, fast):
+    channel = channel_from_connection("hook", conn(extra))
+    try:
+        assert channel.fast is fast
+    finally:
+        channel.close()
+
+
+@pytest.mark.parametrize("value", ["sometimes", 1.5, ["true"]])
+def test_an_invalid_fast_extra_names_the_connection_and_the_field(value):
+    with pytest.raises(ConfigError) as err:
+        channel_from_connection("hook", conn({"fast": value}))
+    assert str(err.value) == "AIRFLOW_CONN_ALDEBARAN_HOOK: field extra.fast must be true or false"
+
+
+def test_the_builtin_log_channel_without_a_connection_is_not_fast():
+    assert channel_from_connection("log", None).fast is False
+
+
+def test_fast_channel_names_read_the_connections_only():
+    conns = {"hook": conn({"fast": True}), "mail": conn({})}
+    assert fast_channel_names(["hook", "mail", "log"], lookup=conns.get) == ["hook"]
+
+
+# --- the fast dispatcher's poll ---------------------------------------------------------------------------
+class FakeConsumer:
+    """Records how it was asked (a failure-free stand-in for confluent_kafka.Consumer)."""
+
+    def __init__(self, first, rest) -> None:
+        self.first, self.rest, self.calls = first, rest, []
+
+    def poll(self, timeout):
+        self.calls.append(("poll", timeout))
+        return self.first
+
+    def consume(self, num_messages, timeout):
+        self.calls.append(("consume", num_messages, timeout))
+        return self.rest
+
+
+def _fetcher(poll_max: int = 100) -> FastChannelDispatcher:
+    worker = FastChannelDispatcher.__new__(FastChannelDispatcher)
+    worker.settings = DeliverySettings(poll_max=poll_max)
+    return worker
+
+
+def test_the_fast_dispatcher_blocks_for_the_first_message_then_takes_what_is_there():
+    c = FakeConsumer("m1", ["m2", "m3"])
+    assert _fetcher().fetch(c) == ["m1", "m2", "m3"]
+    assert c.calls == [("poll", 0.2), ("consume", 99, 0)]  # never waits to fill a batch
+    idle = FakeConsumer(None, ["never read"])
+    assert _fetcher().fetch(idle) == [] and idle.calls == [("poll", 0.2)]
+    one = FakeConsumer("m1", ["never read"])
+    assert _fetcher(poll_max=1).fetch(one) == ["m1"] and one.calls == [("poll", 0.2)]
+
+
+def test_the_fast_dispatcher_reads_the_fast_topic_in_a_group_of_its_own():
+    from aldebaran.settings import KafkaSettings
+
+    kafka = KafkaSettings(alerts_topic="a", fast_alerts_topic="a.fast")
+    assert FastChannelDispatcher.topic_of(kafka) == "a.fast" and FastChannelDispatcher.group_suffix == "-fast"
+
+
+# --- the retraction ---------------------------------------------------------------------------------------
+FAST_ALERT = {"alert_id": "0123456789abcdef0123456789abcdef", "kind": "OVERFILL", "order_id": "o-7",
+              "client": "Sendence", "stock": "AAPL", "requested": 100, "purchased": 130, "purchase_count": 2,
+              "trigger_event_id": "p-2", "trigger_event_ts": 1_700_000_000_000, "detected_at": 1_700_000_000_005,
+              "lane": "realtime"}
+RECORD = {"alert_id": FAST_ALERT["alert_id"], "lane": "realtime", "fast_ts": 1_700_000_000_010,
+          "reported_at": 1_700_000_300.5, "ttl_seconds": 300.0, "alert": FAST_ALERT,
+          "why": "the exact lane raised no alert within 300s"}
+
+
+def test_a_retraction_names_the_alert_it_retracts_and_why():
+    out = retraction(RECORD)
+    assert out["alert_id"] == "retract-0123456789abcdef0123456789abcdef" == retraction_id(FAST_ALERT["alert_id"])
+    assert (out["kind"], out["order_id"], out["retracts"], out["retracted_kind"], out["lane"]) == (
+        RETRACTION, "o-7", FAST_ALERT["alert_id"], "OVERFILL", "realtime")
+    assert out["reason"] == "the exact lane raised no alert within 300s"
+    assert (out["requested"], out["purchased"], out["client"], out["stock"]) == (100, 130, "Sendence", "AAPL")
+    assert out["detected_at"] == 1_700_000_300_500
+    assert out["message"].startswith("RETRACTED: the fast lane's OVERFILL alert 0123456789abcdef0123456789abcdef")
+    assert retraction(RECORD) == out  # the same record, the same retraction
+    alert = Alert.from_dict(out)  # every channel can send it
+    assert alert.extra["retracts"] == FAST_ALERT["alert_id"]
+    assert sms_text(alert) == ("Aldebaran RETRACTION order o-7: alert 0123456789abcdef0123456789abcdef withdrawn "
+                               "(not confirmed)")
+
+
+def test_a_retraction_without_the_fast_alert_still_names_it():
+    out = retraction({**RECORD, "alert": None})
+    assert (out["retracts"], out["order_id"], out["retracted_kind"]) == (FAST_ALERT["alert_id"], "unknown", "alert")
+    Alert.from_dict(out)
+
+
+def test_a_reinstatement_withdraws_the_retraction():
+    out = reinstatement(retraction(RECORD), confirmed_at=1_700_000_400.0)
+    assert (out["alert_id"], out["kind"], out["reinstates"]) == (
+        reinstatement_id(FAST_ALERT["alert_id"]), REINSTATEMENT, FAST_ALERT["alert_id"])
+    assert "retracts" not in out and out["detected_at"] == 1_700_000_400_000
+    assert "the alert stands" in out["message"]
+    assert sms_text(Alert.from_dict(out)).endswith("stands (confirmed late)")
+
+
+# --- the reconciler: retract, then record ------------------------------------------------------------------
+class RecordingRetractorFake:
+    """A Retractor stand-in: answers from `answers` in turn and notes what the store held at each call."""
+
+    def __init__(self, store, answers) -> None:
+        self.store, self.answers, self.calls = store, list(answers), []
+
+    def retract(self, record):
+        held = [o["Key"] for o in self.store.list("lanes/")]
+        self.calls.append(("retract", record["alert_id"], held))
+        return self.answers.pop(0)
+
+    def reinstate(self, alert_id, confirmed_at):
+        self.calls.append(("reinstate", alert_id))
+        return {}
+
+
+def _reconciler(tmp_path, answers):
+    from aldebaran.settings import KafkaSettings
+
+    store = LocalStore(str(tmp_path))
+    rec = reconciler.Reconciler(KafkaSettings(), store, "realtime", 1.0, "lanes")
+    rec.retractor = RecordingRetractorFake(store, answers)
+    return rec, store
+
+
+def test_an_unconfirmed_alert_is_retracted_before_its_record_is_written(tmp_path):
+    rec, store = _reconciler(tmp_path, [{"hook": "sent"}])
+    rec.state.fast("a1", 1000)
+    rec._fast_alerts["a1"] = FAST_ALERT
+    rec.state.caught_up(exact_at=5000)
+    rec._apply(rec.state.judge())
+    assert rec.retractor.calls == [("retract", "a1", [])]  # nothing written before the retraction
+    body = json.loads(store.get(reconciler.record_key("lanes", "realtime", "a1")).body)
+    assert body["retractions"] == {"hook": "sent"} and "retracted on the channels" in body["why"]
+    rec._apply(rec.state.exact("a1", "OVERFILL", 6000))  # confirmed late: reinstated, then the record goes
+    assert rec.retractor.calls[-1] == ("reinstate", "a1")
+    assert reconciler.list_records(store, "lanes", "realtime") == []
+
+
+def test_a_retraction_held_by_another_worker_is_asked_again_before_the_record(tmp_path):
+    rec, store = _reconciler(tmp_path, [{"hook": "busy"}, {"hook": "already"}])
+    rec.state.fast("a1", 1000)
+    rec.state.caught_up(exact_at=5000)
+    rec._apply(rec.state.judge())
+    assert reconciler.list_records(store, "lanes", "realtime") == [] and list(rec._held) == ["a1"]
+    rec._held_at = 0.0  # its wait is over
+    rec._apply(rec.state.judge())
+    assert [r["retractions"] for r in reconciler.list_records(store, "lanes", "realtime")] == [{"hook": "already"}]
+    assert rec._held == {}
+
+
+# --- supervision -------------------------------------------------------------------------------------------
+def test_the_fast_dispatcher_is_planned_when_the_lane_is_enabled_and_a_channel_is_fast(monkeypatch):
+    monkeypatch.setenv("ALDEBARAN_CHANNELS", "log,hook")
+    monkeypatch.setenv("AIRFLOW_CONN_ALDEBARAN_HOOK", json.dumps({**WEBHOOK, "extra": {"fast": True}}))
+    monkeypatch.setenv("ALDEBARAN_LANES_ENABLED", "false")
+    assert plan(DispatchSupervisorSettings()) == {"log": ["log"], "hook": ["hook"]}
+    monkeypatch.setenv("ALDEBARAN_LANES_ENABLED", "true")
+    assert plan(DispatchSupervisorSettings()) == {"log": ["log"], "hook": ["hook"], DISPATCHER_NAME: ["hook"]}
+    monkeypatch.setenv("AIRFLOW_CONN_ALDEBARAN_HOOK", json.dumps(WEBHOOK))
+    assert DISPATCHER_NAME not in plan(DispatchSupervisorSettings())
