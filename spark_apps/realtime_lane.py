@@ -19,7 +19,9 @@ import logging
 import sys
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, transform=None) -> int:
+    """Parse `argv`, start the lane and wait. `transform`: another plan than realtime.plan (the benchmark's
+    variants, aldebaran_capacity.bench.lane_app)."""
     import threading
 
     from aldebaran import spark as sparkmod
@@ -38,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
                              "it misses the orders that cross inside a batch")
     parser.add_argument("--shuffle-partitions", type=int, default=1,
                         help="partitions of each stateful operator; each is a long-running task (a slot)")
+    parser.add_argument("--source-option", action="append", default=[], metavar="K=V",
+                        help="an option of the Kafka source, e.g. kafka.fetch.max.wait.ms=50 (repeatable)")
     parser.add_argument("--status-file", help="write the query's state here every 2 s (aldebaran.lanes.driver; "
                                               "the lane keeper reads it)")
     args = parser.parse_args(argv)
@@ -49,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         spark, bootstrap_servers=kafka.bootstrap_servers,
         trades_topic=args.trades_topic or kafka.trades_topic, alerts_topic=args.alerts_topic or kafka.fast_alerts_topic,
         checkpoint=args.checkpoint, checkpoint_interval=args.checkpoint_interval,
-        starting_offsets=args.starting_offsets, real_time=not args.micro_batch)
+        starting_offsets=args.starting_offsets, real_time=not args.micro_batch,
+        source_options=dict(o.split("=", 1) for o in args.source_option), transform=transform)
     logging.getLogger("aldebaran").info("realtime lane %s started (%s)", query.id,
                                         "micro-batch" if args.micro_batch else "real-time mode")
     stop = threading.Event()

@@ -12,15 +12,16 @@ USAGE = """\
     aldebaran bench all [--quick]                      drain, latency, books, churn, dispatch, e2e, low_latency → docs/benchmarks.md
     aldebaran bench state-designs                      candidate state designs side by side → docs/benchmarks.md
     aldebaran bench parse-cost                         Kafka read vs parse vs aggregate, batch jobs → docs/benchmarks.md
-    aldebaran bench low-latency [--rates R,...]        the real-time-mode lane (Spark 4.3): trade→alert p50/p95/p99, agreement
+    aldebaran bench low-latency [--rates R,...]        the real-time-mode lane (Spark 4.3): trade→alert p50/p99, floor, box state
+    aldebaran bench lane-tuning [--variants V,...]     the lane's settings A/B, interleaved rounds → docs/benchmarks.md
     aldebaran bench alerts-from [--rates R] [--repeats N] alerts produced by the shard tasks vs the driver, A/B"""
 
 
 # Bench modes that other packages add (the lab's `deployed`, which drives the local platform through
 # Airflow): name → handler(args). This package never imports them.
 EXTRA_BENCH_MODES: dict = {}
-BENCH_MODES = ["dispatch", "all", "state-designs", "parse-cost", "e2e", "low-latency", "checkpoint-files",
-               "alerts-from"]
+BENCH_MODES = ["dispatch", "all", "state-designs", "parse-cost", "e2e", "low-latency", "lane-tuning",
+               "checkpoint-files", "alerts-from"]
 
 
 def add_bench_mode(name: str, handler) -> None:
@@ -58,6 +59,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from aldebaran_capacity.bench import low_latency
 
         return low_latency.main(args)
+    if args.which == "lane-tuning":
+        from aldebaran_capacity.bench import lane_tuning
+
+        return lane_tuning.main(args)
     if args.which == "alerts-from":
         from aldebaran_capacity.bench import alerts_from
 
@@ -103,7 +108,8 @@ def register(sub) -> None:
                    help="all: override a size, e.g. drain_orders=100000, rates=5000,20000, book_sizes=100000 (repeatable)")
     b.add_argument("--alerts", type=int, default=5000)
     b.add_argument("--concurrency", type=int, default=32, help="concurrent sends per channel")
-    b.add_argument("--repeats", type=int, default=3, help="runs; the median is reported (checkpoint-files: rounds)")
+    b.add_argument("--repeats", type=int, default=3,
+                   help="runs; the median is reported (checkpoint-files, lane-tuning: rounds)")
     b.add_argument("--steady-rates", default="50", help="dispatch: comma-separated alerts/s for the latency runs")
     b.add_argument("--orders", default="40000,200000",
                    help="state-designs: orders preloaded (~5 events each, all open), comma-separated sizes; "
@@ -130,8 +136,12 @@ def register(sub) -> None:
                    help="deployed: run `aldebaran demo` first when the platform is not running")
     b.add_argument("--drain-seconds", type=float, default=60.0,
                    help="deployed: after each rate, how long to wait for its alerts and deliveries")
-    b.add_argument("--producer", default="jvm", choices=["jvm", "python"],
-                   help="low-latency: the paced producer (jvm: the Java client, bench/paced.py; python: confluent-kafka)")
+    b.add_argument("--warmup-seconds", type=float, default=10.0,
+                   help="low-latency, lane-tuning: a warm-up segment after the lane starts, left out of the figures")
+    b.add_argument("--fast-webhook", action="store_true",
+                   help="low-latency: deliver the lane's alerts to a fast webhook channel and measure trade → recipient")
+    b.add_argument("--variants", default=None,
+                   help="lane-tuning: comma-separated subset of the variants (default all; `--variants list` names them)")
     b.add_argument("--no-exact", action="store_true",
                    help="low-latency: skip the exact lane's run over the same trades (its agreement)")
     b.add_argument("--checkpoint-interval", default="5 minutes",

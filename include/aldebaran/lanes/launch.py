@@ -45,6 +45,10 @@ class Lane:
     master: str = MASTER
     driver_memory: str = "1g"
     conf: dict[str, str] = field(default_factory=dict)
+    shuffle_partitions: int = SHUFFLE_PARTITIONS
+    source_options: dict[str, str] = field(default_factory=dict)  # more Kafka source options (--source-option)
+    # The spark-submit application and its first arguments (the benchmark's plan variants have their own).
+    app: tuple[str, ...] = (str(APP),)
     status_file: str | None = None  # the driver's status (aldebaran.lanes.driver), read by the lane keeper
 
     def argv(self) -> list[str]:
@@ -55,9 +59,11 @@ class Lane:
                "--jars", ",".join(sparkmod.connector_jars())]
         for key, value in conf.items():
             out += ["--conf", f"{key}={value}"]
-        out += [str(APP), "--checkpoint", self.checkpoint, "--trades-topic", self.trades_topic,
+        out += [*self.app, "--checkpoint", self.checkpoint, "--trades-topic", self.trades_topic,
                 "--alerts-topic", self.alerts_topic, "--checkpoint-interval", self.checkpoint_interval,
-                "--starting-offsets", self.starting_offsets, "--shuffle-partitions", str(SHUFFLE_PARTITIONS)]
+                "--starting-offsets", self.starting_offsets, "--shuffle-partitions", str(self.shuffle_partitions)]
+        for key, value in self.source_options.items():
+            out += ["--source-option", f"{key}={value}"]
         out += ["--status-file", self.status_file] if self.status_file else []
         return out + (["--micro-batch"] if self.micro_batch else [])
 

@@ -42,15 +42,17 @@ KIND = "OVERFILL"
 DEFAULT_CHECKPOINT_INTERVAL = "5 minutes"
 
 
-def books(valid_events):
+def books(valid_events, dedupe: bool = True):
     """Valid events (jvmparse columns, plus ``seq``: the event's position in its partition) → one row per
-    order update: requested, purchased, purchase_count, and the last event's id, time, kind and shares."""
+    order update: requested, purchased, purchase_count, and the last event's id, time, kind and shares.
+    ``dedupe=False`` leaves out the first stateful operator: wrong when an event arrives twice, it exists
+    for the benchmark that measures what the second operator costs (docs/design.md, lane tuning)."""
     from pyspark.sql import functions as F
 
     is_request = F.col("kind") == F.lit(events.REQUEST)
     is_purchase = F.col("kind") == F.lit(events.PURCHASE)
     last = F.struct("seq", "event_id", "event_ts", "kind", "shares")
-    deduped = valid_events.dropDuplicates(["order_id", "event_id"])
+    deduped = valid_events.dropDuplicates(["order_id", "event_id"]) if dedupe else valid_events
     return deduped.groupBy("order_id").agg(
         # After the dedupe an order has at most one request (its id is the order id).
         F.max(F.when(is_request, F.col("shares"))).alias("requested"),
@@ -108,7 +110,7 @@ def alert_records(crossing_rows):
     return crossing_rows.select(alert_id_column().alias("key"), F.to_json(alert).alias("value"))
 
 
-def plan(kafka_rows, limits: jvmparse.Limits = jvmparse.Limits()):
+def plan(kafka_rows, limits: jvmparse.Limits = jvmparse.Limits(), dedupe: bool = True):
     """Kafka source rows → alert records: the whole lane as one DataFrame transform."""
     from pyspark.sql import functions as F
 
@@ -118,26 +120,31 @@ def plan(kafka_rows, limits: jvmparse.Limits = jvmparse.Limits()):
         # Producers key by order id, so an order's events share a partition: its offset orders them.
         (F.col("partition").cast("long") * F.lit(1 << 48) + F.col("offset")).alias("seq"),
     )
-    return alert_records(crossings(books(valid)))
+    return alert_records(crossings(books(valid, dedupe)))
 
 
 def start(spark, *, bootstrap_servers: str, trades_topic: str, alerts_topic: str, checkpoint: str,
           checkpoint_interval: str = DEFAULT_CHECKPOINT_INTERVAL, starting_offsets: str = "latest",
-          real_time: bool = True, query_name: str = "aldebaran-realtime-lane"):
+          real_time: bool = True, query_name: str = "aldebaran-realtime-lane",
+          source_options: dict[str, str] | None = None, transform=None):
     """Start the lane: Kafka ``trades_topic`` → :func:`plan` → Kafka ``alerts_topic``. Returns the query.
 
     ``real_time=False`` runs the same plan as micro-batches back to back (``processingTime="0 seconds"``):
-    a latency comparison of the engines only, as the crossing rule misses crossings inside a batch."""
-    rows = (
+    a latency comparison of the engines only, as the crossing rule misses crossings inside a batch.
+    ``source_options``: more options of the Kafka source (``kafka.fetch.max.wait.ms``, ...), after the
+    lane's own. ``transform``: another plan over the Kafka rows than :func:`plan` (the benchmark's variants)."""
+    reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap_servers)
         .option("subscribe", trades_topic)
         .option("startingOffsets", starting_offsets)
         .option("failOnDataLoss", "false")
-        .load()
     )
+    for key, value in (source_options or {}).items():
+        reader = reader.option(key, value)
+    rows = reader.load()
     writer = (
-        plan(rows).writeStream.format("kafka")
+        (transform or plan)(rows).writeStream.format("kafka")
         .queryName(query_name)
         .option("kafka.bootstrap.servers", bootstrap_servers)
         .option("topic", alerts_topic)

@@ -20,6 +20,7 @@ OTHER_LIMIT_CORES = 0.2
 
 # cmdline fragments → role (first match wins); what matches none is "other".
 ROLES = (
+    ("lane", ("realtime_lane.py", "lane_app.py", "aldebaran lanes run")),
     ("auditor", ("spark_apps/auditor.py", "aldebaran auditor", "aldebaran.audit", "pyspark.daemon",
                  "pyspark/daemon", "SparkSubmit", "shardhost")),
     ("dispatcher", ("aldebaran dispatch", "aldebaran.delivery", " dispatch --follow")),
@@ -31,13 +32,12 @@ ROLES = (
 
 
 def role_of(cmdline: list[str], bench_pids: set[int], pid: int) -> str:
-    if pid in bench_pids:
-        return "bench"
+    """A platform role first (the bench may start the lane or a dispatcher itself), then the bench, then other."""
     text = " ".join(cmdline)
     for role, needles in ROLES:
         if any(n in text for n in needles):
             return role
-    return "other"
+    return "bench" if pid in bench_pids else "other"
 
 
 class BoxSampler(threading.Thread):

@@ -1,22 +1,31 @@
-"""`aldebaran bench low-latency`: trade→alert latency of the real-time-mode lane (issue 19), and its agreement
-with the reference model, at paced rates.
+"""`aldebaran bench low-latency`: trade→alert latency of the real-time-mode lane, with the same run's floor and the
+box's state, at paced rates; its agreement with the reference model and with the exact lane.
 
-    aldebaran bench low-latency [--rates 1000,10000,50000] [--seconds 20] [--micro-batch] [--runtime 4.3|control]
-                                [--producer jvm|python] [--no-exact] [--checkpoint-interval '5 minutes']
-                                [--conf K=V ...] [--out FILE] [--report]
+    aldebaran bench low-latency [--rates 1000,10000] [--seconds 20] [--warmup-seconds 10] [--micro-batch]
+                                [--runtime 4.3|control] [--no-exact] [--checkpoint-interval '5 minutes']
+                                [--conf K=V ...] [--fast-webhook] [--out FILE] [--report]
 
-``--report`` writes its section of docs/benchmarks.md (between its markers) and its ``low_latency`` key into
-docs/img/bench-results.json (``segments[]`` {rate, p50_ms, p95_ms, p99_ms, …}, ``agreement``), keeping the rest.
+``--report`` writes its section of docs/benchmarks.md and its ``low_latency`` key into
+docs/img/bench-results.json (:mod:`aldebaran_capacity.bench.lane_report`), keeping the rest.
 
 The lane runs as it does in production: spark-submit of the Spark 4.3 runtime (aldebaran.lanes.launch),
-reading a fresh trades topic and writing a fresh alerts topic on the shared Kafka. Each segment produces,
-from a process of its own, the original publisher's mix (one request, four purchases per order;
-loadgen.original_mix) paced at its rate, each trade stamped with the wall clock as it is sent (its Kafka
-timestamp, which the lane's parse takes as the event time, as no ``ts`` is sent). The producer is the Java
-client (``--producer jvm``, :mod:`aldebaran_capacity.bench.paced`, the default) or confluent-kafka from
-Python (``--producer python``, the earlier runs' harness, whose own tail dominated them). An alert's latency is its own Kafka timestamp
-(the lane's producer stamps it on send) minus its ``trigger_event_ts``: the produce time of the trade that
-put the order over. Both clocks are this machine's.
+reading a fresh trades topic and writing a fresh alerts topic on the shared Kafka. Once a probe order's alert
+comes back, a **warm-up** segment (``--warmup-seconds`` at the highest rate, ≤ 10k/s) runs and is reported
+apart, never in the figures: the first seconds of a fresh JVM (class loading, the JIT, RocksDB's first
+writes, the shuffle's connections) are a start-up cost, not the lane's steady latency. Each segment then
+produces the original publisher's mix (one request, four purchases per order; loadgen.original_mix) paced at
+its rate by the Java client (bench/paced.py), each trade stamped with the wall clock as it is sent (its Kafka
+timestamp, which the lane takes as the event time). An alert's latency is its own Kafka timestamp (the
+lane's producer stamps it on send) minus its ``trigger_event_ts``: the send time of the trade that put the
+order over. Both clocks are this machine's.
+
+With each segment: the **floor** — the same trades read back by a plain Java consumer while they are produced
+(bench/floor.py), so the floor is the bus's and not a Python client's tail; the **box's state** —
+load, run queue, steal and every process's CPU by role (bench/boxstate.py), ``quiet: false`` when anything
+outside the platform, the lane and the bench took more than 0.2 core; the lane's own CPU; and latency per
+second over the segment (``series``), plotted in docs/img/bench-low-latency.png. With ``--fast-webhook``, a
+fast channel (a webhook with ``fast: true``) and a fast dispatcher deliver the lane's alerts to a webhook
+receiver, and each segment reports trade → recipient (``fast_delivery_p50_ms`` / ``_p99_ms``).
 
 Agreement, two ways. Per segment, the lane's alerts against the reference model's for the same trades and
 stamps, on :data:`aldebaran.reference.KEY_FIELDS` (``segments[].agreement`` = |same| / |union|, with the
@@ -28,16 +37,17 @@ lane runs afterwards): ``agreement`` = {confirmed, unconfirmed, missed, …} (``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import subprocess
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
 
 from aldebaran import paths, reference
+from aldebaran.lanes.launch import Lane
 from aldebaran.lanes.launch import stop as stop_lane
 from aldebaran.settings import KafkaSettings, load
 from aldebaran_capacity import loadgen
@@ -46,13 +56,25 @@ from aldebaran_capacity.bench import harness
 log = logging.getLogger(__name__)
 
 DEFAULT_RATES = (1_000, 10_000, 50_000)
-BEGIN, END = "<!-- low-latency:begin -->", "<!-- low-latency:end -->"
+WARMUP_SECONDS = 10.0
+WARMUP_MAX_RATE = 10_000
 PROBE = "rtm-probe-"  # order ids of the start-up probes
-
-
 def _percentile(values: list[float], q: float) -> float | None:
     """harness.percentile, None (JSON null) rather than NaN for an empty segment."""
     return harness.percentile(values, q) if values else None
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def series(points: list[tuple[int, float]], t0_ms: int) -> list[list]:
+    """(timestamp ms, latency ms) points → one row per second since `t0_ms`: [second, n, p50, p99, max]."""
+    buckets: dict[int, list[float]] = {}
+    for ts, lat in points:
+        buckets.setdefault(int((ts - t0_ms) // 1000), []).append(lat)
+    return [[sec, len(v), _round(_percentile(v, 50)), _round(_percentile(v, 99)), max(v)]
+            for sec, v in sorted(buckets.items())]
 
 
 class _Alerts:
@@ -74,37 +96,6 @@ class _Alerts:
 
     def close(self) -> None:
         self._c.close()
-
-
-class _BusFloor(threading.Thread):
-    """The segment's trades read back by a plain consumer as they are produced: trade → consumer with no
-    Spark in between, on the same machine under the same load — the floor the lane's figures sit on."""
-
-    def __init__(self, kafka: KafkaSettings, topic: str) -> None:
-        from confluent_kafka import OFFSET_END, TopicPartition
-
-        from aldebaran.kafka_io import consumer
-
-        super().__init__(daemon=True)
-        self._c = consumer(kafka, f"rtm-floor-{uuid.uuid4().hex[:8]}")
-        parts = self._c.list_topics(topic, timeout=10).topics[topic].partitions
-        self._c.assign([TopicPartition(topic, p, OFFSET_END) for p in parts])
-        self._done = threading.Event()
-        self.lags: list[float] = []
-
-    def run(self) -> None:
-        # poll(), not consume(n, timeout): consume waits out its timeout to fill a batch, which would add up
-        # to that timeout to every figure.
-        while not self._done.is_set():
-            m = self._c.poll(0.05)
-            if m is not None and m.error() is None:
-                self.lags.append(time.time() * 1000 - m.timestamp()[1])
-
-    def stop(self) -> list[float]:
-        self._done.set()
-        self.join(10)
-        self._c.close()
-        return self.lags
 
 
 def group_cpu_seconds(pgid: int) -> float:
@@ -148,40 +139,23 @@ def _mix(orders: int, seed: int) -> list[loadgen.Record]:
     return list(loadgen.records(loadgen.original_mix(orders, seed)))
 
 
-def _send_mix(orders: int, seed: int, topic: str, rate: int, kafka: KafkaSettings) -> loadgen.Sent:
-    """In the producer's own process: the segment's trades, generated there and paced at `rate`."""
-    return loadgen.send(_mix(orders, seed), topic, rate=rate, stamp_now=True, progress_every=0, settings=kafka)
-
-
-def _produce(orders: int, seed: int, topic: str, rate: int, kafka: KafkaSettings) -> loadgen.Sent:
-    """Produce from a process of its own: in the bench's process the producer loop, both consumers and the
-    stamps share one interpreter, and a starved producer thread adds its wait to every figure (design.md)."""
-    import multiprocessing
-
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_send_mix, (orders, seed, topic, rate, kafka))
-
-
 def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, seconds: float, seed: int,
-            producer: str = "jvm", lane_pgid: int | None = None) -> dict:
-    """One paced run: produce `rate` events/s for `seconds`, then wait for the lane's alerts of it."""
+            lane_pgid: int | None = None, fast=None) -> dict:
+    """One paced run: produce `rate` events/s for `seconds` (the floor and the box sampled meanwhile), then
+    wait for the lane's alerts of it (and, with `fast`, their deliveries at the fast channel's recipient)."""
+    from aldebaran_capacity.bench import paced
+    from aldebaran_capacity.bench.boxstate import BoxSampler
+    from aldebaran_capacity.bench.floor import JvmFloor
+
     orders = max(1, int(rate * seconds / 5))
     recs = _mix(orders, seed)
     before = len(alerts.seen)
-    floor = _BusFloor(kafka, topic)
-    floor.start()
-    time.sleep(1.0)  # the floor's consumer has fetched its end offsets before the first trade
+    box = BoxSampler(period=1.0)
+    box.start()
     cpu0, wall0 = (group_cpu_seconds(lane_pgid) if lane_pgid else None), time.monotonic()
-    try:
-        if producer == "jvm":
-            from aldebaran_capacity.bench import paced
-
-            sent = paced.send(recs, topic, rate, kafka.bootstrap_servers)
-        else:
-            sent = _produce(orders, seed, topic, rate, kafka)
-        time.sleep(1.0)
-    finally:
-        bus = floor.stop()
+    # The floor reads for the producer's JVM start plus the segment, plus its last records' way back.
+    with JvmFloor(kafka.bootstrap_servers, topic, seconds + 6.0) as floor:
+        sent = paced.send(recs, topic, rate, kafka.bootstrap_servers)
     lane_cores = (round((group_cpu_seconds(lane_pgid) - cpu0) / (time.monotonic() - wall0), 2)
                   if lane_pgid else None)
     expected = loadgen.expected(recs, sent.timestamps)
@@ -196,7 +170,12 @@ def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, second
             alerts.poll(2.0)  # late duplicates, if any, count against agreement
             got = [(ts, a) for ts, a in alerts.seen[before:] if a.get("order_id") in order_ids]
             break
+    delivered = fast.wait_for(want, timeout=max(30.0, seconds)) if fast is not None else {}
+    state = box.stop()
     latencies = [ts - int(a["trigger_event_ts"]) for ts, a in got]
+    triggers = {a["alert_id"]: int(a["trigger_event_ts"]) for _, a in got}
+    recipient = [at - triggers[i] for i, at in delivered.items() if i in triggers]
+    floor_lags = [lag for _, lag in floor.samples]
 
     def key(a: dict) -> tuple:
         return tuple(str(a.get(f)) for f in reference.KEY_FIELDS)
@@ -205,24 +184,74 @@ def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, second
     ref_keys = {key(a) for a in expected}
     same = ref_keys & set(lane_keys)
     union = ref_keys | set(lane_keys)
+    p99, floor_p99 = _percentile(latencies, 99), _percentile(floor_lags, 99)
+    t0 = min(sent.timestamps) if sent.timestamps else 0
     return {
-        "rate": rate, "seconds": seconds, "producer": producer, "events": sent.count,
-        "achieved_rate": round(sent.rate),
+        "rate": rate, "seconds": seconds, "events": sent.count, "achieved_rate": round(sent.rate),
         "alerts": len(got), "expected_alerts": len(expected),
         "missing": len(ref_keys - set(lane_keys)), "extra": len(set(lane_keys) - ref_keys),
         "duplicates": len(lane_keys) - len(set(lane_keys)),
         "agreement": round(len(same) / len(union), 6) if union else 1.0,
         "p50_ms": _percentile(latencies, 50), "p95_ms": _percentile(latencies, 95),
-        "p99_ms": _percentile(latencies, 99), "max_ms": max(latencies) if latencies else None,
-        # The floor: the same trades through Kafka to a plain consumer, same run (no Spark).
+        "p99_ms": p99, "max_ms": max(latencies) if latencies else None,
+        # The floor: the same trades through Kafka to a plain Java consumer, same run (no Spark).
+        "floor_read": len(floor_lags), "floor_p50_ms": _round(_percentile(floor_lags, 50)),
+        "floor_p99_ms": _round(floor_p99),
+        "p99_to_floor": round(p99 / floor_p99, 2) if p99 is not None and floor_p99 else None,
+        # Trade → the fast channel's recipient (None: no fast channel in this run).
+        "fast_delivered": len(recipient) if fast is not None else None,
+        "fast_delivery_p50_ms": _round(_percentile(recipient, 50)) if fast is not None else None,
+        "fast_delivery_p99_ms": _round(_percentile(recipient, 99)) if fast is not None else None,
         # CPU the lane's processes used while the segment was produced, in cores (this box has 2).
         "lane_cores": lane_cores,
-        "bus_read": len(bus), "bus_p50_ms": _round(_percentile(bus, 50)), "bus_p99_ms": _round(_percentile(bus, 99)),
+        "other_cores": state.get("other_cores_mean"), "quiet": state.get("quiet"), "box": state,
+        "series": {"lane": series([(triggers[a["alert_id"]], ts - triggers[a["alert_id"]]) for ts, a in got], t0),
+                   "floor": series(floor.samples, t0)},
     }
 
 
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)
+@contextlib.contextmanager
+def running_lane(lane: Lane, kafka: KafkaSettings, alerts_topic: str, trades: str, log_path: Path,
+                 start_timeout: float = 180.0):
+    """Start the lane (its own process group), wait for its first probe alert; yields (process, alerts reader,
+    seconds to the first alert); stops the lane after."""
+    alerts = _Alerts(kafka, alerts_topic)
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(lane.argv(), env=lane.env(), stdout=log_file, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        started = _probe(kafka, trades, alerts, start_timeout)
+        log.info("low-latency: lane up after %.0fs (log %s)", started, log_path)
+        yield proc, alerts, started
+    finally:
+        alerts.close()
+        stop_lane(proc)
+
+
+def measure(lane: Lane, kafka: KafkaSettings, trades: str, alerts_topic: str, rates, seconds: float,
+            warmup_seconds: float, log_path: Path, seed: int = 1_000, fast=None) -> dict:
+    """One lane start: idle CPU, the warm-up (reported apart), then each rate's segment."""
+    with running_lane(lane, kafka, alerts_topic, trades, log_path) as (proc, alerts, started):
+        cpu0 = group_cpu_seconds(proc.pid)
+        time.sleep(5.0)
+        idle_cores = round((group_cpu_seconds(proc.pid) - cpu0) / 5.0, 2)
+        warmup = None
+        if warmup_seconds > 0:
+            warm_rate = min(max(rates), WARMUP_MAX_RATE)
+            warmup = segment(kafka, trades, alerts, warm_rate, warmup_seconds, seed=seed - 1, lane_pgid=proc.pid,
+                             fast=fast)
+            log.info("low-latency: warm-up at %d/s: p50 %s / p99 %s ms (left out)", warm_rate, warmup["p50_ms"],
+                     warmup["p99_ms"])
+        segments = []
+        for i, rate in enumerate(rates):
+            seg = segment(kafka, trades, alerts, rate, seconds, seed=seed + i, lane_pgid=proc.pid, fast=fast)
+            log.info("low-latency: %d/s: p50 %s / p99 %s ms, floor p99 %s ms, other cores %s%s", rate,
+                     seg["p50_ms"], seg["p99_ms"], seg["floor_p99_ms"], seg["other_cores"],
+                     "" if seg["quiet"] else " (NOT QUIET)")
+            segments.append(seg)
+        seen = list(alerts.seen)
+    return {"started_seconds": round(started, 1), "idle_cores": idle_cores, "warmup": warmup,
+            "segments": segments, "seen": seen}
 
 
 def exact_agreement(kafka: KafkaSettings, trades: str, lane_alerts: list[tuple[int, dict]], tag: str) -> dict:
@@ -269,11 +298,10 @@ def exact_agreement(kafka: KafkaSettings, trades: str, lane_alerts: list[tuple[i
 
 
 def run(rates=DEFAULT_RATES, seconds: float = 20.0, micro_batch: bool = False,
-        checkpoint_interval: str = "5 minutes", start_timeout: float = 180.0, runtime: str | None = "4.3",
-        conf: dict[str, str] | None = None, producer: str = "jvm", exact: bool = True) -> dict:
+        checkpoint_interval: str = "5 minutes", runtime: str | None = "4.3", conf: dict[str, str] | None = None,
+        exact: bool = True, warmup_seconds: float = WARMUP_SECONDS, fast_webhook: bool = False) -> dict:
     """Start the lane on fresh topics, run each segment, stop the lane. Returns ``{"low_latency": ...}``."""
     from aldebaran.kafka_admin import delete_topics, ensure_topics
-    from aldebaran.lanes.launch import Lane
 
     kafka = load(KafkaSettings)
     tag = uuid.uuid4().hex[:8]
@@ -282,42 +310,29 @@ def run(rates=DEFAULT_RATES, seconds: float = 20.0, micro_batch: bool = False,
     out_dir = paths.run_dir() / "bench" / "low-latency"
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path = out_dir / f"lane-{tag}.log"
-    with tempfile.TemporaryDirectory(prefix="rtm-bench-") as ck:
-        lane = Lane(checkpoint=str(Path(ck) / "lane"), trades_topic=trades, alerts_topic=alerts_topic,
-                    checkpoint_interval=checkpoint_interval, micro_batch=micro_batch, runtime=runtime,
-                    conf=dict(conf or {}))
-        alerts = _Alerts(kafka, alerts_topic)
-        with open(log_path, "wb") as log_file:
-            proc = subprocess.Popen(lane.argv(), env=lane.env(), stdout=log_file, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-        try:
-            started = _probe(kafka, trades, alerts, start_timeout)
-            log.info("low-latency: lane up after %.0fs (log %s)", started, log_path)
-            cpu0 = group_cpu_seconds(proc.pid)
-            time.sleep(10.0)
-            idle_cores = round((group_cpu_seconds(proc.pid) - cpu0) / 10.0, 2)
-            log.info("low-latency: the idle lane uses %.2f cores", idle_cores)
-            segments = []
-            for i, rate in enumerate(rates):
-                seg = segment(kafka, trades, alerts, rate, seconds, seed=1_000 + i, producer=producer,
-                              lane_pgid=proc.pid)
-                log.info("low-latency: %s", seg)
-                segments.append(seg)
-        finally:
-            alerts.close()
-            stop_lane(proc)
-        try:
-            # After the lane stopped: the exact lane gets the machine to itself, as the lane had.
-            agreement = exact_agreement(kafka, trades, alerts.seen, tag) if exact else None
-        finally:
-            delete_topics(kafka, [trades, alerts_topic])
+    try:
+        with tempfile.TemporaryDirectory(prefix="rtm-bench-") as ck, contextlib.ExitStack() as stack:
+            lane = Lane(checkpoint=str(Path(ck) / "lane"), trades_topic=trades, alerts_topic=alerts_topic,
+                        checkpoint_interval=checkpoint_interval, micro_batch=micro_batch, runtime=runtime,
+                        conf=dict(conf or {}))
+            fast = None
+            if fast_webhook:
+                from aldebaran_capacity.bench.fast_delivery import FastWebhook
+
+                fast = stack.enter_context(FastWebhook(kafka, alerts_topic, out_dir / f"fast-{tag}.log"))
+            got = measure(lane, kafka, trades, alerts_topic, rates, seconds, warmup_seconds, log_path, fast=fast)
+        # After the lane stopped: the exact lane gets the machine to itself, as the lane had.
+        agreement = exact_agreement(kafka, trades, got.pop("seen"), tag) if exact else None
+    finally:
+        delete_topics(kafka, [trades, alerts_topic])
+    segments = got["segments"]
     reference_agreement = min((s["agreement"] for s in segments), default=None)
     return {"low_latency": {
         "mode": "micro-batch (processingTime 0)" if micro_batch else f"real-time (checkpoint every {checkpoint_interval})",
         "runtime": "pyspark 4.3.0 (setup/runtimes/spark-4.3.txt)" if runtime else "pyspark 4.2.0 (the control venv)",
-        "master": lane.master, "conf": lane.conf,
-        "idle_cores": idle_cores, "segments": segments, "agreement": agreement,
+        "master": lane.master, "conf": lane.conf, **got, "agreement": agreement,
         "reference_agreement": reference_agreement,
+        "quiet": all(s["quiet"] for s in segments),
         "correct": all(s["missing"] == 0 and s["extra"] == 0 for s in segments)
                    and (agreement is None or (agreement["unconfirmed"] == 0 and agreement["missed"] == 0)),
         "lane_log": str(log_path),
@@ -325,65 +340,27 @@ def run(rates=DEFAULT_RATES, seconds: float = 20.0, micro_batch: bool = False,
 
 
 def main(args) -> int:
-    from aldebaran_capacity.bench import machine
+    from aldebaran_capacity.bench import lane_report, machine
 
     rates = [int(r) for r in args.rates.split(",") if r] if args.rates else list(DEFAULT_RATES)
     runtime = None if args.runtime == "control" else args.runtime
     command = (f"aldebaran bench low-latency --rates {','.join(map(str, rates))} --seconds {args.seconds:g}"
-               f" --checkpoint-interval '{args.checkpoint_interval}' --runtime {args.runtime}"
-               f" --producer {args.producer}" + (" --no-exact" if args.no_exact else "")
+               f" --warmup-seconds {args.warmup_seconds:g} --checkpoint-interval '{args.checkpoint_interval}'"
+               f" --runtime {args.runtime}" + (" --no-exact" if args.no_exact else "")
+               + (" --fast-webhook" if args.fast_webhook else "")
                + (" --micro-batch" if args.micro_batch else "") + "".join(f" --conf {c}" for c in args.conf or []))
     conf = dict(c.split("=", 1) for c in args.conf or [])
     result = {"machine": machine.describe(), "command": command}
     result.update(run(rates, args.seconds, micro_batch=args.micro_batch, checkpoint_interval=args.checkpoint_interval,
-                      runtime=runtime, conf=conf, producer=args.producer, exact=not args.no_exact))
+                      runtime=runtime, conf=conf, exact=not args.no_exact, warmup_seconds=args.warmup_seconds,
+                      fast_webhook=args.fast_webhook))
     text = json.dumps(result, indent=2)
     if args.out:
         Path(args.out).write_text(text + "\n")
-    print(text)
+    print(json.dumps(lane_report.summary(result), indent=2))
     if args.report:
-        write_report(result, paths.ROOT / "docs")
+        lane_report.write_report(result, paths.ROOT / "docs")
+    if not result["low_latency"]["quiet"]:
+        log.warning("low-latency: the box was NOT quiet during some segment (other processes > 0.2 core): "
+                    "those figures measure the queue, not the lane")
     return 0 if result["low_latency"]["correct"] else 1
-
-
-def render(result: dict) -> str:
-    """The section of docs/benchmarks.md for one run."""
-    ll, m = result["low_latency"], result["machine"]
-    producer = (ll["segments"] or [{}])[0].get("producer", "python")
-    lines = [BEGIN, "## Low-latency lane: trade → alert in real-time mode (issue 19)", "",
-             f"`{result['command']}` — {m['date']}, {m['cores']} cores, load average {m['load_avg_at_start']:.1f} "
-             f"at start; {ll['runtime']}, {ll['mode']}, `{ll['master']}`; trades paced by the "
-             f"{'Java client (bench/paced.py)' if producer == 'jvm' else 'Python producer (confluent-kafka)'}. "
-             "The lane and how it is measured: docs/design.md, \"The low-latency lane\"; "
-             "`aldebaran_capacity.bench.low_latency`.", "",
-             "| rate (events/s) | achieved | alerts | p50 ms | p95 ms | p99 ms | max ms | agreement (reference) "
-             "| missing / extra | lane CPU (cores) | floor p50 / p99 ms (Kafka → plain consumer, same run) |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"]
-    for s in ll["segments"]:
-        lines.append(f"| {s['rate']:,} | {s['achieved_rate']:,} | {s['alerts']:,} | {s['p50_ms']} | {s['p95_ms']} | "
-                     f"{s['p99_ms']} | {s['max_ms']} | {s['agreement']:.4f} | {s['missing']} / {s['extra']} | "
-                     f"{s.get('lane_cores')} | {s.get('bus_p50_ms')} / {s.get('bus_p99_ms')} |")
-    agreement = ll.get("agreement")
-    if isinstance(agreement, dict):
-        lines += ["", f"Against the exact lane (the micro-batch auditor over the same trades afterwards, "
-                      f"{agreement['exact_seconds']} s): **{agreement['confirmed']:,} confirmed, "
-                      f"{agreement['unconfirmed']} unconfirmed, {agreement['missed']} missed** "
-                      f"({agreement['fast_alerts']:,} fast-lane alerts, {agreement['exact_overfills']:,} exact-lane "
-                      f"OVERFILLs of {agreement['exact_alerts']:,} exact-lane alerts)."]
-    if ll.get("idle_cores") is not None:
-        lines += ["", f"The lane idle (no trades, 10 s before the first segment): {ll['idle_cores']} cores."]
-    lines += ["", END]
-    return "\n".join(lines)
-
-
-def write_report(result: dict, docs: Path) -> None:
-    """Splice the section into docs/benchmarks.md and the ``low_latency`` key into bench-results.json."""
-    from aldebaran_capacity.bench import sections
-
-    doc = docs / "benchmarks.md"
-    doc.write_text(sections.splice(doc.read_text() if doc.exists() else "# Benchmarks\n", render(result), BEGIN, END))
-    raw = docs / "img" / "bench-results.json"
-    data = json.loads(raw.read_text()) if raw.exists() else {}
-    data["low_latency"] = {**result["low_latency"], "command": result["command"], "machine": result["machine"]}
-    raw.write_text(json.dumps(data, indent=1, default=str))
-    log.info("low-latency: section written to %s, results to %s", doc, raw)

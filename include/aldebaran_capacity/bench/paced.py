@@ -23,10 +23,10 @@ from aldebaran import paths
 from aldebaran.exceptions import AldebaranError
 from aldebaran_capacity import loadgen
 
-SOURCE = Path(__file__).with_name("jvm") / "PacedProducer.java"
+JVM_DIR = Path(__file__).with_name("jvm")
 
 
-def _classpath() -> str:
+def classpath() -> str:
     jars = paths.jars("kafka-broker")
     if not any(j.name.startswith("kafka-clients-") for j in jars):
         raise AldebaranError(f"no kafka-clients jar in {paths.jar_dir('kafka-broker')}: run `make setup`")
@@ -34,15 +34,17 @@ def _classpath() -> str:
 
 
 def compiled() -> Path:
-    """The directory holding PacedProducer.class, compiled now if this source was not compiled before."""
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    """The directory holding the bench's Java classes (jvm/*.java), compiled now if these sources were not
+    compiled before."""
+    sources = sorted(JVM_DIR.glob("*.java"))
+    digest = hashlib.sha256(b"".join(s.read_bytes() for s in sources)).hexdigest()[:12]
     out = paths.cache_dir() / "bench-jvm" / digest
-    if not (out / "PacedProducer.class").exists():
+    if not all((out / f"{s.stem}.class").exists() for s in sources):
         out.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(["javac", "-d", str(out), "-cp", _classpath(), str(SOURCE)], capture_output=True,
-                              text=True)
+        done = subprocess.run(["javac", "-d", str(out), "-cp", classpath(), *map(str, sources)],
+                              capture_output=True, text=True)
         if done.returncode != 0:
-            raise AldebaranError(f"javac {SOURCE} failed:\n{done.stderr[-2000:]}")
+            raise AldebaranError(f"javac {JVM_DIR}/*.java failed:\n{done.stderr[-2000:]}")
     return out
 
 
@@ -55,7 +57,7 @@ def send(recs: list[loadgen.Record], topic: str, rate: float, bootstrap_servers:
             for r in recs:
                 fh.write(r.key + b"\t" + r.value + b"\n")
         done = subprocess.run(
-            ["java", "-Xmx512m", "-cp", f"{_classpath()}{os.pathsep}{classes}", "PacedProducer", bootstrap_servers,
+            ["java", "-Xmx512m", "-cp", f"{classpath()}{os.pathsep}{classes}", "PacedProducer", bootstrap_servers,
              topic, str(rate), str(records), str(stamps)],
             capture_output=True, text=True)
         if done.returncode != 0:

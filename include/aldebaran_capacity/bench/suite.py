@@ -140,7 +140,9 @@ def run(config: Config, spark=None) -> dict:
             elif section == "low_latency":
                 from aldebaran_capacity.bench import low_latency
 
-                out = low_latency.run(config.low_latency_rates, config.low_latency_seconds)["low_latency"]
+                out = low_latency.run(config.low_latency_rates, config.low_latency_seconds,
+                                      warmup_seconds=0.0 if config.quick else low_latency.WARMUP_SECONDS,
+                                      fast_webhook=not config.quick)["low_latency"]
             else:
                 raise ValueError(f"unknown bench section {section!r}")
             out["seconds"] = time.monotonic() - t0
@@ -176,9 +178,9 @@ def main(args) -> int:
         results = merge(results, out / "img" / "bench-results.json")
     written = report.write(results, out)
     if "low_latency" in config.sections:  # its own section of the same document
-        from aldebaran_capacity.bench import low_latency
+        from aldebaran_capacity.bench import lane_report
 
-        low_latency.write_report({"low_latency": results["low_latency"], "command": results["command"],
+        lane_report.write_report({"low_latency": results["low_latency"], "command": results["command"],
                                   "machine": results["machine"]}, out)
     log.info("report: %s", written["markdown"])
     if not results["correct"]:

@@ -1,0 +1,194 @@
+"""The low-latency lane's figures in docs: its section of docs/benchmarks.md, the ``low_latency`` key of
+docs/img/bench-results.json and the latency-over-time plot (docs/img/bench-low-latency.png).
+
+Two writers share the key: ``aldebaran bench low-latency --report`` (the lane as shipped: ``segments``,
+``warmup``, ``agreement``, …) and ``aldebaran bench lane-tuning --report`` (``tuning``); each keeps what the
+other wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+BEGIN, END = "<!-- low-latency:begin -->", "<!-- low-latency:end -->"
+TUNING_BEGIN, TUNING_END = "<!-- lane-tuning:begin -->", "<!-- lane-tuning:end -->"
+PLOT = "bench-low-latency.png"
+# Targets on this box with only the core services (BRIEF §4): p99 ≤ 250 ms and ≤ 2× the same run's floor at
+# 10k events/s; p50 ≤ 50 ms at 1k.
+P99_TARGET_MS, FLOOR_RATIO_TARGET, P50_TARGET_MS = 250, 2.0, 50
+
+
+def _slim(segment: dict | None) -> dict | None:
+    return None if segment is None else {k: v for k, v in segment.items() if k not in ("series", "box")}
+
+
+def summary(result: dict) -> dict:
+    """The run without its per-second series and box samples (what the command prints)."""
+    ll = dict(result["low_latency"])
+    ll["segments"] = [_slim(s) for s in ll["segments"]]
+    ll["warmup"] = _slim(ll.get("warmup"))
+    return {**{k: v for k, v in result.items() if k != "low_latency"}, "low_latency": ll}
+
+
+def targets(segments: list[dict]) -> list[str]:
+    """One line per target: met or missed, with its figure."""
+    out = []
+    by_rate = {s["rate"]: s for s in segments}
+    s10 = by_rate.get(10_000)
+    if s10 and s10["p99_ms"] is not None:
+        ratio = s10.get("p99_to_floor")
+        ok = s10["p99_ms"] <= P99_TARGET_MS and ratio is not None and ratio <= FLOOR_RATIO_TARGET
+        out.append(f"- 10k events/s: p99 {s10['p99_ms']:,} ms (target ≤ {P99_TARGET_MS}), {ratio}× the same run's "
+                   f"floor p99 of {s10['floor_p99_ms']} ms (target ≤ {FLOOR_RATIO_TARGET:g}×): "
+                   f"**{'met' if ok else 'missed'}**")
+    s1 = by_rate.get(1_000)
+    if s1 and s1["p50_ms"] is not None:
+        ok = s1["p50_ms"] <= P50_TARGET_MS
+        out.append(f"- 1k events/s: p50 {s1['p50_ms']:,} ms (target ≤ {P50_TARGET_MS}): **{'met' if ok else 'missed'}**")
+    return out
+
+
+def _fmt(v, digits: int = 0) -> str:
+    if v is None:
+        return "—"
+    return f"{v:,.{digits}f}" if isinstance(v, (int, float)) else str(v)
+
+
+def render(result: dict, plot: str | None) -> str:
+    """The section of docs/benchmarks.md for one run."""
+    ll, m = result["low_latency"], result["machine"]
+    lines = [BEGIN, "## Low-latency lane: trade → alert in real-time mode", "",
+             f"`{result['command']}` — {m['date']}, {m['cores']} cores, load average {m['load_avg_at_start']:.1f} "
+             f"at start; {ll['runtime']}, {ll['mode']}, `{ll['master']}`; trades paced by the Java client "
+             "(bench/paced.py); the floor is the same trades read back by a plain Java consumer in the same run "
+             "(bench/floor.py). How the lane works and how it is measured: docs/design.md, \"The low-latency "
+             "lane\"; `aldebaran_capacity.bench.low_latency`.", ""]
+    lines += targets(ll["segments"]) + [""]
+    lines += ["| rate (events/s) | achieved | alerts | p50 ms | p95 ms | p99 ms | max ms | floor p50 / p99 ms "
+              "| p99 ÷ floor | trade → fast recipient p50 / p99 ms | agreement | lane CPU (cores) "
+              "| other processes (cores) | quiet |",
+              "|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---|"]
+    rows = ([("warm-up (left out)", ll["warmup"])] if ll.get("warmup") else []) + [(None, s) for s in ll["segments"]]
+    for label, s in rows:
+        rate = label or f"{s['rate']:,}"
+        if label:
+            rate = f"{s['rate']:,} — {label}"
+        lines.append(
+            f"| {rate} | {s['achieved_rate']:,} | {s['alerts']:,} | {_fmt(s['p50_ms'])} | {_fmt(s['p95_ms'])} | "
+            f"{_fmt(s['p99_ms'])} | {_fmt(s['max_ms'])} | {_fmt(s['floor_p50_ms'], 1)} / {_fmt(s['floor_p99_ms'], 1)} | "
+            f"{_fmt(s['p99_to_floor'], 2)} | {_fmt(s['fast_delivery_p50_ms'], 1)} / {_fmt(s['fast_delivery_p99_ms'], 1)} | "
+            f"{s['agreement']:.4f} | {_fmt(s['lane_cores'], 2)} | {_fmt(s['other_cores'], 2)} | "
+            f"{'yes' if s['quiet'] else '**no**'} |")
+    agreement = ll.get("agreement")
+    if isinstance(agreement, dict):
+        lines += ["", f"Against the exact lane (the micro-batch auditor over the same trades afterwards, "
+                      f"{agreement['exact_seconds']} s): **{agreement['confirmed']:,} confirmed, "
+                      f"{agreement['unconfirmed']} unconfirmed, {agreement['missed']} missed** "
+                      f"({agreement['fast_alerts']:,} fast-lane alerts, {agreement['exact_overfills']:,} exact-lane "
+                      f"OVERFILLs of {agreement['exact_alerts']:,} exact-lane alerts)."]
+    lines += ["", f"The lane started in {ll.get('started_seconds')} s (submit to its first alert) and used "
+                  f"{ll.get('idle_cores')} cores idle. The box per segment (bench/boxstate.py, mean cores by role): "]
+    for s in ll["segments"]:
+        box = s.get("box") or {}
+        roles = ", ".join(f"{k} {v:.2f}" for k, v in sorted((box.get("cores_by_role") or {}).items(), key=lambda x: -x[1]))
+        lines.append(f"- {s['rate']:,}/s: load {box.get('load1_mean')} (max {box.get('load1_max')}), run queue max "
+                     f"{box.get('run_queue_max')}, steal {box.get('steal_cores_mean')} cores; {roles}")
+    if plot:
+        lines += ["", f"![lane and floor latency per second]({plot})"]
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> bool:
+    """p50 and p99 per second of each segment (warm-up first), the lane against its floor (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ll = result["low_latency"]
+    segments = ([ll["warmup"]] if ll.get("warmup") else []) + ll["segments"]
+    if not segments:
+        return False
+    fig, axes = plt.subplots(1, len(segments), figsize=(4 * len(segments), 3.2), sharey=True, squeeze=False)
+    for i, (ax, s) in enumerate(zip(axes[0], segments)):
+        for name, style in (("lane", "-"), ("floor", ":")):
+            rows = s["series"][name]
+            for col, q in ((3, "p99"), (2, "p50")):
+                ax.plot([r[0] for r in rows], [max(0.5, r[col] or 0.5) for r in rows], style,
+                        label=f"{name} {q}", linewidth=1.2)
+        ax.set_yscale("log")
+        ax.set_title(f"{s['rate']:,} events/s" + (" (warm-up)" if ll.get("warmup") and i == 0 else ""))
+        ax.set_xlabel("second of the segment")
+        ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel("latency from the trade, ms")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _merge_key(docs: Path, **values) -> Path:
+    raw = docs / "img" / "bench-results.json"
+    data = json.loads(raw.read_text()) if raw.exists() else {}
+    data["low_latency"] = {**data.get("low_latency", {}), **values}
+    raw.write_text(json.dumps(data, indent=1, default=str))
+    return raw
+
+
+def write_report(result: dict, docs: Path) -> None:
+    """Splice the section into docs/benchmarks.md and the run into ``low_latency`` (its ``tuning`` kept)."""
+    from aldebaran_capacity.bench import sections
+
+    (docs / "img").mkdir(parents=True, exist_ok=True)
+    has_plot = plot(result, docs / "img" / PLOT)
+    doc = docs / "benchmarks.md"
+    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
+    doc.write_text(sections.splice(text, render(result, f"img/{PLOT}" if has_plot else None), BEGIN, END))
+    ll = result["low_latency"]
+    keep = {k: v for k, v in ll.items() if k != "tuning"}
+    raw = _merge_key(docs, **keep, command=result["command"], machine=result["machine"])
+    log.info("low-latency: section written to %s, results to %s", doc, raw)
+
+
+def render_tuning(result: dict) -> str:
+    """The tuning table (each setting's A/B runs, interleaved) for docs/benchmarks.md."""
+    t, m = result["tuning"], result["machine"]
+    lines = [TUNING_BEGIN, "## Low-latency lane: tuning, A/B interleaved", "",
+             f"`{result['command']}` — {m['date']}, {m['cores']} cores. Each round starts the lane once per variant, "
+             "in turn (so a change of the box hits every variant alike), warms it up and measures each rate; "
+             "the cells are the medians over the rounds, with every round's figure after them. Variants differ "
+             "from the baseline in the one setting named.", "",
+             "| variant | setting | " + " | ".join(f"{r:,}/s p50 ms | {r:,}/s p99 ms" for r in t["rates"])
+             + " | floor p99 ms (10k) | lane cores | quiet runs |",
+             "|---|---|" + "---:|---:|" * len(t["rates"]) + "---:|---:|---:|"]
+    for v in t["variants"]:
+        cells = []
+        for r in t["rates"]:
+            agg = v["by_rate"].get(str(r)) or v["by_rate"].get(r) or {}
+            cells.append(f"{_fmt(agg.get('p50_ms'))} ({', '.join(_fmt(x) for x in agg.get('p50_runs', []))})")
+            cells.append(f"{_fmt(agg.get('p99_ms'))} ({', '.join(_fmt(x) for x in agg.get('p99_runs', []))})")
+        lines.append(f"| {v['name']} | {v['setting']} | " + " | ".join(cells) +
+                     f" | {_fmt(v.get('floor_p99_ms'), 1)} | {_fmt(v.get('lane_cores'), 2)} | "
+                     f"{v['quiet_runs']}/{v['runs']} |")
+    if t.get("failed"):
+        lines += ["", "Variants that did not run: " + "; ".join(f"{f['name']}: {f['error']}" for f in t["failed"])]
+    lines += ["", TUNING_END]
+    return "\n".join(lines)
+
+
+def write_tuning(result: dict, docs: Path) -> None:
+    from aldebaran_capacity.bench import sections
+
+    doc = docs / "benchmarks.md"
+    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
+    doc.write_text(sections.splice(text, render_tuning(result), TUNING_BEGIN, TUNING_END))
+    raw = _merge_key(docs, tuning=result["tuning"]["variants"], tuning_run={
+        k: v for k, v in result["tuning"].items() if k not in ("variants", "raw")} | {"command": result["command"],
+                                                                        "machine": result["machine"]})
+    log.info("lane-tuning: section written to %s, results to %s", doc, raw)
