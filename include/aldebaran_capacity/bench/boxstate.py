@@ -31,21 +31,24 @@ ROLES = (
 )
 
 
-def role_of(cmdline: list[str], bench_pids: set[int], pid: int) -> str:
-    """A platform role first (the bench may start the lane or a dispatcher itself), then the bench, then other."""
+def role_of(cmdline: list[str], bench_pids: set[int], pid: int, foreign: tuple[str, ...] = ()) -> str:
+    """A platform role first (the bench may start the lane or a dispatcher itself), then the bench, then other.
+    A role in `foreign` is "other" unless the bench started the process (a lane bench counts a dispatcher or
+    an auditor that something else runs against the box's quiet)."""
     text = " ".join(cmdline)
     for role, needles in ROLES:
         if any(n in text for n in needles):
-            return role
+            return "other" if role in foreign and pid not in bench_pids else role
     return "bench" if pid in bench_pids else "other"
 
 
 class BoxSampler(threading.Thread):
     """Samples every `period` seconds until :meth:`stop`; :meth:`summary` gives the segment's figures."""
 
-    def __init__(self, period: float = 1.0) -> None:
+    def __init__(self, period: float = 1.0, foreign: tuple[str, ...] = ()) -> None:
         super().__init__(daemon=True, name="box-sampler")
         self.period = period
+        self.foreign = foreign
         self._done = threading.Event()
         self._cpu: dict[int, float] = {}  # pid → last cpu seconds
         self._cmd: dict[int, tuple[str, str]] = {}  # pid → (role, short name)
@@ -71,7 +74,7 @@ class BoxSampler(threading.Thread):
             out[pid] = times.user + times.system
             if pid not in self._cmd:
                 cmd = info.get("cmdline") or [info.get("name") or "?"]
-                self._cmd[pid] = (role_of(cmd, bench, pid), (info.get("name") or "?")[:32])
+                self._cmd[pid] = (role_of(cmd, bench, pid, self.foreign), (info.get("name") or "?")[:32])
         return out
 
     def run(self) -> None:

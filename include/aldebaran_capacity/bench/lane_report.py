@@ -92,11 +92,13 @@ def render(result: dict, plot: str | None) -> str:
                       f"OVERFILLs of {agreement['exact_alerts']:,} exact-lane alerts)."]
     lines += ["", f"The lane started in {ll.get('started_seconds')} s (submit to its first alert) and used "
                   f"{ll.get('idle_cores')} cores idle. The box per segment (bench/boxstate.py, mean cores by role): "]
-    for s in ll["segments"]:
+    for s in ([ll["warmup"]] if ll.get("warmup") else []) + ll["segments"]:
         box = s.get("box") or {}
         roles = ", ".join(f"{k} {v:.2f}" for k, v in sorted((box.get("cores_by_role") or {}).items(), key=lambda x: -x[1]))
+        gc = s.get("gc") or {}
         lines.append(f"- {s['rate']:,}/s: load {box.get('load1_mean')} (max {box.get('load1_max')}), run queue max "
-                     f"{box.get('run_queue_max')}, steal {box.get('steal_cores_mean')} cores; {roles}")
+                     f"{box.get('run_queue_max')}, steal {box.get('steal_cores_mean')} cores; {roles}; the lane JVM's "
+                     f"GC pauses {gc.get('count')}, {gc.get('total_ms')} ms in all, the longest {gc.get('max_ms')} ms")
     if plot:
         lines += ["", f"![lane and floor latency per second]({plot})"]
     lines += ["", END]

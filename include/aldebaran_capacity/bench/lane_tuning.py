@@ -28,11 +28,11 @@ from aldebaran import paths
 from aldebaran import spark as sparkmod
 from aldebaran.exceptions import AldebaranError
 from aldebaran.lanes.launch import MASTER, Lane
+from aldebaran_capacity.bench.low_latency import JVM_OPTS
 
 log = logging.getLogger(__name__)
 
 FLUSH = "spark.shuffle.streaming.networkBufferMaxWaitTimeMs"
-JVM_OPTS = "spark.driver.extraJavaOptions"
 
 
 @dataclass(frozen=True)

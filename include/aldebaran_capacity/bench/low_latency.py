@@ -38,8 +38,10 @@ lane runs afterwards): ``agreement`` = {confirmed, unconfirmed, missed, …} (``
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
+import re
 import subprocess
 import tempfile
 import time
@@ -59,6 +61,7 @@ DEFAULT_RATES = (1_000, 10_000, 50_000)
 WARMUP_SECONDS = 10.0
 WARMUP_MAX_RATE = 10_000
 PROBE = "rtm-probe-"  # order ids of the start-up probes
+JVM_OPTS = "spark.driver.extraJavaOptions"
 def _percentile(values: list[float], q: float) -> float | None:
     """harness.percentile, None (JSON null) rather than NaN for an empty segment."""
     return harness.percentile(values, q) if values else None
@@ -139,8 +142,32 @@ def _mix(orders: int, seed: int) -> list[loadgen.Record]:
     return list(loadgen.records(loadgen.original_mix(orders, seed)))
 
 
+GC_LINE = re.compile(r"^\[(?P<time>[^\]]+)\].*?(?P<what>Pause [^(]*(?:\([^)]*\))*).*?(?P<ms>[0-9.]+)ms\s*$")
+
+
+def gc_pauses(path: Path | None, t0: float, t1: float) -> dict | None:
+    """The lane JVM's GC pauses between epoch seconds t0 and t1, from its ``-Xlog:gc:file=…:time`` log:
+    {count, total_ms, max_ms}. None without a log."""
+    from datetime import datetime
+
+    if path is None or not path.exists():
+        return None
+    pauses = []
+    for line in path.read_text(errors="replace").splitlines():
+        m = GC_LINE.match(line)
+        if not m:
+            continue
+        try:
+            at = datetime.strptime(m.group("time"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+        except ValueError:
+            continue
+        if t0 <= at <= t1:
+            pauses.append(float(m.group("ms")))
+    return {"count": len(pauses), "total_ms": round(sum(pauses), 1), "max_ms": round(max(pauses, default=0.0), 1)}
+
+
 def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, seconds: float, seed: int,
-            lane_pgid: int | None = None, fast=None) -> dict:
+            lane_pgid: int | None = None, fast=None, gc_log: Path | None = None) -> dict:
     """One paced run: produce `rate` events/s for `seconds` (the floor and the box sampled meanwhile), then
     wait for the lane's alerts of it (and, with `fast`, their deliveries at the fast channel's recipient)."""
     from aldebaran_capacity.bench import paced
@@ -150,9 +177,11 @@ def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, second
     orders = max(1, int(rate * seconds / 5))
     recs = _mix(orders, seed)
     before = len(alerts.seen)
-    box = BoxSampler(period=1.0)
+    # Only the core services, the lane and what this bench starts belong here (issue 26): a dispatcher or an
+    # auditor that something else runs is counted against the box's quiet.
+    box = BoxSampler(period=1.0, foreign=("auditor", "dispatcher", "lane"))
     box.start()
-    cpu0, wall0 = (group_cpu_seconds(lane_pgid) if lane_pgid else None), time.monotonic()
+    cpu0, wall0, epoch0 = (group_cpu_seconds(lane_pgid) if lane_pgid else None), time.monotonic(), time.time()
     # The floor reads for the producer's JVM start plus the segment, plus its last records' way back.
     with JvmFloor(kafka.bootstrap_servers, topic, seconds + 6.0) as floor:
         sent = paced.send(recs, topic, rate, kafka.bootstrap_servers)
@@ -205,6 +234,8 @@ def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, second
         # CPU the lane's processes used while the segment was produced, in cores (this box has 2).
         "lane_cores": lane_cores,
         "other_cores": state.get("other_cores_mean"), "quiet": state.get("quiet"), "box": state,
+        # The lane JVM's GC pauses over the segment (production, then the wait for its alerts).
+        "gc": gc_pauses(gc_log, epoch0, time.time()),
         "series": {"lane": series([(triggers[a["alert_id"]], ts - triggers[a["alert_id"]]) for ts, a in got], t0),
                    "floor": series(floor.samples, t0)},
     }
@@ -230,7 +261,13 @@ def running_lane(lane: Lane, kafka: KafkaSettings, alerts_topic: str, trades: st
 
 def measure(lane: Lane, kafka: KafkaSettings, trades: str, alerts_topic: str, rates, seconds: float,
             warmup_seconds: float, log_path: Path, seed: int = 1_000, fast=None) -> dict:
-    """One lane start: idle CPU, the warm-up (reported apart), then each rate's segment."""
+    """One lane start: idle CPU, the warm-up (reported apart), then each rate's segment. The lane's JVM logs
+    its GC pauses next to its log (``<log>.gc``), which each segment sums."""
+    from aldebaran import spark as sparkmod
+
+    gc_log = log_path.with_suffix(".gc.log")
+    options = lane.conf.get(JVM_OPTS, sparkmod.JVM_OPTIONS)
+    lane = dataclasses.replace(lane, conf={**lane.conf, JVM_OPTS: f"{options} -Xlog:gc:file={gc_log}:time"})
     with running_lane(lane, kafka, alerts_topic, trades, log_path) as (proc, alerts, started):
         cpu0 = group_cpu_seconds(proc.pid)
         time.sleep(5.0)
@@ -239,12 +276,13 @@ def measure(lane: Lane, kafka: KafkaSettings, trades: str, alerts_topic: str, ra
         if warmup_seconds > 0:
             warm_rate = min(max(rates), WARMUP_MAX_RATE)
             warmup = segment(kafka, trades, alerts, warm_rate, warmup_seconds, seed=seed - 1, lane_pgid=proc.pid,
-                             fast=fast)
+                             fast=fast, gc_log=gc_log)
             log.info("low-latency: warm-up at %d/s: p50 %s / p99 %s ms (left out)", warm_rate, warmup["p50_ms"],
                      warmup["p99_ms"])
         segments = []
         for i, rate in enumerate(rates):
-            seg = segment(kafka, trades, alerts, rate, seconds, seed=seed + i, lane_pgid=proc.pid, fast=fast)
+            seg = segment(kafka, trades, alerts, rate, seconds, seed=seed + i, lane_pgid=proc.pid, fast=fast,
+                          gc_log=gc_log)
             log.info("low-latency: %d/s: p50 %s / p99 %s ms, floor p99 %s ms, other cores %s%s", rate,
                      seg["p50_ms"], seg["p99_ms"], seg["floor_p99_ms"], seg["other_cores"],
                      "" if seg["quiet"] else " (NOT QUIET)")
