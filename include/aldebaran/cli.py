@@ -87,9 +87,14 @@ def cmd_dispatch(args: argparse.Namespace) -> int:
         from aldebaran.delivery import service
 
         return service.follow(args.channel or None, args.name, fast=args.fast)
-    stats = dispatcher.run_once(
-        channels=args.channel or None, max_alerts=args.max_alerts, idle_timeout=args.idle_timeout, fast=args.fast
-    )
+    if args.fast:
+        from aldebaran.delivery import fast
+
+        stats = fast.run_once(channels=args.channel or None, max_alerts=args.max_alerts, idle_timeout=args.idle_timeout)
+    else:
+        stats = dispatcher.run_once(
+            channels=args.channel or None, max_alerts=args.max_alerts, idle_timeout=args.idle_timeout
+        )
     print(json.dumps(stats.summary()))
     return 0
 

@@ -14,7 +14,11 @@ How it is found, without listing anything:
    is validated by the reference validator (aldebaran.events), and an event id met twice counts once,
    as it did in the book;
 3. the deliveries: :func:`aldebaran.delivery.tools.find` per channel — the alert's own record (with its
-   history) or its entry in a group-commit run (with the run's history).
+   history) or its entry in a group-commit run (with the run's history);
+4. the fast lane (:func:`aldebaran.delivery.fast.fast_view` per channel): which lane's run holds the alert's
+   sent marker (a channel with ``fast: true`` is delivered from both lanes; the second copy is a repeat),
+   and a retraction (and its reinstatement) where the exact lane did not confirm the alert. An alert the
+   exact lane never raised is not on the alerts topic: it is shown from its retraction.
 
 What cannot be shown is said, not guessed: an alert older than the alerts topic's retention (its record in
 the ledger is still shown, its trail is gone with the message); trades older than the trades topic's
@@ -67,6 +71,7 @@ class Explanation:
     not_found: int = 0  # events of the book that could not be listed
     notes: list[str] = field(default_factory=list)
     deliveries: list[dict] = field(default_factory=list)
+    fast: list[dict] = field(default_factory=list)  # per channel with a fast-lane story (delivery.fast.fast_view)
 
     @property
     def trigger(self) -> Trade | None:
@@ -188,6 +193,7 @@ def scan(kafka, topic: str, partition: int, after: int, before: int, limit: int,
 def explain(alert_id: str, ledger, channels: list[str] | None = None, kafka=None, max_scan: int = MAX_SCAN,
             locate_timeout: float = 30.0, run_max: int = 100_000) -> Explanation:
     """Everything known about one alert. AlertNotFound if neither the alerts topic nor the ledger has it."""
+    from aldebaran.delivery.fast import fast_view
     from aldebaran.delivery.tools import find, locate_alert
     from aldebaran.settings import KafkaSettings, load
 
@@ -196,6 +202,7 @@ def explain(alert_id: str, ledger, channels: list[str] | None = None, kafka=None
     channels = channels if channels else ledger.channels()
     ex.position = locate_alert(alert_id, timeout=locate_timeout)
     ex.deliveries = [find(ledger, c, alert_id, ex.position, run_max) for c in channels]
+    ex.fast = [v for c in channels if (v := fast_view(ledger, c, alert_id, kafka.fast_alerts_topic)) is not None]
     if ex.position is not None:
         msg = read_at(kafka, kafka.alerts_topic, [ex.position]).get(ex.position)
         if msg is not None:
@@ -206,14 +213,30 @@ def explain(alert_id: str, ledger, channels: list[str] | None = None, kafka=None
                 ex.notes.append(str(exc))
     if ex.alert is None:
         records = [d for d in ex.deliveries if d.get("source") == "record"]
-        if not records:
+        retracted = [v["retraction"] for v in ex.fast if v.get("retraction")]
+        if records:
+            ex.alert = records[0].get("alert")
+            ex.notes.append("the alerts topic no longer holds this alert: it is shown from its delivery record, "
+                            "and the trades that built its book are not known")
+        elif retracted:
+            ex.alert = _from_retraction(alert_id, retracted[0]["alert"])
+            ex.notes.append("the exact lane never raised this alert (it is not on the alerts topic): the fast lane "
+                            "did, and it was retracted; shown from its retraction")
+        else:
             raise AlertNotFound(f"no alert {alert_id!r} on the alerts topic {kafka.alerts_topic} nor in the "
                                 f"delivery ledger {ledger.prefix} ({', '.join(channels) or 'no channels'})")
-        ex.alert = records[0].get("alert")
-        ex.notes.append("the alerts topic no longer holds this alert: it is shown from its delivery record, "
-                        "and the trades that built its book are not known")
     check(ex)
     return ex
+
+
+def _from_retraction(alert_id: str, retraction: dict) -> dict:
+    """The retracted alert as its retraction describes it (its order fields, its kind)."""
+    from aldebaran.model import Alert
+
+    skip = {"alert_id", "kind", "retracts", "retracted_kind", "reason", "message", "detected_at"}
+    return {"alert_id": alert_id, "kind": retraction.get("retracted_kind"),
+            **{k: v for k, v in retraction.items() if k in Alert.FIELDS and k not in skip},
+            "message": f"retracted: {retraction.get('reason')}"}
 
 
 def _trades(ex: Explanation, kafka, sources: provenance.Sources | None, max_scan: int) -> None:
@@ -277,6 +300,21 @@ def render_text(ex: Explanation) -> str:
         lines.append(f"  {d['channel']}: {d.get('state')} ({where})")
         for h in d.get("history") or (run or {}).get("history") or []:
             lines.append(f"      {_when_s(h.get('at'))}  {h.get('state') or ''} {h.get('note') or ''}".rstrip())
+    if ex.fast:
+        lines += ["", "fast lane (channels with fast: true):"]
+    for v in ex.fast:
+        run = v.get("run") or {}
+        if v.get("sent_by"):
+            lines.append(f"  {v['channel']}: delivered by the {v['lane']} lane's run {run.get('topic')}[{run.get('partition')}]"
+                         f"@{run.get('start')}-{run.get('end')} ({v.get('state')}, run {run.get('state')}); "
+                         "the other lane's copy is a repeat")
+        for what in ("retraction", "reinstatement"):
+            rec = v.get(what)
+            if rec:
+                lines.append(f"  {v['channel']}: {what} {rec['alert_id']} {rec['state']} (attempt {rec['attempt']}, "
+                             f"{_when_s(rec.get('updated_at'))})")
+                if what == "retraction":
+                    lines.append(f"      why: {(rec.get('alert') or {}).get('reason')}")
     return "\n".join(lines)
 
 

@@ -383,14 +383,8 @@ def default_ledger(store=None) -> Ledger:
 
 
 def run_once(channels: list[str] | None = None, max_alerts: int | None = None,
-             idle_timeout: float | None = None, fast: bool = False) -> DispatchStats:
-    """One pass over the alerts topic (fast: over the fast lane's, for the channels that opted in)."""
+             idle_timeout: float | None = None) -> DispatchStats:
     from aldebaran.delivery.channels import configured_channels
 
-    if fast:
-        from aldebaran.delivery.fast import fast_dispatcher
-
-        d = fast_dispatcher(default_ledger(), channels)
-    else:
-        d = Dispatcher(default_ledger(), configured_channels(channels))
+    d = Dispatcher(default_ledger(), configured_channels(channels))
     return d.run_once(max_alerts=max_alerts, idle_timeout=idle_timeout)

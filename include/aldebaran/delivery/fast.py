@@ -94,3 +94,66 @@ def fast_dispatcher(ledger, names: list[str] | None = None, **kwargs) -> Dispatc
             raise ConfigError(f"channel(s) {', '.join(slow)} did not opt in to the fast lane "
                               '("fast": true in the connection\'s extra)')
     return Dispatcher(ledger, channels, worker=FastChannelDispatcher, **kwargs)
+
+
+def run_once(channels: list[str] | None = None, max_alerts: int | None = None,
+             idle_timeout: float | None = None):
+    """``aldebaran dispatch --fast``: one pass over the fast topic for the fast channels (or `channels`)."""
+    from aldebaran.delivery.dispatcher import default_ledger
+
+    return fast_dispatcher(default_ledger(), channels).run_once(max_alerts=max_alerts, idle_timeout=idle_timeout)
+
+
+def lane_retractor(lane: str):
+    """The lane keeper's :class:`~aldebaran.delivery.retraction.Retractor` over the configured fast channels
+    (None if there is none: nobody had the fast alerts, nothing to retract)."""
+    import os
+    import socket
+
+    from aldebaran.delivery.dispatcher import default_ledger
+    from aldebaran.delivery.retraction import Retractor
+
+    names = fast_channel_names()
+    if not names:
+        return None
+    return Retractor(default_ledger(), fast_channels(names), f"{socket.gethostname()}:{os.getpid()}:lane-{lane}")
+
+
+# --- what the fast lane did for one alert (explain, the Deliveries page) -------------------------------------
+def run_topic(run_key: str) -> str:
+    """The topic a run key names (``.../runs/<topic>/<partition>/<start>.json``)."""
+    return run_key.rsplit("/", 3)[-3]
+
+
+def fast_view(ledger, channel: str, alert_id: str, fast_topic: str) -> dict | None:
+    """One channel's fast-lane story of an alert, or None if it has none: which lane's run holds its sent
+    marker (``lane`` fast|exact, the run and the alert's entry in it), its retraction and reinstatement
+    records (aldebaran.delivery.retraction). Three reads, no listing."""
+    from aldebaran.delivery.retraction import reinstatement_id, retraction_id
+
+    holder = ledger.sent_by(channel, alert_id)
+    retracted = ledger.get(channel, retraction_id(alert_id))
+    reinstated = ledger.get(channel, reinstatement_id(alert_id))
+    if holder is None and retracted is None:
+        return None
+    view: dict = {"channel": channel, "sent_by": holder, "lane": None, "state": None, "run": None,
+                  "retraction": _record_view(retracted), "reinstatement": _record_view(reinstated)}
+    if holder is not None:
+        view["lane"] = "fast" if run_topic(holder) == fast_topic else "exact"
+        run = ledger.run_at(holder)
+        if run is not None:
+            from aldebaran.delivery.tools import ENTRY_STATES
+
+            entry = next((e for e in run.entries if e[1] == alert_id), None)
+            view["state"] = ENTRY_STATES.get(entry[2]) if entry else None
+            view["run"] = {"topic": run.topic, "partition": run.partition, "start": run.start, "end": run.end,
+                           "state": run.state, "owner": run.owner, "recorded_at": run.recorded_at}
+    return view
+
+
+def _record_view(got) -> dict | None:
+    if got is None:
+        return None
+    record = got[0]
+    return {"alert_id": record.alert_id, "state": record.state, "attempt": record.attempt,
+            "updated_at": record.updated_at, "alert": record.alert, "history": record.history}

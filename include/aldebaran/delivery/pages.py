@@ -18,8 +18,8 @@ ATTENTION = (("in_doubt", "In doubt"), ("dead", "Dead"), ("retry", "Retrying / i
 # Counts from the ledger's small index (what needs attention); delivered alerts live in group-commit runs
 # and are not counted here (`aldebaran deliveries stats` adds each channel's Kafka backlog).
 STAT_COLUMNS = (
-    ("retrying", "retrying"), ("dead", "dead"), ("in_doubt", "in doubt"), ("lease_seconds", "lease"),
-    ("max_attempts", "max attempts"),
+    ("fast", "fast lane"), ("retrying", "retrying"), ("dead", "dead"), ("in_doubt", "in doubt"),
+    ("lease_seconds", "lease"), ("max_attempts", "max attempts"),
 )
 
 
@@ -52,12 +52,40 @@ def attention(ledger, channel: str, limit: int) -> list[tuple[str, str, int, lis
     return sections
 
 
-def overview(ledger, limit: int) -> list[dict]:
+def overview(ledger, limit: int, fast_topic: str | None = None) -> list[dict]:
+    """Per channel in the ledger: its figures (and whether the fast lane delivers it: `fast_topic`, default
+    ALDEBARAN_KAFKA_FAST_ALERTS_TOPIC), what needs attention, its latest records, its retractions."""
+    if fast_topic is None:
+        from aldebaran.settings import KafkaSettings, load
+
+        fast_topic = load(KafkaSettings).fast_alerts_topic
     return [
-        {"stats": ledger.stats(channel), "attention": attention(ledger, channel, limit),
-         "latest": latest_records(ledger, channel, limit)}
+        {"stats": {**ledger.stats(channel), "fast": delivers_fast(ledger, channel, fast_topic)},
+         "attention": attention(ledger, channel, limit), "latest": latest_records(ledger, channel, limit),
+         "retractions": retractions(ledger, channel, limit)}
         for channel in ledger.channels()
     ]
+
+
+def delivers_fast(ledger, channel: str, fast_topic: str) -> bool:
+    """Whether the channel is delivered from the fast lane: a fast dispatcher has owned a partition of the
+    fast topic for it (what the ledger shows, whatever the configuration says now)."""
+    from aldebaran.storage import safe_segment
+
+    prefix = f"{ledger.prefix}/{safe_segment(channel, 'channel')}/owners/{safe_segment(fast_topic, 'topic')}/"
+    return any(True for _ in ledger.store.list(prefix))
+
+
+def retractions(ledger, channel: str, limit: int) -> list:
+    """The channel's retractions and reinstatements of fast-lane alerts (aldebaran.delivery.retraction),
+    newest first: per-alert records whose id starts ``retract-`` / ``reinstate-``."""
+    from aldebaran.storage import safe_segment
+
+    base = f"{ledger.prefix}/{safe_segment(channel, 'channel')}/alerts/"
+    found = [o for start in ("retract-", "reinstate-") for o in ledger.store.list(base + start)]
+    newest = sorted(found, key=lambda o: o["LastModified"], reverse=True)[:limit]
+    ids = [o["Key"][len(base):-len(".json")] for o in newest if o["Key"].endswith(".json")]
+    return [got[0] for alert_id in ids if (got := ledger.get(channel, alert_id))]
 
 
 def record_alert(record):
@@ -138,6 +166,8 @@ def page(title: str, body: str, user_name: str) -> str:
 def stat_cell(key: str, value) -> str:
     if key == "lease_seconds":
         text = duration(value)
+    elif key == "fast":
+        text = "yes" if value else "–"
     else:
         text = "–" if value is None else value
     return f"<td class=n>{esc(text)}</td>"
@@ -197,6 +227,9 @@ def render_overview(ledger, channels: list[dict], default_prefix: str, limit: in
             parts.append(f'<h3 class="attention-{esc(kind)}">{esc(title)}: {esc(count)}{esc(more)}</h3>')
             if count:
                 parts.append(records_table(records, name, qs))
+        if c["stats"].get("fast") or c.get("retractions"):
+            parts.append(f'<h3 class="retractions">Retractions of fast-lane alerts: {esc(len(c["retractions"]))}</h3>')
+            parts.append(records_table(c["retractions"], name, qs))
         parts.append(f"<h3>Latest {esc(len(c['latest']))} records</h3>")
         parts.append(records_table(c["latest"], name, qs))
         parts.append("</section>")
@@ -309,6 +342,14 @@ def render_explain(story, ledger, default_prefix: str, limit: int, user_name: st
         histories.append(f"<h3>{esc(d.get('channel'))}</h3><table id=history-{i}><thead><tr><th>at</th><th>state</th>"
                          f"<th>note</th></tr></thead><tbody>{rows}</tbody></table>")
     notes = "".join(f"<li>{esc(n)}</li>" for n in story.notes)
+    fast = "".join(
+        f"<tr><td>{esc(v['channel'])}</td><td>{esc(v.get('lane') or '–')}</td><td>{esc(v.get('state') or '–')}</td>"
+        f"<td><code>{esc(v.get('sent_by') or '')}</code></td>"
+        f"<td>{esc((v.get('retraction') or {}).get('state') or '–')}</td>"
+        f"<td>{esc(((v.get('retraction') or {}).get('alert') or {}).get('reason') or '')}</td>"
+        f"<td>{esc((v.get('reinstatement') or {}).get('state') or '–')}</td></tr>"
+        for v in getattr(story, "fast", [])
+    )
     body = (
         f'<p><a href="./{esc(qs)}">← all deliveries</a></p><h1>Explain alert <code>{esc(story.alert_id)}</code></h1>'
         f"<p class=meta>On the alerts topic: {esc(where)}</p>"
@@ -321,6 +362,9 @@ def render_explain(story, ledger, default_prefix: str, limit: int, user_name: st
         + (f"<ul id=notes>{notes}</ul>" if notes else "")
         + "<h2>Deliveries</h2><table id=deliveries><thead><tr><th>channel</th><th>state</th><th>where</th></tr></thead>"
         f"<tbody>{''.join(deliveries)}</tbody></table>{''.join(histories)}"
+        + ("<h2>Fast lane</h2><table id=fast><thead><tr><th>channel</th><th>delivered by lane</th><th>entry</th>"
+           "<th>sent marker (run)</th><th>retraction</th><th>why</th><th>reinstatement</th></tr></thead>"
+           f"<tbody>{fast}</tbody></table>" if fast else "")
     )
     return page(f"explain {story.alert_id}", body, user_name)
 

@@ -110,13 +110,3 @@ class Retractor:
         for channel in self.channels:
             channel.close()
 
-
-def lane_retractor(lane: str) -> Retractor | None:
-    """The retractor of a lane keeper: the configured fast channels (None if there is none)."""
-    from aldebaran.delivery.dispatcher import default_ledger
-    from aldebaran.delivery.fast import fast_channel_names, fast_channels
-
-    names = fast_channel_names()
-    if not names:
-        return None
-    return Retractor(default_ledger(), fast_channels(names), f"{socket.gethostname()}:{os.getpid()}:lane-{lane}")

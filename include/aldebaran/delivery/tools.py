@@ -21,6 +21,9 @@ import logging
 
 from aldebaran.delivery.records import DEAD, DELIVERED, IN_DOUBT, RETRY, STATES
 
+# A run entry's status letter (aldebaran.delivery.runs) as the state an operator reads.
+ENTRY_STATES = {"D": DELIVERED, "S": "REPEAT", "M": "MALFORMED", "R": RETRY, "X": DEAD, "U": IN_DOUBT, "?": "CLAIMED"}
+
 log = logging.getLogger(__name__)
 
 STAT_COLUMNS = ["channel", "backlog", "committed", "retrying", "dead", "in_doubt", "lease_seconds", "max_attempts"]
@@ -114,8 +117,7 @@ def find(ledger, channel: str, alert_id: str, position: tuple[int, int] | None, 
         return {"channel": channel, "state": "PENDING", "partition": partition, "offset": offset,
                 "note": "not yet in a run on this channel"}
     entry = next((e for e in run.entries if e[0] == offset), None)
-    state = {"D": DELIVERED, "S": "REPEAT", "M": "MALFORMED", "R": RETRY, "X": DEAD, "U": IN_DOUBT,
-             "?": "CLAIMED"}.get(entry[2] if entry else "?")
+    state = ENTRY_STATES.get(entry[2] if entry else "?")
     return {"channel": channel, "source": "run", "state": state, "receipt": entry[3] if entry else None,
             "run": {"partition": run.partition, "start": run.start, "end": run.end, "state": run.state,
                     "owner": run.owner, "epoch": run.epoch, "claimed_at": run.claimed_at,

@@ -226,7 +226,7 @@ class Keeper:
         created = ensure_topics(self.kafka, [self.kafka.fast_alerts_topic, self.kafka.alerts_topic])
         if created:
             log.info("lane %s: created topic(s) %s", self.name, ", ".join(created))
-        from aldebaran.delivery.retraction import lane_retractor
+        from aldebaran.delivery.fast import lane_retractor
 
         # Channels with "fast": true had the fast alerts: they are sent the retractions (None: no such channel).
         retractor = lane_retractor(self.name)
