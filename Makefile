@@ -45,8 +45,9 @@ test: setup  ## the whole suite against real services (started, then stopped eve
 test-unit: setup  ## only the fast tests: unit and DAG integrity (no services needed)
 	@$(VENV)/bin/pytest tests/unit tests/dags -q $(PYTEST_ARGS)
 
-bench: setup  ## capacity benchmarks, full size, then the deployed path (the platform as `make demo` leaves it; tables + plots into docs/benchmarks.md, docs/img/)
+bench: setup  ## capacity benchmarks, full size, the lane's tuning A/B, then the deployed path (the platform as `make demo` leaves it; tables + plots into docs/benchmarks.md, docs/img/)
 	@$(ALD) bench all
+	@$(ALD) bench lane-tuning --report
 	@$(ALD) services up
 	@$(ALD) bench deployed --start --report
 

@@ -139,3 +139,24 @@ def _run_queue() -> int:
     except OSError:
         pass
     return -1
+
+
+def wait_for_quiet(foreign: tuple[str, ...] = (), sample_seconds: float = 5.0, max_wait: float = 120.0,
+                   log=None) -> dict:
+    """Before a measurement: sample the box for `sample_seconds`; while anything else takes more than
+    OTHER_LIMIT_CORES, say what and sample again, for up to `max_wait`. Returns the last sample's summary
+    (``quiet`` False when the box never quietened: the run goes on, flagged)."""
+    deadline = time.monotonic() + max_wait
+    while True:
+        sampler = BoxSampler(period=1.0, foreign=foreign)
+        sampler.start()
+        time.sleep(sample_seconds)
+        state = sampler.stop()
+        if state.get("quiet") or time.monotonic() >= deadline:
+            if log is not None and not state.get("quiet"):
+                log.warning("box: still not quiet after %.0fs (other processes %.2f cores: %s); measuring anyway, "
+                            "flagged", max_wait, state.get("other_cores_mean"), state.get("top_other"))
+            return state
+        if log is not None:
+            log.warning("box: not quiet (other processes %.2f cores: %s); waiting",
+                        state.get("other_cores_mean"), state.get("top_other"))

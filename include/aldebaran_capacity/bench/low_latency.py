@@ -62,6 +62,8 @@ WARMUP_SECONDS = 10.0
 WARMUP_MAX_RATE = 10_000
 PROBE = "rtm-probe-"  # order ids of the start-up probes
 JVM_OPTS = "spark.driver.extraJavaOptions"
+# Roles that only the bench may run on the box while it measures (boxstate.BoxSampler's `foreign`).
+FOREIGN = ("auditor", "dispatcher", "lane")
 def _percentile(values: list[float], q: float) -> float | None:
     """harness.percentile, None (JSON null) rather than NaN for an empty segment."""
     return harness.percentile(values, q) if values else None
@@ -179,7 +181,7 @@ def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, second
     before = len(alerts.seen)
     # Only the core services, the lane and what this bench starts belong here (issue 26): a dispatcher or an
     # auditor that something else runs is counted against the box's quiet.
-    box = BoxSampler(period=1.0, foreign=("auditor", "dispatcher", "lane"))
+    box = BoxSampler(period=1.0, foreign=FOREIGN)
     box.start()
     cpu0, wall0, epoch0 = (group_cpu_seconds(lane_pgid) if lane_pgid else None), time.monotonic(), time.time()
     # The floor reads for the producer's JVM start plus the segment, plus its last records' way back.
@@ -262,8 +264,12 @@ def running_lane(lane: Lane, kafka: KafkaSettings, alerts_topic: str, trades: st
 def measure(lane: Lane, kafka: KafkaSettings, trades: str, alerts_topic: str, rates, seconds: float,
             warmup_seconds: float, log_path: Path, seed: int = 1_000, fast=None) -> dict:
     """One lane start: idle CPU, the warm-up (reported apart), then each rate's segment. The lane's JVM logs
-    its GC pauses next to its log (``<log>.gc``), which each segment sums."""
+    its GC pauses next to its log (``<log>.gc``), which each segment sums. Waits (up to 2 min) for a quiet box
+    first."""
     from aldebaran import spark as sparkmod
+    from aldebaran_capacity.bench.boxstate import wait_for_quiet
+
+    before = wait_for_quiet(FOREIGN, log=log)
 
     gc_log = log_path.with_suffix(".gc.log")
     options = lane.conf.get(JVM_OPTS, sparkmod.JVM_OPTIONS)
@@ -288,7 +294,7 @@ def measure(lane: Lane, kafka: KafkaSettings, trades: str, alerts_topic: str, ra
                      "" if seg["quiet"] else " (NOT QUIET)")
             segments.append(seg)
         seen = list(alerts.seen)
-    return {"started_seconds": round(started, 1), "idle_cores": idle_cores, "warmup": warmup,
+    return {"box_before": before, "started_seconds": round(started, 1), "idle_cores": idle_cores, "warmup": warmup,
             "segments": segments, "seen": seen}
 
 
