@@ -201,3 +201,11 @@ def test_the_fast_dispatcher_is_planned_when_the_lane_is_enabled_and_a_channel_i
     assert plan(DispatchSupervisorSettings()) == {"log": ["log"], "hook": ["hook"], DISPATCHER_NAME: ["hook"]}
     monkeypatch.setenv("AIRFLOW_CONN_ALDEBARAN_HOOK", json.dumps(WEBHOOK))
     assert DISPATCHER_NAME not in plan(DispatchSupervisorSettings())
+
+
+def test_a_fast_dispatcher_does_not_cover_the_alerts_topic_for_the_watcher():
+    from aldebaran.delivery import wakeup
+
+    fast, exact = {"status": "running", "at": 995.0, "fast": True}, {"status": "running", "at": 995.0}
+    assert not wakeup.streaming_covers([fast], 1000.0, 30)  # it reads the fast topic: alert_dispatch is woken
+    assert wakeup.streaming_covers([exact, {**fast, "status": "failed"}], 1000.0, 30)

@@ -5,13 +5,13 @@ exits 0). A thread of its own (aldebaran.heartbeat.Beater) publishes its heartbe
 ``ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS`` at ``heartbeats/dispatcher/<name>.json``, however busy the channel
 loops are; the loops only report their progress to it:
 
-    {"status": "running"|"stopped"|"failed", "name", "channels", "owner", "host", "pid", "started_at",
+    {"status": "running"|"stopped"|"failed", "name", "channels", "fast", "owner", "host", "pid", "started_at",
      "at", "period", "alerts", "runs", "sent", "failed", "in_doubt", "already_recorded", "retried",
      "ledger_writes", "error",
      "partitions": {channel: {partition: {"epoch", "broken", "settled", "position", "buffered", "advanced_at"}}},
      "progress": {channel: {"loop_at", "progress_at", "pending", "outcomes"}}}
 
-``settled`` is the next offset to commit (everything below it is settled on the channel), ``position`` the
+``fast`` says it delivers the fast lane's topic (``--fast``, aldebaran.delivery.fast). ``settled`` is the next offset to commit (everything below it is settled on the channel), ``position`` the
 consumer's; ``pending`` says the channel holds work it has not settled (alerts buffered, or read past what
 is settled, on a partition that is not broken); ``progress_at`` is when its settled offsets or its count of
 settled deliveries last moved. Airflow's ``dispatch_supervisor`` DAG (aldebaran.platform.dispatch_supervisor)
@@ -63,8 +63,9 @@ class Heartbeat:
     :meth:`finish`); the channel loops call :meth:`progress` at each iteration, which never writes."""
 
     def __init__(self, store, name: str, channels: list[str], owner: str, stats, period: float,
-                 ledger=None, clock=time.time) -> None:
+                 ledger=None, clock=time.time, fast: bool = False) -> None:
         self.store, self.name, self.channels, self.owner, self.ledger = store, name, channels, owner, ledger
+        self.fast = fast
         self.stats, self.period, self.clock = stats, period, clock
         self.started_at = clock()
         self._lock = threading.Lock()
@@ -125,7 +126,7 @@ class Heartbeat:
             outcomes = sum(int((summary.get(k) or {}).get(channel, 0)) for k in OUTCOMES)
             partitions[channel] = self._observe(channel, unit, outcomes)
             progress[channel] = {**unit.progress.snapshot(), "outcomes": outcomes}
-        return {"status": status, "name": self.name, "channels": self.channels, "owner": self.owner,
+        return {"status": status, "name": self.name, "channels": self.channels, "fast": self.fast, "owner": self.owner,
                 **identity(), "started_at": self.started_at, "at": self.clock(), "period": self.period,
                 **summary, "error": error,
                 "ledger_writes": self.ledger.writes if self.ledger is not None else None,
@@ -164,7 +165,7 @@ def follow(channel_names: list[str] | None = None, name: str | None = None, fast
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     heartbeat = Heartbeat(ledger.store, name, [c.name for c in channels], dispatcher.owner, stats,
-                          dispatcher.settings.heartbeat_seconds, ledger)
+                          dispatcher.settings.heartbeat_seconds, ledger, fast=fast)
     heartbeat.start()
     log.info("dispatcher %s: following %s for %s (ledger %s)", name,
              dispatcher.worker.topic_of(dispatcher.kafka), ", ".join(c.name for c in channels),

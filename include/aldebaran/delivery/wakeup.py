@@ -39,7 +39,9 @@ def interval() -> float:
 def streaming_covers(beats: list[dict], now: float, fresh_seconds: float) -> bool:
     """True when at least one streaming dispatcher runs (a fresh "running" heartbeat) and none is broken (a
     "failed" one, or a "running" one gone stale). A "stopped" heartbeat is a dispatcher stopped on purpose
-    (its channel unconfigured, the platform paused): it says nothing either way."""
+    (its channel unconfigured, the platform paused): it says nothing either way. A fast dispatcher's
+    (``fast``) reads another topic: it covers nothing of the alerts topic this watcher wakes the DAG for."""
+    beats = [b for b in beats if not b.get("fast")]
     live = [b for b in beats if b.get("status") == "running" and now - float(b.get("at") or 0) < fresh_seconds]
     broken = [b for b in beats if b.get("status") == "failed"
               or (b.get("status") == "running" and now - float(b.get("at") or 0) >= fresh_seconds)]
