@@ -20,15 +20,12 @@ crash orders, and what the reconciler's retractions add, are in docs/design.md (
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from aldebaran.delivery.channels.connection import Connection
 from aldebaran.delivery.dispatcher import ChannelDispatcher, Dispatcher
 from aldebaran.exceptions import ConfigError
 from aldebaran.settings import KafkaSettings
-
-log = logging.getLogger(__name__)
 
 DISPATCHER_NAME = "fast-lane"  # its heartbeat's name (not a channel name: those have no "-")
 GROUP_SUFFIX = "-fast"

@@ -348,7 +348,7 @@ def render_explain(story, ledger, default_prefix: str, limit: int, user_name: st
         f"<td>{esc((v.get('retraction') or {}).get('state') or '–')}</td>"
         f"<td>{esc(((v.get('retraction') or {}).get('alert') or {}).get('reason') or '')}</td>"
         f"<td>{esc((v.get('reinstatement') or {}).get('state') or '–')}</td></tr>"
-        for v in getattr(story, "fast", [])
+        for v in story.fast
     )
     body = (
         f'<p><a href="./{esc(qs)}">← all deliveries</a></p><h1>Explain alert <code>{esc(story.alert_id)}</code></h1>'

@@ -109,4 +109,3 @@ class Retractor:
     def close(self) -> None:
         for channel in self.channels:
             channel.close()
-

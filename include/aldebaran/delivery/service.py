@@ -11,9 +11,10 @@ loops are; the loops only report their progress to it:
      "partitions": {channel: {partition: {"epoch", "broken", "settled", "position", "buffered", "advanced_at"}}},
      "progress": {channel: {"loop_at", "progress_at", "pending", "outcomes"}}}
 
-``fast`` says it delivers the fast lane's topic (``--fast``, aldebaran.delivery.fast). ``settled`` is the next offset to commit (everything below it is settled on the channel), ``position`` the
-consumer's; ``pending`` says the channel holds work it has not settled (alerts buffered, or read past what
-is settled, on a partition that is not broken); ``progress_at`` is when its settled offsets or its count of
+``fast`` says it delivers the fast lane's topic (``--fast``, aldebaran.delivery.fast). ``settled`` is the
+next offset to commit (everything below it is settled on the channel), ``position`` the consumer's;
+``pending`` says the channel holds work it has not settled (alerts buffered, or read past what is settled,
+on a partition that is not broken); ``progress_at`` is when its settled offsets or its count of
 settled deliveries last moved. Airflow's ``dispatch_supervisor`` DAG (aldebaran.platform.dispatch_supervisor)
 restarts a dispatcher whose process is gone or whose heartbeat is stale (frozen or dead), or which has
 had work pending without progress for its progress limit; a slow dispatcher that progresses is left alone.
@@ -126,7 +127,8 @@ class Heartbeat:
             outcomes = sum(int((summary.get(k) or {}).get(channel, 0)) for k in OUTCOMES)
             partitions[channel] = self._observe(channel, unit, outcomes)
             progress[channel] = {**unit.progress.snapshot(), "outcomes": outcomes}
-        return {"status": status, "name": self.name, "channels": self.channels, "fast": self.fast, "owner": self.owner,
+        return {"status": status, "name": self.name, "channels": self.channels, "fast": self.fast,
+                "owner": self.owner,
                 **identity(), "started_at": self.started_at, "at": self.clock(), "period": self.period,
                 **summary, "error": error,
                 "ledger_writes": self.ledger.writes if self.ledger is not None else None,
