@@ -1,7 +1,7 @@
 """Trade → recipient on a fast channel, for ``aldebaran bench low-latency --fast-webhook``.
 
 A webhook receiver in a process of its own (receivers/process.py), a channel ``fasthook`` defined the way a
-user defines one (``AIRFLOW_CONN_ALDEBARAN_FASTHOOK``: an http connection whose extra says ``"fast": true``)
+user defines one (its ``AIRFLOW_CONN_ALDEBARAN_<NAME>`` variable: an http connection whose extra says ``"fast": true``)
 and a streaming fast dispatcher (``aldebaran dispatch --fast --follow``) in its own process reading the bench's
 lane topic, on a ledger prefix and consumer group of this run only. The receiver stamps each alert as it
 accepts it; a segment's trade → recipient latency is that stamp minus the alert's ``trigger_event_ts``.
@@ -19,6 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
+from aldebaran.delivery.channels.connection import conn_env_var
 from aldebaran.exceptions import AldebaranError
 from aldebaran.settings import KafkaSettings
 
@@ -37,7 +38,7 @@ class FastWebhook:
     def env(self, secret: str) -> dict[str, str]:
         conn = {"conn_type": "http", "host": self.receiver.url, "password": secret,
                 "extra": {"fast": True, "timeout": 5}}
-        return {**os.environ, "AIRFLOW_CONN_ALDEBARAN_FASTHOOK": json.dumps(conn), "ALDEBARAN_CHANNELS": CHANNEL,
+        return {**os.environ, conn_env_var(CHANNEL): json.dumps(conn), "ALDEBARAN_CHANNELS": CHANNEL,
                 "ALDEBARAN_KAFKA_FAST_ALERTS_TOPIC": self.fast_topic,
                 "ALDEBARAN_DELIVERY_GROUP": f"bench-fast-{self.tag}",
                 "ALDEBARAN_DELIVERY_PREFIX": f"bench/fast-{self.tag}/deliveries",
