@@ -44,6 +44,10 @@ def test_a_foreign_dispatcher_counts_against_quiet_and_the_bench_own_does_not():
     lane = ["java", "org.apache.spark.deploy.SparkSubmit", "spark_apps/realtime_lane.py"]
     assert boxstate.role_of(lane, bench_pids={11}, pid=11, foreign=foreign) == "lane"
     assert boxstate.role_of(["java", "PacedProducer"], bench_pids={12}, pid=12) == "bench"
+    client = ["java", "-cp", "/jars/kafka_2.13-4.1.0.jar:/jars/kafka-clients.jar", "FloorConsumer"]
+    assert boxstate.role_of(client, bench_pids={14}, pid=14) == "bench"  # a client, not the broker
+    broker = ["java", "-Xmx1g", "-cp", "/jars/kafka_2.13-4.1.0.jar", "kafka.Kafka", "/run/server.properties"]
+    assert boxstate.role_of(broker, bench_pids=set(), pid=15) == "kafka"
     assert boxstate.role_of(["pytest"], bench_pids=set(), pid=13) == "other"
 
 

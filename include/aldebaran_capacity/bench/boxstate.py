@@ -24,7 +24,7 @@ ROLES = (
     ("auditor", ("spark_apps/auditor.py", "aldebaran auditor", "aldebaran.audit", "pyspark.daemon",
                  "pyspark/daemon", "SparkSubmit", "shardhost")),
     ("dispatcher", ("aldebaran dispatch", "aldebaran.delivery", " dispatch --follow")),
-    ("kafka", ("kafka.Kafka", "kafka_2.13")),
+    ("kafka", (" kafka.Kafka ",)),  # the broker's main class (a client's classpath names kafka_2.13 too)
     ("minio", ("minio",)),
     ("airflow", ("airflow",)),
     ("receivers", ("aldebaran_capacity.receivers",)),
@@ -55,16 +55,19 @@ class BoxSampler(threading.Thread):
         self.samples: list[dict] = []
         self.per_process: dict[tuple[str, str], float] = {}  # (role, name) → cpu seconds over the segment
 
-    def _bench_pids(self) -> set[int]:
-        me = psutil.Process(os.getpid())
+    def _is_bench(self, pid: int) -> bool:
+        """Whether `pid` is this process or a descendant (asked once per new process: a snapshot of the
+        children taken before the scan would miss one started during it)."""
+        me = os.getpid()
+        if pid == me:
+            return True
         try:
-            return {me.pid, *(c.pid for c in me.children(recursive=True))}
+            return any(p.pid == me for p in psutil.Process(pid).parents())
         except psutil.Error:
-            return {me.pid}
+            return False
 
     def _read(self) -> dict[int, float]:
         out = {}
-        bench = self._bench_pids()
         for p in psutil.process_iter(["pid", "cmdline", "name", "cpu_times"]):
             info = p.info
             times = info.get("cpu_times")
@@ -74,6 +77,7 @@ class BoxSampler(threading.Thread):
             out[pid] = times.user + times.system
             if pid not in self._cmd:
                 cmd = info.get("cmdline") or [info.get("name") or "?"]
+                bench = {pid} if self._is_bench(pid) else set()
                 self._cmd[pid] = (role_of(cmd, bench, pid, self.foreign), (info.get("name") or "?")[:32])
         return out
 

@@ -37,7 +37,7 @@ class JvmFloor:
     def __enter__(self) -> "JvmFloor":
         classes = paced.compiled()
         self._proc = subprocess.Popen(
-            ["java", "-Xmx256m", "-cp", f"{paced.classpath()}{os.pathsep}{classes}", "FloorConsumer",
+            ["java", *paced.JVM_FLAGS, "-cp", f"{paced.classpath()}{os.pathsep}{classes}", "FloorConsumer",
              self.bootstrap_servers, self.topic, str(self.seconds), str(self._out)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self._proc.stdout.readline().strip()  # "ready": positioned at the end of every partition

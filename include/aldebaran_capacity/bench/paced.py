@@ -24,6 +24,9 @@ from aldebaran.exceptions import AldebaranError
 from aldebaran_capacity import loadgen
 
 JVM_DIR = Path(__file__).with_name("jvm")
+# The bench's JVMs share the 2-core box with the lane they measure: the client compiler only (the C2 compiler's
+# threads took most of a core over a 10 s segment), a small heap, the serial collector (no GC threads).
+JVM_FLAGS = ("-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:CICompilerCount=1")
 
 
 def classpath() -> str:
@@ -57,7 +60,7 @@ def send(recs: list[loadgen.Record], topic: str, rate: float, bootstrap_servers:
             for r in recs:
                 fh.write(r.key + b"\t" + r.value + b"\n")
         done = subprocess.run(
-            ["java", "-Xmx512m", "-cp", f"{classpath()}{os.pathsep}{classes}", "PacedProducer", bootstrap_servers,
+            ["java", *JVM_FLAGS, "-cp", f"{classpath()}{os.pathsep}{classes}", "PacedProducer", bootstrap_servers,
              topic, str(rate), str(records), str(stamps)],
             capture_output=True, text=True)
         if done.returncode != 0:
