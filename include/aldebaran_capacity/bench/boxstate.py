@@ -99,8 +99,16 @@ class BoxSampler(threading.Thread):
                 by_role[role] = by_role.get(role, 0.0) + used / span
                 self.per_process[(role, name)] = self.per_process.get((role, name), 0.0) + used
             total_steal = getattr(steal1, "steal", 0.0) - getattr(steal0, "steal", 0.0)
+
+            def cores(field: str) -> float:
+                return round((getattr(steal1, field, 0.0) - getattr(steal0, field, 0.0)) / span, 3)
+
+            # The whole box from /proc/stat: what no process's own time shows (softirq: the loopback network
+            # stack's work for every small request) and how much was left (idle).
             self.samples.append({"t": time.time(), "load1": os.getloadavg()[0], "run_queue": _run_queue(),
-                                 "steal_cores": round(total_steal / span, 3),
+                                 "steal_cores": round(total_steal / span, 3), "idle_cores": cores("idle"),
+                                 "softirq_cores": cores("softirq"), "system_cores": cores("system"),
+                                 "iowait_cores": cores("iowait"),
                                  "cores": {k: round(v, 3) for k, v in by_role.items()}})
             self._cpu, last, steal0 = cpu, now, steal1
 
@@ -125,6 +133,8 @@ class BoxSampler(threading.Thread):
             "load1_max": round(max(s["load1"] for s in self.samples), 2),
             "run_queue_max": max(s["run_queue"] for s in self.samples),
             "steal_cores_mean": round(sum(s["steal_cores"] for s in self.samples) / len(self.samples), 3),
+            **{f"{k}_mean": round(sum(s.get(k, 0.0) for s in self.samples) / len(self.samples), 3)
+               for k in ("idle_cores", "softirq_cores", "system_cores", "iowait_cores")},
             "cores_by_role": mean,
             "other_cores_mean": mean.get("other", 0.0),
             "other_cores_max": round(other_max, 3),
