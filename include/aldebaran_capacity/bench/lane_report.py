@@ -30,6 +30,9 @@ def summary(result: dict) -> dict:
     """The run without its per-second series and box samples (what the command prints)."""
     ll = dict(result["low_latency"])
     ll["segments"] = [_slim(s) for s in ll["segments"]]
+    for s in ll["segments"]:
+        if s.get("with_fast"):
+            s["with_fast"] = _slim(s["with_fast"])
     ll["warmup"] = _slim(ll.get("warmup"))
     return {**{k: v for k, v in result.items() if k != "low_latency"}, "low_latency": ll}
 
@@ -58,6 +61,14 @@ def _fmt(v, digits: int = 0) -> str:
     return f"{v:,.{digits}f}" if isinstance(v, (int, float)) else str(v)
 
 
+def _fast(s: dict) -> str:
+    if s.get("fast_delivered") is None:
+        return "—"
+    meanwhile = (s.get("with_fast") or {}).get("p99_ms")
+    return (f"{_fmt(s['fast_delivery_p50_ms'], 1)} / {_fmt(s['fast_delivery_p99_ms'], 1)} "
+            f"({_fmt(meanwhile)}; {s['fast_delivered']:,} delivered)")
+
+
 def render(result: dict, plot: str | None) -> str:
     """The section of docs/benchmarks.md for one run."""
     ll, m = result["low_latency"], result["machine"]
@@ -69,7 +80,7 @@ def render(result: dict, plot: str | None) -> str:
              "lane\"; `aldebaran_capacity.bench.low_latency`.", ""]
     lines += targets(ll["segments"]) + [""]
     lines += ["| rate (events/s) | achieved | alerts | p50 ms | p95 ms | p99 ms | max ms | floor p50 / p99 ms "
-              "| p99 ÷ floor | trade → fast recipient p50 / p99 ms | agreement | lane CPU (cores) "
+              "| p99 ÷ floor | trade → fast recipient p50 / p99 ms (the lane's p99 meanwhile) | agreement | lane CPU (cores) "
               "| other processes (cores) | quiet |",
               "|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---|"]
     rows = ([("warm-up (left out)", ll["warmup"])] if ll.get("warmup") else []) + [(None, s) for s in ll["segments"]]
@@ -80,7 +91,7 @@ def render(result: dict, plot: str | None) -> str:
         lines.append(
             f"| {rate} | {s['achieved_rate']:,} | {s['alerts']:,} | {_fmt(s['p50_ms'])} | {_fmt(s['p95_ms'])} | "
             f"{_fmt(s['p99_ms'])} | {_fmt(s['max_ms'])} | {_fmt(s['floor_p50_ms'], 1)} / {_fmt(s['floor_p99_ms'], 1)} | "
-            f"{_fmt(s['p99_to_floor'], 2)} | {_fmt(s['fast_delivery_p50_ms'], 1)} / {_fmt(s['fast_delivery_p99_ms'], 1)} | "
+            f"{_fmt(s['p99_to_floor'], 2)} | {_fast(s)} | "
             f"{s['agreement']:.4f} | {_fmt(s['lane_cores'], 2)} | {_fmt(s['other_cores'], 2)} | "
             f"{'yes' if s['quiet'] else '**no**'} |")
     agreement = ll.get("agreement")

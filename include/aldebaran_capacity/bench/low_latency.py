@@ -23,9 +23,11 @@ With each segment: the **floor** — the same trades read back by a plain Java c
 (bench/floor.py), so the floor is the bus's and not a Python client's tail; the **box's state** —
 load, run queue, steal and every process's CPU by role (bench/boxstate.py), ``quiet: false`` when anything
 outside the platform, the lane and the bench took more than 0.2 core; the lane's own CPU; and latency per
-second over the segment (``series``), plotted in docs/img/bench-low-latency.png. With ``--fast-webhook``, a
-fast channel (a webhook with ``fast: true``) and a fast dispatcher deliver the lane's alerts to a webhook
-receiver, and each segment reports trade → recipient (``fast_delivery_p50_ms`` / ``_p99_ms``).
+second over the segment (``series``), plotted in docs/img/bench-low-latency.png. With ``--fast-webhook``, the
+1k and 10k rates run once more with a fast channel (a webhook with ``fast: true``) and a fast dispatcher
+delivering the lane's alerts to a webhook receiver: their segments get trade → recipient
+(``fast_delivery_p50_ms`` / ``_p99_ms``) and the lane's figures while the dispatcher shared the box
+(``with_fast``).
 
 Agreement, two ways. Per segment, the lane's alerts against the reference model's for the same trades and
 stamps, on :data:`aldebaran.reference.KEY_FIELDS` (``segments[].agreement`` = |same| / |union|, with the
@@ -60,6 +62,7 @@ log = logging.getLogger(__name__)
 DEFAULT_RATES = (1_000, 10_000, 50_000)
 WARMUP_SECONDS = 10.0
 WARMUP_MAX_RATE = 10_000
+FAST_RATES = (1_000, 10_000)  # where trade → recipient on a fast channel is measured
 PROBE = "rtm-probe-"  # order ids of the start-up probes
 JVM_OPTS = "spark.driver.extraJavaOptions"
 # Roles that only the bench may run on the box while it measures (boxstate.BoxSampler's `foreign`).
@@ -262,10 +265,15 @@ def running_lane(lane: Lane, kafka: KafkaSettings, alerts_topic: str, trades: st
 
 
 def measure(lane: Lane, kafka: KafkaSettings, trades: str, alerts_topic: str, rates, seconds: float,
-            warmup_seconds: float, log_path: Path, seed: int = 1_000, fast=None) -> dict:
+            warmup_seconds: float, log_path: Path, seed: int = 1_000, fast=None, fast_rates=FAST_RATES) -> dict:
     """One lane start: idle CPU, the warm-up (reported apart), then each rate's segment. The lane's JVM logs
     its GC pauses next to its log (``<log>.gc``), which each segment sums. Waits (up to 2 min) for a quiet box
-    first."""
+    first.
+
+    With `fast` (a context manager that starts a fast channel's dispatcher and recipient, bench/fast_delivery.py),
+    the rates in `fast_rates` run once more with it, after the lane's own segments: the lane's figures are
+    taken with only the core services beside it (the targets' condition), and each gets its rate's trade →
+    recipient figures and the lane's latency while the fast dispatcher shared the box (``with_fast``)."""
     from aldebaran import spark as sparkmod
     from aldebaran_capacity.bench.boxstate import wait_for_quiet
 
@@ -282,20 +290,34 @@ def measure(lane: Lane, kafka: KafkaSettings, trades: str, alerts_topic: str, ra
         if warmup_seconds > 0:
             warm_rate = min(max(rates), WARMUP_MAX_RATE)
             warmup = segment(kafka, trades, alerts, warm_rate, warmup_seconds, seed=seed - 1, lane_pgid=proc.pid,
-                             fast=fast, gc_log=gc_log)
+                             gc_log=gc_log)
             log.info("low-latency: warm-up at %d/s: p50 %s / p99 %s ms (left out)", warm_rate, warmup["p50_ms"],
                      warmup["p99_ms"])
         segments = []
         for i, rate in enumerate(rates):
-            seg = segment(kafka, trades, alerts, rate, seconds, seed=seed + i, lane_pgid=proc.pid, fast=fast,
-                          gc_log=gc_log)
-            log.info("low-latency: %d/s: p50 %s / p99 %s ms, floor p99 %s ms, other cores %s%s", rate,
-                     seg["p50_ms"], seg["p99_ms"], seg["floor_p99_ms"], seg["other_cores"],
-                     "" if seg["quiet"] else " (NOT QUIET)")
+            seg = segment(kafka, trades, alerts, rate, seconds, seed=seed + i, lane_pgid=proc.pid, gc_log=gc_log)
+            _log_segment(seg)
             segments.append(seg)
+        if fast is not None:
+            with fast as recipient:
+                for i, seg in enumerate(s for s in segments if s["rate"] in fast_rates):
+                    got = segment(kafka, trades, alerts, seg["rate"], seconds, seed=seed + 100 + i,
+                                  lane_pgid=proc.pid, fast=recipient, gc_log=gc_log)
+                    _log_segment(got, "with the fast dispatcher")
+                    seg.update({k: got[k] for k in ("fast_delivered", "fast_delivery_p50_ms", "fast_delivery_p99_ms")})
+                    seg["with_fast"] = {k: got[k] for k in ("p50_ms", "p99_ms", "floor_p99_ms", "lane_cores",
+                                                            "other_cores", "quiet", "box", "series")}
         seen = list(alerts.seen)
     return {"box_before": before, "started_seconds": round(started, 1), "idle_cores": idle_cores, "warmup": warmup,
             "segments": segments, "seen": seen}
+
+
+def _log_segment(seg: dict, note: str = "") -> None:
+    fast = (f", trade → fast recipient p50 {seg['fast_delivery_p50_ms']} / p99 {seg['fast_delivery_p99_ms']} ms"
+            if seg.get("fast_delivered") is not None else "")
+    log.info("low-latency: %d/s%s: p50 %s / p99 %s ms, floor p99 %s ms%s, other cores %s%s", seg["rate"],
+             f" ({note})" if note else "", seg["p50_ms"], seg["p99_ms"], seg["floor_p99_ms"], fast,
+             seg["other_cores"], "" if seg["quiet"] else " (NOT QUIET)")
 
 
 def exact_agreement(kafka: KafkaSettings, trades: str, lane_alerts: list[tuple[int, dict]], tag: str) -> dict:
@@ -355,7 +377,7 @@ def run(rates=DEFAULT_RATES, seconds: float = 20.0, micro_batch: bool = False,
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path = out_dir / f"lane-{tag}.log"
     try:
-        with tempfile.TemporaryDirectory(prefix="rtm-bench-") as ck, contextlib.ExitStack() as stack:
+        with tempfile.TemporaryDirectory(prefix="rtm-bench-") as ck:
             lane = Lane(checkpoint=str(Path(ck) / "lane"), trades_topic=trades, alerts_topic=alerts_topic,
                         checkpoint_interval=checkpoint_interval, micro_batch=micro_batch, runtime=runtime,
                         conf=dict(conf or {}))
@@ -363,7 +385,7 @@ def run(rates=DEFAULT_RATES, seconds: float = 20.0, micro_batch: bool = False,
             if fast_webhook:
                 from aldebaran_capacity.bench.fast_delivery import FastWebhook
 
-                fast = stack.enter_context(FastWebhook(kafka, alerts_topic, out_dir / f"fast-{tag}.log"))
+                fast = FastWebhook(kafka, alerts_topic, out_dir / f"fast-{tag}.log")
             got = measure(lane, kafka, trades, alerts_topic, rates, seconds, warmup_seconds, log_path, fast=fast)
         # After the lane stopped: the exact lane gets the machine to itself, as the lane had.
         agreement = exact_agreement(kafka, trades, got.pop("seen"), tag) if exact else None
