@@ -70,7 +70,8 @@ def test_tuning_medians_keep_every_round():
 def test_variants_each_change_one_thing_from_the_baseline():
     base = lane_tuning.BY_NAME["baseline"]
     for v in lane_tuning.VARIANTS[1:]:
-        fields = [f for f in ("conf", "master", "shuffle_partitions", "source_options", "driver_memory", "plan")
+        fields = [f for f in ("conf", "master", "shuffle_partitions", "source_options", "driver_memory", "plan",
+                              "producer_linger_ms")
                   if getattr(v, f) != getattr(base, f)]
         assert len(fields) == 1 or fields == ["master", "shuffle_partitions"], (v.name, fields)
 
@@ -106,3 +107,29 @@ def test_the_section_names_the_warm_up_the_floor_and_an_unquiet_segment():
     assert "10,000 — warm-up (left out)" in text
     assert "| **no** |" in text and "4.0×" in text and "![lane and floor" in text
     assert lane_report.summary(result)["low_latency"]["segments"][0].get("series") is None
+
+
+def _tuning_result(names, date):
+    variants = [lane_tuning.aggregate(lane_tuning.BY_NAME[n], [{"started_seconds": 15, "segments": [
+        _seg(10_000, 50, 300, 20), _seg(1_000, 3, 30, 10)]}], (10_000, 1_000)) for n in names]
+    return {"command": f"aldebaran bench lane-tuning --variants {','.join(names)}",
+            "machine": {"date": date, "cores": 2},
+            "tuning": {"rates": [10_000, 1_000], "rounds": 1, "minutes": 2.0, "failed": [], "raw": {},
+                       "variants": variants}}
+
+
+def test_a_second_tuning_run_is_appended_not_replacing_the_first(tmp_path):
+    import json
+
+    (tmp_path / "img").mkdir()
+    lane_report.write_tuning(_tuning_result(["baseline", "flush-10"], "d1"), tmp_path)
+    lane_report.write_tuning(_tuning_result(["baseline", "producer-linger-0"], "d2"), tmp_path, append=True)
+    data = json.loads((tmp_path / "img" / "bench-results.json").read_text())["low_latency"]
+    assert [(r["name"], r["run"]) for r in data["tuning"]] == [
+        ("baseline", 0), ("flush-10", 0), ("baseline", 1), ("producer-linger-0", 1)]
+    assert [r["machine"]["date"] for r in data["tuning_runs"]] == ["d1", "d2"]
+    text = (tmp_path / "benchmarks.md").read_text()
+    assert "### Run 1" in text and "### Run 2" in text and "| flush-10 |" in text
+    lane_report.write_tuning(_tuning_result(["baseline"], "d3"), tmp_path)  # not appended: replaces
+    data = json.loads((tmp_path / "img" / "bench-results.json").read_text())["low_latency"]
+    assert len(data["tuning_runs"]) == 1 and len(data["tuning"]) == 1

@@ -44,9 +44,28 @@ class FastWebhook:
                 "ALDEBARAN_DELIVERY_PREFIX": f"bench/fast-{self.tag}/deliveries",
                 "ALDEBARAN_DELIVERY_STATIC_MEMBERSHIP": "false"}
 
+    def _start_at_the_end(self) -> None:
+        """Commit the fast consumer group at the topic's end, as operations.md tells a user who opts a channel
+        in: a new group starts at the earliest offset, and the lane's earlier segments are not this one's."""
+        from confluent_kafka import TopicPartition
+
+        from aldebaran.delivery.fast import GROUP_SUFFIX
+        from aldebaran.kafka_io import consumer
+
+        group = f"bench-fast-{self.tag}-{CHANNEL}{GROUP_SUFFIX}"
+        c = consumer(self.kafka, group)
+        try:
+            parts = c.list_topics(self.fast_topic, timeout=10).topics[self.fast_topic].partitions
+            ends = [TopicPartition(self.fast_topic, p, c.get_watermark_offsets(TopicPartition(self.fast_topic, p),
+                                                                                timeout=10)[1]) for p in parts]
+            c.commit(offsets=ends, asynchronous=False)
+        finally:
+            c.close()
+
     def __enter__(self) -> "FastWebhook":
         from aldebaran_capacity.receivers.process import ReceiverProcess
 
+        self._start_at_the_end()
         secret = secrets.token_hex(16)
         self.receiver = ReceiverProcess("webhook", secret=secret).start()
         with open(self.log_path, "wb") as log_file:

@@ -66,7 +66,8 @@ def _fast(s: dict) -> str:
         return "—"
     meanwhile = (s.get("with_fast") or {}).get("p99_ms")
     return (f"{_fmt(s['fast_delivery_p50_ms'], 1)} / {_fmt(s['fast_delivery_p99_ms'], 1)} "
-            f"({_fmt(meanwhile)}; {s['fast_delivered']:,} delivered)")
+            f"({_fmt(meanwhile)}; {s['fast_delivered']:,}"
+            + (f" of {s['fast_expected']:,}" if s.get("fast_expected") is not None else "") + " delivered)")
 
 
 def render(result: dict, plot: str | None) -> str:
@@ -103,11 +104,11 @@ def render(result: dict, plot: str | None) -> str:
                       f"OVERFILLs of {agreement['exact_alerts']:,} exact-lane alerts)."]
     lines += ["", f"The lane started in {ll.get('started_seconds')} s (submit to its first alert) and used "
                   f"{ll.get('idle_cores')} cores idle. The box per segment (bench/boxstate.py, mean cores by role): "]
-    for s in ([ll["warmup"]] if ll.get("warmup") else []) + ll["segments"]:
+    for s in ([{**ll["warmup"], "label": " (warm-up)"}] if ll.get("warmup") else []) + ll["segments"]:
         box = s.get("box") or {}
         roles = ", ".join(f"{k} {v:.2f}" for k, v in sorted((box.get("cores_by_role") or {}).items(), key=lambda x: -x[1]))
         gc = s.get("gc") or {}
-        lines.append(f"- {s['rate']:,}/s: load {box.get('load1_mean')} (max {box.get('load1_max')}), run queue max "
+        lines.append(f"- {s['rate']:,}/s{s.get('label', '')}: load {box.get('load1_mean')} (max {box.get('load1_max')}), run queue max "
                      f"{box.get('run_queue_max')}, steal {box.get('steal_cores_mean')} cores; {roles}; the lane JVM's "
                      f"GC pauses {gc.get('count')}, {gc.get('total_ms')} ms in all, the longest {gc.get('max_ms')} ms")
     if plot:
@@ -169,39 +170,54 @@ def write_report(result: dict, docs: Path) -> None:
     log.info("low-latency: section written to %s, results to %s", doc, raw)
 
 
-def render_tuning(result: dict) -> str:
-    """The tuning table (each setting's A/B runs, interleaved) for docs/benchmarks.md."""
-    t, m = result["tuning"], result["machine"]
-    lines = [TUNING_BEGIN, "## Low-latency lane: tuning, A/B interleaved", "",
-             f"`{result['command']}` — {m['date']}, {m['cores']} cores. Each round starts the lane once per variant, "
-             "in turn (so a change of the box hits every variant alike), warms it up and measures each rate; "
-             "the cells are the medians over the rounds, with every round's figure after them. Variants differ "
-             "from the baseline in the one setting named.", "",
-             "| variant | setting | " + " | ".join(f"{r:,}/s p50 ms | {r:,}/s p99 ms" for r in t["rates"])
+def _tuning_table(run: dict, rows: list[dict]) -> list[str]:
+    rates = run["rates"]
+    lines = [f"`{run['command']}` — {run['machine']['date']}, {run['machine']['cores']} cores, {run['minutes']} min.", "",
+             "| variant | setting | " + " | ".join(f"{r:,}/s p50 ms | {r:,}/s p99 ms" for r in rates)
              + " | floor p99 ms (10k) | lane cores | quiet runs |",
-             "|---|---|" + "---:|---:|" * len(t["rates"]) + "---:|---:|---:|"]
-    for v in t["variants"]:
+             "|---|---|" + "---:|---:|" * len(rates) + "---:|---:|---:|"]
+    for v in rows:
         cells = []
-        for r in t["rates"]:
-            agg = v["by_rate"].get(str(r)) or v["by_rate"].get(r) or {}
+        for r in rates:
+            agg = v["by_rate"].get(str(r)) or {}
             cells.append(f"{_fmt(agg.get('p50_ms'))} ({', '.join(_fmt(x) for x in agg.get('p50_runs', []))})")
             cells.append(f"{_fmt(agg.get('p99_ms'))} ({', '.join(_fmt(x) for x in agg.get('p99_runs', []))})")
         lines.append(f"| {v['name']} | {v['setting']} | " + " | ".join(cells) +
                      f" | {_fmt(v.get('floor_p99_ms'), 1)} | {_fmt(v.get('lane_cores'), 2)} | "
                      f"{v['quiet_runs']}/{v['runs']} |")
-    if t.get("failed"):
-        lines += ["", "Variants that did not run: " + "; ".join(f"{f['name']}: {f['error']}" for f in t["failed"])]
+    if run.get("failed"):
+        lines += ["", "Did not run: " + "; ".join(f"{f['name']} (round {f['round']}): {f['error']}"
+                                                  for f in run["failed"])]
+    return lines
+
+
+def render_tuning(runs: list[dict], rows: list[dict]) -> str:
+    """Every tuning run's table (each setting's A/B rounds, interleaved) for docs/benchmarks.md."""
+    lines = [TUNING_BEGIN, "## Low-latency lane: tuning, A/B interleaved", "",
+             "Each round starts the lane once per variant, in a new order (so a change of the box hits every variant "
+             "alike), warms it up (left out) and measures each rate; a cell is the median over the rounds, with every "
+             "round's figure after it. A variant differs from that run's baseline in the one setting named. "
+             "`aldebaran_capacity.bench.lane_tuning`; the reading is in docs/design.md, \"The low-latency lane\"."]
+    for i, run in enumerate(runs):
+        lines += ["", f"### Run {i + 1}", ""] + _tuning_table(run, [r for r in rows if r.get("run", 0) == i])
     lines += ["", TUNING_END]
     return "\n".join(lines)
 
 
-def write_tuning(result: dict, docs: Path) -> None:
+def write_tuning(result: dict, docs: Path, append: bool = False) -> None:
+    """The run's rows into ``low_latency.tuning`` (each with its run's index) and its meta into
+    ``low_latency.tuning_runs``; `append` keeps the earlier runs (another A/B of the same day), else replaces."""
     from aldebaran_capacity.bench import sections
 
+    raw = docs / "img" / "bench-results.json"
+    old = json.loads(raw.read_text()).get("low_latency", {}) if raw.exists() else {}
+    runs = list(old.get("tuning_runs") or []) if append else []
+    rows = list(old.get("tuning") or []) if append else []
+    meta = {k: v for k, v in result["tuning"].items() if k not in ("variants", "raw")}
+    runs.append({**meta, "command": result["command"], "machine": result["machine"]})
+    rows += [{**v, "run": len(runs) - 1} for v in result["tuning"]["variants"]]
     doc = docs / "benchmarks.md"
     text = doc.read_text() if doc.exists() else "# Benchmarks\n"
-    doc.write_text(sections.splice(text, render_tuning(result), TUNING_BEGIN, TUNING_END))
-    raw = _merge_key(docs, tuning=result["tuning"]["variants"], tuning_run={
-        k: v for k, v in result["tuning"].items() if k not in ("variants", "raw")} | {"command": result["command"],
-                                                                        "machine": result["machine"]})
+    doc.write_text(sections.splice(text, render_tuning(runs, rows), TUNING_BEGIN, TUNING_END))
+    _merge_key(docs, tuning=rows, tuning_runs=runs)
     log.info("lane-tuning: section written to %s, results to %s", doc, raw)

@@ -2,14 +2,15 @@
 interleaved rounds on one box.
 
     aldebaran bench lane-tuning [--variants baseline,flush-10,...] [--repeats 3] [--rates 10000,1000]
-                                [--seconds 10] [--warmup-seconds 8] [--report]
+                                [--seconds 10] [--warmup-seconds 8] [--report [--merge]]
 
 A round starts the lane once per variant, in a new order each round, and measures each rate after a warm-up
 (aldebaran_capacity.bench.low_latency.measure: the same segment, floor and box state as the lane's own
 bench). Interleaving is the point: the box drifts over minutes (a task wakes, the page cache fills), and a
 variant measured in a block of its own would carry that drift as its effect. Each variant differs from the
 baseline in one setting; the medians over the rounds and every round's figure go to ``low_latency.tuning``
-of docs/img/bench-results.json and a table in docs/benchmarks.md (``--report``).
+of docs/img/bench-results.json and a table in docs/benchmarks.md (``--report``; ``--merge`` adds the run to
+the day's earlier ones instead of replacing them).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Variant:
     source_options: dict = field(default_factory=dict)
     driver_memory: str = "1g"
     plan: str | None = None  # a plan variant of bench/lane_app.py
+    producer_linger_ms: int | None = None  # the bench's paced producer (None: bench/paced.LINGER_MS), not the lane
 
     def lane(self, checkpoint: str, trades: str, alerts: str) -> Lane:
         app = (str(Path(__file__).with_name("lane_app.py")), "--variant", self.plan) if self.plan else None
@@ -68,6 +70,8 @@ VARIANTS = (
     Variant("local-8", "local[8]: more slots than the plan's 4 tasks", master="local[8]"),
     Variant("gc-parallel", "-XX:+UseParallelGC (default G1)",
             conf={JVM_OPTS: f"{sparkmod.JVM_OPTIONS} -XX:+UseParallelGC"}),
+    Variant("producer-linger-0", "the bench's producer with linger.ms=0 (default 5, the client's): every trade a "
+                                 "request of its own; the bench, not the lane", producer_linger_ms=0),
     Variant("heap-2g", "--driver-memory 2g (default 1g; the driver is the executor in local mode)",
             driver_memory="2g"),
 )
@@ -128,7 +132,7 @@ def run(variants=VARIANTS, rounds: int = 3, rates=DEFAULT_RATES, seconds: float 
                 with tempfile.TemporaryDirectory(prefix="rtm-tune-") as ck:
                     got = low_latency.measure(v.lane(str(Path(ck) / "lane"), trades, alerts), kafka, trades, alerts,
                                               rates, seconds, warmup_seconds, out_dir / f"{v.name}-{tag}.log",
-                                              seed=1_000 + 10 * rnd)
+                                              seed=1_000 + 10 * rnd, linger_ms=v.producer_linger_ms)
                 got.pop("seen")
                 for s in [got["warmup"], *got["segments"]]:
                     if s:
@@ -171,5 +175,5 @@ def main(args) -> int:
     print(json.dumps({k: v for k, v in result["tuning"].items() if k != "raw"}, indent=1, default=str))
     log.info("lane-tuning: every run in %s", raw)
     if args.report:
-        lane_report.write_tuning(result, paths.ROOT / "docs")
+        lane_report.write_tuning(result, paths.ROOT / "docs", append=args.merge)
     return 0 if not result["tuning"]["failed"] else 1

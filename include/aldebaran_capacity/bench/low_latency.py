@@ -172,7 +172,7 @@ def gc_pauses(path: Path | None, t0: float, t1: float) -> dict | None:
 
 
 def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, seconds: float, seed: int,
-            lane_pgid: int | None = None, fast=None, gc_log: Path | None = None) -> dict:
+            lane_pgid: int | None = None, fast=None, gc_log: Path | None = None, linger_ms: int | None = None) -> dict:
     """One paced run: produce `rate` events/s for `seconds` (the floor and the box sampled meanwhile), then
     wait for the lane's alerts of it (and, with `fast`, their deliveries at the fast channel's recipient)."""
     from aldebaran_capacity.bench import paced
@@ -189,7 +189,8 @@ def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, second
     cpu0, wall0, epoch0 = (group_cpu_seconds(lane_pgid) if lane_pgid else None), time.monotonic(), time.time()
     # The floor reads for the producer's JVM start plus the segment, plus its last records' way back.
     with JvmFloor(kafka.bootstrap_servers, topic, seconds + 6.0) as floor:
-        sent = paced.send(recs, topic, rate, kafka.bootstrap_servers)
+        sent = paced.send(recs, topic, rate, kafka.bootstrap_servers,
+                          paced.LINGER_MS if linger_ms is None else linger_ms)
     lane_cores = (round((group_cpu_seconds(lane_pgid) - cpu0) / (time.monotonic() - wall0), 2)
                   if lane_pgid else None)
     expected = loadgen.expected(recs, sent.timestamps)
@@ -265,7 +266,8 @@ def running_lane(lane: Lane, kafka: KafkaSettings, alerts_topic: str, trades: st
 
 
 def measure(lane: Lane, kafka: KafkaSettings, trades: str, alerts_topic: str, rates, seconds: float,
-            warmup_seconds: float, log_path: Path, seed: int = 1_000, fast=None, fast_rates=FAST_RATES) -> dict:
+            warmup_seconds: float, log_path: Path, seed: int = 1_000, fast=None, fast_rates=FAST_RATES,
+            linger_ms: int | None = None) -> dict:
     """One lane start: idle CPU, the warm-up (reported apart), then each rate's segment. The lane's JVM logs
     its GC pauses next to its log (``<log>.gc``), which each segment sums. Waits (up to 2 min) for a quiet box
     first.
@@ -290,21 +292,23 @@ def measure(lane: Lane, kafka: KafkaSettings, trades: str, alerts_topic: str, ra
         if warmup_seconds > 0:
             warm_rate = min(max(rates), WARMUP_MAX_RATE)
             warmup = segment(kafka, trades, alerts, warm_rate, warmup_seconds, seed=seed - 1, lane_pgid=proc.pid,
-                             gc_log=gc_log)
+                             gc_log=gc_log, linger_ms=linger_ms)
             log.info("low-latency: warm-up at %d/s: p50 %s / p99 %s ms (left out)", warm_rate, warmup["p50_ms"],
                      warmup["p99_ms"])
         segments = []
         for i, rate in enumerate(rates):
-            seg = segment(kafka, trades, alerts, rate, seconds, seed=seed + i, lane_pgid=proc.pid, gc_log=gc_log)
+            seg = segment(kafka, trades, alerts, rate, seconds, seed=seed + i, lane_pgid=proc.pid, gc_log=gc_log,
+                          linger_ms=linger_ms)
             _log_segment(seg)
             segments.append(seg)
         if fast is not None:
             with fast as recipient:
                 for i, seg in enumerate(s for s in segments if s["rate"] in fast_rates):
                     got = segment(kafka, trades, alerts, seg["rate"], seconds, seed=seed + 100 + i,
-                                  lane_pgid=proc.pid, fast=recipient, gc_log=gc_log)
+                                  lane_pgid=proc.pid, fast=recipient, gc_log=gc_log, linger_ms=linger_ms)
                     _log_segment(got, "with the fast dispatcher")
                     seg.update({k: got[k] for k in ("fast_delivered", "fast_delivery_p50_ms", "fast_delivery_p99_ms")})
+                    seg["fast_expected"] = got["expected_alerts"]  # its own trades (another seed than the lane's)
                     seg["with_fast"] = {k: got[k] for k in ("p50_ms", "p99_ms", "floor_p99_ms", "lane_cores",
                                                             "other_cores", "quiet", "box", "series")}
         seen = list(alerts.seen)

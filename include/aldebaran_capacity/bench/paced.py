@@ -26,6 +26,10 @@ from aldebaran_capacity import loadgen
 JVM_DIR = Path(__file__).with_name("jvm")
 # The bench's JVMs share the 2-core box with the lane they measure: the client compiler only (the C2 compiler's
 # threads took most of a core over a 10 s segment), a small heap, the serial collector (no GC threads).
+# The Java client's default since Kafka 4.0 (and librdkafka's): a user's producer. With 0, every record was a
+# request of its own: the producer and the broker took ~1.2 cores at 10k events/s where 5 ms takes ~0.3
+# (docs/design.md, "The low-latency lane"), CPU the lane under test did not have.
+LINGER_MS = 5
 JVM_FLAGS = ("-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:CICompilerCount=1")
 
 
@@ -51,7 +55,8 @@ def compiled() -> Path:
     return out
 
 
-def send(recs: list[loadgen.Record], topic: str, rate: float, bootstrap_servers: str) -> loadgen.Sent:
+def send(recs: list[loadgen.Record], topic: str, rate: float, bootstrap_servers: str,
+         linger_ms: int = LINGER_MS) -> loadgen.Sent:
     """Produce `recs` to `topic` at `rate` records/s from a JVM; their send stamps come back in the result."""
     classes = compiled()
     with tempfile.TemporaryDirectory(prefix="paced-") as tmp:
@@ -61,7 +66,7 @@ def send(recs: list[loadgen.Record], topic: str, rate: float, bootstrap_servers:
                 fh.write(r.key + b"\t" + r.value + b"\n")
         done = subprocess.run(
             ["java", *JVM_FLAGS, "-cp", f"{classpath()}{os.pathsep}{classes}", "PacedProducer", bootstrap_servers,
-             topic, str(rate), str(records), str(stamps)],
+             topic, str(rate), str(records), str(stamps), str(linger_ms)],
             capture_output=True, text=True)
         if done.returncode != 0:
             raise AldebaranError(f"PacedProducer exited with {done.returncode}:\n{done.stderr[-2000:]}")

@@ -4,7 +4,7 @@
 // confluent-kafka from Python reached a plain consumer with a p99 of 221-813 ms at 1k-50k/s while Kafka's
 // own end-to-end tool measured 6 ms (docs/design.md, "The low-latency lane"): the tail was the harness's.
 //
-// usage: java -cp <kafka-clients and deps>:<dir> PacedProducer BOOTSTRAP TOPIC RATE RECORDS_FILE STAMPS_FILE
+// usage: java -cp <kafka-clients and deps>:<dir> PacedProducer BOOTSTRAP TOPIC RATE RECORDS_FILE STAMPS_FILE [LINGER_MS]
 // prints one JSON line: {"count", "seconds", "errors"}; STAMPS_FILE gets each record's timestamp (ms), in order.
 import java.io.BufferedReader;
 import java.io.BufferedWriter;
@@ -36,7 +36,8 @@ public final class PacedProducer {
         props.put("bootstrap.servers", bootstrap);
         props.put("acks", "all");
         props.put("enable.idempotence", "true");
-        props.put("linger.ms", "0");  // latency first: every record leaves at once
+        // linger.ms: 0 by default here (latency first: every record leaves at once); the 6th argument sets it.
+        props.put("linger.ms", args.length > 5 ? args[5] : "0");
         props.put("compression.type", "none");  // one record per batch at low rates: compressing it is pure cost
         props.put("key.serializer", ByteArraySerializer.class.getName());
         props.put("value.serializer", ByteArraySerializer.class.getName());
