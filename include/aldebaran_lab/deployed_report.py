@@ -94,28 +94,15 @@ def render(result: dict, plot: str | None) -> str:
 
 def plot(segments: list[dict], path: Path) -> bool:
     """p99 per second of trade time, one panel per rate: the alert and each channel (log scale)."""
-    import matplotlib
+    from aldebaran_capacity.bench.plots import segment_panels
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    if not segments:
-        return False
-    fig, axes = plt.subplots(1, len(segments), figsize=(4 * len(segments), 3.2), sharey=True, squeeze=False)
-    for ax, s in zip(axes[0], segments):
+    def draw(ax, s: dict) -> None:
         for name, series in s["timeline"].items():
             if series:
                 ax.plot([x for x, _ in series], [max(1.0, y) for _, y in series], label=name, linewidth=1.2)
-        ax.set_yscale("log")
-        ax.set_title(f"{s['rate']:,} events/s")
-        ax.set_xlabel("second of the segment")
-        ax.grid(True, alpha=0.3)
-    axes[0][0].set_ylabel("p99 latency from the trade, ms")
-    axes[0][-1].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+
+    return segment_panels(segments, path, draw, lambda _i, s: f"{s['rate']:,} events/s",
+                          "p99 latency from the trade, ms")
 
 
 def splice_first(existing: str, section: str) -> str:

@@ -119,32 +119,22 @@ def render(result: dict, plot: str | None) -> str:
 
 def plot(result: dict, path: Path) -> bool:
     """p50 and p99 per second of each segment (warm-up first), the lane against its floor (log scale)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from aldebaran_capacity.bench.plots import segment_panels
 
     ll = result["low_latency"]
     segments = ([ll["warmup"]] if ll.get("warmup") else []) + ll["segments"]
-    if not segments:
-        return False
-    fig, axes = plt.subplots(1, len(segments), figsize=(4 * len(segments), 3.2), sharey=True, squeeze=False)
-    for i, (ax, s) in enumerate(zip(axes[0], segments)):
+
+    def draw(ax, s: dict) -> None:
         for name, style in (("lane", "-"), ("floor", ":")):
             rows = s["series"][name]
             for col, q in ((3, "p99"), (2, "p50")):
                 ax.plot([r[0] for r in rows], [max(0.5, r[col] or 0.5) for r in rows], style,
                         label=f"{name} {q}", linewidth=1.2)
-        ax.set_yscale("log")
-        ax.set_title(f"{s['rate']:,} events/s" + (" (warm-up)" if ll.get("warmup") and i == 0 else ""))
-        ax.set_xlabel("second of the segment")
-        ax.grid(True, alpha=0.3)
-    axes[0][0].set_ylabel("latency from the trade, ms")
-    axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+
+    def title(i: int, s: dict) -> str:
+        return f"{s['rate']:,} events/s" + (" (warm-up)" if ll.get("warmup") and i == 0 else "")
+
+    return segment_panels(segments, path, draw, title, "latency from the trade, ms")
 
 
 def _merge_key(docs: Path, **values) -> Path:
