@@ -392,7 +392,8 @@ def run(rates=DEFAULT_RATES, seconds: float = 20.0, micro_batch: bool = False,
                 fast = FastWebhook(kafka, alerts_topic, out_dir / f"fast-{tag}.log")
             got = measure(lane, kafka, trades, alerts_topic, rates, seconds, warmup_seconds, log_path, fast=fast)
         # After the lane stopped: the exact lane gets the machine to itself, as the lane had.
-        agreement = exact_agreement(kafka, trades, got.pop("seen"), tag) if exact else None
+        seen = got.pop("seen")
+        agreement = exact_agreement(kafka, trades, seen, tag) if exact else None
     finally:
         delete_topics(kafka, [trades, alerts_topic])
     segments = got["segments"]
