@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import time
 import urllib.error
 import urllib.parse
@@ -55,6 +56,16 @@ class AirflowApi:
             self._token = self._request("POST", "/auth/token", {"username": self._user, "password": self._password},
                                         auth=False)["access_token"]
         return self._token
+
+    def _exists(self, path: str) -> bool:
+        """Whether GET `path` finds the object (False on a 404)."""
+        try:
+            self.call("GET", path)
+        except self.error as exc:
+            if isinstance(exc.__cause__, urllib.error.HTTPError) and exc.__cause__.code == 404:
+                return False
+            raise
+        return True
 
     def call(self, method: str, path: str, body: dict | None = None, patience: float | None = None) -> dict:
         """One API call. While the api-server is unreachable or too slow to answer (restarting, killed, a
@@ -166,9 +177,29 @@ class AirflowApi:
         self.call("PATCH", f"/api/v2/dags/{dag_id}?update_mask=is_paused", {"is_paused": paused})
 
     def trigger(self, dag_id: str, conf: dict | None = None) -> str:
-        """A manual run now; returns its run id."""
-        run = self.call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
-        return run["dag_run_id"]
+        """A manual run now; returns its run id.
+
+        The run id is chosen here, so the POST can be repeated safely: after a 5xx (the api-server's
+        SQLite busy while the scheduler writes; seen in CI as "Database error" on this very call) the
+        run is looked up by that id, and the POST is sent again only if the run does not exist. A 409
+        (the id exists) means an earlier attempt did act."""
+        run_id = f"manual__{datetime.now(timezone.utc).isoformat()}__{secrets.token_hex(3)}"
+        body = {"dag_run_id": run_id, "logical_date": None, "conf": conf or {}}
+        path = f"/api/v2/dags/{dag_id}/dagRuns"
+        for attempt in range(1, SERVER_ERROR_RETRIES + 2):
+            try:
+                return self.call("POST", path, body)["dag_run_id"]  # a POST's 5xx is raised, not repeated
+            except self.error as exc:
+                code = getattr(exc.__cause__, "code", None)
+                if code == 409:
+                    return run_id
+                if code is None or code < 500 or attempt > SERVER_ERROR_RETRIES:
+                    raise
+                log.warning("%s; checking whether run %s exists, then retrying", exc, run_id)
+            time.sleep(2.0)
+            if self._exists(f"{path}/{urllib.parse.quote(run_id, safe='')}"):
+                return run_id
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def run(self, dag_id: str, run_id: str) -> dict:
         return self.call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}")

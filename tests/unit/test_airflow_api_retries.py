@@ -72,3 +72,79 @@ def test_server_errors_are_retried_a_bounded_number_of_times(server):
     with pytest.raises(api.error, match="Database error"):
         api.call("GET", "/api/v2/dags/x")
     assert server.seen["GET"] == airflow_api.SERVER_ERROR_RETRIES + 1
+
+
+class FlakyTriggerServer(ThreadingHTTPServer):
+    """Failure injection for AirflowApi.trigger: a DAG-run store whose first `failures` POSTs answer 500,
+    either before storing the run (`acts=False`) or after it (`acts=True`, the commit went through but
+    the answer was lost). GET of a stored run id is 200, else 404; a POST of a stored id is 409."""
+
+    def __init__(self, failures: int, acts: bool) -> None:
+        self.failures, self.acts, self.posts, self.runs = failures, acts, 0, []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _send(self, code: int, body: dict) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                if self.path == "/auth/token":
+                    return self._send(200, {"access_token": "t"})
+                outer.posts += 1
+                run_id = body["dag_run_id"]
+                if run_id in outer.runs:
+                    return self._send(409, {"detail": "exists"})
+                if outer.posts <= outer.failures:
+                    if outer.acts:
+                        outer.runs.append(run_id)
+                    return self._send(500, {"detail": "Database error"})
+                outer.runs.append(run_id)
+                self._send(200, {"dag_run_id": run_id})
+
+            def do_GET(self) -> None:
+                run_id = self.path.rsplit("/", 1)[-1].replace("%3A", ":").replace("%2B", "+")
+                self._send(200, {"dag_run_id": run_id}) if run_id in outer.runs else self._send(404, {})
+
+            def log_message(self, *args) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+@pytest.fixture
+def trigger_server(request, monkeypatch):
+    monkeypatch.setattr(airflow_api.time, "sleep", lambda s: None)
+    srv = FlakyTriggerServer(*request.param)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+
+
+@pytest.mark.parametrize("trigger_server", [(2, False)], indirect=True)
+def test_a_trigger_that_failed_before_acting_is_sent_again_and_makes_one_run(trigger_server):
+    api = AirflowApi(f"http://127.0.0.1:{trigger_server.server_port}", "pw")
+    run_id = api.trigger("alert_dispatch")
+    assert trigger_server.runs == [run_id]
+    assert trigger_server.posts == 3
+
+
+@pytest.mark.parametrize("trigger_server", [(1, True)], indirect=True)
+def test_a_trigger_whose_answer_was_lost_is_found_and_not_sent_again(trigger_server):
+    api = AirflowApi(f"http://127.0.0.1:{trigger_server.server_port}", "pw")
+    run_id = api.trigger("alert_dispatch")
+    assert trigger_server.runs == [run_id]
+    assert trigger_server.posts == 1
+
+
+@pytest.mark.parametrize("trigger_server", [(100, False)], indirect=True)
+def test_a_trigger_gives_up_after_the_bounded_retries(trigger_server):
+    api = AirflowApi(f"http://127.0.0.1:{trigger_server.server_port}", "pw")
+    with pytest.raises(api.error, match="HTTP 500"):
+        api.trigger("alert_dispatch")
+    assert trigger_server.posts == airflow_api.SERVER_ERROR_RETRIES + 1
+    assert trigger_server.runs == []

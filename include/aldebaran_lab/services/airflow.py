@@ -87,7 +87,10 @@ class Airflow(Service):
                 "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
                 "AIRFLOW__CORE__PARALLELISM": os.environ.get("ALDEBARAN_AIRFLOW_PARALLELISM", "4"),
                 "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "4",
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}",
+                # timeout: how long a connection waits for SQLite's write lock (Python's default 5 s).
+                # The api-server, scheduler, dag-processor and 4 task processes share one file on 2
+                # cores; a 5 s wait ran out in CI and the api-server answered "Database error".
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home / 'airflow.db'}?timeout=30",
                 "AIRFLOW__API__HOST": self.host,
                 "AIRFLOW__API__PORT": str(self.port),
                 "AIRFLOW__API__BASE_URL": f"http://{self.address}",
