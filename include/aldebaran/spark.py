@@ -4,6 +4,7 @@ resolved, and one way to build a session. pyspark is imported lazily (never at D
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -105,7 +106,26 @@ SUBMIT_CONF = {"spark.driver.extraJavaOptions": JVM_OPTIONS, "spark.executor.ext
 S3A_CHECKPOINT_MANAGER = "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager"
 
 
-def base_conf(shuffle_partitions: int = 2, s3a: bool = False) -> dict[str, str]:
+# What the platform's code relies on: applied whatever else is set, and a user value that differs fails at
+# start, named. The auditor maps shuffle partition id → book shard, so partitions must never be coalesced;
+# its books live in the RocksDB state store (a checkpoint written by another provider cannot be read back).
+REQUIRED_CONF = {
+    "spark.sql.adaptive.coalescePartitions.enabled": "false",
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+}
+# Lists the platform adds its entries to, keeping the user's (comma- or space-separated).
+MERGED_CONF = {"spark.jars": ",", "spark.driver.extraJavaOptions": " ", "spark.executor.extraJavaOptions": " "}
+
+
+def is_local(master: str | None) -> bool:
+    return bool(master) and master.startswith("local")
+
+
+def base_conf(shuffle_partitions: int = 2, s3a: bool = False, master: str | None = "local") -> dict[str, str]:
+    """The platform's defaults. :func:`session` applies each only where the user set nothing (spark-submit's
+    ``--conf``, ``spark-defaults.conf``, the Spark connection), except :data:`REQUIRED_CONF`."""
     conf = {
         **SUBMIT_CONF,
         "spark.jars": ",".join(connector_jars(s3a)),
@@ -113,30 +133,86 @@ def base_conf(shuffle_partitions: int = 2, s3a: bool = False) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": str(load(SparkSettings).ui).lower(),
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.sql.streaming.stateStore.providerClass": (
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-        ),
+        **REQUIRED_CONF,
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.python.worker.reuse": "true",
-        # The auditor maps shuffle partition id → book shard: partitions must never be coalesced.
-        "spark.sql.adaptive.coalescePartitions.enabled": "false",
     }
+    if is_local(master):
+        # Everything in one JVM on this host: keep the driver off other interfaces. With a cluster master
+        # the executors must reach the driver, so its address is Spark's (or the user's) choice.
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
     if s3a:
         conf.update(s3a_conf())
         # Each checkpoint file written straight to its key, not to a temp file renamed (= copied and deleted
-        # on S3): per batch, walCommit + commitOffsets on the HA profile's MinIO went 558 → 230 ms (medians of
-        # 20 small batches each way in one run, `aldebaran bench checkpoint-files`; docs/design.md
-        # "Checkpoints on S3"). The class comes with the spark-s3a jars (setup/maven/spark-s3a.xml).
+        # on S3): faster batches on MinIO (docs/design.md "Checkpoints on S3"). The class comes with the
+        # spark-s3a jars (setup/maven/spark-s3a.xml).
         conf["spark.sql.streaming.checkpointFileManagerClass"] = S3A_CHECKPOINT_MANAGER
     return conf
 
 
+def defaults_file() -> dict[str, str]:
+    """``spark-defaults.conf`` as spark-submit reads it (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``):
+    ``key value`` lines, ``#`` comments. Read here only for a session started outside spark-submit, before its
+    JVM exists; under spark-submit the JVM's own conf is asked (:func:`user_conf`)."""
+    # Not configuration of ours: Spark's own variable, read where spark-submit reads it.
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or str(Path(spark_env()["SPARK_HOME"]) / "conf")
+    path = Path(conf_dir) / "spark-defaults.conf"
+    if not path.is_file():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        # Java properties, as Spark loads them: key and value split by whitespace, "=" or ":".
+        found = re.match(r"([^\s=:#!]+)\s*[\s=:]\s*(.*)$", line.strip())
+        if found:
+            out[found.group(1)] = found.group(2).strip()
+    return out
+
+
+def user_conf() -> dict[str, str]:
+    """What the user set before the session is built. Under spark-submit (its Python gets
+    PYSPARK_GATEWAY_PORT) the driver JVM already holds ``--conf``, ``spark-defaults.conf`` and the Spark
+    connection's settings as its conf; outside it, only ``spark-defaults.conf`` can have been set."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not configuration: spark-submit sets it for its Python
+        return defaults_file()
+    from pyspark.java_gateway import launch_gateway
+
+    gateway = launch_gateway()  # connects to spark-submit's JVM; launches nothing
+    try:
+        return {t._1(): t._2() for t in gateway.jvm.org.apache.spark.SparkConf(True).getAll()}
+    finally:
+        gateway.close()
+
+
+def resolve_conf(defaults: dict[str, str], user: dict[str, str], explicit: dict[str, str]) -> dict[str, str]:
+    """The values to set on the builder: the caller's `explicit` ones, then each default the user left unset,
+    lists merged. Raises ConfigError naming the key when the user's value contradicts :data:`REQUIRED_CONF`."""
+    from aldebaran.exceptions import ConfigError
+
+    for key, value in REQUIRED_CONF.items():
+        if key in user and user[key] != value:
+            raise ConfigError(f"Spark setting {key}={user[key]!r} (from --conf, spark-defaults.conf or the Spark "
+                              f"connection) is not supported: Aldebaran needs {value!r}")
+    out = {}
+    for key, value in defaults.items():
+        if key in MERGED_CONF and user.get(key):
+            sep = MERGED_CONF[key]
+            theirs = [v for v in user[key].split(sep) if v]
+            out[key] = sep.join(theirs + [v for v in value.split(sep) if v and v not in theirs])
+        elif key not in user:
+            out[key] = value
+    out.update(explicit)
+    return out
+
+
 def session(app: str = "aldebaran", master: str | None = None, conf: dict[str, str] | None = None,
             s3a: bool = False, shuffle_partitions: int = 2):
-    """Build (or reuse) a SparkSession with the connector jars on the classpath."""
+    """Build (or reuse) a SparkSession with the connector jars on the classpath.
+
+    Precedence: `conf` and `shuffle_partitions` (the caller's decisions) > the user's settings (spark-submit
+    ``--conf``, ``spark-defaults.conf``, the Spark connection) > the platform's defaults (:func:`base_conf`).
+    ``spark.jars`` and the extraJavaOptions are merged; :data:`REQUIRED_CONF` cannot be overridden."""
     settings = load(SparkSettings)  # before the JVM starts: an invalid setting fails here, named
     apply_spark_env()
     import logging
@@ -146,11 +222,16 @@ def session(app: str = "aldebaran", master: str | None = None, conf: dict[str, s
     logging.getLogger("py4j").setLevel(logging.WARNING)  # its INFO lines outlive pytest's log capture
 
     builder = SparkSession.builder.appName(app)
+    user = user_conf()
     # Not configuration: spark-submit sets PYSPARK_GATEWAY_PORT for the Python it launches.
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         # Not under spark-submit: choose the master here. Under spark-submit, --master decides.
-        builder = builder.master(master or settings.master)
-    for key, value in {**base_conf(shuffle_partitions, s3a), **(conf or {})}.items():
+        master = master or settings.master
+        builder = builder.master(master)
+    else:
+        master = user.get("spark.master")
+    explicit = {"spark.sql.shuffle.partitions": str(shuffle_partitions), **(conf or {})}
+    for key, value in resolve_conf(base_conf(shuffle_partitions, s3a, master), user, explicit).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.log_level)
