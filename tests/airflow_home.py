@@ -23,10 +23,16 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 
+from aldebaran.connections import env_var  # noqa: E402
+from aldebaran.settings import ObjectStoreSettings, load  # noqa: E402
 from aldebaran_lab.services.airflow import connections_env  # noqa: E402  (after AIRFLOW_HOME is set)
 
+# Not the object store's connection: set for the whole run, it would win over the ALDEBARAN_S3_* that tests
+# point elsewhere (a private MinIO, wrong keys). tests/integration/test_s3_connection.py defines its own.
+S3_CONN_VAR = env_var(load(ObjectStoreSettings).connection or "aldebaran_s3")
 for key, value in connections_env().items():
-    os.environ.setdefault(key, value)
+    if key != S3_CONN_VAR:
+        os.environ.setdefault(key, value)
 
 
 @pytest.fixture(scope="session")

@@ -61,7 +61,8 @@ class KafkaSettings(BaseSettings):
 
 
 class ObjectStoreSettings(BaseSettings):
-    """S3 or MinIO: checkpoints, the alert archive, heartbeats and delivery records."""
+    """S3 or MinIO: checkpoints, the alert archive, heartbeats and delivery records. The Airflow connection
+    ALDEBARAN_S3_CONNECTION, where it is defined, replaces every setting here but the bucket."""
 
     model_config = SettingsConfigDict(env_prefix="ALDEBARAN_S3_", extra="ignore")
 
@@ -79,6 +80,17 @@ class ObjectStoreSettings(BaseSettings):
     secret_key: SecretStr | None = Field(None, description="ALDEBARAN_S3_SECRET_KEY: set with ALDEBARAN_S3_ACCESS_KEY, or both empty")
     session_token: SecretStr | None = Field(
         None, description="ALDEBARAN_S3_SESSION_TOKEN: with temporary credentials (STS); empty otherwise"
+    )
+    role_arn: str | None = Field(
+        None, description="ALDEBARAN_S3_ROLE_ARN: an IAM role to assume (STS AssumeRole) with the keys above or the "
+                          "AWS default credential chain; empty: none"
+    )
+    connection: str = Field(
+        "aldebaran_s3", pattern=r"^([A-Za-z0-9_.-]{1,250})?$",
+        description="ALDEBARAN_S3_CONNECTION: the Airflow AWS connection to reach the object store with (e.g. "
+                    "aws_default): inside an Airflow task as Airflow resolves it, outside Airflow "
+                    "AIRFLOW_CONN_<ID>; where it is not defined, the ALDEBARAN_S3_* settings (not the bucket: "
+                    "ALDEBARAN_S3_BUCKET always). Empty: ALDEBARAN_S3_* only (aldebaran.s3access)",
     )
 
     def endpoint(self) -> str | None:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from aldebaran import paths
-from aldebaran.settings import ObjectStoreSettings, SparkSettings, load
+from aldebaran.settings import SparkSettings, load
 
 
 def spark_home(runtime: str | None = None) -> str:
@@ -74,24 +74,56 @@ def connector_jars(s3a: bool = False) -> list[str]:
     return out
 
 
-def s3a_conf(prefix: str = "spark.hadoop.") -> dict[str, str]:
-    """Hadoop s3a settings for the configured object store (MinIO endpoint or AWS)."""
-    s3 = load(ObjectStoreSettings)
+def s3a_conf(prefix: str = "spark.hadoop.", access=None) -> dict[str, str]:
+    """Hadoop s3a settings for the object store, from the same resolved access as boto3's
+    (aldebaran.s3access: the connection ``aldebaran_s3``, else ALDEBARAN_S3_*; `access` overrides it).
+
+    Credentials: keys → SimpleAWSCredentialsProvider; keys + session token →
+    TemporaryAWSCredentialsProvider; a role → AssumedRoleCredentialProvider (``fs.s3a.assumed.role.*``, its
+    source the keys or the default chain); none → the AWS SDK's default chain (environment, profile, web
+    identity/IRSA, container, instance profile), as boto3 uses it."""
+    from aldebaran.s3access import resolve
+
+    a = access or resolve()
     conf = {
         "fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
-        "fs.s3a.endpoint.region": s3.region,
+        "fs.s3a.endpoint.region": a.region,
         "fs.s3a.connection.maximum": "64",
         "fs.s3a.fast.upload": "true",
     }
-    if s3.endpoint():
-        conf["fs.s3a.endpoint"] = s3.endpoint()
+    if a.endpoint_url:
+        conf["fs.s3a.endpoint"] = a.endpoint_url
         conf["fs.s3a.path.style.access"] = "true"
-        conf["fs.s3a.connection.ssl.enabled"] = str(s3.endpoint().startswith("https")).lower()
-    if s3.access_key and s3.secret_key:
-        conf["fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
-        conf["fs.s3a.access.key"] = s3.access_key.get_secret_value()
-        conf["fs.s3a.secret.key"] = s3.secret_key.get_secret_value()
+        conf["fs.s3a.connection.ssl.enabled"] = str(a.endpoint_url.startswith("https")).lower()
+    if a.access_key:
+        conf["fs.s3a.access.key"] = a.access_key
+        conf["fs.s3a.secret.key"] = a.secret_key.get_secret_value()
+        if a.session_token:
+            conf["fs.s3a.session.token"] = a.session_token.get_secret_value()
+    keys = (S3A_TEMPORARY if a.session_token else S3A_SIMPLE) if a.access_key else S3A_DEFAULT_CHAIN
+    if a.role_arn:
+        conf["fs.s3a.aws.credentials.provider"] = S3A_ASSUMED_ROLE
+        conf["fs.s3a.assumed.role.arn"] = a.role_arn
+        conf["fs.s3a.assumed.role.credentials.provider"] = keys
+        conf["fs.s3a.assumed.role.session.name"] = a.role_session_name
+        conf["fs.s3a.assumed.role.sts.endpoint.region"] = a.region
+        if a.sts_endpoint_url:
+            conf["fs.s3a.assumed.role.sts.endpoint"] = a.sts_endpoint_url
+        if a.role_kwargs.get("ExternalId"):
+            conf["fs.s3a.assumed.role.external.id"] = str(a.role_kwargs["ExternalId"])
+        if a.role_kwargs.get("DurationSeconds"):
+            conf["fs.s3a.assumed.role.session.duration"] = f"{int(a.role_kwargs['DurationSeconds'])}s"
+    else:
+        conf["fs.s3a.aws.credentials.provider"] = keys
     return {prefix + k: v for k, v in conf.items()}
+
+
+S3A_SIMPLE = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+S3A_TEMPORARY = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+S3A_ASSUMED_ROLE = "org.apache.hadoop.fs.s3a.auth.AssumedRoleCredentialProvider"
+# The AWS SDK v2's own chain (s3a instantiates it through its static create()): the s3a default list has
+# no web identity provider, so IRSA would not work without it.
+S3A_DEFAULT_CHAIN = "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
 
 
 # The JVM runs each whole-stage-codegen'd plan as one generated method per stage. The parse's (every contract

@@ -6,7 +6,9 @@ Two backends honour one contract (tests/integration/test_ledger_contract.py runs
 - :class:`S3Store`: S3 or MinIO over boto3. Only calls AWS S3 itself supports are used (PutObject with
   If-None-Match / If-Match, GetObject, ListObjectsV2 with StartAfter, DeleteObject), so the same code
   runs against MinIO here and S3 in AWS. botocore errors are translated at this boundary:
-  412 → AlreadyExists / PreconditionFailed, 404 → NotFound, anything else → ObjectStoreError.
+  412 → AlreadyExists / PreconditionFailed, 404 → NotFound, anything else → ObjectStoreError (a refused
+  credential names where the credentials came from). How it reaches the store (the Airflow connection
+  ``aldebaran_s3``, else ALDEBARAN_S3_*; keys, token, role or the AWS chain) is aldebaran.s3access.
 - :class:`LocalStore`: a directory, for tests and demos on one machine: O_EXCL create, and
   compare-and-swap by content hash under an exclusive flock.
 
@@ -35,7 +37,12 @@ from pathlib import Path
 from typing import Any, Iterator, Protocol
 
 from aldebaran.exceptions import AlreadyExists, NotFound, ObjectStoreError, PreconditionFailed
+from aldebaran.s3access import S3Access, resolve, session
 from aldebaran.settings import ObjectStoreSettings, load
+
+# S3 error codes of a refused credential: the message says where the credentials came from.
+_CREDENTIAL_ERRORS = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken",
+                      "InvalidClientTokenId", "AuthorizationHeaderMalformed"}
 
 # Keys are built from ids that may come from outside; nothing may climb out of its prefix.
 _SAFE_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,254}$")
@@ -67,30 +74,38 @@ class StoredObject:
 
 
 class S3Store:
-    """One bucket of S3/MinIO. Cheap to create; the boto3 client is built lazily."""
+    """One bucket of S3/MinIO. Cheap to create: the connection is resolved and the boto3 client built on
+    first use. `access` overrides the resolved one (aldebaran.s3access.resolve)."""
 
-    def __init__(self, settings: ObjectStoreSettings | None = None) -> None:
+    def __init__(self, settings: ObjectStoreSettings | None = None, access: S3Access | None = None) -> None:
         self.settings = settings or load(ObjectStoreSettings)
         self.bucket = self.settings.bucket
+        self._access = access
         self._client = None
+
+    @property
+    def access(self) -> S3Access:
+        if self._access is None:
+            self._access = resolve(self.settings)
+        return self._access
+
+    def endpoint(self) -> str | None:
+        return self.access.endpoint_url
 
     @property
     def client(self):
         if self._client is None:
-            import boto3
             from botocore.config import Config
 
-            s = self.settings
-            self._client = boto3.client(
+            a = self.access
+            self._client = session(a).client(
                 "s3",
-                endpoint_url=s.endpoint(),
-                region_name=s.region,
-                aws_access_key_id=s.access_key.get_secret_value() if s.access_key else None,
-                aws_secret_access_key=s.secret_key.get_secret_value() if s.secret_key else None,
-                aws_session_token=s.session_token.get_secret_value() if s.session_token else None,
+                endpoint_url=a.endpoint_url,
+                region_name=a.region,
+                verify=a.verify,
                 config=Config(
                     signature_version="s3v4",
-                    s3={"addressing_style": "path" if s.endpoint() else "auto"},
+                    s3={"addressing_style": "path" if a.endpoint_url else "auto"},
                     retries={"max_attempts": 3, "mode": "standard"},
                     connect_timeout=3,
                     read_timeout=10,
@@ -101,7 +116,7 @@ class S3Store:
 
     # --- errors ---------------------------------------------------------------------------
     def _translate(self, exc: Exception, key: str, conditional: str | None = None) -> Exception:
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
         if isinstance(exc, ClientError):
             code = exc.response.get("Error", {}).get("Code", "")
@@ -112,10 +127,17 @@ class S3Store:
                 return PreconditionFailed(f"s3://{self.bucket}/{key} changed since it was read")
             if status == 404 or code in ("NoSuchKey", "NotFound", "404"):
                 return NotFound(f"s3://{self.bucket}/{key} not found")
+            if code in _CREDENTIAL_ERRORS or status in (401, 403):
+                return ObjectStoreError(f"s3://{self.bucket}/{key}: {code or status}: credentials refused; they "
+                                        f"came from {self.access.describe()}: {exc}")
             return ObjectStoreError(f"s3://{self.bucket}/{key}: {code or status}: {exc}")
+        if isinstance(exc, NoCredentialsError):
+            return ObjectStoreError(f"s3://{self.bucket}/{key}: no credentials: {self.access.describe()} has no "
+                                    "keys, and the AWS default credential chain found none")
         if isinstance(exc, BotoCoreError):
             return ObjectStoreError(
-                f"object store {self.settings.endpoint() or 'AWS S3'} unreachable for s3://{self.bucket}/{key}: {exc}"
+                f"object store {self.access.endpoint_url or 'AWS S3'} unreachable for s3://{self.bucket}/{key} "
+                f"(through {self.access.source}): {exc}"
             )
         return exc
 
@@ -131,8 +153,8 @@ class S3Store:
             if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") != 404:
                 raise self._translate(exc, "") from exc
         kwargs: dict[str, Any] = {"Bucket": self.bucket}
-        if self.settings.region != "us-east-1" and not self.settings.endpoint():
-            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": self.settings.region}
+        if self.access.region != "us-east-1" and not self.access.endpoint_url:
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": self.access.region}
         try:
             self.client.create_bucket(**kwargs)
         except ClientError as exc:
@@ -344,8 +366,8 @@ class Store(Protocol):
 
 
 def open_store(location: str | None = None) -> "S3Store | LocalStore":
-    """The store at `location`: ``file:///dir`` or a plain path → LocalStore; None or ``s3://…`` → the
-    configured S3/MinIO bucket (ALDEBARAN_S3_*)."""
+    """The store at `location`: ``file:///dir`` or a plain path → LocalStore; None or ``s3://…`` → that
+    (or the configured) bucket of the object store aldebaran.s3access resolves."""
     if location and not location.startswith("s3://"):
         return LocalStore(location[len("file://"):] if location.startswith("file://") else location)
     if location and location.startswith("s3://"):
