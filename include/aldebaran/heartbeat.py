@@ -30,8 +30,11 @@ _UNSEEN = object()
 
 
 def identity() -> dict:
-    """Where a heartbeat comes from: the supervisors signal this pid on this host."""
-    return {"host": socket.gethostname(), "pid": os.getpid()}
+    """Where a heartbeat comes from: the supervisors signal this pid on this host; Prometheus scrapes
+    ``metrics`` (host:port of its /metrics, None when it serves none: aldebaran.metrics)."""
+    from aldebaran.metrics import address
+
+    return {"host": socket.gethostname(), "pid": os.getpid(), "metrics": address()}
 
 
 def publish(store, key: str, body: dict, what: str) -> bool:

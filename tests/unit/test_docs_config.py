@@ -27,6 +27,7 @@ class _FakeSettings(BaseSettings):
 
 def test_every_settings_class_of_the_package_is_found():
     assert docsgen.settings_class_names() == [
+        ("aldebaran.metrics", "MetricsSettings"),
         ("aldebaran.settings", "KafkaSettings"),
         ("aldebaran.settings", "ObjectStoreSettings"),
         ("aldebaran.settings", "PathSettings"),

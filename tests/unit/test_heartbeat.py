@@ -111,16 +111,20 @@ class TopicPartitionFake:
 
 
 class ConsumerFake:
-    """Stands in for a confluent-kafka consumer: its assignment and positions."""
+    """Stands in for a confluent-kafka consumer: its assignment, positions and cached high watermarks."""
 
-    def __init__(self, positions: dict[int, int]) -> None:
+    def __init__(self, positions: dict[int, int], highs: dict[int, int] | None = None) -> None:
         self.positions = positions
+        self.highs = highs or {}
 
     def assignment(self):
         return [TopicPartitionFake(p, -1001) for p in self.positions]
 
     def position(self, tps):
         return [TopicPartitionFake(tp.partition, self.positions[tp.partition]) for tp in tps]
+
+    def get_watermark_offsets(self, tp, cached=False):
+        return (0, self.highs.get(tp.partition, -1001))  # -1001: librdkafka has not fetched it yet
 
 
 def test_the_body_reports_settled_offsets_pending_work_and_progress(tmp_path):
@@ -129,10 +133,11 @@ def test_the_body_reports_settled_offsets_pending_work_and_progress(tmp_path):
     hb = Heartbeat(open_store(str(tmp_path)), "log", ["log"], "h:1", stats, 5.0, clock=clock)
     worker = WorkerFake([PartitionFake(0), PartitionFake(1, buffer=[(7, b"", None, None)])])
     settled = {0: 20}
-    hb.progress(worker, ConsumerFake({0: 20, 1: 8}), settled)
+    hb.progress(worker, ConsumerFake({0: 20, 1: 8}, highs={0: 25}), settled)
     body = hb.body()
     assert body["partitions"]["log"][0] == {"epoch": 1, "broken": None, "settled": 20, "position": 20,
-                                            "buffered": 0, "advanced_at": 1000.0}
+                                            "high": 25, "buffered": 0, "advanced_at": 1000.0}
+    assert body["partitions"]["log"][1]["high"] is None
     assert body["partitions"]["log"][1]["buffered"] == 1
     assert body["progress"]["log"] == {"loop_at": 1000.0, "progress_at": 1000.0, "pending": True, "outcomes": 0}
 

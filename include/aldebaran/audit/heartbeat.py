@@ -20,6 +20,7 @@ import threading
 import time
 
 from aldebaran.heartbeat import publish
+from aldebaran.metrics import address as metrics_address
 from aldebaran.objectstore import ObjectStore, safe_segment
 
 log = logging.getLogger(__name__)
@@ -49,12 +50,39 @@ def build(progress: dict, books: dict | None, status: str) -> dict:
         "batch_duration_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
         "duration_ms": progress.get("durationMs"),
         "kafka_end_offsets": [s.get("endOffset") for s in sources if "Kafka" in (s.get("description") or "")],
+        "consumer_lag": consumer_lag(sources),
         "spark_state_rows": sum(op.get("numRowsTotal", 0) for op in state_ops),
         "spark_state_memory_bytes": sum(op.get("memoryUsedBytes", 0) for op in state_ops),
         "books": books or {},
         "host": socket.gethostname(),
         "pid": os.getpid(),
     }
+
+
+def consumer_lag(sources: list[dict]) -> int | None:
+    """Messages between the Kafka sources' ends (where the batch stopped) and their latest offsets, summed
+    over partitions; None when the progress has no offsets to compare."""
+    total, seen = 0, False
+    for s in sources:
+        if "Kafka" not in (s.get("description") or ""):
+            continue
+        latest, end = _offsets(s.get("latestOffset")), _offsets(s.get("endOffset"))
+        for topic, parts in latest.items():
+            for partition, offset in parts.items():
+                done = end.get(topic, {}).get(partition)
+                if isinstance(offset, int) and isinstance(done, int):
+                    total, seen = total + max(0, offset - done), True
+    return total if seen else None
+
+
+def _offsets(value) -> dict:
+    """Spark's offsets JSON ({topic: {partition: offset}}), parsed or still a string."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
 
 
 def make_listener(store: ObjectStore, query_name: str, books_by_batch):
@@ -68,6 +96,7 @@ def make_listener(store: ObjectStore, query_name: str, books_by_batch):
         terminated = threading.Event()  # set once our query's terminated event was handled
 
         def _publish(self, record: dict) -> None:
+            record.setdefault("metrics", metrics_address())  # where Prometheus scrapes this driver
             publish(store, key, record, f"auditor {query_name}")  # a failure is logged: it must not kill the query
 
         def onQueryStarted(self, event) -> None:
@@ -82,6 +111,9 @@ def make_listener(store: ObjectStore, query_name: str, books_by_batch):
             if progress.get("name") != query_name:
                 return
             record = build(progress, books_by_batch(progress.get("batchId")), "running")
+            from aldebaran.metrics_roles import auditor_batch
+
+            auditor_batch(record)  # once per micro-batch, on the listener's thread
             log.info("heartbeat %s", json.dumps({k: record[k] for k in (
                 "batch_id", "input_rows", "processed_rows_per_second", "batch_duration_ms")} | {
                 "open_books": record["books"].get("open_books"), "alerts": record["books"].get("alerts"),

@@ -5,14 +5,15 @@ exits 0). A thread of its own (aldebaran.heartbeat.Beater) publishes its heartbe
 ``ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS`` at ``heartbeats/dispatcher/<name>.json``, however busy the channel
 loops are; the loops only report their progress to it:
 
-    {"status": "running"|"stopped"|"failed", "name", "channels", "fast", "owner", "host", "pid", "started_at",
+    {"status": "running"|"stopped"|"failed", "name", "channels", "fast", "owner", "host", "pid", "metrics", "started_at",
      "at", "period", "alerts", "runs", "sent", "failed", "in_doubt", "already_recorded", "retried",
      "ledger_writes", "error",
-     "partitions": {channel: {partition: {"epoch", "broken", "settled", "position", "buffered", "advanced_at"}}},
+     "partitions": {channel: {partition: {"epoch", "broken", "settled", "position", "high", "buffered", "advanced_at"}}},
      "progress": {channel: {"loop_at", "progress_at", "pending", "outcomes"}}}
 
-``fast`` says it delivers the fast lane's topic (``--fast``, aldebaran.delivery.fast). ``settled`` is the
-next offset to commit (everything below it is settled on the channel), ``position`` the consumer's;
+``fast`` says it delivers the fast lane's topic (``--fast``, aldebaran.delivery.fast); ``metrics`` is where its
+/metrics is served (aldebaran.metrics). ``settled`` is the next offset to commit (everything below it is settled
+on the channel), ``position`` the consumer's, ``high`` the partition's high watermark as last fetched;
 ``pending`` says the channel holds work it has not settled (alerts buffered, or read past what is settled,
 on a partition that is not broken); ``progress_at`` is when its settled offsets or its count of
 settled deliveries last moved. Airflow's ``dispatch_supervisor`` DAG (aldebaran.platform.dispatch_supervisor)
@@ -54,6 +55,7 @@ class _Channel:
         self.worker = None
         self.settled: dict[int, int] = {}
         self.positions: dict[int, int] = {}
+        self.highs: dict[int, int] = {}  # partition → high watermark, as the consumer last fetched it
         self.positions_read = 0.0
         self.advanced: dict[int, tuple[int, float]] = {}  # partition → (settled offset, when it was first seen)
         self.progress = Progress(clock)
@@ -72,6 +74,7 @@ class Heartbeat:
         self._lock = threading.Lock()
         # Every channel from the start: a loop that never turns shows as such.
         self._units = {c: _Channel(clock) for c in channels}
+        self.last: dict | None = None  # the last body computed
         self.beater = Beater(store, heartbeat_key(name), self.body, period, f"dispatcher {name}")
 
     @property
@@ -93,7 +96,11 @@ class Heartbeat:
 
             unit.positions_read = now
             try:
-                unit.positions = {tp.partition: tp.offset for tp in consumer.position(consumer.assignment())}
+                assigned = consumer.assignment()
+                unit.positions = {tp.partition: tp.offset for tp in consumer.position(assigned)}
+                # The fetcher's cached high watermarks: no broker request (the lag on /metrics).
+                unit.highs = {tp.partition: (consumer.get_watermark_offsets(tp, cached=True) or (-1, -1))[1]
+                              for tp in assigned}
             except KafkaException as exc:
                 log.debug("%s: consumer positions not read: %s", worker.channel.name, exc)
 
@@ -107,12 +114,14 @@ class Heartbeat:
         for p in partitions:
             settled, position = settled_now.get(p.number), unit.positions.get(p.number)
             position = position if position is not None and position >= 0 else None
+            high = unit.highs.get(p.number)
+            high = high if high is not None and high >= 0 else None
             buffered = len(p.buffer)
             last = unit.advanced.get(p.number)
             if last is None or last[0] != settled:
                 unit.advanced[p.number] = last = (settled, now)
             parts[p.number] = {"epoch": p.epoch, "broken": p.broken, "settled": settled, "position": position,
-                               "buffered": buffered, "advanced_at": last[1]}
+                               "high": high, "buffered": buffered, "advanced_at": last[1]}
             # A broken partition is not pending: it stays stopped until a rebalance revokes it, and a
             # restart would not mend it (an operator's job; platform_health names it).
             if not p.broken and (buffered or (settled is not None and position is not None and position > settled)):
@@ -127,12 +136,13 @@ class Heartbeat:
             outcomes = sum(int((summary.get(k) or {}).get(channel, 0)) for k in OUTCOMES)
             partitions[channel] = self._observe(channel, unit, outcomes)
             progress[channel] = {**unit.progress.snapshot(), "outcomes": outcomes}
-        return {"status": status, "name": self.name, "channels": self.channels, "fast": self.fast,
-                "owner": self.owner,
-                **identity(), "started_at": self.started_at, "at": self.clock(), "period": self.period,
-                **summary, "error": error,
-                "ledger_writes": self.ledger.writes if self.ledger is not None else None,
-                "partitions": partitions, "progress": progress}
+        self.last = {"status": status, "name": self.name, "channels": self.channels, "fast": self.fast,
+                     "owner": self.owner,
+                     **identity(), "started_at": self.started_at, "at": self.clock(), "period": self.period,
+                     **summary, "error": error,
+                     "ledger_writes": self.ledger.writes if self.ledger is not None else None,
+                     "partitions": partitions, "progress": progress}
+        return self.last  # also what /metrics reports between beats (aldebaran.metrics_roles)
 
     # --- writing -----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -168,6 +178,11 @@ def follow(channel_names: list[str] | None = None, name: str | None = None, fast
     signal.signal(signal.SIGINT, on_signal)
     heartbeat = Heartbeat(ledger.store, name, [c.name for c in channels], dispatcher.owner, stats,
                           dispatcher.settings.heartbeat_seconds, ledger, fast=fast)
+    from aldebaran import metrics
+    from aldebaran.metrics_roles import watch_dispatcher
+
+    metrics.serve("dispatcher", name)  # before the first beat, which names the address
+    watch_dispatcher(heartbeat)
     heartbeat.start()
     log.info("dispatcher %s: following %s for %s (ledger %s)", name,
              dispatcher.worker.topic_of(dispatcher.kafka), ", ".join(c.name for c in channels),

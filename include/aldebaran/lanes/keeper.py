@@ -10,7 +10,7 @@ It runs in the control venv and
    (aldebaran.delivery.retraction);
 3. writes a heartbeat every ``ALDEBARAN_LANES_HEARTBEAT_SECONDS`` at ``heartbeats/lane/<name>.json``:
 
-       {"status": "starting"|"running"|"rotating"|"failed"|"stopped", "name", "host", "pid", "started_at", "at",
+       {"status": "starting"|"running"|"rotating"|"failed"|"stopped", "name", "host", "pid", "metrics", "started_at", "at",
         "lane": {"pid", "log", "query": <driver status>, "generation": {"name", "started_at", "checkpoint"}},
         "reconcile": <Reconciler.status()>, "error"}
 
@@ -108,6 +108,7 @@ class Keeper:
         self.generation: dict | None = None  # {"name", "started_at", "checkpoint"}
         self.rotating = False  # a new generation is starting
         self.rotate_now = threading.Event()  # SIGUSR1
+        self.last_body: dict | None = None  # the last heartbeat, also what /metrics reports (aldebaran.metrics_roles)
 
     # --- heartbeat ---------------------------------------------------------------------------------
     def beat(self, status: str, error: str | None = None) -> None:
@@ -122,6 +123,7 @@ class Keeper:
                 "topics": {"trades": self.kafka.trades_topic, "fast": self.kafka.fast_alerts_topic,
                            "exact": self.kafka.alerts_topic},
                 "reconcile": self.reconciler.status() if self.reconciler else None}
+        self.last_body = body
         publish(self.store, heartbeat_key(self.name), body, f"lane {self.name}")
 
     # --- the lane process ---------------------------------------------------------------------------------
@@ -233,6 +235,11 @@ class Keeper:
         self.reconciler = Reconciler(self.kafka, self.store, self.name, s.confirm_ttl_seconds, s.records_prefix,
                                      resume_ms=resume, retractor=retractor)
         self.generation, offsets = self.pick_generation(previous.get("lane"), time.time())
+        from aldebaran import metrics
+        from aldebaran.metrics_roles import watch_lane
+
+        metrics.serve("lane", self.name)  # before the first beat, which names the address
+        watch_lane(self)
         self.beat("starting")
         self.start_lane(offsets)
         last_beat = 0.0

@@ -146,12 +146,14 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
     """Run the auditor until it stops (available-now), the timeout passes, or it is interrupted.
 
     `kafka` (default: from the environment) names the cluster and topics; the CLI's topic flags set it."""
+    from aldebaran import metrics
     from aldebaran import spark as sparkmod
 
     spark = spark or sparkmod.session(
         f"aldebaran-{settings.query_name}", master=settings.master, s3a=settings.uses_s3a(),
-        shuffle_partitions=settings.shards,
+        shuffle_partitions=settings.shards, conf=metrics.spark_conf(),  # Spark's own PrometheusServlet, if asked
     )
+    metrics.serve("auditor", settings.query_name)  # this driver's /metrics (before any heartbeat names it)
     spark.conf.set("spark.sql.adaptive.enabled", "false")  # shard id = shuffle partition id
     lease = prepared = None
     if settings.lease_seconds:  # never two auditors on one checkpoint (aldebaran.lease)
