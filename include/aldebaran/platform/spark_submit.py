@@ -11,12 +11,13 @@ a second one, and polls it until it finishes.
 That is the right shape for bounded jobs (the replay DAG uses the operator as it is). A streaming
 auditor never finishes, though, and a task that blocks on it forever cannot also check its health, so
 this subclass keeps the provider's command building (connection, conf, jars, masking) and replaces
-only the waiting:
+only the waiting, through the provider's public API alone:
 
 - client mode (``local[*]``, or ``spark://`` with the driver here — Spark standalone cannot run a
-  Python application's driver in cluster mode): spark-submit is started detached in its own session,
-  its pid and log file are recorded in the supervisor state;
-- cluster mode (YARN / Kubernetes): the provider's own ``submit_job`` submits and returns the
+  Python application's driver in cluster mode): a process of its own session calls the hook's
+  ``submit()`` and blocks in the task's place (:mod:`aldebaran.platform.detached_submit`); its pid and
+  log file are recorded in the supervisor state;
+- cluster mode (YARN / Kubernetes): the operator's own ``submit_job`` submits and returns the
   driver/application id without waiting; that id is recorded.
 
 In both cases the task then waits until the new auditor holds the checkpoint lease and its query has
@@ -49,46 +50,57 @@ class AuditorSubmitOperator(SparkSubmitOperator):
                  durable: bool = False, **kwargs: Any) -> None:
         # durable=False: the provider's resumable path (re-attach on retry) is for drivers this task
         # waits on; here a retry is a new decision of the supervisor, never a blind re-attach.
+        from aldebaran.platform.detached_submit import HOOK_ARGS
         from aldebaran.spark import SUBMIT_CONF
 
         kwargs["conf"] = {**SUBMIT_CONF, **(kwargs.get("conf") or {})}
+        kwargs.setdefault("conn_id", "spark_default")
         super().__init__(application=application, name=name, durable=durable, **kwargs)
         self.decision = decision
+        # The hook's arguments as given, for the detached launch (no reading of the operator's private fields).
+        self.hook_args = {"name": name, **{k: v for k, v in kwargs.items() if k in HOOK_ARGS}}
 
     def execute(self, context: Any) -> dict:
-        from aldebaran.platform import auditor_submit
+        from aldebaran.platform import auditor_submit, detached_submit
 
         decision = self.decision
-        hook = self._prepare(list(decision["auditor_args"]))
+        hook_args = self._hook_args(list(decision["auditor_args"]))
         submitted_at = time.time()
-        if hook._connection.get("deploy_mode") == "cluster":
+        if detached_submit.deploy_mode(hook_args) == "cluster":
+            # The provider's resumable-operator API: submits and returns the driver/application id.
+            self.application_args, self.jars = hook_args["application_args"], hook_args["jars"]
             external_id = self.submit_job(context)
             auditor_submit.record_submission(decision, None, None, submitted_at, external_id=external_id)
             return auditor_submit.wait_started(decision, submitted_at)
-        proc, log_path = self._launch(hook, decision["query_name"])
+        proc, log_path = self._launch(hook_args, decision["query_name"])
         auditor_submit.record_submission(decision, proc.pid, str(log_path), submitted_at)
         return auditor_submit.wait_started(decision, submitted_at, proc, log_path)
 
-    def _prepare(self, application_args: list[str]):
+    def _hook_args(self, application_args: list[str]) -> dict:
         from aldebaran import spark as sparkmod
 
-        self.application_args = application_args
-        if not self.jars:
-            self.jars = ",".join(sparkmod.connector_jars(s3a=self.decision["checkpoint"].startswith("s3a://")))
-        self._hook = self._get_hook()
-        return self._hook
+        jars = self.hook_args.get("jars") or ",".join(
+            sparkmod.connector_jars(s3a=self.decision["checkpoint"].startswith("s3a://")))
+        return {**self.hook_args, "jars": jars, "application_args": application_args}
 
-    def _launch(self, hook, log_name: str):
-        """Client mode: spark-submit started detached in its own session."""
+    def _launch(self, hook_args: dict, log_name: str):
+        """Client mode: the provider's hook runs spark-submit in a process of its own session
+        (:mod:`aldebaran.platform.detached_submit`), which outlives this task."""
+        import sys
+
         from aldebaran import spark as sparkmod
-        from aldebaran.platform import auditor_submit
+        from aldebaran.platform import auditor_submit, detached_submit
 
-        command = hook._build_spark_submit_command(self.application)
-        env = {**sparkmod.spark_env(), **{k: str(v) for k, v in (self.env_vars or {}).items()}}
+        from aldebaran.kafka_conn import connection_env
+
+        # The driver runs outside Airflow: it gets the platform's Kafka connection as Airflow resolved it.
+        env = {**sparkmod.spark_env(), **connection_env(), **detached_submit.spec_env(self.application, hook_args)}
         # The pyspark wheel's spark-submit sits next to this interpreter.
         env["PATH"] = f"{paths.venv_bin('spark-submit').parent}{os.pathsep}{env.get('PATH', '')}"
-        proc, log_path = auditor_submit.launch(command, env, log_name)
-        self.log.info("spark-submit started detached: pid %d, log %s", proc.pid, log_path)
+        proc, log_path = auditor_submit.launch([sys.executable, "-m", "aldebaran.platform.detached_submit"],
+                                               env, log_name)
+        self.log.info("spark-submit started detached through the provider's hook: pid %d, log %s",
+                      proc.pid, log_path)
         return proc, log_path
 
     def on_kill(self) -> None:
@@ -107,14 +119,14 @@ class StandbySubmitOperator(AuditorSubmitOperator):
 
     def execute(self, context: Any) -> dict:
         from aldebaran.exceptions import AuditorError
-        from aldebaran.platform import standby_slot
+        from aldebaran.platform import detached_submit, standby_slot
 
         decision = self.decision
-        hook = self._prepare([*decision["auditor_args"], "--standby", "true"])
-        if hook._connection.get("deploy_mode") == "cluster":
+        hook_args = self._hook_args([*decision["auditor_args"], "--standby", "true"])
+        if detached_submit.deploy_mode(hook_args) == "cluster":
             raise AuditorError("ALDEBARAN_SUPERVISOR_STANDBY needs spark_default in client deploy mode: the standby "
                                "slot follows the standby by its spark-submit session on this host")
         launched_at = time.time()
-        proc, log_path = self._launch(hook, f"{decision['query_name']}-standby")
+        proc, log_path = self._launch(hook_args, f"{decision['query_name']}-standby")
         standby_slot.record(decision, proc.pid, str(log_path), launched_at)
         return standby_slot.wait_ready(decision, proc, log_path, launched_at)
