@@ -25,6 +25,7 @@ import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag, task
 
+from aldebaran.platform.replay import export_kafka_connection
 from aldebaran.platform.spark_submit import AUDITOR_APP
 from aldebaran.spark import SUBMIT_CONF
 
@@ -78,6 +79,8 @@ def trades_replay():
         conn_id="spark_default",
         conf=SUBMIT_CONF,
         name="aldebaran-replay",
+        # The driver runs outside Airflow: it gets the platform's Kafka connection as Airflow resolved it.
+        pre_execute=export_kafka_connection,
     )
     audit >> report(replay)
 

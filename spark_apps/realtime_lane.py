@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None, transform=None) -> int:
     import threading
 
     from aldebaran import spark as sparkmod
+    from aldebaran.kafka_conn import spark_kafka_options
     from aldebaran.lanes import driver, realtime
     from aldebaran.settings import KafkaSettings, load
 
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None, transform=None) -> int:
 
     spark = sparkmod.session("aldebaran-realtime-lane", shuffle_partitions=args.shuffle_partitions)
     query = realtime.start(
-        spark, bootstrap_servers=kafka.bootstrap_servers,
+        spark, kafka_options=spark_kafka_options(spark, kafka),
         trades_topic=args.trades_topic or kafka.trades_topic, alerts_topic=args.alerts_topic or kafka.fast_alerts_topic,
         checkpoint=args.checkpoint, checkpoint_interval=args.checkpoint_interval,
         starting_offsets=args.starting_offsets, real_time=not args.micro_batch,

@@ -23,6 +23,8 @@ GENERATED = {
     "ALDEBARAN_S3_SECRET_KEY": lambda: secrets.token_urlsafe(30),
     "ALDEBARAN_AIRFLOW_ADMIN_PASSWORD": lambda: secrets.token_urlsafe(18),
     "ALDEBARAN_WEBHOOK_SECRET": lambda: secrets.token_urlsafe(30),
+    # The local broker's SASL_SSL listener: password of its SCRAM/PLAIN user `aldebaran` (aldebaran_lab.services.kafka_tls).
+    "ALDEBARAN_KAFKA_SECURE_PASSWORD": lambda: secrets.token_urlsafe(24),
     # Airflow's own secrets: shared by its components, so they must be fixed, not per process.
     # 64 url-safe characters: Airflow warns (InsecureKeyLengthWarning) below 64 bytes.
     "AIRFLOW__API_AUTH__JWT_SECRET": lambda: secrets.token_urlsafe(48),

@@ -1,4 +1,6 @@
-"""Kafka administration: topics, offsets and consumer lag (confluent-kafka AdminClient)."""
+"""Kafka administration: topics, offsets and consumer lag (confluent-kafka AdminClient), configured
+from the platform's Kafka connection (:mod:`aldebaran.kafka_conn`). A cluster that cannot be reached
+or refuses the connection's credentials raises an error naming the connection."""
 
 from __future__ import annotations
 
@@ -6,18 +8,28 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from aldebaran.exceptions import AldebaranError
+from aldebaran.kafka_conn import resolve
 from aldebaran.settings import KafkaSettings
 
 
-def admin(settings: KafkaSettings) -> AdminClient:
-    return AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+def admin(settings: KafkaSettings, **extra) -> AdminClient:
+    return AdminClient({**resolve(settings).client_config(), **extra})
+
+
+def list_topics(settings: KafkaSettings, topic: str | None = None, timeout: float = 10, client=None):
+    """The cluster's metadata (of `topic` only, if given); an error naming the connection if the
+    cluster cannot be reached or refuses its credentials."""
+    try:
+        return (client or admin(settings)).list_topics(topic, timeout=timeout)
+    except KafkaException as exc:
+        raise resolve(settings).failure("listing topics", exc) from None
 
 
 def ensure_topics(settings: KafkaSettings, topics: list[str] | None = None, partitions: int | None = None) -> list[str]:
     """Create missing topics; returns the ones created. Existing topics are left as they are."""
     client = admin(settings)
     wanted = topics or settings.topics()
-    existing = set(client.list_topics(timeout=10).topics)
+    existing = set(list_topics(settings, client=client).topics)
     new = [
         NewTopic(
             t,
@@ -42,7 +54,7 @@ def ensure_topics(settings: KafkaSettings, topics: list[str] | None = None, part
 
 def delete_topics(settings: KafkaSettings, topics: list[str]) -> None:
     client = admin(settings)
-    existing = set(client.list_topics(timeout=10).topics)
+    existing = set(list_topics(settings, client=client).topics)
     doomed = [t for t in topics if t in existing]
     if doomed:
         for _, fut in client.delete_topics(doomed, operation_timeout=30).items():
@@ -50,10 +62,10 @@ def delete_topics(settings: KafkaSettings, topics: list[str]) -> None:
 
 
 def partition_count(settings: KafkaSettings, topic: str) -> int:
-    meta = admin(settings).list_topics(topic, timeout=10)
+    meta = list_topics(settings, topic)
     t = meta.topics.get(topic)
     if t is None or t.error is not None:
-        raise AldebaranError(f"topic {topic} does not exist on {settings.bootstrap_servers}")
+        raise AldebaranError(f"topic {topic} does not exist on {resolve(settings).describe()}")
     return len(t.partitions)
 
 
@@ -65,12 +77,12 @@ def consumer_lag(settings: KafkaSettings, group: str, topic: str) -> dict:
     """
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": group,
-                  "enable.auto.commit": False, "log_level": 3})
+    cluster = resolve(settings)
+    c = Consumer({**cluster.client_config(), "group.id": group, "enable.auto.commit": False, "log_level": 3})
     try:
-        meta = c.list_topics(topic, timeout=10).topics.get(topic)
+        meta = list_topics(settings, topic, client=c).topics.get(topic)
         if meta is None or meta.error is not None:
-            raise AldebaranError(f"topic {topic} not found on {settings.bootstrap_servers}")
+            raise AldebaranError(f"topic {topic} not found on {cluster.describe()}")
         parts = [TopicPartition(topic, p) for p in meta.partitions]
         committed = c.committed(parts, timeout=10)
         out, any_committed = {}, False

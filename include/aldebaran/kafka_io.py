@@ -1,5 +1,7 @@
 """Producing and consuming with confluent-kafka (librdkafka): the load generator, the auditor's
-alert sink, the dispatcher and the tests all go through here."""
+alert sink, the dispatcher and the tests all go through here. Every client is configured from the
+platform's Kafka connection (:mod:`aldebaran.kafka_conn`: brokers, TLS, SASL), then this module's
+defaults, then the caller's own keys."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Iterable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from aldebaran.exceptions import AldebaranError
+from aldebaran.kafka_conn import resolve
 from aldebaran.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -17,7 +20,6 @@ log = logging.getLogger(__name__)
 
 def producer(settings: KafkaSettings, **extra) -> Producer:
     conf = {
-        "bootstrap.servers": settings.bootstrap_servers,
         "enable.idempotence": True,  # no duplicates from producer retries; acks=all
         # librdkafka's default partitioner (consistent_random: CRC32 of the key), as a user's plain
         # confluent-kafka Producer has it: the auditor detects whichever standard partitioner the
@@ -29,8 +31,8 @@ def producer(settings: KafkaSettings, **extra) -> Producer:
         "message.max.bytes": settings.max_message_bytes,
         "log_level": 3,
     }
-    conf.update(extra)
-    return Producer(conf)
+    # The connection's tuning (linger.ms, compression, ...) wins over these defaults; the caller's keys win over both.
+    return Producer({**conf, **resolve(settings).client_config(), **extra})
 
 
 def produce_all(p: Producer, topic: str, records: Iterable[tuple], headers=None) -> int:
@@ -133,21 +135,24 @@ class DlqSink:
 
 def consumer(settings: KafkaSettings, group: str, **extra) -> Consumer:
     conf = {
-        "bootstrap.servers": settings.bootstrap_servers,
         "group.id": group,
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
         "enable.partition.eof": True,
         "log_level": 3,
     }
-    conf.update(extra)
-    return Consumer(conf)
+    # The connection, then what this consumer needs (its group, no auto commit), then the caller's keys.
+    return Consumer({**resolve(settings).client_config(), **conf, **extra})
 
 
 def read_topic(settings: KafkaSettings, topic: str, timeout: float = 10.0, idle: float = 2.0) -> list:
     """Read a whole topic from the beginning (no group commit): tests and reports."""
     c = consumer(settings, group=f"aldebaran-reader-{time.time_ns()}")
-    meta = c.list_topics(topic, timeout=10).topics.get(topic)
+    try:
+        meta = c.list_topics(topic, timeout=10).topics.get(topic)
+    except KafkaException as exc:
+        c.close()
+        raise resolve(settings).failure(f"reading {topic}", exc) from None
     if meta is None or meta.error is not None:
         c.close()
         raise AldebaranError(f"topic {topic} not found")

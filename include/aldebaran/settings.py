@@ -32,6 +32,13 @@ class KafkaSettings(BaseSettings):
     bootstrap_servers: str = Field(
         "127.0.0.1:9092", min_length=1, description="ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS: host:port[,host:port]"
     )
+    connection: str = Field(
+        "aldebaran_kafka", pattern=r"^[A-Za-z][A-Za-z0-9_]{0,249}$",
+        description="ALDEBARAN_KAFKA_CONNECTION: id of the Airflow connection (conn_type kafka, extra = "
+                    "librdkafka configuration) every Kafka client and Spark's Kafka source/sink use; outside "
+                    "Airflow AIRFLOW_CONN_<ID>; undefined: plaintext clients of ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS, "
+                    "which also gives the brokers of a connection naming none (aldebaran.kafka_conn)",
+    )
     partitions: int = Field(2, ge=1, le=1024, description="ALDEBARAN_KAFKA_PARTITIONS: partitions of new topics")
     replication_factor: int = Field(
         1, ge=1, le=32,

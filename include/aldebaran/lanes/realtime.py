@@ -123,19 +123,25 @@ def plan(kafka_rows, limits: jvmparse.Limits = jvmparse.Limits(), dedupe: bool =
     return alert_records(crossings(books(valid, dedupe)))
 
 
-def start(spark, *, bootstrap_servers: str, trades_topic: str, alerts_topic: str, checkpoint: str,
+def start(spark, *, bootstrap_servers: str | None = None, trades_topic: str, alerts_topic: str, checkpoint: str,
           checkpoint_interval: str = DEFAULT_CHECKPOINT_INTERVAL, starting_offsets: str = "latest",
           real_time: bool = True, query_name: str = "aldebaran-realtime-lane",
-          source_options: dict[str, str] | None = None, transform=None):
+          source_options: dict[str, str] | None = None, transform=None, kafka_options: dict[str, str] | None = None):
     """Start the lane: Kafka ``trades_topic`` → :func:`plan` → Kafka ``alerts_topic``. Returns the query.
 
     ``real_time=False`` runs the same plan as micro-batches back to back (``processingTime="0 seconds"``):
     a latency comparison of the engines only, as the crossing rule misses crossings inside a batch.
     ``source_options``: more options of the Kafka source (``kafka.fetch.max.wait.ms``, ...), after the
-    lane's own. ``transform``: another plan over the Kafka rows than :func:`plan` (the benchmark's variants)."""
+    lane's own. ``transform``: another plan over the Kafka rows than :func:`plan` (the benchmark's variants).
+    ``kafka_options``: how the source and the sink reach the cluster (``kafka.``-prefixed, from the platform's
+    Kafka connection: aldebaran.kafka_conn.spark_kafka_options); else a plaintext ``bootstrap_servers``."""
+    if kafka_options is None:
+        if not bootstrap_servers:
+            raise ValueError("start: kafka_options or bootstrap_servers is required")
+        kafka_options = {"kafka.bootstrap.servers": bootstrap_servers}
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .options(**kafka_options)
         .option("subscribe", trades_topic)
         .option("startingOffsets", starting_offsets)
         .option("failOnDataLoss", "false")
@@ -146,7 +152,7 @@ def start(spark, *, bootstrap_servers: str, trades_topic: str, alerts_topic: str
     writer = (
         (transform or plan)(rows).writeStream.format("kafka")
         .queryName(query_name)
-        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .options(**kafka_options)
         .option("topic", alerts_topic)
         # Latency, not throughput: the sink's producer sends each alert at once.
         .option("kafka.linger.ms", "0")

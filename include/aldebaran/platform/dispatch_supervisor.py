@@ -103,16 +103,19 @@ def stop(store, name: str, cfg, reason: str) -> list[int]:
 def launch(name: str, channels: list[str]) -> tuple[subprocess.Popen, Path]:
     """`aldebaran dispatch --follow` detached (own session: it outlives the task that started it).
     It runs outside Airflow and reads only its environment, so it gets the channels' connections as
-    Airflow resolved them for this task (UI, API, secrets backend) as ``AIRFLOW_CONN_ALDEBARAN_*``."""
+    Airflow resolved them for this task (UI, API, secrets backend) as ``AIRFLOW_CONN_ALDEBARAN_*``, and the
+    platform's Kafka connection the same way (aldebaran.kafka_conn)."""
     from aldebaran import paths
     from aldebaran.delivery.channels.sources import connections_env
+    from aldebaran.kafka_conn import connection_env
 
     from aldebaran.delivery.fast import DISPATCHER_NAME
 
     command = [str(paths.venv_bin("aldebaran")), "dispatch", "--follow", "--name", name,
                *(["--fast"] if name == DISPATCHER_NAME else []),
                *[arg for channel in channels for arg in ("--channel", channel)]]
-    return processes.launch_detached(f"dispatcher-{safe_segment(name, 'dispatcher name')}", command, connections_env(channels))
+    return processes.launch_detached(f"dispatcher-{safe_segment(name, 'dispatcher name')}", command,
+                                     {**connection_env(), **connections_env(channels)})
 
 
 # --- the DAG's tasks -------------------------------------------------------------------------------------

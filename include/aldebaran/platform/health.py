@@ -55,18 +55,20 @@ def _offsets(end_offsets, topic: str) -> dict[int, int] | None:
 
 
 def check_kafka(kafka, timeout: float) -> dict:
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
+    from aldebaran.kafka_admin import admin, list_topics
+    from aldebaran.kafka_conn import resolve
 
     t0 = time.monotonic()
+    cluster = resolve(kafka)  # the brokers and the connection they came from (named, never a secret)
+    where = cluster.describe()
     try:
-        meta = AdminClient({"bootstrap.servers": kafka.bootstrap_servers, "log_level": 0}).list_topics(timeout=timeout)
-    except KafkaException as exc:
-        return {"ok": False, "problem": f"Kafka {kafka.bootstrap_servers} unreachable: {exc}"}
+        meta = list_topics(kafka, timeout=timeout, client=admin(kafka, log_level=0))
+    except AldebaranError as exc:  # unreachable, or the connection's credentials refused: it says which
+        return {"ok": False, "problem": f"Kafka {cluster.bootstrap_servers} unreachable: {exc}"}
     missing = [t for t in kafka.topics() if t not in meta.topics]
     out = {"ok": not missing, "brokers": len(meta.brokers), "ms": round((time.monotonic() - t0) * 1000, 1)}
     if missing:
-        out["problem"] = f"Kafka {kafka.bootstrap_servers}: topic(s) missing: {', '.join(missing)}"
+        out["problem"] = f"Kafka {where}: topic(s) missing: {', '.join(missing)}"
     return out
 
 

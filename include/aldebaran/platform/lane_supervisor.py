@@ -44,10 +44,12 @@ def launch():
     from aldebaran import paths
     from aldebaran.delivery.channels.sources import connections_env
     from aldebaran.delivery.fast import fast_channel_names
+    from aldebaran.kafka_conn import connection_env
 
     cfg = settings()
     fast = fast_channel_names()
-    env = {"ALDEBARAN_CHANNELS": ",".join(fast), **connections_env(fast)} if fast else {}
+    # The platform's Kafka connection as Airflow resolved it: the lane's Spark job and its keeper read only the environment.
+    env = {**connection_env(), **({"ALDEBARAN_CHANNELS": ",".join(fast), **connections_env(fast)} if fast else {})}
     return procs.launch_detached(f"lane-{cfg.name}", [str(paths.venv_bin("aldebaran")), "lanes", "run"], env)
 
 

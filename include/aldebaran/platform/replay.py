@@ -123,6 +123,18 @@ def submit_env() -> dict[str, str]:
     return out
 
 
+def export_kafka_connection(context=None) -> None:
+    """``pre_execute`` of the replay's spark-submit task: the provider's hook starts spark-submit with this
+    task's environment plus ``env_vars`` (an XCom, no place for a secret), so the platform's Kafka
+    connection as Airflow resolved it (aldebaran.kafka_conn) goes into this task process's environment."""
+    import os
+
+    from aldebaran.kafka_conn import connection_env
+
+    # Not configuration: the resolved connection goes into the environment spark-submit inherits.
+    os.environ.update(connection_env())
+
+
 def replay_name(run_id: str) -> str:
     digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]
     return f"replay-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{digest}"

@@ -11,6 +11,7 @@ from pathlib import Path
 from aldebaran import paths
 from aldebaran.exceptions import ServiceError
 from aldebaran.settings import KafkaSettings, load
+from aldebaran_lab.services import kafka_tls
 from aldebaran_lab.services.base import Service
 
 log = logging.getLogger(__name__)
@@ -50,21 +51,25 @@ def new_cluster_id() -> str:
 
 def server_properties(*, node_id: int, host: str, port: int, controller_port: int, data: Path,
                       settings: KafkaSettings, quorum: str, replicas: int = 1, min_insync: int = 1,
-                      extra: dict[str, object] | None = None) -> str:
+                      extra: dict[str, object] | None = None, secure_port: int = 0) -> str:
     """A combined broker+controller's server.properties. ``quorum`` names the controllers: the single
     node's ``controller.quorum.bootstrap.servers`` (formatted ``--standalone``) or the HA profile's static
     ``controller.quorum.voters``. ``replicas``/``min_insync`` apply to new topics and Kafka's internal ones;
-    ``extra`` adds (or overrides) settings, e.g. the HA profile's failure-detection timeouts."""
+    ``extra`` adds (or overrides) settings, e.g. the HA profile's failure-detection timeouts or the
+    secured listener's (kafka_tls.listener_properties). ``secure_port``: a SASL_SSL listener beside the
+    plaintext one (0: none; inter-broker and controller traffic stay plaintext)."""
     max_bytes = settings.dlq_record_bytes  # the largest topic limit (the DLQ's)
+    secure = f",SASL_SSL://{host}:{secure_port}" if secure_port else ""
     lines = [
         "process.roles=broker,controller",
         f"node.id={node_id}",
         quorum,
-        f"listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
-        f"advertised.listeners=PLAINTEXT://{host}:{port}",
+        f"listeners=PLAINTEXT://{host}:{port}{secure},CONTROLLER://{host}:{controller_port}",
+        f"advertised.listeners=PLAINTEXT://{host}:{port}{secure}",
         "controller.listener.names=CONTROLLER",
         "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+        + (",SASL_SSL:SASL_SSL" if secure_port else ""),
         f"log.dirs={data}",
         f"num.partitions={settings.partitions}",
         f"default.replication.factor={replicas}",
@@ -89,6 +94,10 @@ def server_properties(*, node_id: int, host: str, port: int, controller_port: in
 
 
 class Kafka(Service):
+    """The single node: a plaintext listener (ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS, what the platform uses) and
+    a secured one (SASL_SSL with SCRAM-SHA-512 and PLAIN on ALDEBARAN_KAFKA_SECURE_PORT, default 9094;
+    services.kafka_tls) for trying and testing the Kafka connection's TLS and SASL."""
+
     name = "kafka"
     start_timeout = 90.0
     stop_timeout = 30.0
@@ -102,6 +111,14 @@ class Kafka(Service):
         self.address = f"{self.host}:{self.port}"
         self.data = self.home / "data"
         self.config = self.home / "server.properties"
+        self.secure_port = kafka_tls.secure_port()
+
+    def secure_listener(self) -> kafka_tls.SecureListener | None:
+        if not self.secure_port:
+            return None
+        return kafka_tls.SecureListener(bootstrap_servers=f"{self.host}:{self.secure_port}",
+                                        ca_location=str(self.home / "tls" / "ca.pem"), username=kafka_tls.USER,
+                                        mechanisms=kafka_tls.MECHANISMS)
 
     def java(self) -> str:
         return paths.java()
@@ -112,13 +129,19 @@ class Kafka(Service):
     def prepare(self) -> None:
         self.data.mkdir(parents=True, exist_ok=True)
         (self.home / "log4j2.properties").write_text(LOG4J2)
+        secured: dict[str, object] = {}
+        if self.secure_port:
+            _, keystore = kafka_tls.ensure_tls(self.home / "tls", self.host)
+            secured = kafka_tls.listener_properties(self.host, self.secure_port, keystore, kafka_tls.secure_password())
         self.config.write_text(
             server_properties(
                 node_id=1, host=self.host, port=self.port, controller_port=self.controller_port,
                 data=self.data, settings=self.settings,
                 quorum=f"controller.quorum.bootstrap.servers={self.host}:{self.controller_port}",
+                secure_port=self.secure_port, extra=secured,
             )
         )
+        os.chmod(self.config, 0o600)  # the PLAIN user's password is in it
         if not (self.data / "meta.properties").exists():
             cluster_id = new_cluster_id()
             log.info("kafka: formatting KRaft storage in %s (cluster id %s)", self.data, cluster_id)
@@ -170,3 +193,12 @@ class Kafka(Service):
         created = ensure_topics(self.settings)
         for topic in created:
             log.info("kafka: created topic %s (%d partitions)", topic, self.settings.partitions)
+        listener = self.secure_listener()
+        description = self.home / kafka_tls.DESCRIPTION
+        if listener is None:
+            description.unlink(missing_ok=True)
+            return
+        kafka_tls.create_scram_user(self.address, kafka_tls.secure_password())
+        kafka_tls.write_description(self.home, listener)
+        log.info("kafka: SASL_SSL listener on %s (SCRAM-SHA-512, PLAIN; user %s, CA %s)",
+                 listener.bootstrap_servers, listener.username, listener.ca_location)

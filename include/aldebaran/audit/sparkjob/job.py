@@ -16,9 +16,11 @@ log = logging.getLogger(__name__)
 
 
 def kafka_source(spark, settings: AuditorSettings, kafka: KafkaSettings):
+    from aldebaran.kafka_conn import spark_kafka_options
+
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        .options(**spark_kafka_options(spark, kafka))  # brokers, TLS, SASL: the platform's Kafka connection
         .option("subscribe", kafka.trades_topic)
         .option("startingOffsets", settings.starting_offsets)
         .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())

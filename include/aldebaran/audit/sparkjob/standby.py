@@ -90,7 +90,9 @@ def warm_clients(spark, settings, kafka) -> None:
     t0 = time.monotonic()
     path = spark._jvm.org.apache.hadoop.fs.Path(settings.checkpoint.rstrip("/") + "/spark")
     path.getFileSystem(spark._jsc.hadoopConfiguration()).exists(path)
-    (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+    from aldebaran.kafka_conn import spark_kafka_options
+
+    (spark.read.format("kafka").options(**spark_kafka_options(spark, kafka))
      .option("subscribe", kafka.trades_topic).load().limit(1).collect())
     log.info("standby %s: checkpoint filesystem and Kafka client warmed in %.1fs", settings.query_name,
              time.monotonic() - t0)

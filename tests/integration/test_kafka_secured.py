@@ -1,0 +1,149 @@
+"""The platform's Kafka connection against the local broker's secured listener (SASL_SSL; SCRAM-SHA-512 and
+PLAIN; its CA made at start; aldebaran_lab.services.kafka_tls): the product's confluent-kafka clients produce
+and consume through it, a wrong password fails naming the connection (never echoing the password), Spark's
+Kafka source and sink (the Java client) work with the translated options, and inside a real Airflow task
+(dag.test()) the connection created through Airflow's REST API is the one the dispatcher's consumer uses.
+
+The listener is found the way the services describe it: ``<run dir>/kafka/secure-listener.json`` (address,
+CA, user) and the password in .env (ALDEBARAN_KAFKA_SECURE_PASSWORD)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from aldebaran import kafka_admin, kafka_io, paths
+from aldebaran.exceptions import ConfigError
+from aldebaran.kafka_conn import resolve, spark_kafka_options
+from aldebaran.settings import KafkaSettings, load
+from aldebaran_lab.services import kafka_tls
+from tests.airflow_home import airflow_db, dagbag  # noqa: F401  (fixtures)
+from tests.integration.dags.test_alert_dispatch_airflow_connection import (  # noqa: F401  (fixtures)
+    _alert,
+    airflow_api,
+    api_objects,
+)
+
+pytestmark = pytest.mark.integration
+
+CONN_VAR = "AIRFLOW_CONN_ALDEBARAN_KAFKA"
+
+
+@pytest.fixture(scope="session")
+def secure_listener(services_up) -> kafka_tls.SecureListener:
+    listener = kafka_tls.read_description(paths.run_dir() / "kafka")
+    if listener is None:
+        pytest.fail("the local broker has no secured listener (ALDEBARAN_KAFKA_SECURE_PORT=0?): restart it with "
+                    "`aldebaran services down kafka && aldebaran services up kafka`", pytrace=False)
+    return listener
+
+
+@pytest.fixture
+def secured(secure_listener, kafka_topics, monkeypatch):
+    """Point the platform at the secured listener through the connection (outside Airflow: its env var);
+    ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS names a closed port, so nothing reaches Kafka around the connection."""
+    def use(mechanism: str = "SCRAM-SHA-512", password: str | None = None) -> KafkaSettings:
+        monkeypatch.setenv(CONN_VAR, json.dumps(secure_listener.connection(mechanism, password)))
+        monkeypatch.setenv("ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+        return load(KafkaSettings)
+    yield use
+    monkeypatch.delenv(CONN_VAR, raising=False)  # kafka_topics deletes the topics over the plaintext listener
+
+
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "PLAIN"])
+def test_produce_and_consume_through_the_connection(secured, mechanism, unique):
+    settings = secured(mechanism)
+    cluster = resolve(settings)
+    assert (cluster.bootstrap_servers, cluster.protocol) == (settings_listener_address(), "SASL_SSL")
+    records = [(f"o-{i}".encode(), json.dumps({"id": f"o-{i}", "n": i}).encode()) for i in range(20)]
+    assert kafka_io.produce_all(kafka_io.producer(settings), settings.trades_topic, records) == 20
+    got = kafka_io.read_topic(settings, settings.trades_topic)
+    assert sorted((m.key(), m.value()) for m in got) == sorted(records)
+    assert kafka_io.end_offsets(settings, settings.trades_topic) and kafka_admin.partition_count(
+        settings, settings.trades_topic) == settings.partitions
+    lag = kafka_admin.consumer_lag(settings, f"g-{unique}", settings.trades_topic)
+    assert lag == {"lag": 20, "partitions": lag["partitions"], "committed": False}
+
+
+def settings_listener_address() -> str:
+    return kafka_tls.read_description(paths.run_dir() / "kafka").bootstrap_servers
+
+
+def test_a_wrong_password_fails_naming_the_connection(secured, caplog):
+    settings = secured(password="not-the-password-" + "x" * 8)
+    with caplog.at_level(logging.DEBUG):
+        with pytest.raises(ConfigError) as exc:
+            kafka_admin.ensure_topics(settings)
+    message = str(exc.value)
+    assert f"refused the credentials of {CONN_VAR}" in message, message
+    assert "Authentication failed" in message
+    assert "not-the-password" not in message and "not-the-password" not in caplog.text
+
+
+def test_spark_source_and_sink_through_the_secured_listener(secured, spark):
+    settings = secured("SCRAM-SHA-512")
+    records = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(10)]
+    kafka_io.produce_all(kafka_io.producer(settings), settings.trades_topic, records)
+    options = spark_kafka_options(spark, settings)
+    assert options["kafka.security.protocol"] == "SASL_SSL" and "kafka.sasl.jaas.config" in options
+    rows = (spark.read.format("kafka").options(**options).option("subscribe", settings.trades_topic)
+            .option("startingOffsets", "earliest").load().select("key", "value").collect())
+    assert sorted((bytes(r.key), bytes(r.value)) for r in rows) == sorted(records)
+    # The sink: the same options, then read back with confluent-kafka through the connection.
+    (spark.createDataFrame([("a1", "alert one"), ("a2", "alert two")], "key string, value string")
+     .write.format("kafka").options(**options).option("topic", settings.alerts_topic).save())
+    assert sorted(m.value() for m in kafka_io.read_topic(settings, settings.alerts_topic)) == [b"alert one", b"alert two"]
+    # The password stays out of what Spark shows of the source.
+    plan = (spark.read.format("kafka").options(**options).option("subscribe", settings.trades_topic).load()
+            ._jdf.queryExecution().toString())
+    assert kafka_tls.secure_password() not in plan
+
+
+def test_the_auditors_kafka_source_reads_through_the_connection(secured, spark, tmp_path):
+    from aldebaran.audit.settings import AuditorSettings
+    from aldebaran.audit.sparkjob.job import kafka_source
+
+    settings = secured("PLAIN")
+    kafka_io.produce_all(kafka_io.producer(settings), settings.trades_topic, [(b"o-1", b'{"id": "o-1"}')])
+    auditor = AuditorSettings(starting_offsets="earliest", checkpoint=str(tmp_path / "cp"))
+    query = (kafka_source(spark, auditor, settings).select("value").writeStream.format("memory")
+             .queryName("secured_source").option("checkpointLocation", str(tmp_path / "cp"))
+             .trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(120)
+    finally:
+        query.stop()
+    assert [bytes(r.value) for r in spark.sql("select value from secured_source").collect()] == [b'{"id": "o-1"}']
+
+
+def test_inside_an_airflow_task_the_connection_comes_from_airflow(
+        airflow_db, dagbag, kafka_topics, secure_listener, api_objects, monkeypatch, tmp_path):  # noqa: F811
+    """alert_dispatch under dag.test(): the Kafka connection exists only in Airflow's metadata DB (created
+    through the REST API); the environment has none and its broker list is a closed port. The dispatcher
+    reads the alerts, so its consumer went through the connection Airflow resolved."""
+    from aldebaran.delivery.ledger import Ledger
+    from aldebaran.storage import LocalStore
+
+    alerts = [_alert(f"secured-{i}") for i in range(3)]
+    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.alerts_topic,
+                         [(a["alert_id"], json.dumps(a)) for a in alerts])
+    log_file = tmp_path / "alerts.jsonl"
+    monkeypatch.delenv(CONN_VAR, raising=False)
+    monkeypatch.setenv("ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    monkeypatch.setenv("ALDEBARAN_CHANNELS", "log")
+    monkeypatch.delenv("AIRFLOW_VAR_ALDEBARAN_CHANNELS", raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_ALDEBARAN_LOG", json.dumps({"conn_type": "log", "extra": {"path": str(log_file)}}))
+    monkeypatch.setenv("ALDEBARAN_DELIVERY_STORE", (tmp_path / "ledger").as_uri())
+    monkeypatch.setenv("ALDEBARAN_DELIVERY_IDLE_SECONDS", "2")
+    extra = secure_listener.connection("SCRAM-SHA-512")["extra"]
+    api_objects("connections", {"connection_id": "aldebaran_kafka", "conn_type": "kafka", "extra": json.dumps(extra)})
+
+    run = dagbag.dags["alert_dispatch"].test()
+
+    assert run.state == "success", run.state
+    delivered = sorted(json.loads(line)["alert"]["alert_id"] for line in log_file.read_text().splitlines())
+    assert delivered == sorted(a["alert_id"] for a in alerts)
+    assert Ledger(LocalStore(tmp_path / "ledger"), prefix="deliveries").states("log") == {
+        a["alert_id"]: "DELIVERED" for a in alerts}
