@@ -89,9 +89,10 @@ class AuditorSubmitOperator(SparkSubmitOperator):
         import sys
 
         from aldebaran import spark as sparkmod
-        from aldebaran.platform import auditor_submit, detached_submit
-
         from aldebaran.kafka_conn import connection_env
+        from aldebaran.platform import auditor_submit, detached_submit, executors
+
+        executors.check(f"auditor {log_name} (client deploy mode)")
 
         # The driver runs outside Airflow: it gets the platform's Kafka connection as Airflow resolved it.
         env = {**sparkmod.spark_env(), **connection_env(), **detached_submit.spec_env(self.application, hook_args)}
