@@ -94,6 +94,8 @@ def spark_conf(settings: MetricsSettings | None = None) -> dict[str, str]:
         "spark.metrics.conf.*.sink.prometheusServlet.path": "/metrics/prometheus",
         "spark.ui.prometheus.enabled": "true",
         "spark.sql.streaming.metricsEnabled": "true",
+        # Metric names keyed by the application's name, not its per-run id: a restarted auditor's series continue.
+        "spark.metrics.namespace": "${spark.app.name}",
     }
 
 

@@ -165,3 +165,22 @@ def test_the_auditor_counts_batches_rows_and_alerts_as_trades_arrive(spark, kafk
         thread.join(60)
         ObjectStore().delete(heartbeat_key(query))
     assert not failed, failed
+
+
+def test_one_setting_each_starts_the_spark_ui_and_its_prometheus_servlet_under_spark_submit(tmp_path):
+    """ALDEBARAN_SPARK_UI reaches a session built under a real spark-submit (the auditor's way), and
+    ALDEBARAN_METRICS_SPARK_SERVLET adds Spark's PrometheusServlet with the streaming query's metrics."""
+    from aldebaran import spark as sparkmod
+
+    out = tmp_path / "ui.json"
+    env = {**sparkmod.spark_env(), "ALDEBARAN_SPARK_UI": "true", "ALDEBARAN_METRICS_SPARK_SERVLET": "true",
+           "PYTHONPATH": str(paths.ROOT / "include")}
+    proc = subprocess.run([sparkmod.spark_submit(), "--master", "local[1]",
+                           str(paths.ROOT / "tests" / "integration" / "metrics_ui_app.py"), str(out)],
+                          env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(out.read_text())
+    assert found["ui_enabled"] == "true" and found["ui"].startswith("http://127.0.0.1:")
+    # The driver's metrics, named by the application (spark.metrics.namespace), with the query's rates.
+    assert "metrics_aldebaran_metrics_ui_driver_spark_streaming_metricsui_inputRate_total" in found["/metrics/prometheus"]
+    assert 'application_name="aldebaran-metrics-ui"' in found["/metrics/executors/prometheus"]

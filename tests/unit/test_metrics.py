@@ -306,3 +306,49 @@ def test_lane_families_from_the_keepers_last_heartbeat():
     keeper.last_body = None  # before the first beat: only what is known
     assert reg.get_sample_value("aldebaran_lane_launches_total", {"lane": "fast"}) == 3
     assert reg.get_sample_value("aldebaran_lane_query_active", {"lane": "fast"}) is None
+
+
+def test_the_cost_bench_runs_every_case_small():
+    from aldebaran_capacity.bench import metrics_cost
+
+    result = metrics_cost.run(updates=50, repeats=1)  # a smoke run, not a measurement
+    assert set(result["cases"]) == {
+        "prometheus_counter_inc_bound", "prometheus_counter_inc_labels", "prometheus_gauge_set",
+        "prometheus_histogram_observe", "statsd_udp_send", "statsd_format_and_send", "scrape_one_dispatcher"}
+    assert all(case["median_ns"] > 0 for case in result["cases"].values())
+    assert result["cases"]["scrape_one_dispatcher"]["bytes"] > 1000
+    assert result["prometheus_client"] == "0.26.0"
+
+
+# --- the dashboard -------------------------------------------------------------------------------------
+def exported_sample_names() -> set[str]:
+    """Every sample name the three roles export (a histogram's _bucket/_sum/_count, a counter's _total)."""
+    reg = CollectorRegistry()
+    AuditorMetrics(reg).batch({"query": "q", "batch_id": 1, "input_rows": 1, "input_rows_per_second": 1.0,
+                               "processed_rows_per_second": 1.0, "batch_duration_ms": 1, "consumer_lag": 0,
+                               "books": {"open_books": 1, "alert_kinds": {"OVERFILL": 1}, "dlq": 0, "applied": 1,
+                                         "duplicates": 0, "misrouted": 0, "opened": 1, "expired": 0,
+                                         "misrouted_share_recent": 0.0}})
+    hb = Heartbeat(None, "d", ["log"], "me", DispatchStats(), 5.0, FakeIndexLedger())
+    hb.last = {"at": 1.0, "partitions": {"log": {0: {"settled": 1, "position": 1, "high": 1, "buffered": 0}}},
+               "progress": {"log": {"pending": False, "progress_at": 1.0}}}
+    keeper = SimpleNamespace(name="fast", launches=1, last_body={
+        "status": "running", "at": 1.0, "lane": {"query": {"active": True, "at": 1.0, "batch_id": 1},
+                                                 "generation": {"started_at": 1.0}},
+        "reconcile": {"counts": dict.fromkeys(("fast", "exact", "confirmed", "confirmed_late", "unconfirmed", "missed",
+                                                "repeats"), 0), "pending_fast": 0, "pending_exact": 0, "oldest_pending_fast_ms": 1}})
+    reg.register(Collector(lambda: dispatcher_families(hb, LedgerCounts(hb.ledger, ["log"], 30)) + lane_families(keeper)))
+    return {s.name for fam in reg.collect() for s in fam.samples}
+
+
+def test_the_dashboard_queries_only_metrics_that_exist():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    dashboard = json.loads((root / "docs" / "grafana" / "aldebaran.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    used = {n for e in exprs for n in re.findall(r"\baldebaran_[a-z_]+", e)}
+    assert used and used - exported_sample_names() == set()
+    variables = [v["definition"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    assert {re.search(r"\((aldebaran_[a-z_]+),", v).group(1) for v in variables} <= exported_sample_names()
