@@ -108,7 +108,7 @@ def s3a_conf(prefix: str = "spark.hadoop.", access=None) -> dict[str, str]:
         conf["fs.s3a.assumed.role.session.name"] = a.role_session_name
         conf["fs.s3a.assumed.role.sts.endpoint.region"] = a.region
         if a.sts_endpoint_url:
-            conf["fs.s3a.assumed.role.sts.endpoint"] = a.sts_endpoint_url
+            conf["fs.s3a.assumed.role.sts.endpoint"] = _sts_host(a)
         if a.role_kwargs.get("ExternalId"):
             conf["fs.s3a.assumed.role.external.id"] = str(a.role_kwargs["ExternalId"])
         if a.role_kwargs.get("DurationSeconds"):
@@ -116,6 +116,21 @@ def s3a_conf(prefix: str = "spark.hadoop.", access=None) -> dict[str, str]:
     else:
         conf["fs.s3a.aws.credentials.provider"] = keys
     return {prefix + k: v for k, v in conf.items()}
+
+
+def _sts_host(a) -> str:
+    """s3a takes the STS endpoint as a host name and calls it over https on port 443 (hadoop-aws 3.5's
+    STSClientFactory): a URL it cannot express fails here, named, not in the JVM."""
+    from urllib.parse import urlsplit
+
+    from aldebaran.exceptions import ConfigError
+
+    url = urlsplit(a.sts_endpoint_url if "://" in a.sts_endpoint_url else "https://" + a.sts_endpoint_url)
+    if url.scheme != "https" or url.port not in (None, 443) or url.path.strip("/") or not url.hostname:
+        raise ConfigError(f"{a.source}: field extra.service_config.sts.endpoint_url: Spark's s3a assumes a role "
+                          f"only through an https STS endpoint on port 443 (got {a.sts_endpoint_url}); give the "
+                          "auditor keys or the default chain instead of role_arn, or put STS behind https")
+    return url.hostname
 
 
 S3A_SIMPLE = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"

@@ -62,15 +62,25 @@ def test_s3a_session_token_uses_the_temporary_provider():
 def test_s3a_role_assumes_it_with_the_keys_as_source():
     conf = hadoop(S3Access("t", endpoint_url=MINIO, access_key="AK", secret_key=SecretStr(SECRET), role_arn=ROLE,
                            role_kwargs={"ExternalId": "ext-7", "DurationSeconds": 1800, "RoleSessionName": "audit"},
-                           sts_endpoint_url=MINIO))
+                           sts_endpoint_url="https://sts.eu-west-1.amazonaws.com"))
     assert conf["fs.s3a.aws.credentials.provider"] == "org.apache.hadoop.fs.s3a.auth.AssumedRoleCredentialProvider"
     assert conf["fs.s3a.assumed.role.arn"] == ROLE
     assert conf["fs.s3a.assumed.role.credentials.provider"] == "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
-    assert conf["fs.s3a.assumed.role.sts.endpoint"] == MINIO
+    assert conf["fs.s3a.assumed.role.sts.endpoint"] == "sts.eu-west-1.amazonaws.com"  # s3a: a host, https:443
     assert conf["fs.s3a.assumed.role.sts.endpoint.region"] == "us-east-1"
     assert conf["fs.s3a.assumed.role.session.name"] == "audit"
     assert conf["fs.s3a.assumed.role.external.id"] == "ext-7"
     assert conf["fs.s3a.assumed.role.session.duration"] == "1800s"
+
+
+def test_s3a_cannot_assume_a_role_through_a_plain_http_sts_and_says_so():
+    access = S3Access("AIRFLOW_CONN_ALDEBARAN_S3", endpoint_url=MINIO, access_key="AK", secret_key=SecretStr(SECRET),
+                      role_arn=ROLE, sts_endpoint_url=MINIO)
+    with pytest.raises(ConfigError) as err:
+        hadoop(access)
+    assert str(err.value).startswith("AIRFLOW_CONN_ALDEBARAN_S3: field extra.service_config.sts.endpoint_url: "
+                                     "Spark's s3a assumes a role only through an https STS endpoint on port 443")
+    assert SECRET not in str(err.value)
 
 
 def test_s3a_role_without_keys_assumes_it_from_the_default_chain():

@@ -21,15 +21,18 @@ log = logging.getLogger(__name__)
 
 
 def launch(command: list[str], env: dict[str, str], query: str) -> tuple[subprocess.Popen, Path]:
-    """Start spark-submit detached (own session: it outlives the task that started it)."""
+    """Start spark-submit detached (own session: it outlives the task that started it). The driver runs
+    outside Airflow: it also gets the object store's connection as Airflow resolved it (aldebaran.s3access),
+    for its book state and, through s3a, its checkpoint."""
     from aldebaran import paths
+    from aldebaran.s3access import connection_env
 
     logs = paths.run_dir() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"auditor-{safe_segment(query, 'query name')}-{time.strftime('%Y%m%dT%H%M%S')}.log"
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True, cwd=str(paths.ROOT))
+                                env={**env, **connection_env()}, start_new_session=True, cwd=str(paths.ROOT))
     return proc, log_path
 
 

@@ -234,9 +234,14 @@ def stop(store, name: str, cfg, reason: str, kind: Kind) -> list[int]:
 def launch_detached(log_name: str, command: list[str], extra_env: dict[str, str] | None = None
                     ) -> tuple[subprocess.Popen, Path]:
     """Start `command` in a session of its own (it outlives the task that started it), its output in
-    ``<run dir>/logs/<log_name>-<time>.log``."""
+    ``<run dir>/logs/<log_name>-<time>.log``. It runs outside Airflow and reads only its environment, so
+    it also gets the object store's connection as Airflow resolved it for this task (aldebaran.s3access):
+    every such process keeps its heartbeat, and the dispatchers their ledger, there."""
     from aldebaran import paths
+    from aldebaran.platform import executors
+    from aldebaran.s3access import connection_env
 
+    executors.check(log_name)  # it must outlive the task: not in a pod per task
     logs = paths.run_dir() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"{log_name}-{time.strftime('%Y%m%dT%H%M%S')}.log"
@@ -245,7 +250,7 @@ def launch_detached(log_name: str, command: list[str], extra_env: dict[str, str]
             proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, cwd=str(paths.ROOT),
                                     # Not configuration: the child inherits this environment (plus connections).
-                                    env={**os.environ, **(extra_env or {})})
+                                    env={**os.environ, **connection_env(), **(extra_env or {})})
     except OSError as exc:
         raise DispatcherError(f"{log_name}: cannot run {command[0]}: {exc}") from exc
     return proc, log_path
