@@ -14,30 +14,39 @@ import signal
 
 from aldebaran import paths
 from aldebaran.exceptions import ConfigError
-from aldebaran.settings import KafkaSettings, load
+from aldebaran.settings import KafkaSettings, ObjectStoreSettings, load
 from aldebaran_lab.services.base import Service
 
 log = logging.getLogger(__name__)
 
 
-def connections_env(kafka: KafkaSettings | None = None, spark_master: str | None = None) -> dict[str, str]:
+def connections_env(kafka: KafkaSettings | None = None, spark_master: str | None = None,
+                    s3: ObjectStoreSettings | None = None) -> dict[str, str]:
     """AIRFLOW_CONN_* for the Airflow connections the DAGs name, derived from the Aldebaran settings:
-    ``kafka_alerts_watcher`` (alert_dispatch's AssetWatcher) and ``spark_default`` (SparkSubmitOperator).
+    ``kafka_alerts_watcher`` (alert_dispatch's AssetWatcher), ``spark_default`` (SparkSubmitOperator) and
+    ``aldebaran_s3`` (ALDEBARAN_S3_CONNECTION: the object store as an AWS connection, MinIO's endpoint and
+    generated keys; every S3 client and Spark's s3a read it, aldebaran.s3access, and the tasks hand it to
+    the auditor and the dispatchers they start). There is no ``aws_default``: nothing reads it unless
+    ALDEBARAN_S3_CONNECTION names it.
 
-    There is no ``aws_default`` or ``kafka_default``: nothing reads them. The code that talks to S3 and
-    Kafka runs inside tasks *and* in processes Airflow starts but does not host (the auditor under
-    spark-submit, the streaming dispatchers), so it takes ALDEBARAN_S3_* / ALDEBARAN_KAFKA_* everywhere;
-    a second copy in Airflow connections would only drift from them.
+    The platform's own Kafka clients read the Kafka connection ``aldebaran_kafka`` (aldebaran.kafka_conn;
+    a deployment defines it, the local platform needs none: ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS); the
+    watcher's connection is derived from the same place (brokers, TLS, SASL), plus its own consumer group.
 
-    A variable already present in the environment (a real deployment's secret) wins. ``kafka`` and
-    ``spark_master`` default to this process's settings (the HA profile passes its own).
+    A variable already present in the environment (a real deployment's secret) wins. ``kafka``,
+    ``spark_master`` and ``s3`` default to this process's settings (the HA profile passes its own).
     """
+    from aldebaran.connections import env_var
+    from aldebaran.kafka_conn import resolve
+    from aldebaran.s3access import connection_of
+
     kafka = kafka or load(KafkaSettings)
+    s3 = s3 or load(ObjectStoreSettings)
     conns = {
         # The alert watcher's own group: it only wakes the dispatch DAG, the dispatcher reads alerts itself.
         "AIRFLOW_CONN_KAFKA_ALERTS_WATCHER": {
             "conn_type": "kafka",
-            "extra": {"bootstrap.servers": kafka.bootstrap_servers, "group.id": "aldebaran-alert-watcher",
+            "extra": {**resolve(kafka).config, "group.id": "aldebaran-alert-watcher",
                       "auto.offset.reset": "latest", "enable.auto.commit": False},
         },
         "AIRFLOW_CONN_SPARK_DEFAULT": {
@@ -46,6 +55,8 @@ def connections_env(kafka: KafkaSettings | None = None, spark_master: str | None
             "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"},
         },
     }
+    if s3.connection:
+        conns[env_var(s3.connection)] = connection_of(s3)
     return {k: json.dumps(v) for k, v in conns.items() if k not in os.environ}
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from aldebaran import paths
 from aldebaran.exceptions import ConfigError, ServiceError
+from aldebaran.settings import ObjectStoreSettings
 from aldebaran_lab.services.airflow import connections_env
 from aldebaran_lab.services.base import Service
 from aldebaran_lab.services.ha.members import kafka_settings
@@ -60,8 +61,11 @@ def airflow_env(layout: Layout, values: dict[str, str], home: Path) -> dict[str,
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
     }
-    # The DAGs' connections point at the HA Kafka and Spark master, whatever the caller's environment says.
-    env |= connections_env(kafka_settings(layout), values.get("ALDEBARAN_SPARK_MASTER"))
+    # The DAGs' connections point at the HA Kafka, Spark master and MinIO balancer, whatever the caller's
+    # environment says.
+    s3 = ObjectStoreSettings(endpoint_url=values["ALDEBARAN_S3_ENDPOINT_URL"],
+                             access_key=values.get("ALDEBARAN_S3_ACCESS_KEY"), secret_key=values.get("ALDEBARAN_S3_SECRET_KEY"))
+    env |= connections_env(kafka_settings(layout), values.get("ALDEBARAN_SPARK_MASTER"), s3)
     return env
 
 
