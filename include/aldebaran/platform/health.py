@@ -129,7 +129,7 @@ def check_object_store(store) -> dict:
     try:
         store.client.head_bucket(Bucket=store.bucket)
     except (BotoCoreError, ClientError) as exc:
-        return {"ok": False, "problem": f"object store {store.settings.endpoint() or 'AWS S3'} bucket {store.bucket}: {exc}"}
+        return {"ok": False, "problem": f"object store {store.access.describe()} bucket {store.bucket}: {exc}"}
     return {"ok": True, "ms": round((time.monotonic() - t0) * 1000, 1)}
 
 

@@ -126,13 +126,15 @@ def submit_env() -> dict[str, str]:
 def export_kafka_connection(context=None) -> None:
     """``pre_execute`` of the replay's spark-submit task: the provider's hook starts spark-submit with this
     task's environment plus ``env_vars`` (an XCom, no place for a secret), so the platform's Kafka
-    connection as Airflow resolved it (aldebaran.kafka_conn) goes into this task process's environment."""
+    connection as Airflow resolved it (aldebaran.kafka_conn) goes into this task process's environment, and
+    the object store's too (aldebaran.s3access: the replay's books and s3a checkpoint)."""
     import os
 
+    from aldebaran import s3access
     from aldebaran.kafka_conn import connection_env
 
-    # Not configuration: the resolved connection goes into the environment spark-submit inherits.
-    os.environ.update(connection_env())
+    # Not configuration: the resolved connections go into the environment spark-submit inherits.
+    os.environ.update({**connection_env(), **s3access.connection_env()})
 
 
 def replay_name(run_id: str) -> str:
