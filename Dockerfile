@@ -75,20 +75,22 @@ RUN set -eu; \
 # The project. A bind mount of the build context instead of `COPY . .`: only the parts below reach the
 # image (never .env, .venv or .run), and an empty dags/ or plugins/ (which git does not keep) is fine.
 # include/aldebaran becomes importable through an editable install of pyproject.toml (setuptools finds
-# the package under include/). Editable rather than PYTHONPATH=/usr/local/airflow/include because it
-# also installs the `aldebaran` console script and the package metadata, and because it resolves to
-# /usr/local/airflow/include/aldebaran, the directory docker compose and `astro dev start` mount from
-# the host: edits to include/ are live in the containers without a rebuild.
+# the package under include/; setup.py declares the console script and the entry points of the extension
+# packages present, so the image's metadata names aldebaran_capacity's commands and none of the lab's).
+# Editable rather than PYTHONPATH=/usr/local/airflow/include because it also installs the `aldebaran`
+# console script and the package metadata, and because it resolves to /usr/local/airflow/include/aldebaran,
+# the directory docker compose and `astro dev start` mount from the host: edits to include/ are live in the
+# containers without a rebuild.
 RUN --mount=type=bind,target=/tmp/context \
     set -eu; \
     for part in dags plugins include spark_apps setup; do \
       mkdir -p "$part"; \
       if [ -d "/tmp/context/$part" ]; then cp -R "/tmp/context/$part/." "$part/"; fi; \
     done; \
-    cp /tmp/context/pyproject.toml pyproject.toml; \
+    cp /tmp/context/pyproject.toml /tmp/context/setup.py /tmp/context/README.md .; \
     pip install --no-cache-dir --root-user-action=ignore --no-deps -e /usr/local/airflow; \
     mkdir -p .run; \
-    chown -R astro:0 dags plugins include spark_apps setup pyproject.toml .run
+    chown -R astro:0 dags plugins include spark_apps setup pyproject.toml setup.py README.md .run
 
 # Connector jars where aldebaran.paths looks for them (ALDEBARAN_CACHE is its cache root).
 ENV ALDEBARAN_CACHE=/opt/aldebaran/cache

@@ -3,7 +3,11 @@
 #
 # Everything downloaded or built lives under $ALDEBARAN_CACHE (default ~/.cache/aldebaran), keyed by
 # version, so a second run (or a fresh clone on the same machine) only verifies:
+#   wheels/<hash of pins+python>/                      a wheel of every pin (and the build backend), shared by
+#                                                      clones: the venv is installed from it offline, and so is
+#                                                      tests/integration/test_install.py's fresh `pip install .`
 #   venv/<hash of pins+python+tree path>/             Python virtualenv with the pins; .venv links to it
+#                                                      (its `wheelhouse` links to the wheels above)
 #   runtimes/<name>-<hash of its pins+python>/         a Spark job runtime of its own (setup/runtimes/*.txt):
 #                                                      pyspark 4.3 apart from the control venv's 4.2 (issue 19)
 #   jars/<pom name>-<hash of the pom>/                  Maven-resolved jar sets (setup/maven/*.xml)
@@ -75,32 +79,60 @@ check_tools() {
   echo "    python $("$PYTHON" -c 'import platform; print(platform.python_version())'), java $jv, $(mvn -B -v 2>/dev/null | head -1 | sed "s/\x1b\[[0-9;]*m//g"), $(go version)"
 }
 
+wheelhouse_dir() {  # the wheel directory of these pins and this interpreter
+  echo "$CACHE/wheels/$(short_hash "$ROOT/requirements.txt" "$ROOT/constraints.txt" <("$PYTHON" -V))"
+}
+
+fill_wheelhouse() {  # fill_wheelhouse PIP — a wheel of every pin (pyspark is an sdist: built once, here)
+  local pip="$1" dir tmp
+  dir=$(wheelhouse_dir)
+  if [ -f "$dir/.complete" ]; then
+    echo "    wheels cached: $dir ($(ls "$dir" | grep -c '\.whl$') wheels)"
+    return
+  fi
+  echo "    pip wheel of requirements.txt with constraints.txt into $dir (~20 s with a warm pip cache)"
+  tmp="$dir.tmp.$$"; rm -rf "$tmp"
+  # setuptools and wheel: the build backend of pyproject.toml, for an isolated `pip install .` offline.
+  "$pip" wheel --quiet --progress-bar off --wheel-dir "$tmp" -r "$ROOT/requirements.txt" -c "$ROOT/constraints.txt" \
+    "setuptools>=65" wheel
+  touch "$tmp/.complete"; rm -rf "$dir"; mv "$tmp" "$dir"
+  echo "    $(ls "$dir" | grep -c '\.whl$') wheels, $(du -sh "$dir" | cut -f1)"
+}
+
 python_venv() {
-  local key dir
+  local key dir wheels
   # Keyed by the pins, the interpreter and this work tree's path: the venv holds an editable
   # install of this tree, so two clones on one machine must not share (and steal) one venv.
-  # pip's own download cache is shared, so a second clone's venv takes ~100 s, not ~3 min.
+  # The wheelhouse is shared, so a second clone's venv takes ~1 min and no download.
   key=$(short_hash "$ROOT/requirements.txt" "$ROOT/constraints.txt" <(echo "$("$PYTHON" -V) $(realpath "$ROOT")"))
   dir="$CACHE/venv/$key"
+  wheels=$(wheelhouse_dir)
   if [ -f "$dir/.complete" ] && "$dir/bin/python" -c 'import sys' 2>/dev/null; then
     echo "    cached: $dir"
+    fill_wheelhouse "$dir/bin/pip"  # a venv older than the wheelhouse: the install test needs it
   else
-    echo "    creating $dir (pip install of requirements.txt with constraints.txt; ~3 min cold)"
+    echo "    creating $dir (pip install of requirements.txt with constraints.txt from the wheelhouse; ~3 min cold)"
     rm -rf "$dir"
     "$PYTHON" -m venv "$dir"
     "$dir/bin/pip" install --quiet --upgrade pip setuptools wheel
-    "$dir/bin/pip" install --quiet --progress-bar off -r "$ROOT/requirements.txt" -c "$ROOT/constraints.txt"
+    fill_wheelhouse "$dir/bin/pip"
+    "$dir/bin/pip" install --quiet --progress-bar off --no-index --find-links "$wheels" \
+      -r "$ROOT/requirements.txt" -c "$ROOT/constraints.txt"
     touch "$dir/.complete"
   fi
+  ln -sfn "$wheels" "$dir/wheelhouse"
   ln -sfn "$dir" "$ROOT/.venv"
-  # Editable install of this work tree (cheap; redone only when the venv points at another clone).
-  local here
+  # Editable install of this work tree (cheap), redone when the venv points at another clone or when
+  # the package's metadata would change: pyproject.toml, setup.py (entry points) or the packages present.
+  local here stamp
   here=$("$ROOT/.venv/bin/python" -c 'import aldebaran, os; print(os.path.realpath(os.path.dirname(aldebaran.__file__)))' 2>/dev/null || true)
-  if [ "$here" != "$(realpath "$ROOT/include/aldebaran")" ]; then
+  stamp=$(short_hash "$ROOT/pyproject.toml" "$ROOT/setup.py" <(cd "$ROOT/include" && ls -- */__init__.py && realpath "$ROOT"))
+  if [ "$here" != "$(realpath "$ROOT/include/aldebaran")" ] || [ "$(cat "$dir/.editable" 2>/dev/null)" != "$stamp" ]; then
     echo "    installing aldebaran (editable) from $ROOT"
     "$ROOT/.venv/bin/pip" install --quiet --no-deps --no-build-isolation -e "$ROOT"
+    echo "$stamp" > "$dir/.editable"
   else
-    echo "    aldebaran importable from $ROOT/include"
+    echo "    aldebaran importable from $ROOT/include (metadata current)"
   fi
 }
 

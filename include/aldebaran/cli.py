@@ -1,34 +1,43 @@
 """`aldebaran` — the platform's one command line.
 
-The core commands are the product's; the capacity and lab packages add theirs when they are importable
-(:data:`EXTENSIONS`). A deployment that leaves them out (the image: .dockerignore) still has these:
-each extension is a ``<package>.cli`` module with ``USAGE`` (its lines of the overview below) and
-``register(subparsers)``. Found by import, not by entry points: `make setup` installs the work tree
-editable once (include/ on sys.path), so a package added or left out is seen without reinstalling.
+The core commands are the product's; other packages add theirs through the ``aldebaran.commands``
+entry-point group (importlib.metadata): the capacity package (`loadgen`, `bench`) and the lab
+(`services`, `demo`, `chaos`, `docs`, and `bench deployed|steady` through ``aldebaran.bench``). Each
+entry point names a ``cli`` module with ``USAGE`` (its lines of the overview below) and
+``register(subparsers)``. setup.py declares an entry point only for the packages present in the tree it
+installs, so a deployment that leaves one out (the image: .dockerignore drops the lab) has no entry
+point for it, and the product never imports those packages by name.
+
+Entry points are package metadata, written when the tree is installed: `make setup` installs this work
+tree editable (the code under include/ is live), and reinstalls it when pyproject.toml or setup.py change;
+a package added to include/ gets its commands after that reinstall (`pip install -e .`). An entry point
+whose package is not importable here (metadata older than the tree) is skipped (a debug message).
+
+Modes are nested subcommands (aldebaran.cliparse): `aldebaran bench deployed --help` shows only that
+bench's options.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import logging
 import sys
+from types import ModuleType
 
 from aldebaran import envfile
+from aldebaran.cliparse import Parser, add_modes, load_entry_points, opt
 from aldebaran.exceptions import AldebaranError
 
 log = logging.getLogger("aldebaran")
 
-# Packages that may add subcommands, in the order their commands are listed. The lab comes after the
-# capacity package it builds on; neither is imported by anything else in the product.
-EXTENSIONS = ("aldebaran_capacity", "aldebaran_lab")
+# The entry-point group of the packages that add commands, listed by entry-point name.
+COMMANDS_GROUP = "aldebaran.commands"
 
 CORE_USAGE = """\
     aldebaran auditor run|status                       the streaming auditor
     aldebaran dispatch [--channel NAME] [--follow]     deliver alerts to the configured channels (once, or streaming)
     aldebaran dispatch --fast [--follow]               deliver the fast lane's alerts to the channels that opted in
-    aldebaran deliveries stats|list|show|retry|resolve inspect and settle the delivery ledger
+    aldebaran deliveries stats|list|runs|show|retry|resolve  inspect and settle the delivery ledger
     aldebaran explain ALERT_ID [--json]                one alert's story: its trades, trigger and deliveries
     aldebaran lanes run|status|stop|resolve            the low-latency lane (real-time mode) and its reconciliation"""
 
@@ -37,7 +46,8 @@ DESCRIPTION = """`aldebaran` — the platform's one command line.
 {usage}
 
 Every subcommand loads the git-ignored .env first (generated credentials); real environment
-variables win over it. `aldebaran SUBCOMMAND --help` documents each.
+variables win over it. `aldebaran SUBCOMMAND --help` documents each (and `aldebaran bench MODE --help`
+each mode).
 """
 
 
@@ -125,33 +135,38 @@ def cmd_lanes(args: argparse.Namespace) -> int:
     return status.main(args)
 
 
-def extensions() -> list:
-    """The ``cli`` modules of the extension packages that are importable here."""
-    return [importlib.import_module(f"{name}.cli") for name in EXTENSIONS if importlib.util.find_spec(name)]
+def extensions() -> list[ModuleType]:
+    """The ``cli`` modules of the ``aldebaran.commands`` entry points, by entry-point name; one whose
+    package is not importable here is skipped (a debug message names it)."""
+    return load_entry_points(COMMANDS_GROUP)
 
 
 def build_parser() -> argparse.ArgumentParser:
     found = extensions()
     usage = "\n".join([CORE_USAGE, *(ext.USAGE for ext in found)])
-    p = argparse.ArgumentParser(prog="aldebaran", description=DESCRIPTION.format(usage=usage),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="aldebaran", description=DESCRIPTION.format(usage=usage))
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
 
-    a = sub.add_parser("auditor", help="run the streaming auditor or show its heartbeat")
-    a.add_argument("action", choices=["run", "status"])
+    a = sub.add_parser("auditor", help="run the streaming auditor or show its heartbeat",
+                       description="The streaming auditor: `run` it, or show its `status` (heartbeat, progress).")
     from aldebaran.audit.settings import add_cli_flags
-
-    add_cli_flags(a)
     from aldebaran.settings import KafkaSettings, env_var_of
 
-    for name in AUDITOR_TOPIC_FLAGS:
-        field = KafkaSettings.model_fields[name]
-        a.add_argument("--" + name.replace("_", "-"), dest=name, default=None,
-                       help=f"{field.description.split(': ', 1)[-1]} [env {env_var_of(KafkaSettings, name)}; default {field.default}]")
+    topic_flags = [
+        opt("--" + name.replace("_", "-"), modes="run", dest=name, default=None,
+            help=f"{KafkaSettings.model_fields[name].description.split(': ', 1)[-1]} "
+                 f"[env {env_var_of(KafkaSettings, name)}; default {KafkaSettings.model_fields[name].default}]")
+        for name in AUDITOR_TOPIC_FLAGS]
+    modes = add_modes(a, "action", {"run": "run the streaming auditor (what auditor_supervisor starts)",
+                                    "status": "the auditor's heartbeat and progress from its checkpoint"}, topic_flags)
+    for mode in modes.choices.values():
+        add_cli_flags(mode)
     a.set_defaults(func=cmd_auditor)
 
-    d = sub.add_parser("dispatch", help="deliver alerts to the configured channels (once, or --follow)")
+    d = sub.add_parser("dispatch", help="deliver alerts to the configured channels (once, or --follow)",
+                       description="Deliver the alerts waiting on the alerts topic to the configured channels, then "
+                                   "exit; --follow: a streaming dispatcher with a heartbeat.")
     d.add_argument("--channel", action="append", help="channel name (repeatable; default: all configured)")
     d.add_argument("--follow", action="store_true",
                    help="stream: deliver until SIGTERM/SIGINT, with a heartbeat (what dispatch_supervisor starts)")
@@ -164,19 +179,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after this many seconds without alerts (default ALDEBARAN_DELIVERY_IDLE_SECONDS)")
     d.set_defaults(func=cmd_dispatch)
 
-    dl = sub.add_parser("deliveries", help="inspect the delivery ledger")
+    dl = sub.add_parser("deliveries", help="inspect and settle the delivery ledger",
+                        description="Look into the delivery ledger and settle IN_DOUBT/DEAD deliveries by hand.")
     from aldebaran.delivery.tools import add_arguments
 
     add_arguments(dl)
     dl.set_defaults(func=cmd_deliveries)
 
-    ex = sub.add_parser("explain", help="one alert: the trades that built its book, its trigger, its deliveries")
+    ex = sub.add_parser("explain", help="one alert: the trades that built its book, its trigger, its deliveries",
+                        description="One alert's whole story: the alert, the trades that built its book (read back "
+                                    "from Kafka), the trigger event and every channel's delivery state.")
     from aldebaran.explain import add_arguments as explain_arguments
 
     explain_arguments(ex)
     ex.set_defaults(func=cmd_explain)
 
-    ln = sub.add_parser("lanes", help="both alert lanes; run, stop or settle the low-latency lane")
+    ln = sub.add_parser("lanes", help="both alert lanes; run, stop or settle the low-latency lane",
+                        description="The low-latency lane (Spark real-time mode) beside the exact lane.")
     from aldebaran.lanes.status import add_arguments as lanes_arguments
 
     lanes_arguments(ln)

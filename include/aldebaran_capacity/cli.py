@@ -1,9 +1,17 @@
-"""The capacity package's subcommands of `aldebaran` (registered by :mod:`aldebaran.cli`)."""
+"""The capacity package's subcommands of `aldebaran`: `loadgen` and `bench MODE` (the ``capacity`` entry
+point of the ``aldebaran.commands`` group, read by :mod:`aldebaran.cli`).
+
+Each bench mode is a subcommand with its own options (:data:`BENCH_OPTIONS` names the modes of each);
+other packages add modes through the ``aldebaran.bench`` entry-point group: a function taking the bench
+subparsers (the lab's `deployed` and `steady`). This package never imports them.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+from aldebaran.cliparse import add_modes, load_entry_points, opt
 
 USAGE = """\
     aldebaran loadgen                                  produce trades in the original publisher's mix
@@ -14,21 +22,87 @@ USAGE = """\
     aldebaran bench parse-cost                         Kafka read vs parse vs aggregate, batch jobs → docs/benchmarks.md
     aldebaran bench low-latency [--rates R,...]        the real-time-mode lane (Spark 4.3): trade→alert p50/p99, floor, box state
     aldebaran bench lane-tuning [--variants V,...]     the lane's settings A/B, interleaved rounds → docs/benchmarks.md
-    aldebaran bench alerts-from [--rates R] [--repeats N] alerts produced by the shard tasks vs the driver, A/B"""
+    aldebaran bench checkpoint-files [--repeats N]     checkpoint writes: rename vs abortable stream, per batch
+    aldebaran bench alerts-from [--rates R] [--repeats N] alerts produced by the shard tasks vs the driver, A/B
+    aldebaran bench MODE --help                        each mode's options"""
 
+# The entry-point group of the packages that add bench modes: each a function(bench_subparsers).
+BENCH_GROUP = "aldebaran.bench"
 
-# Bench modes that other packages add (the lab's `deployed`, which drives the local platform through
-# Airflow): name → handler(args). This package never imports them.
-EXTRA_BENCH_MODES: dict = {}
-BENCH_MODES = ["dispatch", "all", "state-designs", "parse-cost", "e2e", "low-latency", "lane-tuning",
-               "checkpoint-files", "alerts-from"]
+BENCH_MODES = {
+    "dispatch": "deliveries/s per channel and alert → delivered latency (webhook, bus, log)",
+    "all": "the capacity suite: drain, plans, latency, books, churn, dispatch, e2e, low_latency → docs/benchmarks.md",
+    "state-designs": "candidate state designs side by side → docs/benchmarks.md",
+    "parse-cost": "Kafka read vs parse vs aggregate, batch jobs → docs/benchmarks.md",
+    "e2e": "trades → auditor → dispatchers → recipients: the sustained rate",
+    "low-latency": "the real-time-mode lane (Spark 4.3): trade → alert p50/p99 against the same-run floor",
+    "lane-tuning": "the lane's settings A/B against the shipped lane, interleaved rounds → docs/benchmarks.md",
+    "checkpoint-files": "checkpoint writes: rename vs abortable stream, per batch",
+    "alerts-from": "alerts produced by the shard tasks vs the driver, A/B on one box",
+}
 
-
-def add_bench_mode(name: str, handler) -> None:
-    """Register `aldebaran bench <name>` (called from another package's ``register``)."""
-    EXTRA_BENCH_MODES[name] = handler
-    if name not in BENCH_MODES:
-        BENCH_MODES.append(name)
+BENCH_OPTIONS = [
+    opt("--quick", modes="all", action="store_true", help="everything small (< 5 min), correctness only"),
+    opt("--out", modes="all,state-designs,parse-cost,low-latency", default=None,
+        help={"all": "report directory (default docs/, or .run/bench/quick with --quick)",
+              "low-latency": "also write the result to this JSON file", "*": "report directory (default docs/)"}),
+    opt("--sections", modes="all", default=None,
+        help="comma-separated subset of drain,plans,latency,books,churn,dispatch,e2e,low_latency"),
+    opt("--merge", modes="all,lane-tuning", action="store_true",
+        help={"all": "keep the previous report's sections (and open-books sizes) this run does not measure",
+              "lane-tuning": "with --report: add to the previous tuning table instead of replacing it"}),
+    opt("--set", modes="all", action="append", default=None, metavar="KEY=VALUE",
+        help="override a size, e.g. drain_orders=100000, rates=5000,20000, book_sizes=100000 (repeatable)"),
+    opt("--alerts", modes="dispatch", type=int, default=5000, help="alerts per channel (default 5000)"),
+    opt("--concurrency", modes="dispatch", type=int, default=32, help="concurrent sends per channel (default 32)"),
+    opt("--repeats", modes="dispatch,parse-cost,checkpoint-files,lane-tuning,alerts-from", type=int, default=3,
+        help={"*": "runs; the median is reported (default 3)", "checkpoint-files": "rounds (default 3)",
+              "lane-tuning": "rounds, each variant once per round (default 3)",
+              "alerts-from": "alternated runs of each side (default 3)"}),
+    opt("--steady-rates", modes="dispatch", default="50", help="comma-separated alerts/s for the latency runs (default 50)"),
+    opt("--orders", modes="state-designs,parse-cost", default="40000,200000",
+        help={"state-designs": "orders preloaded (~5 events each, all open), comma-separated sizes (default 40000,200000)",
+              "parse-cost": "orders (~5 events each; the first of a comma-separated list; default 40000)"}),
+    opt("--max-offsets", modes="state-designs", type=int, default=100_000, help="maxOffsetsPerTrigger (default 100000)"),
+    opt("--buckets", modes="state-designs", type=int, default=32,
+        help="hash buckets of applyInPandasWithState (default 32)"),
+    opt("--candidates", modes="state-designs", default=None, help="comma-separated subset (default all)"),
+    opt("--per-order-seconds", modes="state-designs", type=float, default=60.0,
+        help="time allowed to the per-order Python state candidate (default 60)"),
+    opt("--rates", modes="e2e,low-latency,lane-tuning,alerts-from", default=None,
+        help={"e2e": "comma-separated trade rates to ramp through, trades/s (default 5000,10000,20000,50000)",
+              "low-latency": "the paced rates, events/s (default 1000,10000,50000)",
+              "lane-tuning": "the paced rates of each round, events/s",
+              "alerts-from": "the paced rate, trades/s (default 5000)"}),
+    opt("--seconds", modes="e2e,low-latency,lane-tuning,alerts-from", type=float, default=20.0,
+        help={"*": "how long each rate is produced, seconds (default 20)",
+              "lane-tuning": "how long each rate is produced, seconds (default 10)"}),
+    opt("--micro-batch", modes="low-latency", action="store_true",
+        help="run the lane's plan as back-to-back micro-batches (the comparison)"),
+    opt("--runtime", modes="low-latency", default="4.3", choices=["4.3", "control"],
+        help="the Spark runtime (control: the control venv's pyspark 4.2, micro-batch only)"),
+    opt("--conf", modes="low-latency", action="append", default=None, metavar="KEY=VALUE",
+        help="a Spark setting of the lane's spark-submit (repeatable)"),
+    opt("--report", modes="low-latency,lane-tuning,alerts-from", action="store_true",
+        help="write its section of docs/benchmarks.md and its key of docs/img/bench-results.json"),
+    opt("--warmup-seconds", modes="low-latency,lane-tuning", type=float, default=10.0,
+        help="a warm-up segment after the lane starts, left out of the figures (default 10)"),
+    opt("--fast-webhook", modes="low-latency", action="store_true",
+        help="deliver the lane's alerts to a fast webhook channel and measure trade → recipient"),
+    opt("--variants", modes="lane-tuning", default=None,
+        help="comma-separated subset of the variants (default all; `--variants list` names them)"),
+    opt("--no-exact", modes="low-latency", action="store_true",
+        help="skip the exact lane's run over the same trades (its agreement)"),
+    opt("--checkpoint-interval", modes="low-latency", default="5 minutes",
+        help="the real-time trigger's duration (a checkpoint interval, not a latency; default '5 minutes')"),
+    opt("--mix", modes="e2e", choices=["original", "custom"], default="original",
+        help="the original publisher's mix, or the custom mix with --overfill-fraction"),
+    opt("--overfill-fraction", modes="e2e", type=float, default=0.5, help="--mix custom: share of overfilled orders"),
+    opt("--channels", modes="e2e", default="webhook,bus,sms",
+        help="channels to deliver to (webhook and bus decide the sustained rate; sms is reported)"),
+    opt("--webhook-batch", modes="e2e", type=int, default=1,
+        help="alerts per webhook POST (1: one alert per request, the webhook channel's default)"),
+]
 
 
 def cmd_loadgen(args: argparse.Namespace) -> int:
@@ -41,8 +115,6 @@ def cmd_loadgen(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     import json
 
-    if args.which in EXTRA_BENCH_MODES:
-        return EXTRA_BENCH_MODES[args.which](args)
     if args.which == "all":
         from aldebaran_capacity.bench import suite
 
@@ -90,67 +162,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     """Add `loadgen` and `bench` to the subparsers of `aldebaran`."""
-    lg = sub.add_parser("loadgen", help="produce trades to Kafka")
+    lg = sub.add_parser("loadgen", help="produce trades to Kafka",
+                        description="Produce trades in the original publisher's mix or a configurable one; writes "
+                                    "the reference model's expected alerts.")
     from aldebaran_capacity.loadgen import add_arguments as loadgen_args
 
     loadgen_args(lg)
     lg.set_defaults(func=cmd_loadgen)
 
-    b = sub.add_parser("bench", help="benchmarks (figures with machine, versions and date)")
-    b.add_argument("which", choices=BENCH_MODES)  # a list: modes added later are accepted too
-    b.add_argument("--quick", action="store_true", help="all: everything small (< 5 min), correctness only")
-    b.add_argument("--out", default=None, help="all: report directory (default docs/, or .run/bench/quick with --quick); low-latency: a JSON file")
-    b.add_argument("--sections", default=None,
-                   help="all: comma-separated subset of drain,plans,latency,books,churn,dispatch,e2e,low_latency")
-    b.add_argument("--merge", action="store_true",
-                   help="all: keep the previous report's sections (and open-books sizes) this run does not measure")
-    b.add_argument("--set", action="append", default=None, metavar="KEY=VALUE",
-                   help="all: override a size, e.g. drain_orders=100000, rates=5000,20000, book_sizes=100000 (repeatable)")
-    b.add_argument("--alerts", type=int, default=5000)
-    b.add_argument("--concurrency", type=int, default=32, help="concurrent sends per channel")
-    b.add_argument("--repeats", type=int, default=3,
-                   help="runs; the median is reported (checkpoint-files, lane-tuning: rounds)")
-    b.add_argument("--steady-rates", default="50", help="dispatch: comma-separated alerts/s for the latency runs")
-    b.add_argument("--orders", default="40000,200000",
-                   help="state-designs: orders preloaded (~5 events each, all open), comma-separated sizes; "
-                   "parse-cost: the first size")
-    b.add_argument("--max-offsets", type=int, default=100_000, help="state-designs: maxOffsetsPerTrigger")
-    b.add_argument("--buckets", type=int, default=32, help="state-designs: hash buckets of applyInPandasWithState")
-    b.add_argument("--candidates", default=None, help="state-designs: comma-separated subset (default all)")
-    b.add_argument("--per-order-seconds", type=float, default=60.0,
-                   help="state-designs: time allowed to the per-order Python state candidate")
-    b.add_argument("--rates", default=None,
-                   help="e2e: comma-separated trade rates to ramp through, trades/s (default 5000,10000,20000,50000); "
-                   "low-latency: the paced rates (default 1000,10000,50000); deployed: default 1000,5000,20000,50000")
-    b.add_argument("--seconds", type=float, default=20.0, help="e2e, low-latency: how long each rate is produced, seconds")
-    b.add_argument("--micro-batch", action="store_true",
-                   help="low-latency: run the lane's plan as back-to-back micro-batches (the comparison)")
-    b.add_argument("--runtime", default="4.3", choices=["4.3", "control"],
-                   help="low-latency: the Spark runtime (control: the control venv's pyspark 4.2, micro-batch only)")
-    b.add_argument("--conf", action="append", default=None, metavar="KEY=VALUE",
-                   help="low-latency: a Spark setting of the lane's spark-submit (repeatable)")
-    b.add_argument("--report", action="store_true",
-                   help="low-latency, deployed: write its section of docs/benchmarks.md and its key of "
-                   "docs/img/bench-results.json")
-    b.add_argument("--start", action="store_true",
-                   help="deployed: run `aldebaran demo` first when the platform is not running")
-    b.add_argument("--drain-seconds", type=float, default=60.0,
-                   help="deployed: after each rate, how long to wait for its alerts and deliveries")
-    b.add_argument("--warmup-seconds", type=float, default=10.0,
-                   help="low-latency, lane-tuning: a warm-up segment after the lane starts, left out of the figures")
-    b.add_argument("--fast-webhook", action="store_true",
-                   help="low-latency: deliver the lane's alerts to a fast webhook channel and measure trade → recipient")
-    b.add_argument("--variants", default=None,
-                   help="lane-tuning: comma-separated subset of the variants (default all; `--variants list` names them)")
-    b.add_argument("--no-exact", action="store_true",
-                   help="low-latency: skip the exact lane's run over the same trades (its agreement)")
-    b.add_argument("--checkpoint-interval", default="5 minutes",
-                   help="low-latency: the real-time trigger's duration (a checkpoint interval, not a latency)")
-    b.add_argument("--mix", choices=["original", "custom"], default="original",
-                   help="e2e: the original publisher's mix, or the custom mix with --overfill-fraction")
-    b.add_argument("--overfill-fraction", type=float, default=0.5, help="e2e --mix custom: share of overfilled orders")
-    b.add_argument("--channels", default="webhook,bus,sms",
-                   help="e2e: channels to deliver to (webhook and bus decide the sustained rate; sms is reported)")
-    b.add_argument("--webhook-batch", type=int, default=1,
-                   help="e2e: alerts per webhook POST (1: one alert per request, the webhook channel's default)")
-    b.set_defaults(func=cmd_bench)
+    b = sub.add_parser("bench", help="benchmarks (figures with machine, versions and date)",
+                       description="Benchmarks: every figure with its command, the machine, the box's state and "
+                                   "the ratio to its ceiling. `aldebaran bench MODE --help` lists a mode's options.")
+    modes = add_modes(b, "which", BENCH_MODES, BENCH_OPTIONS, metavar="MODE")
+    for mode in modes.choices.values():  # on each mode, not on `bench`: a mode added later brings its own
+        mode.set_defaults(func=cmd_bench)
+    for add in load_entry_points(BENCH_GROUP):
+        add(modes)

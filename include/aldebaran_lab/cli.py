@@ -1,4 +1,6 @@
-"""The lab's subcommands of `aldebaran` (registered by :mod:`aldebaran.cli`)."""
+"""The lab's subcommands of `aldebaran` (the ``lab`` entry point of the ``aldebaran.commands`` group, read by
+:mod:`aldebaran.cli`), and its bench modes `deployed` and `steady` (the ``lab`` entry point of the capacity
+package's ``aldebaran.bench`` group: :func:`add_bench_modes`)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ USAGE = """\
                                                        reliability campaigns (make chaos)
     aldebaran docs config [--check]                    the configuration reference in docs/operations.md
     aldebaran bench deployed [--rates R,...] [--report] the platform as `make demo` leaves it: trade → alert → log, webhook, bus
-    aldebaran bench steady [--rates 5000] [--seconds 300] steady load on it: 0 restarts, each alert once in the log"""
+    aldebaran bench steady [--rates 5000] [--seconds 300] steady load on it: 0 restarts, each alert once in the log
+    aldebaran chaos CAMPAIGN --help                    each campaign's options"""
 
 
 def cmd_services(args: argparse.Namespace) -> int:
@@ -110,20 +113,45 @@ def cmd_bench_steady(args: argparse.Namespace) -> int:
     return steady.main(args)
 
 
-def register(sub) -> None:
-    """Add `services`, `demo`, `chaos` and `docs` to the subparsers of `aldebaran`, and `bench deployed` to
-    the capacity package's `bench`."""
-    from aldebaran_capacity.cli import add_bench_mode
+def add_bench_modes(bench) -> None:
+    """Add `deployed` and `steady` to the subparsers of `aldebaran bench` (the capacity package's)."""
+    dp = bench.add_parser("deployed", help="the platform as `make demo` leaves it: trade → alert → log, webhook, bus",
+                          description="The figure we publish: the running platform (Airflow supervising the auditor "
+                                      "and the dispatchers) fed by a plain confluent-kafka producer.")
+    dp.add_argument("--rates", default=None, help="comma-separated paced rates, trades/s (default 1000,5000,20000,50000)")
+    dp.add_argument("--seconds", type=float, default=20.0, help="how long each rate is produced, seconds (default 30)")
+    dp.add_argument("--drain-seconds", type=float, default=60.0,
+                    help="after each rate, how long to wait for its alerts and deliveries (default 60)")
+    dp.add_argument("--start", action="store_true", help="run `aldebaran demo` first when the platform is not running")
+    dp.add_argument("--report", action="store_true",
+                    help="write its section of docs/benchmarks.md and its key of docs/img/bench-results.json")
+    dp.set_defaults(func=cmd_bench_deployed)
 
-    add_bench_mode("deployed", cmd_bench_deployed)
-    add_bench_mode("steady", cmd_bench_steady)
-    s = sub.add_parser("services", help="start/stop/inspect the local services")
-    s.add_argument("action", choices=["up", "down", "status", "kill"])
-    s.add_argument("names", nargs="*", help="services (default: minio kafka airflow; down/status: all)")
-    s.add_argument("--cluster", action="store_true", help="with `up`: also a Spark master and two workers")
-    s.add_argument("--ha", action="store_true",
-                   help="the HA profile (3 Kafka brokers, 4 MinIO nodes, Airflow on Postgres with 2 schedulers and 2 "
-                        "triggerers, Spark master + 2 workers) under <run dir>/ha; NAMEs are its members")
+    st = bench.add_parser("steady", help="steady load on the running platform: 0 restarts, each alert once in the log",
+                          description="Steady load on the platform as `make demo` leaves it: no supervisor restart, "
+                                      "each alert once in the log channel.")
+    st.add_argument("--rates", default=None, help="the paced rate, trades/s (the first of a list; default 5000)")
+    st.add_argument("--seconds", type=float, default=20.0, help="how long the load lasts, seconds (default 300)")
+    st.set_defaults(func=cmd_bench_steady)
+
+
+def register(sub) -> None:
+    """Add `services`, `demo`, `chaos` and `docs` to the subparsers of `aldebaran`."""
+    s = sub.add_parser("services", help="start/stop/inspect the local services",
+                       description="The local services: Kafka, MinIO, Airflow (+ a Spark cluster), or with --ha "
+                                   "the members of the HA profile.")
+    from aldebaran.cliparse import add_modes, opt
+
+    add_modes(s, "action", {"up": "start them (default: minio kafka airflow) and wait until healthy",
+                            "down": "stop them (default: all, and what the platform's supervisors started)",
+                            "status": "one line per service (default: all)",
+                            "kill": "SIGKILL the named services' process groups"}, [
+        opt("names", nargs="*", metavar="NAME", help="services (HA members with --ha)"),
+        opt("--cluster", modes="up", action="store_true", help="also a Spark master and two workers"),
+        opt("--ha", action="store_true",
+            help="the HA profile (3 Kafka brokers, 4 MinIO nodes, Airflow on Postgres with 2 schedulers and 2 "
+                 "triggerers, Spark master + 2 workers) under <run dir>/ha; NAMEs are its members"),
+    ], title="actions")
     s.set_defaults(func=cmd_services)
 
     dm = sub.add_parser("demo", help="the platform end to end through Airflow, on the running local services")

@@ -29,18 +29,32 @@ log = logging.getLogger(__name__)
 STAT_COLUMNS = ["channel", "backlog", "committed", "retrying", "dead", "in_doubt", "lease_seconds", "max_attempts"]
 
 
+ACTIONS = {
+    "stats": "per-channel table: backlog from Kafka, committed runs, exceptions",
+    "list": "the records that need an operator (RETRY, DEAD, IN_DOUBT)",
+    "runs": "a channel's group-committed runs on one alerts-topic partition",
+    "show": "one alert's outcome and history on every channel (found without listing the ledger)",
+    "retry": "send a DEAD or IN_DOUBT delivery again, with a reason",
+    "resolve": "settle an IN_DOUBT or DEAD delivery as DELIVERED or DEAD, with a reason",
+}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=["stats", "list", "runs", "show", "retry", "resolve"])
-    p.add_argument("alert", nargs="?", help="show: the alert id (same as --alert-id)")
-    p.add_argument("--channel", help="channel name (default for stats/list/show: every channel in the ledger)")
-    p.add_argument("--alert-id", help="show/retry/resolve: the alert id")
-    p.add_argument("--state", choices=[RETRY, DEAD, IN_DOUBT], help="list: records in this state")
-    p.add_argument("--partition", type=int, default=0, help="runs: the alerts-topic partition")
-    p.add_argument("--from-offset", type=int, default=0, help="runs: first offset")
-    p.add_argument("--limit", type=int, default=50, help="list/runs: at most this many rows")
-    p.add_argument("--outcome", choices=[DELIVERED, DEAD], help="resolve: what really happened")
-    p.add_argument("--reason", help="retry/resolve: why (recorded in the record's history)")
-    p.add_argument("--prefix", help="ledger key prefix (default ALDEBARAN_DELIVERY_PREFIX)")
+    from aldebaran.cliparse import add_modes, opt
+
+    add_modes(p, "action", ACTIONS, [
+        opt("alert", modes="show,retry,resolve", nargs="?", help="the alert id (same as --alert-id)"),
+        opt("--channel", help={"*": "channel name (default: every channel in the ledger)",
+                               "retry": "channel name (required)", "resolve": "channel name (required)"}),
+        opt("--alert-id", modes="show,retry,resolve", help="the alert id"),
+        opt("--state", modes="list", choices=[RETRY, DEAD, IN_DOUBT], help="records in this state (default: all three)"),
+        opt("--partition", modes="runs", type=int, default=0, help="the alerts-topic partition"),
+        opt("--from-offset", modes="runs", type=int, default=0, help="first offset"),
+        opt("--limit", modes="list,runs", type=int, default=50, help="at most this many rows"),
+        opt("--outcome", modes="resolve", choices=[DELIVERED, DEAD], help="what really happened"),
+        opt("--reason", modes="retry,resolve", help="why (recorded in the record's history)"),
+        opt("--prefix", help="ledger key prefix (default ALDEBARAN_DELIVERY_PREFIX)"),
+    ], title="actions")
 
 
 def with_backlog(stats: dict, group: str | None = None) -> dict:

@@ -80,13 +80,22 @@ def render(state: dict) -> str:
     return "\n".join(lines)
 
 
+ACTIONS = {
+    "run": "the lane keeper: the real-time job and its reconciler (what lane_supervisor starts)",
+    "status": "both lanes: the exact lane's and the low-latency lane's progress, unconfirmed alerts",
+    "stop": "stop the lane keeper on this host",
+    "resolve": "settle an unconfirmed fast alert by hand, with a reason",
+}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=["run", "status", "stop", "resolve"],
-                   help="run: the lane keeper (what lane_supervisor starts); status: both lanes; stop: the keeper "
-                        "on this host; resolve ALERT_ID --reason: settle an unconfirmed alert")
-    p.add_argument("alert_id", nargs="?", help="resolve: the unconfirmed alert's id")
-    p.add_argument("--reason", help="resolve: why it is settled (kept in its record)")
-    p.add_argument("--json", action="store_true", help="status: one JSON object")
+    from aldebaran.cliparse import add_modes, opt
+
+    add_modes(p, "action", ACTIONS, [
+        opt("alert_id", modes="resolve", nargs="?", help="the unconfirmed alert's id"),
+        opt("--reason", modes="resolve", help="why it is settled (kept in its record)"),
+        opt("--json", modes="status", action="store_true", help="one JSON object"),
+    ], title="actions")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -25,37 +25,62 @@ PRIVATE_OK = ("kill-auditor", "kill-dispatch", "dispatch-failover", "under-load"
 HA_CAMPAIGNS = ("ha",)
 
 
+DESCRIPTIONS = {
+    "kill-auditor": "SIGKILL the streaming auditor under load; every alert once, none lost",
+    "failover": "kill the active auditor; the warm standby takes over (detection + takeover time)",
+    "kill-dispatch": "SIGKILL dispatchers mid-run; each alert delivered once",
+    "dispatch-failover": "kill or freeze a dispatcher; its partitions move to a peer (per session timeout)",
+    "kill-scheduler": "kill Airflow's scheduler while alert_dispatch runs",
+    "kill-triggerer": "kill Airflow's triggerer while deferred tasks wait",
+    "kill-api-server": "kill Airflow's API server while the tasks report",
+    "under-load": "kills under a steady load in the original publisher's mix",
+    "outages": "stop Kafka, then MinIO, under the running platform",
+    "fuzz": "hostile trade messages: each goes to the DLQ with its reason, nothing crashes",
+    "ha": "on the HA profile (make up-ha): one kill per component under load; not part of `all`",
+    "all": "every campaign but ha, in turn",
+}
+ALL = ("all",)
+KILLS = ("kill-auditor", "failover", "kill-dispatch", "dispatch-failover", "kill-scheduler", "kill-triggerer",
+         "kill-api-server", "under-load")
+PRIVATE_HELP = ("run on a Kafka and a MinIO of the campaign's own (free ports, own run directory) instead of the shared "
+                "ones, so that nothing else restarting the shared services (a `make test` stops them at its end) cuts a "
+                "long campaign short")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("campaign", choices=[*CAMPAIGNS, *HA_CAMPAIGNS, "all"])
-    p.add_argument("--short", action="store_true", help="small data, few faults (what the test suite runs)")
-    p.add_argument("--events", type=int, default=None, help="kill-auditor/outages: events in the original mix")
-    p.add_argument("--kills", type=int, default=None,
-                   help="kill campaigns: SIGKILLs to land (dispatch-failover: per session timeout)")
-    p.add_argument("--session-timeouts", default=None,
-                   help="dispatch-failover: comma list of consumer session timeouts in ms, each measured in the same run "
-                        "(default 6000,10000,20000; the broker's group.min.session.timeout.ms is the floor)")
-    p.add_argument("--stalls", default=None,
-                   help="dispatch-failover: comma list of freezes (SIGSTOP, seconds) of a dispatcher per session timeout "
-                        "(default 8,15; 'none' for none)")
-    p.add_argument("--alerts", type=int, default=None,
-                   help="kill-dispatch/kill-scheduler/kill-triggerer/kill-api-server: alerts to deliver")
-    p.add_argument("--rate", type=float, default=None, help="under-load/ha: trades/s offered (original publisher's mix)")
-    p.add_argument("--components", default=None,
-                   help="ha: comma list of what to kill, in turn (default all: kafka,minio,auditor,dispatcher,scheduler,"
-                        "triggerer,spark-master,spark-worker)")
-    p.add_argument("--down-seconds", type=float, default=None, help="ha: seconds a killed member stays dead")
-    p.add_argument("--seconds", type=float, default=None, help="under-load: seconds of load")
-    p.add_argument("--payloads", type=int, default=None, help="fuzz: hostile trade messages")
-    p.add_argument("--kafka-down", type=float, default=None, help="outages: seconds Kafka stays stopped")
-    p.add_argument("--minio-down", type=float, default=None, help="outages: seconds MinIO stays stopped")
-    p.add_argument("--signal", choices=["term", "kill"], default="term",
-                   help="outages: stop Kafka/MinIO gracefully (SIGTERM, default) or SIGKILL their process groups")
-    p.add_argument("--private-services", action="store_true",
-                   help="kill-auditor/kill-dispatch/dispatch-failover/under-load: run on a Kafka and a MinIO of the campaign's own (free "
-                        "ports, own run directory) instead of the shared ones, so that nothing else restarting the "
-                        "shared services (a `make test` stops them at its end) cuts a long campaign short")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--no-report", action="store_true", help="do not write docs/reliability.md")
+    from aldebaran.cliparse import add_modes, opt
+
+    modes = {name: DESCRIPTIONS[name] for name in (*CAMPAIGNS, *HA_CAMPAIGNS, "all")}
+    add_modes(p, "campaign", modes, [
+        opt("--short", action="store_true", help="small data, few faults (what the test suite runs)"),
+        opt("--events", modes=("kill-auditor", "failover", "outages", "fuzz", *ALL), type=int, default=None,
+            help={"*": "events in the original mix", "fuzz": "orders in the original mix beside the hostile payloads"}),
+        opt("--kills", modes=(*KILLS, *ALL), type=int, default=None,
+            help={"*": "SIGKILLs to land", "dispatch-failover": "SIGKILLs to land per session timeout"}),
+        opt("--session-timeouts", modes=("dispatch-failover", *ALL), default=None,
+            help="comma list of consumer session timeouts in ms, each measured in the same run "
+                 "(default 6000,10000,20000; the broker's group.min.session.timeout.ms is the floor)"),
+        opt("--stalls", modes=("dispatch-failover", *ALL), default=None,
+            help="comma list of freezes (SIGSTOP, seconds) of a dispatcher per session timeout (default 8,15; 'none' for none)"),
+        opt("--alerts", modes=("kill-dispatch", "kill-scheduler", "kill-triggerer", "kill-api-server", *ALL), type=int,
+            default=None, help="alerts to deliver"),
+        opt("--rate", modes=("under-load", "ha", *ALL), type=float, default=None,
+            help="trades/s offered (original publisher's mix)"),
+        opt("--components", modes="ha", default=None,
+            help="comma list of what to kill, in turn (default all: kafka,minio,auditor,dispatcher,scheduler,"
+                 "triggerer,spark-master,spark-worker)"),
+        opt("--down-seconds", modes="ha", type=float, default=None, help="seconds a killed member stays dead"),
+        opt("--seconds", modes=("under-load", *ALL), type=float, default=None, help="seconds of load"),
+        opt("--payloads", modes=("fuzz", *ALL), type=int, default=None, help="hostile trade messages"),
+        opt("--kafka-down", modes=("outages", *ALL), type=float, default=None, help="seconds Kafka stays stopped"),
+        opt("--minio-down", modes=("outages", *ALL), type=float, default=None, help="seconds MinIO stays stopped"),
+        opt("--signal", modes=("outages", *ALL), choices=["term", "kill"], default="term",
+            help="stop Kafka/MinIO gracefully (SIGTERM, default) or SIGKILL their process groups"),
+        opt("--private-services", modes=(*PRIVATE_OK, *ALL), action="store_true",
+            help={"*": PRIVATE_HELP, "all": PRIVATE_HELP + " (for " + ", ".join(PRIVATE_OK) + ")"}),
+        opt("--seed", type=int, default=1, help="random seed (default 1)"),
+        opt("--no-report", action="store_true", help="do not write docs/reliability.md"),
+    ], title="campaigns")
 
 
 def _pick(value, full, short, is_short: bool):
