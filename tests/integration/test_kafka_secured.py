@@ -20,11 +20,13 @@ from aldebaran.kafka_conn import resolve, spark_kafka_options
 from aldebaran.settings import KafkaSettings, load
 from aldebaran_lab.services import kafka_tls
 from tests.airflow_home import airflow_db, dagbag  # noqa: F401  (fixtures)
+from tests.conftest import assert_eventually
 from tests.integration.dags.test_alert_dispatch_airflow_connection import (  # noqa: F401  (fixtures)
     _alert,
     airflow_api,
     api_objects,
 )
+from tests.integration.dags.test_dispatch_supervisor import dispatcher_env  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.integration
 
@@ -147,3 +149,25 @@ def test_inside_an_airflow_task_the_connection_comes_from_airflow(
     assert delivered == sorted(a["alert_id"] for a in alerts)
     assert Ledger(LocalStore(tmp_path / "ledger"), prefix="deliveries").states("log") == {
         a["alert_id"]: "DELIVERED" for a in alerts}
+
+
+def test_a_streaming_dispatcher_gets_the_connection_airflow_resolved(
+        airflow_db, dagbag, dispatcher_env, kafka_topics, secure_listener, api_objects, monkeypatch):  # noqa: F811
+    """dispatch_supervisor starts `aldebaran dispatch --follow` outside Airflow, where only the environment
+    counts, and that environment's broker list is a closed port: the dispatcher reaches the alerts through the
+    Kafka connection the task handed it (AIRFLOW_CONN_ALDEBARAN_KAFKA), created through the REST API."""
+    name, log_file = dispatcher_env
+    alerts = [_alert(f"secured-stream-{i}") for i in range(3)]
+    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.alerts_topic,
+                         [(a["alert_id"], json.dumps(a)) for a in alerts])
+    monkeypatch.delenv(CONN_VAR, raising=False)
+    monkeypatch.setenv("ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
+    extra = secure_listener.connection("PLAIN")["extra"]
+    api_objects("connections", {"connection_id": "aldebaran_kafka", "conn_type": "kafka", "extra": json.dumps(extra)})
+
+    run = dagbag.dags["dispatch_supervisor"].test()
+
+    assert run.state == "success", run.state
+    assert_eventually(lambda: sorted(json.loads(line)["alert"]["alert_id"] for line in log_file.read_text().splitlines())
+                      == sorted(a["alert_id"] for a in alerts) if log_file.exists() else False,
+                      timeout=90, message="the streaming dispatcher reads the alerts through the handed connection")

@@ -181,3 +181,16 @@ def test_secured_clients_report_errors_through_logging_plaintext_ones_keep_librd
     plain = from_connection(conn({"bootstrap.servers": "b"}), "f").client_config()
     secured = from_connection(conn({"bootstrap.servers": "b", "security.protocol": "SSL"}), "f").client_config()
     assert "error_cb" not in plain and callable(secured["error_cb"])
+
+
+def test_the_alert_watchers_connection_is_derived_from_the_kafka_connection(clean):
+    from aldebaran_lab.services.airflow import connections_env
+
+    clean.delenv("AIRFLOW_CONN_KAFKA_ALERTS_WATCHER", raising=False)
+    clean.setenv("AIRFLOW_CONN_ALDEBARAN_KAFKA", json.dumps({"conn_type": "kafka", "login": "u", "password": SECRET, "extra": {
+        "bootstrap.servers": "sec:9094", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"}}))
+    watcher = json.loads(connections_env(KafkaSettings(), spark_master="local[1]")["AIRFLOW_CONN_KAFKA_ALERTS_WATCHER"])
+    assert watcher == {"conn_type": "kafka", "extra": {
+        "bootstrap.servers": "sec:9094", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "u", "sasl.password": SECRET, "group.id": "aldebaran-alert-watcher",
+        "auto.offset.reset": "latest", "enable.auto.commit": False}}
