@@ -200,13 +200,20 @@ def _check(conn: Connection, cluster: KafkaCluster) -> None:
 
 def resolve(settings: KafkaSettings | None = None) -> KafkaCluster:
     """The cluster from the connection ALDEBARAN_KAFKA_CONNECTION where this process finds it, else
-    ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS (plaintext)."""
+    ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS (plaintext). Resolved once per settings object and kept with it
+    (pickled along to Spark's executors: they use the driver's resolution)."""
     settings = settings or load(KafkaSettings)
+    cached = settings._cluster
+    if isinstance(cached, KafkaCluster):
+        return cached
     conn = connections.lookup(settings.connection)
     if conn is None:
-        return KafkaCluster(source="ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS",
-                            config={"bootstrap.servers": settings.bootstrap_servers})
-    return from_connection(conn, settings.bootstrap_servers)
+        cluster = KafkaCluster(source="ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS",
+                               config={"bootstrap.servers": settings.bootstrap_servers})
+    else:
+        cluster = from_connection(conn, settings.bootstrap_servers)
+    settings._cluster = cluster
+    return cluster
 
 
 def connection_env(settings: KafkaSettings | None = None) -> dict[str, str]:

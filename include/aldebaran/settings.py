@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aldebaran.exceptions import ConfigError
@@ -56,6 +56,11 @@ class KafkaSettings(BaseSettings):
     max_message_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="ALDEBARAN_KAFKA_MAX_MESSAGE_BYTES: largest message the topics take"
     )
+
+    # The cluster this object's clients reach, resolved once from the connection (aldebaran.kafka_conn.resolve)
+    # and pickled with it: Spark's executors write the DLQ and alerts with the driver's resolution, whatever
+    # their own environment holds.
+    _cluster: object = PrivateAttr(default=None)
 
     def topics(self) -> list[str]:
         return [self.trades_topic, self.alerts_topic, self.dlq_topic]

@@ -171,3 +171,29 @@ def test_a_streaming_dispatcher_gets_the_connection_airflow_resolved(
     assert_eventually(lambda: sorted(json.loads(line)["alert"]["alert_id"] for line in log_file.read_text().splitlines())
                       == sorted(a["alert_id"] for a in alerts) if log_file.exists() else False,
                       timeout=90, message="the streaming dispatcher reads the alerts through the handed connection")
+
+
+@pytest.mark.parametrize("plan", ["copartitioned", "shuffle"])
+def test_the_auditor_runs_through_the_secured_listener(secured, spark, checkpoint, s3_prefix, unique, plan):
+    """The whole auditor on the connection alone (its environment's broker list is a closed port): Spark's
+    Kafka source (the Java client), and the alert and DLQ producers in the driver and the executors (they get
+    the driver's resolution with the settings)."""
+    from aldebaran import events, reference
+    from aldebaran.audit.settings import AuditorSettings
+    from aldebaran.audit.sparkjob import job
+    from aldebaran_capacity import loadgen
+
+    settings = secured("SCRAM-SHA-512")
+    trades = [events.request("C", 10), events.purchase("c-1", "C", 20), events.request("D", 5)]
+    recs = list(loadgen.records(iter(trades)))
+    kafka_io.produce_all(kafka_io.producer(settings), settings.trades_topic,
+                         [(r.key, r.value) for r in recs] + [(b"bad", b"not json")])
+    auditor = load(AuditorSettings, checkpoint=checkpoint, trigger="available-now", plan=plan,
+                   archive_prefix=f"{s3_prefix}/archive", query_name=f"secured-{unique}")
+    job.run(auditor, spark=spark, kafka=settings)
+
+    alerts = [json.loads(m.value()) for m in kafka_io.read_topic(settings, settings.alerts_topic)]
+    assert sorted(map(reference.key, alerts)) == sorted(map(reference.key, reference.expected_alerts(
+        [r.value for r in recs])))
+    assert [(a["kind"], a["order_id"]) for a in alerts] == [("OVERFILL", "C")]
+    assert [m.value() for m in kafka_io.read_topic(settings, settings.dlq_topic)] == [b"not json"]
