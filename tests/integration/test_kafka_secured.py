@@ -197,3 +197,35 @@ def test_the_auditor_runs_through_the_secured_listener(secured, spark, checkpoin
         [r.value for r in recs])))
     assert [(a["kind"], a["order_id"]) for a in alerts] == [("OVERFILL", "C")]
     assert [m.value() for m in kafka_io.read_topic(settings, settings.dlq_topic)] == [b"not json"]
+
+
+def test_the_low_latency_lane_runs_through_the_secured_listener(secured, tmp_path):
+    """spark_apps/realtime_lane.py on the Spark 4.3 runtime (real-time mode), its source and sink on the
+    connection it finds in its environment (AIRFLOW_CONN_ALDEBARAN_KAFKA, as lane_supervisor hands it)."""
+    import subprocess
+
+    from aldebaran import events
+    from aldebaran.lanes.launch import Lane
+    from aldebaran.lanes.launch import stop as stop_lane
+    from aldebaran_capacity import loadgen
+    from tests.conftest import assert_eventually
+
+    settings = secured("SCRAM-SHA-512")
+    trades = [events.request("L", 10), events.purchase("l-1", "L", 20)]
+    kafka_io.produce_all(kafka_io.producer(settings), settings.trades_topic,
+                         [(r.key, r.value) for r in loadgen.records(iter(trades))])
+    spec = Lane(checkpoint=str(tmp_path / "lane"), trades_topic=settings.trades_topic,
+                alerts_topic=settings.alerts_topic, starting_offsets="earliest", checkpoint_interval="10 seconds")
+    log_path = tmp_path / "lane.log"
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(spec.argv(), env=spec.env(), stdout=log_file, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        def alerted():
+            assert proc.poll() is None, log_path.read_text(errors="replace")[-4000:]
+            got = [json.loads(m.value()) for m in kafka_io.read_topic(settings, settings.alerts_topic, idle=1.0)]
+            assert [(a["kind"], a["order_id"]) for a in got] == [("OVERFILL", "L")], got
+        assert_eventually(alerted, timeout=150, interval=2, message="the lane's alert through the secured listener")
+    finally:
+        stop_lane(proc)
+    assert kafka_tls.secure_password() not in log_path.read_text(errors="replace")
