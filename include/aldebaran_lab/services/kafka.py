@@ -130,6 +130,11 @@ class Kafka(Service):
         self.data.mkdir(parents=True, exist_ok=True)
         (self.home / "log4j2.properties").write_text(LOG4J2)
         secured: dict[str, object] = {}
+        if self.secure_port and not kafka_tls.has_password():
+            # An older .env (before the secured listener): the broker starts as before, without it.
+            log.warning("kafka: %s is not set, so no SASL_SSL listener this time (`aldebaran services up` "
+                        "generates it into .env)", kafka_tls.PASSWORD_ENV)
+            self.secure_port = 0
         if self.secure_port:
             _, keystore = kafka_tls.ensure_tls(self.home / "tls", self.host)
             secured = kafka_tls.listener_properties(self.host, self.secure_port, keystore, kafka_tls.secure_password())

@@ -61,6 +61,10 @@ def secure_port() -> int:
     return port
 
 
+def has_password() -> bool:
+    return len(os.environ.get(PASSWORD_ENV, "")) >= 16
+
+
 def secure_password() -> str:
     password = os.environ.get(PASSWORD_ENV, "")
     if len(password) < 16:
