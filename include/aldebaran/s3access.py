@@ -88,7 +88,7 @@ def resolve(settings: ObjectStoreSettings | None = None) -> S3Access:
     conn = connections.lookup(settings.connection) if settings.connection else None
     if conn is None:
         return from_settings(settings)
-    access = from_provider(conn) if connections.in_airflow_task() else from_connection(conn)
+    access = from_provider(conn, settings.connection) if connections.in_airflow_task() else from_connection(conn)
     log.debug("object store through %s", access.describe())
     return access
 
@@ -144,13 +144,12 @@ def from_connection(conn: Connection) -> S3Access:
                    extra.get("assume_role_kwargs") or {}, _service(conn, "sts"), extra.get("verify"))
 
 
-def from_provider(conn: Connection) -> S3Access:
-    """An AWS connection read by the Amazon provider's ``AwsConnectionWrapper`` (inside an Airflow task,
-    where Airflow is loaded anyway)."""
+def from_provider(conn: Connection, conn_id: str) -> S3Access:
+    """Airflow connection `conn_id` read by the Amazon provider's ``AwsConnectionWrapper`` (inside an
+    Airflow task, where Airflow is loaded anyway)."""
     _check_type(conn)
     from airflow.providers.amazon.aws.utils.connection_wrapper import AwsConnectionWrapper
 
-    conn_id = conn.source.removeprefix("Airflow connection ")
     wrapper = AwsConnectionWrapper.from_connection_metadata(
         conn_id=conn_id, login=conn.login, password=conn.password.get_secret_value() if conn.password else None,
         extra=conn.extra)

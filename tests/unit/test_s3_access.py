@@ -205,5 +205,5 @@ def test_our_reading_is_the_amazon_providers(fields):
     import tests.airflow_home  # noqa: F401  (Airflow's test home, before airflow is imported)
 
     ours = s3access.from_connection(conn(**fields))
-    theirs = s3access.from_provider(conn("Airflow connection aldebaran_s3", **fields))
+    theirs = s3access.from_provider(conn("Airflow connection aldebaran_s3", **fields), "aldebaran_s3")
     assert {**vars(theirs), "source": None} == {**vars(ours), "source": None}
