@@ -123,6 +123,13 @@ def conn_var(conn_id: str) -> str:
     return f"AIRFLOW_CONN_{conn_id.upper()}"
 
 
+def settings_connections() -> set[str]:
+    """Connection ids the settings name by default (``ALDEBARAN_*_CONNECTION``): read where defined, with
+    the settings as the fallback, so compose may define them or not."""
+    return {field.default for cls in docsgen.settings_classes() for name, field in cls.model_fields.items()
+            if name == "connection" and field.default}
+
+
 # --- connections ---------------------------------------------------------------------------------
 def test_the_scans_find_what_the_dags_read():
     # Guards the scans: if they silently found nothing, the tests below would pass vacuously.
@@ -140,7 +147,7 @@ def test_every_connection_the_code_names_is_defined():
 
 
 def test_compose_defines_no_connection_nothing_reads():
-    read = {conn_var(c) for c in connections_read()}
+    read = {conn_var(c) for c in [*connections_read(), *settings_connections()]}
     channels = {f"AIRFLOW_CONN_ALDEBARAN_{name.upper()}" for name in channel_names(environ=airflow_env())}
     dead = sorted(k for k in airflow_env() if k.startswith("AIRFLOW_CONN_") and k not in read | channels)
     assert not dead, f"docker-compose.yml defines connections nothing reads: {dead}"
@@ -151,6 +158,17 @@ def test_connections_point_at_the_containers():
     watcher = json.loads(env[conn_var("kafka_alerts_watcher")])
     assert watcher["extra"]["bootstrap.servers"] == env["ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS"]
     assert json.loads(env[conn_var("spark_default")])["host"] == env["ALDEBARAN_SPARK_MASTER"]
+
+
+def test_the_object_store_connection_points_at_the_minio_container():
+    from aldebaran.connections import Connection
+    from aldebaran.s3access import from_connection
+
+    env = airflow_env()
+    var = conn_var("aldebaran_s3")
+    access = from_connection(Connection.parse(var, env[var]))
+    assert access.endpoint_url == env["ALDEBARAN_S3_ENDPOINT_URL"] and access.credentials == "keys"
+    assert access.region == env["ALDEBARAN_S3_REGION"]
 
 
 def test_the_configured_channels_build_from_compose_environment():
