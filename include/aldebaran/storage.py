@@ -89,9 +89,6 @@ class S3Store:
             self._access = resolve(self.settings)
         return self._access
 
-    def endpoint(self) -> str | None:
-        return self.access.endpoint_url
-
     @property
     def client(self):
         if self._client is None:
