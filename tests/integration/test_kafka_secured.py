@@ -229,3 +229,41 @@ def test_the_low_latency_lane_runs_through_the_secured_listener(secured, tmp_pat
     finally:
         stop_lane(proc)
     assert kafka_tls.secure_password() not in log_path.read_text(errors="replace")
+
+
+def test_a_replays_spark_submit_gets_the_connection_airflow_resolved(
+        airflow_db, dagbag, kafka_topics, secure_listener, api_objects, store, s3_prefix, tmp_path,  # noqa: F811
+        monkeypatch):
+    """trades_replay under dag.test(): its plan task reads the offsets and its spark-submit driver (outside
+    Airflow) the trades through the Kafka connection created through the REST API; the environment's broker
+    list is a closed port."""
+    from aldebaran import reference
+    from aldebaran.audit.archive import Archive
+    from aldebaran_capacity import loadgen
+    from tests.integration.dags.test_trades_replay import _xcom
+
+    recs = list(loadgen.records(loadgen.original_mix(30, seed=5)))
+    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
+    stamped = [(m.value(), m.timestamp()[1]) for m in kafka_io.read_topic(kafka_topics, kafka_topics.trades_topic)]
+    for key, value in {
+        "ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
+        "ALDEBARAN_REPLAY_ARCHIVE_PREFIX": f"{s3_prefix}/replays",
+        "ALDEBARAN_REPLAY_CHECKPOINT_ROOT": str(tmp_path / "replays"),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]",
+                                                  "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}),
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv(CONN_VAR, raising=False)  # the task's pre_execute sets it in this process: undone after
+    extra = secure_listener.connection("SCRAM-SHA-512")["extra"]
+    api_objects("connections", {"connection_id": "aldebaran_kafka", "conn_type": "kafka", "extra": json.dumps(extra)})
+
+    run = dagbag.dags["trades_replay"].test(run_conf={
+        "start": "earliest", "end": "latest", "topic": None, "rules": None, "checkpoint_root": None})
+
+    assert run.state == "success", run.state
+    plan = _xcom(run, "plan")
+    assert plan["messages"] == len(recs)
+    assert CONN_VAR not in json.dumps(plan)  # the connection went through the environment, not an XCom
+    replayed = [json.loads(line) for line in Archive(store, f"{s3_prefix}/replays", plan["query_name"]).read_all()]
+    assert replayed, "the mix produces overfills"
+    assert sorted(map(reference.key, replayed)) == sorted(map(reference.key, reference.expected_alerts(stamped)))
