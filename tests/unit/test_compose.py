@@ -24,7 +24,8 @@ ENV_EXAMPLE = ROOT / ".env.example"
 PACKAGES = sorted((ROOT / "include").glob("aldebaran*/"))
 # Handed by a test receiver's or benchmark client's parent to the child process it starts (a secret
 # kept off the command line, a client's spec): nobody sets them, so .env.example does not list them.
-CHILD_PROCESS_HANDOFF = {"ALDEBARAN_RECEIVER_SECRET", "ALDEBARAN_RECEIVER_TOKEN", "ALDEBARAN_BENCH_CLIENT_SPEC"}
+CHILD_PROCESS_HANDOFF = {"ALDEBARAN_RECEIVER_SECRET", "ALDEBARAN_RECEIVER_TOKEN", "ALDEBARAN_BENCH_CLIENT_SPEC",
+                         "ALDEBARAN_SUBMIT_SPEC"}
 
 SERVICES = {
     "kafka", "kafka-init", "minio", "minio-init", "spark-master", "spark-worker", "postgres",
@@ -101,7 +102,8 @@ def settings_variables() -> dict[str, Path]:
                     for kw in getattr(stmt.value, "keywords", []):
                         if kw.arg == "env_prefix" and isinstance(kw.value, ast.Constant):
                             prefix = kw.value.value
-                elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                elif (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+                      and not stmt.target.id.startswith("_")):  # a private attribute is no setting
                     fields.append(stmt.target.id)
             if prefix:
                 for field in fields:
