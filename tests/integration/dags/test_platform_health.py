@@ -63,3 +63,51 @@ def test_unreachable_kafka_is_named(health_env, monkeypatch, unique):
     assert record["problems"][0].startswith("Kafka 127.0.0.1:1 unreachable")
     with pytest.raises(PlatformUnhealthy, match="platform unhealthy — 2 problem"):
         health.raise_if_unhealthy(record)
+
+
+def test_a_high_misrouted_share_warns_and_keeps_the_verdict_green(airflow_db, dagbag, health_env, spark, checkpoint,
+                                                                  store, s3_prefix, kafka_topics, unique):
+    """The producer keying contract, checked: a plain confluent-kafka producer (CRC32) against a checkpoint
+    pinned to murmur2 — a real auditor run misroutes about half the events, and platform_health, run for real,
+    warns naming the share, the partitioner and the setting, while its verdict stays green (misrouted events are
+    audited correctly, one batch later). The auditor streams on the shared session meanwhile."""
+    import threading
+
+    from confluent_kafka import Producer
+
+    from aldebaran.audit.settings import AuditorSettings
+    from aldebaran.audit.sparkjob import job
+    from aldebaran.settings import load
+    from aldebaran_capacity import loadgen
+
+    recs = list(loadgen.records(loadgen.original_mix(200, 12)))
+    producer = Producer({"bootstrap.servers": kafka_topics.bootstrap_servers})  # what a user writes
+    for r in recs:
+        producer.produce(kafka_topics.trades_topic, key=r.key, value=r.value)
+    assert producer.flush(30) == 0
+    name = f"keying-{unique}"
+    settings = load(AuditorSettings, checkpoint=checkpoint, trigger="processing-time", trigger_interval="1 second",
+                    timeout_seconds=240, query_name=name, archive_prefix=f"{s3_prefix}/archive",
+                    plan="copartitioned", partitioner="murmur2")
+    auditor = threading.Thread(target=job.run, args=(settings,), kwargs={"spark": spark}, daemon=True)
+    auditor.start()
+    try:
+        deadline = time.monotonic() + 180
+        while True:  # the live auditor's heartbeat, with its books' misrouted share
+            beat = heartbeat.read(store, name) or {}
+            if beat.get("status") == "running" and (beat.get("books") or {}).get("misrouted_share_recent"):
+                break
+            assert time.monotonic() < deadline, f"no running heartbeat with books: {beat}"
+            time.sleep(1)
+        run = dagbag.dags["platform_health"].test(run_conf={"query_name": name, "max_progress_age_seconds": None})
+    finally:
+        for query in spark.streams.active:
+            if query.name == name:
+                query.stop()
+        auditor.join(60)
+        store.delete(heartbeat.heartbeat_key(name))
+    record = store.get(f"{s3_prefix}/health/latest.json").json()
+    assert run.state == "success", record["problems"]
+    keying = record["checks"]["keying"]
+    assert keying["partitioner"] == "murmur2" and 0.2 < keying["misrouted_share_recent"] < 0.8
+    assert [w for w in record["warnings"] if "ALDEBARAN_HEALTH_MAX_MISROUTED_SHARE" in w and "murmur2" in w]
