@@ -24,6 +24,7 @@ USAGE = """\
     aldebaran bench lane-tuning [--variants V,...]     the lane's settings A/B, interleaved rounds → docs/benchmarks.md
     aldebaran bench checkpoint-files [--repeats N]     checkpoint writes: rename vs abortable stream, per batch
     aldebaran bench alerts-from [--rates R] [--repeats N] alerts produced by the shard tasks vs the driver, A/B
+    aldebaran bench metrics-cost [--updates N]         metric update cost: Prometheus client vs StatsD UDP
     aldebaran bench MODE --help                        each mode's options"""
 
 # The entry-point group of the packages that add bench modes: each a function(bench_subparsers).
@@ -39,6 +40,7 @@ BENCH_MODES = {
     "lane-tuning": "the lane's settings A/B against the shipped lane, interleaved rounds → docs/benchmarks.md",
     "checkpoint-files": "checkpoint writes: rename vs abortable stream, per batch",
     "alerts-from": "alerts produced by the shard tasks vs the driver, A/B on one box",
+    "metrics-cost": "per-update cost of a Prometheus counter/gauge/histogram vs a StatsD UDP send, and one scrape",
 }
 
 BENCH_OPTIONS = [
@@ -53,9 +55,11 @@ BENCH_OPTIONS = [
               "lane-tuning": "with --report: add to the previous tuning table instead of replacing it"}),
     opt("--set", modes="all", action="append", default=None, metavar="KEY=VALUE",
         help="override a size, e.g. drain_orders=100000, rates=5000,20000, book_sizes=100000 (repeatable)"),
+    opt("--updates", modes="metrics-cost", type=int, default=200_000, help="operations per run (default 200000)"),
     opt("--alerts", modes="dispatch", type=int, default=5000, help="alerts per channel (default 5000)"),
     opt("--concurrency", modes="dispatch", type=int, default=32, help="concurrent sends per channel (default 32)"),
-    opt("--repeats", modes="dispatch,parse-cost,checkpoint-files,lane-tuning,alerts-from", type=int, default=3,
+    opt("--repeats", modes="dispatch,parse-cost,checkpoint-files,lane-tuning,alerts-from,metrics-cost", type=int,
+        default=3,
         help={"*": "runs; the median is reported (default 3)", "checkpoint-files": "rounds (default 3)",
               "lane-tuning": "rounds, each variant once per round (default 3)",
               "alerts-from": "alternated runs of each side (default 3)"}),
@@ -139,6 +143,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from aldebaran_capacity.bench import alerts_from
 
         return alerts_from.main(args)
+    if args.which == "metrics-cost":
+        from aldebaran_capacity.bench import metrics_cost
+
+        return metrics_cost.main(["--updates", str(args.updates), "--repeats", str(args.repeats)])
     if args.which == "e2e":
         from aldebaran_capacity.bench import e2e
 

@@ -89,7 +89,7 @@ def run(updates: int = 200_000, repeats: int = 5) -> dict:
         client.close()
         sink.close()
     return {
-        "command": "python -m aldebaran_capacity.bench.metrics_cost " + " ".join(sys.argv[1:]),
+        "command": f"aldebaran bench metrics-cost --updates {updates} --repeats {repeats}",
         "updates": updates, "repeats": repeats, "cases": cases,
         "python": platform.python_version(), "prometheus_client": _version("prometheus-client"),
         "cpus": os.cpu_count(), "loadavg": os.getloadavg(), "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
