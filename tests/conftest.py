@@ -37,6 +37,18 @@ def assert_eventually(check, timeout: float = 30.0, interval: float = 0.25, mess
     raise AssertionError(f"{message or 'condition'} not met after {timeout}s")
 
 
+@pytest.fixture(autouse=True)
+def _airflow_connections_restored():
+    """Undo the ``AIRFLOW_CONN_*`` variables a test's code set in this process. A task run with ``dag.test()``
+    runs here, and a task may hand Airflow's connections to what it starts through ``os.environ`` (the replay's
+    ``pre_execute``): harmless in a real task process, but here it would leak into every later test."""
+    before = {k: v for k, v in os.environ.items() if k.startswith("AIRFLOW_CONN_")}
+    yield
+    for key in [k for k in os.environ if k.startswith("AIRFLOW_CONN_") and k not in before]:
+        del os.environ[key]
+    os.environ.update(before)
+
+
 def pytest_collection_modifyitems(config, items):
     misplaced = []
     for item in items:

@@ -19,6 +19,20 @@ def test_the_spec_carries_the_application_the_hook_arguments_and_the_spark_conne
                     "hook": {"conn_id": "spark_default", "jars": "/j/a.jar",
                              "application_args": ["--checkpoint", "s3a://b/c"]}}
     assert json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])["host"] == "local[2]"
+    # A task's children inherit Airflow's blocked DB URL; this process gets an empty in-memory DB instead.
+    assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] == "sqlite://"
+
+
+def test_the_detached_process_imports_the_provider_under_a_tasks_blocked_db_url(tmp_path):
+    """What a real task's child sees: Airflow 3's supervisor sets the DB URL to one that cannot be parsed."""
+    import subprocess
+    import sys
+
+    env = {"PATH": "/usr/bin:/bin", "AIRFLOW_HOME": str(tmp_path),
+           "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "airflow-db-not-allowed:///", **detached_submit.NO_METADATA_DB}
+    code = "from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook; print('ok')"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
 
 
 def test_an_argument_the_hook_does_not_take_is_refused_named():

@@ -30,6 +30,11 @@ from aldebaran import connections
 
 SPEC_VAR = "ALDEBARAN_SUBMIT_SPEC"
 
+# An Airflow task's process blocks the metadata DB for its children (Airflow 3's supervisor sets the URL to
+# "airflow-db-not-allowed:///", which cannot even be parsed when this process imports Airflow). This
+# process needs no DB — the Spark connection comes in its environment — so it gets an empty in-memory one.
+NO_METADATA_DB = {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "sqlite://", "AIRFLOW__CORE__SQL_ALCHEMY_CONN": "sqlite://"}
+
 # SparkSubmitHook's arguments that SparkSubmitOperator takes under the same names.
 HOOK_ARGS = ("conf", "conn_id", "files", "py_files", "archives", "driver_class_path", "jars", "java_class",
              "packages", "exclude_packages", "repositories", "total_executor_cores", "executor_cores",
@@ -46,7 +51,7 @@ def spec_env(application: str, hook_args: dict) -> dict[str, str]:
         raise ValueError(f"not SparkSubmitHook arguments: {', '.join(unknown)}")
     conn_id = hook_args.get("conn_id") or "spark_default"
     return {SPEC_VAR: json.dumps({"application": application, "hook": hook_args}),
-            **connections.connections_env([conn_id])}
+            **connections.connections_env([conn_id]), **NO_METADATA_DB}
 
 
 def deploy_mode(hook_args: dict) -> str | None:

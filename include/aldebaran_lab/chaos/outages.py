@@ -54,6 +54,8 @@ def private_services(run_dir: Path | None = None, ports: dict[str, int] | None =
         "ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{ports['kafka']}",
         "ALDEBARAN_S3_ENDPOINT_URL": f"http://127.0.0.1:{ports['minio']}",
         "ALDEBARAN_KAFKA_HEAP": "-Xmx512m",
+        # Plaintext only: the shared broker's SASL_SSL listener holds its port (9094).
+        "ALDEBARAN_KAFKA_SECURE_PORT": "0",
     }
     saved = {k: os.environ.get(k) for k in overrides}
     os.environ.update(overrides)
