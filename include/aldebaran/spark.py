@@ -253,6 +253,13 @@ def resolve_conf(defaults: dict[str, str], user: dict[str, str], explicit: dict[
     return out
 
 
+def submit_conf(conf: dict[str, str] | None = None) -> dict[str, str]:
+    """``--conf`` for a spark-submit the platform starts on this host: :data:`SUBMIT_CONF` merged into the
+    ``extraJavaOptions`` of this host's ``spark-defaults.conf`` (a ``--conf`` replaces the file's value, so
+    without the merge the user's JVM options would be lost), then `conf` (the caller's) over it."""
+    return {**resolve_conf(SUBMIT_CONF, defaults_file(), {}), **(conf or {})}
+
+
 def session(app: str = "aldebaran", master: str | None = None, conf: dict[str, str] | None = None,
             s3a: bool = False, shuffle_partitions: int = 2):
     """Build (or reuse) a SparkSession with the connector jars on the classpath.

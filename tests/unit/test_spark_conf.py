@@ -59,3 +59,18 @@ def test_no_spark_defaults_file_means_nothing_set(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     assert sparkmod.user_conf() == {}
+
+
+def test_a_submit_keeps_the_users_jvm_options_and_adds_the_jit_flag(tmp_path, monkeypatch):
+    (tmp_path / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions -Xss4m -Dsite=1\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    conf = sparkmod.submit_conf({"spark.sql.shuffle.partitions": "4"})
+    assert conf["spark.driver.extraJavaOptions"] == "-Xss4m -Dsite=1 " + sparkmod.JVM_OPTIONS
+    assert conf["spark.executor.extraJavaOptions"] == sparkmod.JVM_OPTIONS
+    assert conf["spark.sql.shuffle.partitions"] == "4"
+
+
+def test_the_callers_submit_conf_wins(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    conf = sparkmod.submit_conf({"spark.driver.extraJavaOptions": "-Xmx1g"})
+    assert conf["spark.driver.extraJavaOptions"] == "-Xmx1g"

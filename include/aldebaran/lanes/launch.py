@@ -54,7 +54,7 @@ class Lane:
     def argv(self) -> list[str]:
         """The spark-submit command line (the connector jars on --jars: the Kafka source must be on the
         classpath when the session starts, not added by spark.jars afterwards)."""
-        conf = {**sparkmod.SUBMIT_CONF, **STREAMING_CONF, **self.conf}
+        conf = sparkmod.submit_conf({**STREAMING_CONF, **self.conf})
         out = [sparkmod.spark_submit(self.runtime), "--master", self.master, "--driver-memory", self.driver_memory,
                "--jars", ",".join(sparkmod.connector_jars())]
         for key, value in conf.items():

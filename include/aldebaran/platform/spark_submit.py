@@ -51,9 +51,7 @@ class AuditorSubmitOperator(SparkSubmitOperator):
         # durable=False: the provider's resumable path (re-attach on retry) is for drivers this task
         # waits on; here a retry is a new decision of the supervisor, never a blind re-attach.
         from aldebaran.platform.detached_submit import HOOK_ARGS
-        from aldebaran.spark import SUBMIT_CONF
 
-        kwargs["conf"] = {**SUBMIT_CONF, **(kwargs.get("conf") or {})}
         kwargs.setdefault("conn_id", "spark_default")
         super().__init__(application=application, name=name, durable=durable, **kwargs)
         self.decision = decision
@@ -68,7 +66,8 @@ class AuditorSubmitOperator(SparkSubmitOperator):
         submitted_at = time.time()
         if detached_submit.deploy_mode(hook_args) == "cluster":
             # The provider's resumable-operator API: submits and returns the driver/application id.
-            self.application_args, self.jars = hook_args["application_args"], hook_args["jars"]
+            self.application_args, self.jars, self.conf = (hook_args["application_args"], hook_args["jars"],
+                                                           hook_args["conf"])
             external_id = self.submit_job(context)
             auditor_submit.record_submission(decision, None, None, submitted_at, external_id=external_id)
             return auditor_submit.wait_started(decision, submitted_at)
@@ -81,7 +80,9 @@ class AuditorSubmitOperator(SparkSubmitOperator):
 
         jars = self.hook_args.get("jars") or ",".join(
             sparkmod.connector_jars(s3a=self.decision["checkpoint"].startswith("s3a://")))
-        return {**self.hook_args, "jars": jars, "application_args": application_args}
+        # The JIT flag merged into this host's spark-defaults JVM options (read here, never at parse time).
+        conf = sparkmod.submit_conf(self.hook_args.get("conf"))
+        return {**self.hook_args, "conf": conf, "jars": jars, "application_args": application_args}
 
     def _launch(self, hook_args: dict, log_name: str):
         """Client mode: the provider's hook runs spark-submit in a process of its own session
