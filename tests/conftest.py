@@ -117,9 +117,9 @@ def kafka_topics(services_up, unique, monkeypatch):
 
 @pytest.fixture
 def store(services_up):
-    from aldebaran.objectstore import ObjectStore
+    from aldebaran.storage import open_store
 
-    return ObjectStore()
+    return open_store()
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from aldebaran.exceptions import AlreadyExists, LeaseHeld, LeaseLost, NotFound, ObjectStoreError, PreconditionFailed
-from aldebaran.objectstore import ObjectStore
+from aldebaran.storage import Store
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ def describe(record: dict | None, now: float | None = None) -> str:
             f"(query {record.get('query')}), {when} ({_iso(record.get('expires_at'))})")
 
 
-def read(store: ObjectStore, checkpoint: str) -> tuple[dict, str] | None:
+def read(store: Store, checkpoint: str) -> tuple[dict, str] | None:
     try:
         obj = store.get(lease_key(checkpoint))
     except NotFound:
@@ -125,7 +125,7 @@ def read(store: ObjectStore, checkpoint: str) -> tuple[dict, str] | None:
 class Lease:
     """A lease this process holds."""
 
-    store: ObjectStore
+    store: Store
     checkpoint: str
     record: dict
     etag: str
@@ -218,7 +218,7 @@ class Keeper(threading.Thread):
             self.join(timeout=10)
 
 
-def acquire(store: ObjectStore, checkpoint: str, query: str, ttl_seconds: float,
+def acquire(store: Store, checkpoint: str, query: str, ttl_seconds: float,
             wait_seconds: float = 0.0, poll: float = 1.0) -> Lease:
     """Take the checkpoint's lease, waiting up to `wait_seconds` for a live holder's lease to end."""
     key = lease_key(checkpoint)
@@ -257,7 +257,7 @@ def acquire(store: ObjectStore, checkpoint: str, query: str, ttl_seconds: float,
         time.sleep(min(poll, max(0.05, deadline - time.monotonic())))
 
 
-def end(store: ObjectStore, checkpoint: str, state: str, note: str, grace_seconds: float = 0.0) -> dict | None:
+def end(store: Store, checkpoint: str, state: str, note: str, grace_seconds: float = 0.0) -> dict | None:
     """Supervisor side: mark the current lease `broken` (holder known dead) or `revoked` (free after
     `grace_seconds`), with If-Match so a renewal in between wins. Returns the record written, or None."""
     if state not in (BROKEN, REVOKED):

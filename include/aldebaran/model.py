@@ -33,7 +33,7 @@ import msgspec
 
 from pydantic_core import from_json
 
-from aldebaran.objectstore import safe_segment
+from aldebaran.storage import safe_segment
 
 class AlertError(ValueError):
     """An alert that does not follow the contract (not JSON, not an object, a required field missing)."""

@@ -234,9 +234,6 @@ class S3Store:
     describe = uri
 
 
-# Most callers know it by its old name; both mean the S3/MinIO store.
-ObjectStore = S3Store
-
 
 def _etag(body: bytes) -> str:
     return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'

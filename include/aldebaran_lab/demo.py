@@ -177,8 +177,7 @@ class Demo:
                channels: dict) -> int:
         from aldebaran import reference
         from aldebaran.delivery.ledger import Ledger
-        from aldebaran.settings import ObjectStoreSettings, load
-        from aldebaran.storage import ObjectStore
+        from aldebaran.storage import open_store
 
         kafka = self.platform.kafka
         self.step("6. results")
@@ -194,7 +193,7 @@ class Demo:
         reasons = Counter(dict(m.headers() or []).get("aldebaran.reason_code", b"?").decode() for m in dlq)
         print(f"   DLQ {kafka.dlq_topic}: {len(dlq)} messages {dict(reasons)}")
 
-        ledger = Ledger(ObjectStore(load(ObjectStoreSettings)), prefix=self.platform.ledger_prefix)
+        ledger = Ledger(open_store(), prefix=self.platform.ledger_prefix)
         delivered = self._delivered(ledger, channels, {a["alert_id"] for a in alerts})
         health_ok = all(r["state"] == "success" for r in self.runs[HEALTH])
         ids = {a["alert_id"] for a in alerts}
@@ -244,10 +243,10 @@ class Demo:
     def _health_problems(self) -> str:
         from aldebaran.exceptions import NotFound
         from aldebaran.platform.settings import HealthSettings
-        from aldebaran.settings import ObjectStoreSettings, load
-        from aldebaran.storage import ObjectStore
+        from aldebaran.settings import load
+        from aldebaran.storage import open_store
 
-        store = ObjectStore(load(ObjectStoreSettings))
+        store = open_store()
         try:
             record = store.get(f"{load(HealthSettings).prefix.strip('/')}/latest.json").json()
         except NotFound:

@@ -104,11 +104,11 @@ def stop(platform: Platform | None = None, reason: str = "demo reset") -> list[s
     this host runs for the platform's defaults.
     Returns what was stopped. The supervisors must be paused first, or they start them again."""
     from aldebaran.platform import dispatch_supervisor, standby_slot, supervisor
-    from aldebaran.storage import ObjectStore
+    from aldebaran.storage import open_store
 
     platform = platform or Platform.load()
     stopped = []
-    store = ObjectStore(load(ObjectStoreSettings))
+    store = open_store()
     sup = supervisor.settings_with(None)
     # The supervised standby first: stopping the active alone would hand it the lease.
     if standby_slot.stop(store, platform.query, sup, reason):
@@ -148,7 +148,7 @@ def shut_down() -> None:
 def reset(platform: Platform) -> dict:
     """Fresh topics, consumer groups and object-store state for the platform's defaults. The DAGs must be
     paused and the processes stopped (:func:`stop`) first."""
-    from aldebaran.storage import ObjectStore
+    from aldebaran.storage import open_store
 
     platform.require_local()
     kafka = platform.kafka
@@ -157,7 +157,7 @@ def reset(platform: Platform) -> dict:
     _delete_groups(kafka, groups)
     _wait_gone(kafka, kafka.topics())
     kafka_admin.ensure_topics(kafka)
-    store = ObjectStore(load(ObjectStoreSettings))
+    store = open_store()
     removed = sum(store.delete_prefix(p) for p in platform.state_prefixes())
     if urlsplit(platform.checkpoint).scheme in ("", "file"):
         shutil.rmtree(urlsplit(platform.checkpoint).path, ignore_errors=True)

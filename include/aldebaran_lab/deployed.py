@@ -100,12 +100,12 @@ class Watcher(threading.Thread):
     """Every second: the auditor's batches (from its heartbeat) and the pids behind the heartbeats."""
 
     def __init__(self, query: str, dispatchers: list[str]) -> None:
-        from aldebaran.objectstore import ObjectStore
+        from aldebaran.storage import open_store
         from aldebaran.platform import dispatch_supervisor
 
         super().__init__(daemon=True, name="deployed-watcher")
         self.query, self.dispatchers = query, dispatchers
-        self.store, self.dstore = ObjectStore(), dispatch_supervisor.delivery_store()
+        self.store, self.dstore = open_store(), dispatch_supervisor.delivery_store()
         self._done = threading.Event()
         self.batches: dict[int, dict] = {}
         self.pids: dict[str, list[int]] = {}
@@ -148,9 +148,9 @@ class Watcher(threading.Thread):
 
 def auditor_running(query: str, max_age: float = 60.0) -> bool:
     from aldebaran.audit import heartbeat
-    from aldebaran.objectstore import ObjectStore
+    from aldebaran.storage import open_store
 
-    hb = heartbeat.read(ObjectStore(), query)
+    hb = heartbeat.read(open_store(), query)
     return bool(hb) and hb.get("status") == "running" and time.time() - hb.get("updated_at_ms", 0) / 1000 < max_age
 
 

@@ -127,8 +127,8 @@ def test_a_killed_local_holder_is_taken_over_at_once(store, cp, cleanup):
     import subprocess
     import sys
 
-    code = ("import sys, time; from aldebaran.objectstore import ObjectStore; from aldebaran import lease; "
-            "lease.acquire(ObjectStore(), sys.argv[1], 'victim', ttl_seconds=300); print('held', flush=True); "
+    code = ("import sys, time; from aldebaran.storage import open_store; from aldebaran import lease; "
+            "lease.acquire(open_store(), sys.argv[1], 'victim', ttl_seconds=300); print('held', flush=True); "
             "time.sleep(300)")
     victim = subprocess.Popen([sys.executable, "-c", code, cp], stdout=subprocess.PIPE, text=True)
     try:

@@ -108,7 +108,7 @@ def test_the_auditor_counts_batches_rows_and_alerts_as_trades_arrive(spark, kafk
     from aldebaran.audit.heartbeat import heartbeat_key, read
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.audit.sparkjob import job
-    from aldebaran.objectstore import ObjectStore
+    from aldebaran.storage import open_store
 
     monkeypatch.setenv("ALDEBARAN_METRICS_TARGETS_DIR", str(tmp_path / "targets"))
     query = f"metrics-{unique}"
@@ -135,7 +135,7 @@ def test_the_auditor_counts_batches_rows_and_alerts_as_trades_arrive(spark, kafk
             return samples
 
         before = assert_eventually(first_batch, timeout=60, interval=0.5, message="the auditor's first batch")
-        beat = read(ObjectStore(), query)
+        beat = read(open_store(), query)
         assert beat["metrics"] == metrics.address()
 
         e = events.encode
@@ -163,7 +163,7 @@ def test_the_auditor_counts_batches_rows_and_alerts_as_trades_arrive(spark, kafk
             if active.name == query:
                 active.stop()
         thread.join(60)
-        ObjectStore().delete(heartbeat_key(query))
+        open_store().delete(heartbeat_key(query))
     assert not failed, failed
 
 

@@ -25,7 +25,7 @@ from aldebaran.delivery.channels import alert_body, signature
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.envfile import GENERATED
 from aldebaran.exceptions import ConfigError
-from aldebaran.objectstore import safe_segment
+from aldebaran.storage import safe_segment
 from aldebaran_capacity.receivers import WebhookReceiver
 from aldebaran_lab import services
 

@@ -3,11 +3,11 @@ batch id, so a re-executed batch overwrites its own object instead of adding a s
 
 from __future__ import annotations
 
-from aldebaran.objectstore import ObjectStore, safe_segment
+from aldebaran.storage import safe_segment, Store
 
 
 class Archive:
-    def __init__(self, store: ObjectStore, prefix: str, query_name: str) -> None:
+    def __init__(self, store: Store, prefix: str, query_name: str) -> None:
         self.store = store
         self.prefix = f"{prefix.strip('/')}/{safe_segment(query_name, 'query name')}"
 

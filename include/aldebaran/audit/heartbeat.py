@@ -21,7 +21,7 @@ import time
 
 from aldebaran.heartbeat import publish
 from aldebaran.metrics import address as metrics_address
-from aldebaran.objectstore import ObjectStore, safe_segment
+from aldebaran.storage import safe_segment, Store
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def _offsets(value) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def make_listener(store: ObjectStore, query_name: str, books_by_batch):
+def make_listener(store: Store, query_name: str, books_by_batch):
     """A listener publishing heartbeats for the query named `query_name` (others are ignored)."""
     from pyspark.sql.streaming import StreamingQueryListener
 
@@ -141,7 +141,7 @@ def make_listener(store: ObjectStore, query_name: str, books_by_batch):
     return listener
 
 
-def read(store: ObjectStore, query_name: str) -> dict | None:
+def read(store: Store, query_name: str) -> dict | None:
     from aldebaran.exceptions import NotFound
 
     try:

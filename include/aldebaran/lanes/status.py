@@ -19,7 +19,7 @@ def collect(now: float | None = None, lanes=None, exact: tuple[str, dict | None]
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.lanes import keeper, reconciler
     from aldebaran.lanes.settings import LaneSettings
-    from aldebaran.objectstore import ObjectStore
+    from aldebaran.storage import open_store
     from aldebaran.settings import KafkaSettings, load
 
     now = now or time.time()
@@ -27,7 +27,7 @@ def collect(now: float | None = None, lanes=None, exact: tuple[str, dict | None]
     kafka = load(KafkaSettings)
     if exact is None:
         query = load(AuditorSettings).query_name
-        exact_hb = audit_heartbeat.read(ObjectStore(), query)
+        exact_hb = audit_heartbeat.read(open_store(), query)
     else:
         query, exact_hb = exact
     exact = {"lane": "exact", "query": query, "topic": kafka.alerts_topic, "heartbeat": exact_hb is not None}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from aldebaran import lease as leases
 from aldebaran.exceptions import AuditorError
-from aldebaran.objectstore import ObjectStore, safe_segment
+from aldebaran.storage import safe_segment, open_store, Store
 from aldebaran.platform.settings import SupervisorSettings
 from aldebaran.platform.supervisor_state import MAX_HISTORY, load_state, save_state, settings_with, start_ticks, state_key
 
@@ -46,7 +46,7 @@ def tail(path: Path | None, lines: int = 25) -> str:
 def record_submission(decision: dict, pid: int | None, log_path: str | None, submitted_at: float,
                       external_id: str | None = None) -> None:
     settings = settings_with(decision.get("settings"))
-    store = ObjectStore()
+    store = open_store()
     key = state_key(settings, decision["query_name"])
     state, etag = load_state(store, key)
     incident = state.get("incident")
@@ -66,7 +66,7 @@ def wait_started(decision: dict, submitted_at: float, proc: subprocess.Popen | N
     from aldebaran.audit import heartbeat
 
     settings = settings_with(decision.get("settings"))
-    store = ObjectStore()
+    store = open_store()
     deadline = time.monotonic() + settings.start_timeout_seconds
     while True:
         got = leases.read(store, decision["checkpoint"])
@@ -94,7 +94,7 @@ def wait_started(decision: dict, submitted_at: float, proc: subprocess.Popen | N
         time.sleep(0.5)
 
 
-def _mark_started(store: ObjectStore, settings: SupervisorSettings, decision: dict, at: float) -> None:
+def _mark_started(store: Store, settings: SupervisorSettings, decision: dict, at: float) -> None:
     key = state_key(settings, decision["query_name"])
     state, etag = load_state(store, key)
     if state.get("submit"):

@@ -260,9 +260,9 @@ def report(replay: dict) -> dict:
     from aldebaran.audit.archive import Archive
     from aldebaran.delivery.channels import channel_names
     from aldebaran.delivery.dispatcher import default_ledger
-    from aldebaran.objectstore import ObjectStore
+    from aldebaran.storage import open_store
 
-    store = ObjectStore()
+    store = open_store()
     alerts = [json.loads(line) for line in Archive(store, replay["archive_prefix"], replay["query_name"]).read_all()]
     by_id = {a["alert_id"]: a for a in alerts}
     ledger = default_ledger()

@@ -39,7 +39,7 @@ from pathlib import Path
 from aldebaran import lease as leases
 from aldebaran.audit.sparkjob.standby import READY_LINE
 from aldebaran.exceptions import AuditorError
-from aldebaran.objectstore import ObjectStore
+from aldebaran.storage import open_store, Store
 from aldebaran.platform import auditor_submit
 from aldebaran.platform import supervisor_state as sup
 from aldebaran.platform.settings import SupervisorSettings
@@ -171,7 +171,7 @@ def failover(decision: dict) -> bool:
     """Stop the unhealthy active and let the standby take over. False: done (no submit); True: the standby
     failed, it was stopped, fall back to a cold restart."""
     settings = sup.settings_with(decision.get("settings"))
-    store = ObjectStore()
+    store = open_store()
     key = sup.state_key(settings, decision["query_name"])
     state, _ = sup.load_state(store, key)
     submit = state.get("submit") or {}
@@ -201,7 +201,7 @@ def failover(decision: dict) -> bool:
     return False
 
 
-def stop_active(store: ObjectStore, decision: dict, state: dict, settings: SupervisorSettings) -> None:
+def stop_active(store: Store, decision: dict, state: dict, settings: SupervisorSettings) -> None:
     """Stop the active auditor's own processes, never the standby's: SIGINT to the lease holder (its query
     stops, the lease is released), SIGKILL to its spark-submit session after the stop timeout. A holder on
     another host is revoked (free after one ttl of grace)."""
@@ -233,7 +233,7 @@ def stop_active(store: ObjectStore, decision: dict, state: dict, settings: Super
                    grace_seconds=float(record.get("ttl_seconds") or 30))
 
 
-def _wait_takeover(store: ObjectStore, checkpoint: str, slot: dict, timeout: float) -> dict | None:
+def _wait_takeover(store: Store, checkpoint: str, slot: dict, timeout: float) -> dict | None:
     """The lease record once the standby holds it; None if it dies or the timeout passes first."""
     host = socket.gethostname()
     deadline = time.monotonic() + timeout
@@ -255,7 +255,7 @@ def _wait_takeover(store: ObjectStore, checkpoint: str, slot: dict, timeout: flo
 def standby_due(decision: dict) -> bool:
     """Task prepare_standby (short-circuit): True when a (new) standby is to be launched now."""
     settings = sup.settings_with(decision.get("settings"))
-    store = ObjectStore()
+    store = open_store()
     query = decision["query_name"]
     state, _ = sup.load_state(store, sup.state_key(settings, query))
     host = socket.gethostname()
@@ -286,7 +286,7 @@ def standby_due(decision: dict) -> bool:
 
 def record(decision: dict, pid: int, log_path: str, launched_at: float) -> None:
     settings = sup.settings_with(decision.get("settings"))
-    store = ObjectStore()
+    store = open_store()
     key = sup.state_key(settings, decision["query_name"])
     state, etag = sup.load_state(store, key)
     state["standby"] = {"at": launched_at, "pid": pid, "host": socket.gethostname(),
@@ -308,7 +308,7 @@ def wait_ready(decision: dict, proc: subprocess.Popen, log_path: Path, launched_
                                f"(ALDEBARAN_SUPERVISOR_START_TIMEOUT_SECONDS; log {log_path}){auditor_submit.tail(log_path)}")
         time.sleep(0.5)
     ready_in = time.time() - launched_at
-    store = ObjectStore()
+    store = open_store()
     key = sup.state_key(settings, decision["query_name"])
     state, etag = sup.load_state(store, key)
     if (state.get("standby") or {}).get("pid") == proc.pid:
@@ -319,7 +319,7 @@ def wait_ready(decision: dict, proc: subprocess.Popen, log_path: Path, launched_
     return {"pid": proc.pid, "log": str(log_path), "ready_in_seconds": round(ready_in, 1)}
 
 
-def stop(store: ObjectStore, query: str, settings: SupervisorSettings, reason: str, force: bool = False) -> bool:
+def stop(store: Store, query: str, settings: SupervisorSettings, reason: str, force: bool = False) -> bool:
     """Stop the slot's standby (SIGTERM to its session, SIGKILL after the stop timeout) and empty the slot.
     A standby that holds the lease is the auditor now: left alone unless `force`. True if one was stopped."""
     key = sup.state_key(settings, query)

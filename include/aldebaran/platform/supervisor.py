@@ -40,7 +40,7 @@ import signal
 import socket
 import time
 
-from aldebaran.objectstore import ObjectStore, safe_segment
+from aldebaran.storage import safe_segment, open_store, Store
 from aldebaran import lease as leases
 from aldebaran.platform import standby_slot
 from aldebaran.platform.settings import SupervisorSettings
@@ -65,7 +65,7 @@ def target(query_name: str | None = None, checkpoint: str | None = None) -> dict
 
 
 # --- 1. assess -----------------------------------------------------------------------------------
-def observe(store: ObjectStore, tgt: dict, state: dict, now: float) -> dict:
+def observe(store: Store, tgt: dict, state: dict, now: float) -> dict:
     """Everything the decision rests on, as plain JSON (it is logged and kept in the state)."""
     from aldebaran.audit import heartbeat
     host = socket.gethostname()
@@ -167,7 +167,7 @@ def assess(query_name: str | None = None, checkpoint: str | None = None, overrid
     supervisor state; return it."""
     settings = settings_with(overrides)
     tgt = target(query_name, checkpoint)
-    store = ObjectStore()
+    store = open_store()
     key = state_key(settings, tgt["query_name"])
     state, etag = load_state(store, key)
     facts, state = standby_slot.promote(observe(store, tgt, state, time.time()), state)
@@ -244,7 +244,7 @@ def page_if_needed(decision: dict) -> dict:
     log.error("PAGED: %s (sent %s, already sent %s, failed %s)", alert["message"], stats.sent, stats.already,
               stats.failed)
     settings = settings_with(None)
-    store = ObjectStore()
+    store = open_store()
     key = state_key(settings, decision["query_name"])
     state, etag = load_state(store, key)
     if state.get("incident") and state["incident"].get("id") == decision["incident"]["id"]:
@@ -264,7 +264,7 @@ def prepare_restart(decision: dict) -> bool:
         log.info("no restart: %s", decision["reason"])
         return False
     settings = settings_with(decision.get("settings"))
-    store = ObjectStore()
+    store = open_store()
     # A standby the restart does not use would take the lease the old auditor releases.
     standby_slot.stop(store, decision["query_name"], settings, "the auditor is restarted cold")
     stop_local(store, decision["query_name"], decision["checkpoint"], settings.stop_timeout_seconds,
@@ -282,7 +282,7 @@ def prepare_restart(decision: dict) -> bool:
     return True
 
 
-def stop_local(store: ObjectStore, query: str, checkpoint: str, timeout: float, reason: str) -> bool:
+def stop_local(store: Store, query: str, checkpoint: str, timeout: float, reason: str) -> bool:
     """Stop the auditor this host runs on `checkpoint`, if any: SIGINT to the driver (clean stop, lease
     released), then SIGKILL to the spark-submit process group. True if something was stopped."""
     settings = settings_with(None)

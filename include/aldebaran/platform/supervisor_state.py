@@ -11,7 +11,7 @@ import time
 
 from aldebaran import lease as leases
 from aldebaran.exceptions import AlreadyExists, AuditorError, NotFound, PreconditionFailed
-from aldebaran.objectstore import ObjectStore, safe_segment
+from aldebaran.storage import safe_segment, Store
 from aldebaran.platform.settings import SupervisorSettings
 
 NONE, WAIT, RESTART = "none", "wait", "restart"
@@ -44,7 +44,7 @@ def state_key(settings: SupervisorSettings, query: str) -> str:
     return f"{settings.state_prefix.strip('/')}/{safe_segment(query, 'query name')}.json"
 
 
-def load_state(store: ObjectStore, key: str) -> tuple[dict, str | None]:
+def load_state(store: Store, key: str) -> tuple[dict, str | None]:
     try:
         obj = store.get(key)
     except NotFound:
@@ -52,7 +52,7 @@ def load_state(store: ObjectStore, key: str) -> tuple[dict, str | None]:
     return obj.json(), obj.etag
 
 
-def save_state(store: ObjectStore, key: str, state: dict, etag: str | None) -> str:
+def save_state(store: Store, key: str, state: dict, etag: str | None) -> str:
     body = json.dumps(state, separators=(",", ":"), default=str).encode()
     try:
         return store.create(key, body) if etag is None else store.replace(key, body, etag)

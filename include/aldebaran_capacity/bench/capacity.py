@@ -57,13 +57,13 @@ def config_from_params(params: dict):
 def run(params: dict, run_id: str) -> dict:
     """Measure, store the report in the object store, return its location, markdown and verdict.
     Raises when a run's alerts differ from the reference model (after storing the report)."""
-    from aldebaran.objectstore import ObjectStore
+    from aldebaran.storage import open_store
     from aldebaran_capacity.bench import report, suite
 
     config = config_from_params(params)
     results = suite.run(config)
     results["command"] = f"capacity_test DAG run {run_id} (aldebaran_capacity.bench.capacity.run)"
-    store = ObjectStore()
+    store = open_store()
     prefix = f"{PREFIX}/{re.sub(r'[^A-Za-z0-9._-]+', '_', run_id)}"
     with tempfile.TemporaryDirectory(prefix="capacity-") as tmp:
         written = report.write(results, Path(tmp), doc_name="report.md")

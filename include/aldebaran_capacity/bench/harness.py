@@ -59,10 +59,10 @@ def bench_topics(tag: str, partitions: int = 2):
     try:
         yield settings
     finally:
-        from aldebaran.objectstore import ObjectStore
+        from aldebaran.storage import open_store
 
         kafka_admin.delete_topics(settings, settings.topics())
-        ObjectStore().delete_prefix(f"bench/{tag}")  # the runs' alert archives (bench/<tag>[_<run>]/archive)
+        open_store().delete_prefix(f"bench/{tag}")  # the runs' alert archives (bench/<tag>[_<run>]/archive)
         for f, value in saved.items():
             if value is None:
                 os.environ.pop(f"ALDEBARAN_KAFKA_{f.upper()}", None)

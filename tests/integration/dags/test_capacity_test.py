@@ -4,7 +4,7 @@ and that the report exists — never a figure (figures belong to `make bench`)."
 
 from __future__ import annotations
 
-from aldebaran.objectstore import ObjectStore
+from aldebaran.storage import Store
 
 TINY = {
     "rates": [300],
@@ -31,7 +31,7 @@ def _xcom(run, task_id: str):
         return XComModel.deserialize_value(row)
 
 
-def test_capacity_test_dag_measures_and_stores_a_correct_report(airflow_db, dagbag, spark, store: ObjectStore):
+def test_capacity_test_dag_measures_and_stores_a_correct_report(airflow_db, dagbag, spark, store: Store):
     dag = dagbag.dags["capacity_test"]
     run = dag.test(run_conf=TINY)
     assert run.state == "success", run.state

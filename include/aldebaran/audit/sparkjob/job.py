@@ -10,7 +10,7 @@ from aldebaran.audit.sparkjob.batch import TICK_TOPIC, BatchWriter
 from aldebaran.audit.sparkjob.jvmparse import Limits, parse_events
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.exceptions import AuditorError
-from aldebaran.settings import KafkaSettings, ObjectStoreSettings, load
+from aldebaran.settings import KafkaSettings, load
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def prepare_query(spark, settings: AuditorSettings, on_batch=None, guard=None, k
     from aldebaran.audit.sparkjob import plans
     from aldebaran.audit.archive import Archive
     from aldebaran.audit.rules import resolve
-    from aldebaran.objectstore import ObjectStore
+    from aldebaran.storage import open_store
 
     resolve(settings.rule_names())  # fail at start on an unknown rule, naming the setting
     from aldebaran.audit.sparkjob.endpass import refuse_if_finished
@@ -107,7 +107,7 @@ def prepare_query(spark, settings: AuditorSettings, on_batch=None, guard=None, k
     if settings.idle_ticks and settings.trigger == "processing-time":
         parsed = parsed.unionByName(tick_source(spark, parsed.columns))
 
-    store = ObjectStore(load(ObjectStoreSettings))
+    store = open_store()
     archive = Archive(store, settings.archive_prefix, settings.query_name)
     writer = BatchWriter(settings, kafka, archive, on_batch=on_batch, plan=plan, learn=plans.learn_partitioner)
     from aldebaran.audit.heartbeat import make_listener
@@ -159,10 +159,10 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
     spark.conf.set("spark.sql.adaptive.enabled", "false")  # shard id = shuffle partition id
     lease = prepared = None
     if settings.lease_seconds:  # never two auditors on one checkpoint (aldebaran.lease)
-        from aldebaran.objectstore import ObjectStore
+        from aldebaran.storage import open_store
         from aldebaran.lease import acquire
 
-        store = ObjectStore(load(ObjectStoreSettings))
+        store = open_store()
         if settings.standby:
             from aldebaran.audit.sparkjob.plans import read_recorded
             from aldebaran.audit.sparkjob.standby import wait_for_lease
@@ -270,9 +270,9 @@ def _active(query) -> bool:
 def print_status(settings: AuditorSettings) -> None:
     """`aldebaran auditor status`: the latest heartbeat and its age."""
     from aldebaran.audit.heartbeat import heartbeat_key, read
-    from aldebaran.objectstore import ObjectStore
+    from aldebaran.storage import open_store
 
-    store = ObjectStore(load(ObjectStoreSettings))
+    store = open_store()
     hb = read(store, settings.query_name)
     if hb is None:
         print(f"no heartbeat at {store.uri(heartbeat_key(settings.query_name))}: the auditor has not run yet")

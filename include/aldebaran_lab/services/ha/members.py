@@ -142,10 +142,10 @@ class MinIONode(Service):
         return minio_health(self.address, "cluster")
 
     def after_start(self) -> None:
-        from aldebaran.objectstore import ObjectStore
+        from aldebaran.storage import S3Store
 
         settings = self.settings()
-        if ObjectStore(settings).ensure_bucket():
+        if S3Store(settings).ensure_bucket():
             log.info("%s: created bucket %s", self.name, settings.bucket)
 
 
