@@ -12,6 +12,8 @@
 #                                                      pyspark 4.3 apart from the control venv's 4.2 (issue 19)
 #   jars/<pom name>-<hash of the pom>/                  Maven-resolved jar sets (setup/maven/*.xml)
 #   minio/<version>/bin/minio                          MinIO server built with `go install`
+#   alertmanager/<version>/bin/alertmanager            Prometheus Alertmanager built with `go install` (the
+#                                                      alertmanager channel's local service and its test)
 #
 # `setup.sh --ha` (make setup-ha) adds what only the HA profile needs: psycopg2 in the venv
 # (requirements-ha.txt) and Debian's `postgresql` and `haproxy` packages (apt-get, as root, only if absent).
@@ -25,6 +27,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${ALDEBARAN_CACHE:-$HOME/.cache/aldebaran}"
 PYTHON="${PYTHON:-python3}"
 MINIO_MODULE="github.com/minio/minio"
+ALERTMANAGER_PACKAGE="github.com/prometheus/alertmanager/cmd/alertmanager"
 # shellcheck source=../setup/versions.env
 source "$ROOT/setup/versions.env"
 MAVEN_SETS=(kafka-broker spark-kafka spark-s3a)
@@ -37,7 +40,7 @@ for arg in "$@"; do
     *) echo "setup: unknown argument $arg (only --ha)" >&2; exit 2 ;;
   esac
 done
-STEPS=$((5 + HA))  # the step calls at the end of this script
+STEPS=$((6 + HA))  # the step calls at the end of this script
 
 mkdir -p "$CACHE"
 total_start=$EPOCHREALTIME
@@ -193,6 +196,21 @@ minio_server() {
   "$dir/minio" --version | head -1
 }
 
+alertmanager_server() {
+  local dir="$CACHE/alertmanager/$ALERTMANAGER_VERSION/bin"
+  if [ -x "$dir/alertmanager" ]; then
+    echo "    cached: $dir/alertmanager"
+    return
+  fi
+  echo "    go install $ALERTMANAGER_PACKAGE@$ALERTMANAGER_VERSION (~1 min on 2 cores)"
+  mkdir -p "$dir"
+  GOBIN="$dir" GOFLAGS="${GOFLAGS:-} -trimpath" go install "$ALERTMANAGER_PACKAGE@$ALERTMANAGER_VERSION" 2>&1 | awk '
+    /^go: downloading / { n++; next }
+    { print; fflush() }
+    END { printf "    go: %d modules downloaded\n", n }'
+  "$dir/alertmanager" --version 2>&1 | head -1
+}
+
 ha_extras() {
   if "$ROOT/.venv/bin/python" -c 'import psycopg2, asyncpg' 2>/dev/null; then
     echo "    psycopg2, asyncpg in the venv"
@@ -233,5 +251,6 @@ step "python venv" python_venv
 step "spark runtimes" spark_runtimes
 step "maven jars" maven_jars
 step "minio" minio_server
+step "alertmanager" alertmanager_server
 if [ "$HA" -eq 1 ]; then step "ha extras: psycopg2, asyncpg, postgresql, haproxy" ha_extras; fi
 echo "==> setup complete in $(since "$total_start") (cache: $CACHE)"

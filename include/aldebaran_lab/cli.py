@@ -28,7 +28,7 @@ def cmd_services(args: argparse.Namespace) -> int:
     names = tuple(args.names) or None
     if args.action == "up":
         envfile.load_env(create=True)
-        wanted = names or services.CORE + (services.CLUSTER if args.cluster else ())
+        wanted = names or services.CORE + services.optional() + (services.CLUSTER if args.cluster else ())
         services.up(wanted)
         _print_status(services.status(wanted))
     elif args.action == "down":
@@ -36,7 +36,7 @@ def cmd_services(args: argparse.Namespace) -> int:
             from aldebaran_lab import demo_platform
 
             demo_platform.shut_down()
-        services.down(names or services.CORE + services.CLUSTER)
+        services.down(names or services.CORE + services.CLUSTER + services.OPTIONAL)
     elif args.action == "kill":
         for name in names or ():
             services.get(name).kill()

@@ -77,10 +77,14 @@ class ScriptedChannel(Channel):
 
 # --- the registry ----------------------------------------------------------------------------------
 def test_builtin_kinds_and_their_conn_types():
-    assert set(ch.KINDS) == {"webhook", "email", "kafka", "sms", "log"}
+    assert set(ch.KINDS) == {"webhook", "email", "kafka", "sms", "log", "alertmanager", "pagerduty", "opsgenie",
+                             "fcm", "apns"}
     assert dict(ch.CONN_TYPES) == {
         "webhook": "webhook", "http": "webhook", "https": "webhook", "email": "email", "smtp": "email",
-        "kafka": "kafka", "sms": "sms", "twilio": "sms", "log": "log"}
+        "kafka": "kafka", "sms": "sms", "twilio": "sms", "log": "log", "alertmanager": "alertmanager",
+        "prometheus_alertmanager": "alertmanager", "pagerduty": "pagerduty", "pagerduty_events": "pagerduty",
+        "opsgenie": "opsgenie", "opsgenie_alerts": "opsgenie", "fcm": "fcm", "firebase": "fcm", "apns": "apns",
+        "apple_push": "apns"}
     assert all(cls.kind == kind for kind, cls in ch.KINDS.items())
 
 
@@ -89,8 +93,10 @@ def test_unknown_conn_type_lists_the_registered_kinds(monkeypatch):
     with pytest.raises(ConfigError) as exc:
         configured_channels(["pager"])
     assert str(exc.value) == (
-        "AIRFLOW_CONN_ALDEBARAN_PAGER: field conn_type 'pigeon' is not a channel type; one of email, http, https, "
-        "kafka, log, sms, smtp, twilio, webhook (registered kinds: email, kafka, log, sms, webhook)")
+        "AIRFLOW_CONN_ALDEBARAN_PAGER: field conn_type 'pigeon' is not a channel type; one of alertmanager, apns, "
+        "apple_push, email, fcm, firebase, http, https, kafka, log, opsgenie, opsgenie_alerts, pagerduty, "
+        "pagerduty_events, prometheus_alertmanager, sms, smtp, twilio, webhook (registered kinds: alertmanager, "
+        "apns, email, fcm, kafka, log, opsgenie, pagerduty, sms, webhook)")
 
 
 def test_a_kind_registered_later_is_found_by_its_conn_type(monkeypatch, registry):

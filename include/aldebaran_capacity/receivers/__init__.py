@@ -10,6 +10,12 @@ context manager, records what it received and counts repeats, so a test can asse
   counting sends per (recipient, text) and per ``Reference``, with a lookup ``GET ?Reference=<ref>``.
 - :class:`SmtpRecorder` (:mod:`.smtp`): an aiosmtpd SMTP server (optional STARTTLS and AUTH) recording
   each message with its Message-ID.
+- :class:`FakePagerDuty` (:mod:`.pagerduty`), :class:`FakeOpsgenie` (:mod:`.opsgenie`): the providers'
+  published create-event contracts (their keys and payload checks, deduplication by ``dedup_key`` /
+  ``alias`` while an alert is open, 429 with ``Retry-After`` over a rate); `opened` counts alerts per key.
+- :class:`FakeFcm` (:mod:`.fcm`): FCM HTTP v1 with its OAuth 2 token endpoint (a service-account key it
+  hands out); :class:`FakeApns` (:mod:`.apns`): APNs' provider API over HTTP/2 and TLS with ES256
+  provider tokens. Neither deduplicates (as the real ones): repeats are counted per collapse key.
 
 The HTTP receivers run on aiohttp (:mod:`.base`): the dispatch target is ≥ 10k deliveries/s per webhook
 channel, so the receiver must not be what a benchmark measures (``aldebaran_capacity.bench.receiver_ceiling``
@@ -22,13 +28,18 @@ and ``down()`` (a context manager: the port refuses connections and open connect
 until the block ends).
 """
 
+from aldebaran_capacity.receivers.apns import FakeApns
 from aldebaran_capacity.receivers.base import LOCALHOST, HttpReceiver, self_signed_cert
+from aldebaran_capacity.receivers.fcm import FakeFcm
+from aldebaran_capacity.receivers.opsgenie import FakeOpsgenie
+from aldebaran_capacity.receivers.pagerduty import FakePagerDuty
 from aldebaran_capacity.receivers.process import ReceiverProcess, serve
 from aldebaran_capacity.receivers.sms import SmsMessage, SmsProvider
 from aldebaran_capacity.receivers.smtp import ReceivedMail, SmtpRecorder
 from aldebaran_capacity.receivers.webhook import BATCH_HEADER, WebhookDelivery, WebhookReceiver
 
 __all__ = [
+    "FakeApns", "FakeFcm", "FakeOpsgenie", "FakePagerDuty",
     "BATCH_HEADER", "LOCALHOST", "HttpReceiver", "ReceivedMail", "ReceiverProcess", "SmsMessage", "SmsProvider",
     "SmtpRecorder", "WebhookDelivery", "WebhookReceiver", "self_signed_cert", "serve",
 ]

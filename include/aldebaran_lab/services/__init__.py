@@ -10,10 +10,12 @@ log = logging.getLogger(__name__)
 
 CORE = ("minio", "kafka", "airflow")
 CLUSTER = ("spark-master", "spark-worker-1", "spark-worker-2")
+OPTIONAL = ("alertmanager",)  # started by `up` only when a configured channel needs it (optional())
 
 
 def get(name: str) -> Service:
     from aldebaran_lab.services.airflow import Airflow
+    from aldebaran_lab.services.alertmanager import Alertmanager
     from aldebaran_lab.services.kafka import Kafka
     from aldebaran_lab.services.minio import MinIO
     from aldebaran_lab.services.spark_cluster import SparkMaster, SparkWorker
@@ -22,6 +24,7 @@ def get(name: str) -> Service:
         "minio": MinIO,
         "kafka": Kafka,
         "airflow": Airflow,
+        "alertmanager": Alertmanager,
         "spark-master": SparkMaster,
         "spark-worker-1": lambda: SparkWorker(1),
         "spark-worker-2": lambda: SparkWorker(2),
@@ -31,12 +34,19 @@ def get(name: str) -> Service:
     return factories[name]()
 
 
+def optional() -> tuple[str, ...]:
+    """The optional services the configured channels need (an ``alertmanager`` channel on 127.0.0.1)."""
+    from aldebaran_lab.services import alertmanager
+
+    return ("alertmanager",) if alertmanager.wanted() else ()
+
+
 def up(names: tuple[str, ...] = CORE) -> None:
     for name in names:
         get(name).start()
 
 
-def down(names: tuple[str, ...] = CORE + CLUSTER) -> None:
+def down(names: tuple[str, ...] = CORE + CLUSTER + OPTIONAL) -> None:
     # Reverse order: consumers of a service stop before it.
     for name in reversed(names):
         get(name).stop()
@@ -46,4 +56,4 @@ def status(names: tuple[str, ...] = CORE + CLUSTER) -> list[Status]:
     return [get(n).status() for n in names]
 
 
-__all__ = ["CORE", "CLUSTER", "Service", "Status", "get", "up", "down", "status"]
+__all__ = ["CORE", "CLUSTER", "OPTIONAL", "optional", "Service", "Status", "get", "up", "down", "status"]

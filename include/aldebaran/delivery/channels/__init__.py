@@ -14,6 +14,11 @@ smtp            ``email``    SMTP, ``Message-ID: <alert_id@aldebaran>``, a plain
 kafka           ``kafka``    another topic/cluster, key = alert_id, idempotent producer
 sms             ``sms``      a Twilio-style provider API; cannot deduplicate; optional lookup
 log             ``log``      JSON lines in a file (demos)
+provider        what the provider channels share: a JSON POST, one reading of an HTTP status
+alertmanager    ``alertmanager``  Prometheus Alertmanager's API; deduplicated by label set
+pagerduty       ``pagerduty``  PagerDuty Events API v2, ``dedup_key`` = alert_id
+opsgenie        ``opsgenie``  Opsgenie Alert API, ``alias`` = alert_id
+push            ``fcm``, ``apns``  phone push (FCM HTTP v1, APNs HTTP/2); cannot deduplicate, collapse key = alert_id
 ==============  ==============================================================================
 
 A kind is one module: a :class:`Channel` subclass with ``can_dedupe``, ``from_connection`` and
@@ -58,6 +63,10 @@ from aldebaran.delivery.channels.log import LogChannel
 from aldebaran.delivery.channels.sms import E164, SmsChannel
 from aldebaran.delivery.channels.smtp import EmailChannel
 from aldebaran.delivery.channels.webhook import BATCH_HEADER, WebhookChannel, batch_key
+from aldebaran.delivery.channels.alertmanager import AlertmanagerChannel
+from aldebaran.delivery.channels.opsgenie import OpsgenieChannel
+from aldebaran.delivery.channels.pagerduty import PagerDutyChannel
+from aldebaran.delivery.channels.push import ApnsChannel, FcmChannel
 
 from aldebaran.delivery.channels.config import (  # noqa: E402 (after the kinds it names)
     channel_from_connection,
@@ -67,6 +76,7 @@ from aldebaran.delivery.channels.config import (  # noqa: E402 (after the kinds 
 from aldebaran.delivery.channels.sources import CHANNELS_VARIABLE, env_connection, in_airflow_task
 
 __all__ = [
+    "AlertmanagerChannel", "ApnsChannel", "FcmChannel", "OpsgenieChannel", "PagerDutyChannel",
     "BATCH_HEADER", "CHANNELS_VARIABLE", "CONN_ID_PREFIX", "CONN_TYPES", "DEDUPE_MAX_RUN", "E164", "ENV_PREFIX",
     "KINDS", "NAME_PATTERN", "SECRET_KEY_PATTERN", "USER_AGENT", "Channel", "Connection", "EmailChannel", "KafkaChannel", "LogChannel",
     "Outcome", "OutcomeUnknown", "PermanentError", "RetryableError", "SmsChannel", "WebhookChannel", "alert_body",

@@ -109,6 +109,18 @@ class Channel:
     lookup_lags: ClassVar[bool] = True
     remembers_sent: ClassVar[bool] = False
     fast: bool = False  # delivered from the fast lane too (set from the connection's extra, module docstring)
+    # What the kind can promise, shown by docs/operations.md's channel table and the Deliveries page
+    # (:meth:`promise`): the provider's deduplication key carrying the alert id (None: it cannot
+    # deduplicate), what happens to a send that may have happened, and the provider's published rate.
+    dedupe_key: ClassVar[str | None] = None
+    in_doubt_policy: ClassVar[str] = "IN_DOUBT for an operator: never re-sent automatically"
+    provider_rate: ClassVar[str | None] = None
+
+    @classmethod
+    def promise(cls) -> dict[str, Any]:
+        """The kind's promise (class attributes above), as the docs and the Deliveries page show it."""
+        return {"kind": cls.kind, "dedupe": cls.can_dedupe, "dedupe_key": cls.dedupe_key,
+                "in_doubt": cls.in_doubt_policy, "provider_rate": cls.provider_rate}
 
     def __init__(self, name: str, *, concurrency: int = DEFAULT_CONCURRENCY, max_run: int | None = None) -> None:
         if concurrency < 1:

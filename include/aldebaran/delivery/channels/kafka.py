@@ -30,6 +30,8 @@ class KafkaChannel(Channel):
     """Forward to a topic: key = alert id, value = alert JSON, idempotent producer (module docstring)."""
 
     can_dedupe: ClassVar[bool] = True
+    dedupe_key: ClassVar[str | None] = "message key = alert id (consumers dedupe by key; idempotent producer)"
+    in_doubt_policy: ClassVar[str] = "re-sent with the same key"
     OWN_KEYS: ClassVar[tuple[str, ...]] = ("topic", "flush_timeout")
 
     def __init__(self, name: str, topic: str, config: Mapping[str, Any], flush_timeout: float = 10.0,

@@ -46,6 +46,8 @@ class LogChannel(Channel):
     can_dedupe: ClassVar[bool] = False
     lookup_lags: ClassVar[bool] = False  # the file answers at once
     remembers_sent: ClassVar[bool] = True
+    dedupe_key: ClassVar[str | None] = "its own sent-log, by alert id"
+    in_doubt_policy: ClassVar[str] = "settled at once by reading the file"
 
     def __init__(self, name: str = "log", path: str | Path | None = None, *, max_run: int | None = None) -> None:
         # A crash costs no doubt here (lookup), so runs are as long as on a deduplicating channel.

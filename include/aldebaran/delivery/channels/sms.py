@@ -44,6 +44,9 @@ class SmsChannel(Channel):
     """A Twilio-style SMS API (module docstring); cannot deduplicate."""
 
     can_dedupe: ClassVar[bool] = False
+    in_doubt_policy: ClassVar[str] = ("IN_DOUBT: settled by the provider's lookup (extra lookup: true), "
+                                      "else by an operator; never re-sent automatically")
+    provider_rate: ClassVar[str | None] = "the provider's (Twilio: about 1 message/s per long-code number)"
 
     def __init__(self, name: str, base_url: str, account_sid: str, auth_token: str | SecretStr,
                  sender: str, recipient: str, timeout: float = 10.0, verify: bool | str = True, *,

@@ -32,6 +32,8 @@ class EmailChannel(Channel):
     """SMTP with ``Message-ID: <alert_id@aldebaran>`` (module docstring)."""
 
     can_dedupe: ClassVar[bool] = True
+    dedupe_key: ClassVar[str | None] = "Message-ID <alert_id@domain> (mail clients and archives collapse repeats)"
+    in_doubt_policy: ClassVar[str] = "re-sent with the same Message-ID"
     domain: ClassVar[str] = "aldebaran"
 
     def __init__(self, name: str, host: str, sender: str, recipients: list[str], port: int | None = None,

@@ -54,6 +54,8 @@ class WebhookChannel(Channel):
     """HTTP(S) POST of signed alert JSON with the alert id as ``Idempotency-Key`` (module docstring)."""
 
     can_dedupe: ClassVar[bool] = True
+    dedupe_key: ClassVar[str | None] = "Idempotency-Key header = alert id (per alert id in a batch)"
+    in_doubt_policy: ClassVar[str] = "re-sent with the same key: the receiver answers 409"
 
     def __init__(self, name: str, url: str, secret: str | SecretStr, timeout: float = 10.0,
                  verify: bool | str = True, response_id_header: str = "X-Request-Id", *, batch: int = 1,
