@@ -1,6 +1,6 @@
 """The checkpoint lease: never two auditors on one checkpoint.
 
-One object per checkpoint in the object store, ``leases/auditor/<sha256(checkpoint)[:32]>.json``:
+One object per checkpoint in the object store (its key: ``aldebaran.checkpoint.Checkpoint.lease_key``):
 
     {"checkpoint", "query", "state": held|released|revoked|broken, "generation", "owner",
      "host", "pid", "acquired_at", "renewed_at", "expires_at", "ttl_seconds", "note"}
@@ -28,7 +28,6 @@ clocks within a small fraction of the ttl of each other (NTP), the usual conditi
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -39,18 +38,17 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
+from aldebaran.checkpoint import Checkpoint
 from aldebaran.exceptions import AlreadyExists, LeaseHeld, LeaseLost, NotFound, ObjectStoreError, PreconditionFailed
 from aldebaran.storage import Store
 
 log = logging.getLogger(__name__)
 
-PREFIX = "leases/auditor"
 HELD, RELEASED, REVOKED, BROKEN = "held", "released", "revoked", "broken"
 
 
 def lease_key(checkpoint: str) -> str:
-    digest = hashlib.sha256(checkpoint.rstrip("/").encode()).hexdigest()[:32]
-    return f"{PREFIX}/{digest}.json"
+    return Checkpoint(checkpoint).lease_key
 
 
 def _iso(epoch: float | None) -> str:

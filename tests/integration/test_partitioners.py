@@ -19,6 +19,7 @@ from confluent_kafka import Producer
 from aldebaran import kafka_admin, kafka_io, reference
 from aldebaran.audit.partitioning import LIBRDKAFKA, partition_of
 from aldebaran.audit.sparkjob import plans
+from aldebaran.checkpoint import Checkpoint
 from aldebaran.exceptions import ConfigError
 from aldebaran_capacity import loadgen
 from tests.integration.test_plans import _run  # the auditor run to the end of its input, its batch figures
@@ -59,12 +60,12 @@ def test_a_default_confluent_producer_gets_the_fast_path_from_an_empty_topic(spa
     name = f"part-{unique}"
     first = _run(spark, checkpoint, name)  # an empty topic: the plan, partitioner not known yet
     assert sum(f["applied"] for f in first) == 0
-    assert plans.read_recorded(checkpoint + "/books").partitioner is None
+    assert plans.read_recorded(Checkpoint(checkpoint).books).partitioner is None
     recs = list(loadgen.records(loadgen.original_mix(300, 11)))
     _produce(_plain_producer(kafka_topics), kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
     figures = _run(spark, checkpoint, name, max_offsets_per_trigger=400)
     assert {f["plan"] for f in figures} == {"copartitioned"}
-    assert plans.read_recorded(checkpoint + "/books").partitioner == "crc32"
+    assert plans.read_recorded(Checkpoint(checkpoint).books).partitioner == "crc32"
     assert sum(f["misrouted"] for f in figures) == 0
     assert sum(f["applied"] for f in figures) == len(recs)
     assert _ids(kafka_topics) == sorted((a["alert_id"], a["kind"], a["order_id"])

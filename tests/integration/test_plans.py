@@ -1,7 +1,7 @@
-"""The auditor's plans on real Kafka, Spark and MinIO (aldebaran.audit.sparkjob.plans, copart, pyparse):
+"""The auditor's plans on real Kafka, Spark and MinIO (aldebaran.audit.sparkjob.plans, copart, events.Parser):
 
-- a topic keyed by order id (the producer contract) runs co-partitioned, with either parser, and gives
-  the reference model's alerts;
+- a topic keyed by order id (the producer contract) runs co-partitioned, parsed in Python, books in one
+  host process per shard, and gives the reference model's alerts;
 - an unkeyed topic runs the shuffle plan, with the same alerts;
 - an event in the wrong partition is never audited there: it is counted, produced to its owner
   partition, and audited in a later batch; the alerts equal the reference's;
@@ -19,6 +19,7 @@ from aldebaran import kafka_io, reference
 from aldebaran.audit.partitioning import owner
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job, shardhost
+from aldebaran.checkpoint import Checkpoint
 from aldebaran.exceptions import ConfigError
 from aldebaran.settings import load
 from aldebaran_capacity import loadgen
@@ -48,28 +49,23 @@ def _mix(orders: int = 300, seed: int = 5):
     return list(loadgen.records(loadgen.original_mix(orders, seed)))
 
 
-@pytest.mark.parametrize("parser,host", [("python", "dedicated"), ("python", "worker"), ("jvm", "dedicated")])
-def test_keyed_topic_runs_copartitioned_and_matches_the_reference(spark, kafka_topics, checkpoint, unique, parser,
-                                                                  host):
+def test_keyed_topic_runs_copartitioned_and_matches_the_reference(spark, kafka_topics, checkpoint, unique):
     recs = _mix()
     kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
-    figures = _run(spark, checkpoint, f"plan-{unique}", parser=parser if parser == "jvm" else "auto",
-                   shard_host=host, max_offsets_per_trigger=300)
-    assert {(f["plan"], f["parser"]) for f in figures} == {("copartitioned", parser)}
+    figures = _run(spark, checkpoint, f"plan-{unique}", max_offsets_per_trigger=300)
+    assert {(f["plan"], f["parser"]) for f in figures} == {("copartitioned", "python")}
     assert sum(f["misrouted"] for f in figures) == 0
     assert sum(f["applied"] for f in figures) == len(recs)
-    if parser == "python":
-        assert sum(f["parsed_fast"] for f in figures) == len(recs)
-    # Several batches: with dedicated hosts every shard stays in one process (never replayed from the
-    # other's deltas); each worker holding its own copy is what "worker" means.
+    assert sum(f["parsed_fast"] for f in figures) == len(recs)
+    # Several batches: every shard stays in its host process (loaded cold once, never replayed from
+    # deltas another process wrote).
     loads = [k for f in figures for k, n in f["shard_loads"].items() for _ in range(n)]
     assert len(figures) >= 4
-    if host == "dedicated":
-        assert set(loads) == {"cold", "cache"} and loads.count("cold") == 2, loads
-        # The hosts end with the query (the stop job finds them by the executor's pid), not only when idle.
-        jvm = spark._jvm.java.lang.ProcessHandle.current().pid()
-        state_root = checkpoint.rstrip("/") + "/books"
-        assert [os.path.exists(shardhost.socket_path(state_root, s, jvm)) for s in range(2)] == [False, False]
+    assert set(loads) == {"cold", "cache"} and loads.count("cold") == 2, loads
+    # The hosts end with the query (the stop job finds them by the executor's pid), not only when idle.
+    jvm = spark._jvm.java.lang.ProcessHandle.current().pid()
+    books = Checkpoint(checkpoint).books
+    assert [os.path.exists(shardhost.socket_path(books, s, jvm)) for s in range(2)] == [False, False]
     expected = reference.expected_alerts([r.value for r in recs])
     assert expected and _keys(_alerts(kafka_topics)) == _keys(expected)
 

@@ -14,7 +14,7 @@ from aldebaran.audit import book as step
 from aldebaran.audit import provenance
 from aldebaran.audit.model import Book, EventRow
 from aldebaran.audit.rules import resolve
-from aldebaran.audit.sparkjob.batch import alert_records
+from aldebaran.audit.sparkjob.rows import alert_records
 from aldebaran.audit.state.rows import freeze, thaw
 from aldebaran.audit.state.store import Config, ShardStore
 

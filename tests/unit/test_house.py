@@ -2,12 +2,14 @@
 product — and no module is part of an import cycle.
 
 Read from the source with `ast`, so a lazy import inside a function counts like a top-level one (it
-is a dependency all the same); imports under ``if TYPE_CHECKING:`` do not (they never run).
+is a dependency all the same), and so does one under ``if TYPE_CHECKING:`` (the type names a module the
+reader must understand first: a cycle of annotations is a cycle of understanding).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import textwrap
@@ -29,13 +31,6 @@ MAY_IMPORT = {
 DEPLOYED = {"dags": ("aldebaran", "aldebaran_capacity"), "plugins": ("aldebaran", "aldebaran_capacity"),
             "spark_apps": ("aldebaran",)}
 
-# Cycles that are known and still to be broken (issue 17: the auditor's Spark job and its shard host).
-# A new cycle fails the test; so does an entry here that no longer is one (delete it).
-KNOWN_CYCLES = {
-    frozenset({"aldebaran.audit.sparkjob.batch", "aldebaran.audit.sparkjob.copartitioned",
-               "aldebaran.audit.sparkjob.shardhost"}),
-}
-
 
 # --- reading the imports ------------------------------------------------------------------------
 def module_name(path: Path, base: Path) -> str:
@@ -51,23 +46,14 @@ def modules() -> dict[str, Path]:
     return {module_name(p, INCLUDE): p for pkg in MAY_IMPORT for p in sorted((INCLUDE / pkg).rglob("*.py"))}
 
 
-def _type_checking_only(node: ast.AST, parents: dict) -> bool:
-    while node in parents:
-        node = parents[node]
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            return True
-    return False
-
-
 def imports(path: Path, name: str) -> list[tuple[str, int]]:
-    """(imported module, line) for every import the module can execute, relative ones resolved;
-    ``from package import name`` is the submodule when ``name`` is one."""
+    """(imported module, line) for every import in the module (lazy and TYPE_CHECKING ones too), relative
+    ones resolved; ``from package import name`` is the submodule when ``name`` is one."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = []
     for node in ast.walk(tree):
-        if not isinstance(node, (ast.Import, ast.ImportFrom)) or _type_checking_only(node, parents):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
             continue
         if isinstance(node, ast.Import):
             out += [(alias.name, node.lineno) for alias in node.names]
@@ -187,10 +173,7 @@ def a_cycle(g: dict[str, set[str]], component: set[str]) -> list[str]:
 def test_no_import_cycles():
     g = graph()
     cycles = strongly_connected(g)
-    new = [" → ".join(a_cycle(g, c)) for c in cycles if frozenset(c) not in KNOWN_CYCLES]
-    assert not new, "import cycles: " + "; ".join(new)
-    gone = [sorted(c) for c in KNOWN_CYCLES if c not in {frozenset(c) for c in cycles}]
-    assert not gone, f"no longer cycles, delete them from KNOWN_CYCLES: {gone}"
+    assert not cycles, "import cycles: " + "; ".join(" → ".join(a_cycle(g, c)) for c in cycles)
 
 
 def test_the_cycle_check_sees_a_cycle_and_names_it():
@@ -245,3 +228,71 @@ def test_the_image_leaves_the_lab_out_and_keeps_the_rest():
     assert "include/aldebaran_lab" in ignored
     assert not ignored & {"include", "include/aldebaran", "include/aldebaran_capacity", "dags", "plugins", "spark_apps",
                           "setup", "pyproject.toml", "requirements.txt", "constraints.txt", "packages.txt"}
+
+
+# --- one Checkpoint ----------------------------------------------------------------------------------
+# A string that builds a path of the checkpoint's layout: its books, Spark's state, the lease, the markers.
+CHECKPOINT_LAYOUT = re.compile(r"/(books|spark)(/|$)|^(books|spark)/|FINISHED\.json|plan\.json|leases/auditor")
+CHECKPOINT_MODULE = INCLUDE / "aldebaran" / "checkpoint.py"
+
+
+def layout_strings(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every string in the module's code that spells a piece of the checkpoint's layout
+    (docstrings aside: they may describe it). An f-string counts by its literal parts."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+            and CHECKPOINT_LAYOUT.search(node.value)]
+
+
+def test_only_the_checkpoint_module_builds_checkpoint_paths():
+    """aldebaran.checkpoint.Checkpoint owns the layout: nothing else spells `/books`, `/spark`, the lease's
+    prefix or a marker's name."""
+    files = [p for folder in ("include", "dags", "plugins", "spark_apps") for p in sorted((ROOT / folder).rglob("*.py"))
+             if p != CHECKPOINT_MODULE]
+    found = [f"{p.relative_to(ROOT)}:{line} {text!r}" for p in files for line, text in layout_strings(p)]
+    assert not found, "build these with aldebaran.checkpoint.Checkpoint: " + "; ".join(found)
+    assert layout_strings(CHECKPOINT_MODULE), "the scan no longer sees the layout where it is built"
+
+
+def test_the_checkpoint_scan_sees_a_string_built_path(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""Books live in <checkpoint>/books."""\n'
+                   'def books(cp):\n    return cp.rstrip("/") + "/books"\n'
+                   'def commits(cp):\n    return f"{cp}/spark/commits"\n'
+                   'MARKER = "FINISHED.json"\n')
+    assert sorted(line for line, _ in layout_strings(bad)) == [3, 5, 6]
+
+
+# --- one typed model: one Alert, one Event ---------------------------------------------------------------
+MODEL = "include/aldebaran/model.py"
+DRIFTED = {"EventRow", "Trade"}  # the event's former second and third names
+
+
+def classes_named(names: set[str], folder: Path = INCLUDE) -> dict[str, list[str]]:
+    """Where each class of these names is defined under `folder` (path relative to the repository)."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef) and node.name in names:
+                found.setdefault(node.name, []).append(str(path.relative_to(folder.parent)))
+    return found
+
+
+def test_one_alert_class_and_one_event_type():
+    """aldebaran.model holds the one Alert and the one Event: the audit's rule result is a Finding, and
+    neither the parse nor explain has an event type of its own."""
+    found = classes_named({"Alert", "Event"} | DRIFTED)
+    assert found.get("Alert") == [MODEL], f"one class Alert, in {MODEL}: {found.get('Alert')}"
+    assert found.get("Event") == [MODEL], f"one class Event, in {MODEL}: {found.get('Event')}"
+    assert not DRIFTED & set(found), f"use aldebaran.model.Event: {[(n, found[n]) for n in DRIFTED & set(found)]}"
+
+
+def test_the_class_scan_sees_a_second_alert(tmp_path):
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "a.py").write_text("class Alert:\n    pass\n\ndef f():\n    class Trade:\n        pass\n")
+    assert classes_named({"Alert", "Trade"}, tmp_path / "include") == {"Alert": ["include/a.py"],
+                                                                       "Trade": ["include/a.py"]}

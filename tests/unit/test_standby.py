@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aldebaran import events, reference
-from aldebaran.audit.sparkjob.batch import BatchContext
-from aldebaran.audit.sparkjob.copartitioned import _store
+from aldebaran.audit.sparkjob.rows import BatchContext, store_for
 from aldebaran.audit.sparkjob.shardhost import _warm
 from aldebaran.audit.state.store import _CACHE
 from aldebaran.exceptions import ConfigError
@@ -29,13 +28,13 @@ def test_warm_loads_the_latest_version_so_that_the_next_batch_finds_it_in_memory
     ctx = BatchContext(state_root=str(tmp_path), rule_names=("overfill",), ttl_ms=600_000, grace_ms=60_000,
                        snapshot_every=20)
     assert _warm(ctx, 0) == {"shard": 0, "version": None, "books": 0, "loaded": "none"}  # no books yet
-    active = _store(ctx, 0)
+    active = store_for(ctx, 0)
     for batch in range(3):
         active.apply(batch, iter(rows(range(batch * 10, batch * 10 + 10))))
     _CACHE.clear()  # the standby is another process: nothing of the active's in its memory
 
     assert _warm(ctx, 0) == {"shard": 0, "version": 2, "books": 30, "loaded": "cold"}
-    successor = _store(ctx, 0)
+    successor = store_for(ctx, 0)
     out = successor.apply(3, iter(rows(range(30, 35))))
     assert successor.loaded == "cache" and out.open_books == 35
 

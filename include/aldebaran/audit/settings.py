@@ -34,9 +34,10 @@ class AuditorSettings(BaseSettings):
     shards: int = Field(2, ge=1, le=4096, description="book shards (state partitions) of the shuffle plan; the "
                         "co-partitioned plan has one per partition of the trades topic")
     plan: Literal["auto", "copartitioned", "shuffle"] = Field(
-        "auto", description="copartitioned: one shard per trades partition, no shuffle (producers key by order id); "
-        "shuffle: repartition by order id; auto: copartitioned if a sample of the topic keeps the keying contract "
-        "(an existing checkpoint keeps its plan)")
+        "auto", description="copartitioned: one shard per trades partition, no shuffle, parsed in Python, books in "
+        "one process per shard (producers key by order id); shuffle: parsed in the JVM, repartitioned by order id "
+        "(any keying: the fallback for unkeyed topics); auto: copartitioned if a sample of the topic keeps the "
+        "keying contract (an existing checkpoint keeps its plan)")
     alerts_from: Literal["shard", "driver"] = Field(
         "driver", description="co-partitioned plan: who produces the alerts to Kafka — driver: foreachBatch, after "
         "the whole batch (the shuffle plan always does this); shard: each shard task, as soon as its book delta is "
@@ -47,9 +48,6 @@ class AuditorSettings(BaseSettings):
         "that owns an order — crc32: librdkafka/confluent-kafka's default (consistent_random); murmur2: the Java "
         "client's default (librdkafka murmur2_random); fnv1a: librdkafka fnv1a_random; auto: detected from the "
         "topic's events and recorded with the books (an existing checkpoint keeps its own)")
-    parser: Literal["auto", "python", "jvm"] = Field(
-        "auto", description="where trades are parsed: python (msgspec + the reference validator, in the shard task; "
-        "co-partitioned plan only) or jvm (Spark column expressions); auto: python when co-partitioned")
     ttl_seconds: float = Field(600.0, gt=0, description="a book expires this long after its first event")
     idle_grace_seconds: float = Field(
         60.0, ge=0, description="idle-stream fallback: also expire ttl+grace after a book was opened (processing time)"
@@ -62,13 +60,9 @@ class AuditorSettings(BaseSettings):
         1.0, ge=0, description="a snapshot only once the deltas written since the last one reach this × its size "
         "(amortises the O(open books) snapshot over the books touched; 0: every snapshot_every batches)"
     )
-    shard_host: Literal["worker", "dedicated"] = Field(
-        "dedicated", description="co-partitioned plan: where a shard's books live — dedicated: one process per "
-        "shard and executor (one copy of each book); worker: the Python worker that runs the task (Spark picks "
-        "any idle one, so each worker ends up with a copy and replays the other's deltas)")
     shard_host_idle_seconds: float = Field(
-        600.0, gt=0, description="a dedicated shard host stops after this long without a batch (it also stops with "
-        "its executor, and when the auditor stops)")
+        600.0, gt=0, description="co-partitioned plan: a shard's host process stops after this long without a batch "
+        "(it also stops with its executor, and when the auditor stops)")
     max_message_bytes: int = Field(events.MAX_MESSAGE_BYTES, ge=64, description="larger messages go to the DLQ")
     max_id_length: int = Field(events.MAX_ID_LENGTH, ge=1, description="longer ids go to the DLQ")
     max_shares: int = Field(events.MAX_SHARES, ge=1, description="larger #shares go to the DLQ")

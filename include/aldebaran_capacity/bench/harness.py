@@ -33,6 +33,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
+from aldebaran.checkpoint import Checkpoint
 from aldebaran.reference import expected_grouped
 from aldebaran_capacity import loadgen
 from aldebaran_capacity.loadgen import Mix, Record
@@ -776,7 +777,7 @@ def latency(spark, rates: list[int], duration_s: float, mix: Mix | None = None, 
                                     timeout_seconds=3600)
         progress = _progress_listener(settings.query_name)
         spark.streams.addListener(progress)
-        sampler = _RunSampler(spark, settings.checkpoint.rstrip("/") + "/books")
+        sampler = _RunSampler(spark, Checkpoint(settings.checkpoint).books)
         sampler.start()
         collector = AlertCollector(kafka)
         collector.start()

@@ -1,4 +1,4 @@
-"""The auditor's plans and parsers side by side (issue 16): one backlog on one topic, each variant draining it
+"""The auditor's plans side by side: one backlog on one topic, each variant draining it
 from a fresh checkpoint in turn (the order rotates every repeat, so drift on this shared machine does not
 favour one), each checked against the reference model; and in the same run the two ceilings that bound
 them: Spark's Kafka source alone (read every value, nothing else) and the Spark batch job (JVM parse,
@@ -20,11 +20,10 @@ from aldebaran_capacity.bench import harness
 
 log = logging.getLogger(__name__)
 
-# (plan, parser, shard host): the shuffle plan with the JVM parse (the plan before issue 16); the
-# co-partitioned plan with the JVM parse; with the Python parse, books in the Spark Python workers; and
-# with books in dedicated shard hosts (the default).
-VARIANTS = (("shuffle", "jvm", "worker"), ("copartitioned", "jvm", "dedicated"), ("copartitioned", "python", "worker"),
-            ("copartitioned", "python", "dedicated"))
+# (plan, parser, shard host), the keys of the results: the auditor's two plans, each with the parser and the
+# home of the books it comes with (plans.Plan). Earlier reports also ran the co-partitioned plan with the JVM
+# parse and with books in Spark's Python workers; those variants lost (docs/benchmarks.md) and left the product.
+VARIANTS = (("shuffle", "jvm", "worker"), ("copartitioned", "python", "dedicated"))
 
 
 def spark_read(spark, kafka) -> dict:
@@ -50,8 +49,8 @@ def compare(spark, backlog: harness.Backlog, repeats: int = 2, ttl_s: float = 60
         runs: dict[tuple[str, str, str], list[dict]] = {v: [] for v in VARIANTS}
         reads, batch_jobs = [], []
         # One unmeasured drain first: the first auditor run of a bench process pays the JVM's warm-up (JIT,
-        # class loading), which would otherwise land on whichever variant runs first (a 3x penalty seen in
-        # the 2026-11-25 10:06 run: shuffle 10,109 in repeat 1, 29,986 in repeat 2).
+        # class loading), which would otherwise land on whichever variant runs first (docs/design.md "What
+        # limits throughput").
         with tempfile.TemporaryDirectory(prefix="bench-plan-warmup-") as ckpt:
             harness.run_auditor(spark, harness.auditor_settings(
                 f"{t}_warmup", ckpt, ttl_seconds=ttl_s, max_offsets_per_trigger=per_trigger, idle_ticks=False))
@@ -65,8 +64,7 @@ def compare(spark, backlog: harness.Backlog, repeats: int = 2, ttl_s: float = 60
                 with tempfile.TemporaryDirectory(prefix="bench-plan-") as ckpt:
                     settings = harness.auditor_settings(
                         f"{t}_{plan}_{parser}_{host}_{r}", ckpt, ttl_seconds=ttl_s,
-                        max_offsets_per_trigger=per_trigger, idle_ticks=False, plan=plan, parser=parser,
-                        shard_host=host, shards=2)
+                        max_offsets_per_trigger=per_trigger, idle_ticks=False, plan=plan, shards=2)
                     res = harness.run_auditor(spark, settings, on_batch=figures.append)
                 check = harness.compare(harness.read_alerts(kafka), expected)
                 loads: dict[str, int] = {}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Hashable, Iterable, Iterator, Mapping, Sequence
 
 from aldebaran import kafka_admin, kafka_io, paths, reference
+from aldebaran.checkpoint import Checkpoint
 from aldebaran.delivery.channels import sms_text
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT
 from aldebaran.exceptions import AldebaranError, NotFound, ObjectStoreError
@@ -184,7 +185,7 @@ def auditor_args(ws: Workspace, *, rules: str = "overfill", max_offsets: int = 2
 # --- progress from the checkpoint -------------------------------------------------------------------
 def _checkpoint_files(ws: Workspace, sub: str) -> dict[int, str]:
     """Batch id → location of the Spark checkpoint's offsets/ or commits/ entries."""
-    root = ws.checkpoint.rstrip("/") + "/spark/" + sub
+    root = Checkpoint(ws.checkpoint).spark_log(sub)
     out: dict[int, str] = {}
     if root.startswith("s3a://"):
         key_prefix = root.split("/", 3)[3] + "/"

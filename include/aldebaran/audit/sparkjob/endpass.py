@@ -22,21 +22,20 @@ import logging
 import time
 
 from aldebaran.audit.state.files import files_for, versions
+from aldebaran.checkpoint import FINISHED, Checkpoint
 from aldebaran.exceptions import AuditorError
 
 log = logging.getLogger(__name__)
 
-FINISHED = "FINISHED.json"
 
-
-def refuse_if_finished(state_root: str) -> None:
+def refuse_if_finished(checkpoint: Checkpoint) -> None:
     """At start: a checkpoint whose books an expire-at-end run expired cannot be resumed."""
     try:
-        marker = json.loads(files_for(state_root).get(FINISHED))
+        marker = json.loads(files_for(checkpoint.books).get(FINISHED))
     except FileNotFoundError:
         return
     raise AuditorError(
-        f"checkpoint {state_root.rsplit('/books', 1)[0]} was finished by a bounded run with expire-at-end "
+        f"checkpoint {checkpoint.root} was finished by a bounded run with expire-at-end "
         f"(query {marker.get('query')}, after batch {marker.get('last_batch')}, at {marker.get('at_iso')}): "
         "every book was expired, so resuming it would audit from empty books. Use a fresh checkpoint "
         "(ALDEBARAN_AUDIT_CHECKPOINT)")
@@ -47,7 +46,7 @@ def expire_at_end(spark, writer, query_name: str) -> dict | None:
     pass's figures (as a batch's), or None when this run wrote no batch (nothing to follow)."""
     last = writer.last.get("batch_id")
     if last is None:  # no new input in this run: follow the checkpoint's last version
-        deltas, snapshots = versions(files_for(f"{writer.ctx.state_root.rstrip('/')}/shard-0000"))
+        deltas, snapshots = versions(files_for(Checkpoint.of_books(writer.ctx.state_root).shard(0)))
         last = max([*deltas, *snapshots], default=None)
         if last is None:
             log.info("expire-at-end: the checkpoint holds no books yet; nothing to expire")
@@ -57,12 +56,14 @@ def expire_at_end(spark, writer, query_name: str) -> dict | None:
     plan = writer.plan
     ctx = dataclasses.replace(writer.ctx, expire_all=True)
     shards = list(range(plan.shards))
-    if plan.name == "copartitioned":
-        from aldebaran.audit.sparkjob.copartitioned import idle_shards_function
+    if plan.copartitioned:
+        from aldebaran.audit.sparkjob.shardhost import idle_shards_function
 
-        body = idle_shards_function(ctx, batch_id, plan.shards, plan.parser, plan.host)
+        body = idle_shards_function(ctx, batch_id, plan.shards)
     else:
-        body = _shards_function(ctx, batch_id)
+        from aldebaran.audit.sparkjob.shuffle import expire_all_function
+
+        body = expire_all_function(ctx, batch_id)
     rows = spark.sparkContext.parallelize(shards, len(shards)).mapPartitions(body).collect()
     writer.emit(batch_id, rows, t0, {"expire_all": round((time.perf_counter() - t0) * 1000, 1)})
     files_for(ctx.state_root).put(FINISHED, json.dumps({
@@ -72,18 +73,3 @@ def expire_at_end(spark, writer, query_name: str) -> dict | None:
     log.info("expire-at-end: %s open books expired, %s alerts (%s)", writer.last.get("expired"),
              writer.last.get("alerts"), json.dumps(writer.last.get("alert_kinds")))
     return writer.last
-
-
-def _shards_function(ctx, batch_id: int):
-    """The shuffle plan's shards, each in whichever Python worker runs it (the books load from the
-    checkpoint, or that worker's cache): no events, every book expires."""
-
-    def run(shard_ids):
-        from aldebaran.audit.sparkjob.copartitioned import _records, _store
-
-        for shard_id in shard_ids:
-            out = _store(ctx, shard_id).apply(batch_id, iter(()), expire_all=True)
-            yield from _records(out, shard_id, 0, 0, {"fast": 0, "slow": 0},
-                                ctx.kafka.trades_topic if ctx.kafka is not None else "")
-
-    return run

@@ -6,9 +6,9 @@ import json
 import logging
 import time
 
-from aldebaran.audit.sparkjob.batch import TICK_TOPIC, BatchWriter
-from aldebaran.audit.sparkjob.jvmparse import Limits, parse_events
 from aldebaran.audit.settings import AuditorSettings
+from aldebaran.audit.sparkjob.batch import TICK_TOPIC, BatchWriter
+from aldebaran.checkpoint import Checkpoint
 from aldebaran.exceptions import AuditorError
 from aldebaran.settings import KafkaSettings, load
 
@@ -92,18 +92,22 @@ def prepare_query(spark, settings: AuditorSettings, on_batch=None, guard=None, k
     resolve(settings.rule_names())  # fail at start on an unknown rule, naming the setting
     from aldebaran.audit.sparkjob.endpass import refuse_if_finished
 
-    refuse_if_finished(settings.checkpoint.rstrip("/") + "/books")
+    checkpoint = Checkpoint(settings.checkpoint)
+    refuse_if_finished(checkpoint)
     kafka = kafka or load(KafkaSettings)
-    limits = Limits(settings.max_message_bytes, settings.max_id_length, settings.max_shares)
-    plan = plans.decide(settings, kafka, settings.checkpoint.rstrip("/") + "/books")
+    plan = plans.decide(settings, kafka, checkpoint.books)
     source = kafka_source(spark, settings, kafka)
-    if plan.parser == "python":  # the shard tasks parse (aldebaran.audit.pyparse): the raw columns only
+    if plan.copartitioned:  # the shard hosts parse (aldebaran.events.Parser): the raw columns only
         from pyspark.sql import functions as F
 
-        parsed = source.select("key", "value", "topic", "partition", "offset",
+        from aldebaran.audit.sparkjob.copartitioned import RAW_FIELDS
+
+        parsed = source.select(*RAW_FIELDS[:-1],
                                (F.unix_micros(F.col("timestamp")) / 1000).cast("long").alias("kafka_ts"))
     else:
-        parsed = parse_events(source, limits)
+        from aldebaran.audit.sparkjob.jvmparse import Limits, parse_events
+
+        parsed = parse_events(source, Limits(settings.max_message_bytes, settings.max_id_length, settings.max_shares))
     if settings.idle_ticks and settings.trigger == "processing-time":
         parsed = parsed.unionByName(tick_source(spark, parsed.columns))
 
@@ -115,7 +119,7 @@ def prepare_query(spark, settings: AuditorSettings, on_batch=None, guard=None, k
     listener = make_listener(store, settings.query_name, lambda batch_id: writer.recent.get(batch_id))
     stream = (
         parsed.writeStream.queryName(settings.query_name)
-        .option("checkpointLocation", settings.checkpoint.rstrip("/") + "/spark")
+        .option("checkpointLocation", checkpoint.spark)
         .foreachBatch(writer if guard is None else _guarded(writer, guard))
     )
     if settings.trigger == "available-now":
@@ -168,7 +172,7 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
             from aldebaran.audit.sparkjob.standby import wait_for_lease
 
             held = []
-            if read_recorded(settings.checkpoint.rstrip("/") + "/books") is not None:
+            if read_recorded(Checkpoint(settings.checkpoint).books) is not None:
                 # The active recorded its plan: build all of the query but its start while waiting.
                 prepared = prepare_query(spark, settings, on_batch, guard=lambda: held[0].check(), kafka=kafka)
             try:
@@ -241,10 +245,10 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
 
 
 def _stop_shard_hosts(spark, writer) -> None:
-    """Best effort: the dedicated shard hosts (aldebaran.audit.sparkjob.shardhost) end with the query, not only when
-    idle. A host this misses (another executor) stops when idle or when its executor is gone."""
+    """Best effort: the co-partitioned plan's shard hosts (aldebaran.audit.sparkjob.shardhost) end with the
+    query, not only when idle. A host this misses (another executor) stops when idle or when its executor is gone."""
     plan = writer.plan
-    if plan.name != "copartitioned" or plan.host != "dedicated":
+    if not plan.copartitioned:
         return
     from py4j.protocol import Py4JError
 
@@ -273,7 +277,7 @@ def print_status(settings: AuditorSettings) -> None:
     from aldebaran.storage import open_store
 
     store = open_store()
-    hb = read(store, settings.query_name)
+    hb = read(store, AUDITOR, settings.query_name)
     if hb is None:
         print(f"no heartbeat at {store.uri(heartbeat_key(settings.query_name))}: the auditor has not run yet")
         return

@@ -1,10 +1,13 @@
 """Which plan the auditor runs, decided once at start and recorded with the books (docs/design.md "Plans").
+The one place that chooses between them (``ALDEBARAN_AUDIT_PLAN``):
 
-- ``copartitioned``: one shard per partition of the trades topic, no shuffle (aldebaran.audit.sparkjob.copartitioned).
-  Needs producers to keep the keying contract (aldebaran.audit.partitioning); an event that breaks it is
-  detected and routed to its owner, never audited in the wrong book.
-- ``shuffle``: JVM parse, then repartition by order id into ``ALDEBARAN_AUDIT_SHARDS`` shards. Works for
-  any keying.
+- ``copartitioned``: one shard per partition of the trades topic, no shuffle, trades parsed in Python and
+  books in a dedicated process per shard (copartitioned.py, shardhost.py). Needs producers to keep the
+  keying contract (aldebaran.audit.partitioning); an event that breaks it is detected and routed to its
+  owner, never audited in the wrong book. The measured winner (docs/benchmarks.md "Plans and parsers
+  side by side").
+- ``shuffle``: JVM parse, then repartition by order id into ``ALDEBARAN_AUDIT_SHARDS`` shards
+  (shuffle.py). Works for any keying, bounded runs included: the fallback for unkeyed topics.
 - ``auto`` (default): co-partitioned when a sample of the topic's latest messages keeps the contract with
   any standard partitioner (or the topic is empty), shuffle otherwise; an existing checkpoint keeps the
   plan it was written with.
@@ -14,8 +17,9 @@ murmur2: the Java client's; fnv1a), since it decides which shard owns an order: 
 sample, or, on an empty topic, from its first events before the first batch that has any
 (:func:`learn_partitioner`); ``ALDEBARAN_AUDIT_PARTITIONER`` pins it.
 
-The books of the two plans are sharded differently (Kafka's murmur2 over the partitions vs Spark's hash
-over the shards), so a checkpoint records its plan in ``<checkpoint>/books/plan.json`` and refuses another.
+The books of the two plans are sharded differently (the producers' partitioner over the partitions vs
+Spark's hash over the shards), so a checkpoint records its plan in its books (``checkpoint.PLAN``) and
+refuses another.
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ import logging
 import os
 
 from aldebaran import events
-from aldebaran.audit.sparkjob.batch import Plan
 from aldebaran.audit.partitioning import PARTITIONERS, placements
+from aldebaran.checkpoint import PLAN
 from aldebaran.exceptions import ConfigError
 
 log = logging.getLogger(__name__)
@@ -35,6 +39,27 @@ log = logging.getLogger(__name__)
 SAMPLE_PER_PARTITION = 200
 DEFAULT_PARTITIONER = "crc32"  # a topic with messages but no valid keyed event to learn from: librdkafka's
 KEYED_SHARE = 0.99  # auto: co-partitioned if at least this share of the sampled valid events keeps the contract
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How a batch reaches the books: `copartitioned` (one shard per Kafka partition) or `shuffle`
+    (repartition by order id into `shards`)."""
+
+    name: str
+    shards: int
+    # co-partitioned: the producers' partitioner (aldebaran.audit.partitioning); None until the topic's
+    # first events show it (a plan decided on an empty topic).
+    partitioner: str | None = "murmur2"
+
+    @property
+    def copartitioned(self) -> bool:
+        return self.name == "copartitioned"
+
+    @property
+    def parser(self) -> str:
+        """Where trades are parsed: in the shard's Python process, or in the JVM (the shuffle needs the order id)."""
+        return "python" if self.copartitioned else "jvm"
 
 
 def decide(settings, kafka, state_root: str) -> Plan:
@@ -45,23 +70,21 @@ def decide(settings, kafka, state_root: str) -> Plan:
     recorded = read_recorded(state_root)
     chosen = None if settings.partitioner == "auto" else settings.partitioner
     if settings.plan == "auto" and recorded is not None:
-        plan, why = recorded, f"as recorded in {state_root}/plan.json"
-        if plan.name == "copartitioned" and chosen is not None:
+        plan, why = recorded, "as recorded with the books"
+        if plan.copartitioned and chosen is not None:
             plan = dataclasses.replace(plan, partitioner=chosen)
     elif settings.plan == "auto":
         sample = sample_keying(kafka, partitions)
         best, kept = sample.best(chosen)
         if sample.sampled == 0 or kept / sample.sampled >= KEYED_SHARE:
-            plan = Plan("copartitioned", partitions, "python" if settings.parser == "auto" else settings.parser,
-                        partitioner=chosen or (best if sample.sampled else None))
+            plan = Plan("copartitioned", partitions, partitioner=chosen or (best if sample.sampled else None))
             why = (f"{kept}/{sample.sampled} sampled events keyed by order id in their {best} partition" if
                    sample.sampled else "the topic holds no events yet; its first events will show the partitioner")
         else:
-            plan, why = Plan("shuffle", settings.shards, _shuffle_parser(settings), partitioner=None), (
+            plan, why = Plan("shuffle", settings.shards, partitioner=None), (
                 f"only {kept}/{sample.sampled} sampled events keyed by order id in their partition (best: {best})")
     elif settings.plan == "copartitioned":
-        plan, why = Plan("copartitioned", partitions, "python" if settings.parser == "auto" else settings.parser,
-                         partitioner=chosen), "ALDEBARAN_AUDIT_PLAN"
+        plan, why = Plan("copartitioned", partitions, partitioner=chosen), "ALDEBARAN_AUDIT_PLAN"
         if recorded is not None:
             plan = dataclasses.replace(plan, partitioner=chosen or recorded.partitioner)
         elif chosen is None:
@@ -69,30 +92,30 @@ def decide(settings, kafka, state_root: str) -> Plan:
             if sample.sampled:
                 plan = dataclasses.replace(plan, partitioner=sample.best()[0])
     else:
-        plan, why = Plan("shuffle", settings.shards, _shuffle_parser(settings), partitioner=None), "ALDEBARAN_AUDIT_PLAN"
+        plan, why = Plan("shuffle", settings.shards, partitioner=None), "ALDEBARAN_AUDIT_PLAN"
     if recorded is not None and (recorded.name, recorded.shards) != (plan.name, plan.shards):
         raise ConfigError(
             f"ALDEBARAN_AUDIT_PLAN/ALDEBARAN_AUDIT_SHARDS: the checkpoint's books were written by the {recorded.name} "
             f"plan with {recorded.shards} shards; this run would use {plan.name} with {plan.shards} shards "
             f"({why}). Books sharded differently cannot be read: keep the plan (or the topic's partition count), "
             f"or start a new checkpoint and replay.")
-    if (recorded is not None and plan.name == "copartitioned" and recorded.partitioner is not None
+    if (recorded is not None and plan.copartitioned and recorded.partitioner is not None
             and plan.partitioner != recorded.partitioner):
         raise ConfigError(
             f"ALDEBARAN_AUDIT_PARTITIONER: the checkpoint's books are owned by the {recorded.partitioner} "
             f"partitioner; this run asks for {plan.partitioner}. Keep the recorded one (auto does), or start a new "
             f"checkpoint and replay.")
-    if plan.name == "copartitioned" and partitions != plan.shards:
+    if plan.copartitioned and partitions != plan.shards:
         raise ConfigError(f"the trades topic {kafka.trades_topic} now has {partitions} partitions, the checkpoint's "
                           f"co-partitioned books {plan.shards}: start a new checkpoint and replay")
     if recorded is None or recorded.partitioner != plan.partitioner:
         write_recorded(state_root, plan)
-    if plan.name == "copartitioned":
-        plan = dataclasses.replace(plan, host=settings.shard_host)
-    log.info("auditor plan: %s, %d shards%s, parser %s%s%s (%s)", plan.name, plan.shards,
-             " = partitions of " + kafka.trades_topic if plan.name == "copartitioned" else "", plan.parser,
-             f", books in {plan.host} processes" if plan.name == "copartitioned" else "",
-             f", partitioner {plan.partitioner or 'not known yet'}" if plan.name == "copartitioned" else "", why)
+    if plan.copartitioned:
+        log.info("auditor plan: copartitioned, %d shards = partitions of %s, parser python, books in dedicated "
+                 "processes, partitioner %s (%s)", plan.shards, kafka.trades_topic,
+                 plan.partitioner or "not known yet", why)
+    else:
+        log.info("auditor plan: shuffle, %d shards, parser jvm (%s)", plan.shards, why)
     return plan
 
 
@@ -113,13 +136,6 @@ def learn_partitioner(kafka, plan: Plan, state_root: str) -> Plan | None:
     write_recorded(state_root, learned)
     log.info("auditor plan: partitioner %s (%s)", best, why)
     return learned
-
-
-def _shuffle_parser(settings) -> str:
-    if settings.parser == "python":
-        raise ConfigError("ALDEBARAN_AUDIT_PARSER=python needs the co-partitioned plan (the shuffle plan shards by "
-                          "the order id the JVM parse extracts); use parser jvm or auto")
-    return "jvm"
 
 
 @dataclasses.dataclass
@@ -183,21 +199,22 @@ def read_recorded(state_root: str) -> Plan | None:
 
     files = files_for(state_root)
     try:
-        doc = json.loads(files.get("plan.json"))
+        doc = json.loads(files.get(PLAN))
     except FileNotFoundError:
-        return Plan("shuffle", _legacy_shards(state_root), "jvm", partitioner=None) if _has_books(state_root) else None
+        return Plan("shuffle", _legacy_shards(state_root), partitioner=None) if _has_books(state_root) else None
     partitioner = doc.get("partitioner", "kafka-murmur2") if doc["plan"] == "copartitioned" else None
     # Written before any standard partitioner was first-class: "kafka-murmur2" is murmur2.
     partitioner = {"kafka-murmur2": "murmur2"}.get(partitioner, partitioner)
-    return Plan(doc["plan"], int(doc["shards"]), doc.get("parser", "jvm"), partitioner=partitioner)
+    # A recorded "parser" is history: it never changed how the books are sharded, so it is not read back.
+    return Plan(doc["plan"], int(doc["shards"]), partitioner=partitioner)
 
 
 def write_recorded(state_root: str, plan: Plan) -> None:
     from aldebaran.audit.state.files import files_for
 
-    files_for(state_root).put("plan.json", json.dumps(
+    files_for(state_root).put(PLAN, json.dumps(
         {"plan": plan.name, "shards": plan.shards, "parser": plan.parser,
-         "partitioner": plan.partitioner if plan.name == "copartitioned" else "spark-hash"}).encode())
+         "partitioner": plan.partitioner if plan.copartitioned else "spark-hash"}).encode())
 
 
 def _shard_dirs(state_root: str) -> set[str]:

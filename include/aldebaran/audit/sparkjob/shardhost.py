@@ -1,12 +1,13 @@
-"""One long-lived process per shard and executor that holds the shard's books (issue 16: one copy of each
-book, no replay of another worker's deltas).
+"""Where the co-partitioned plan's books live: one long-lived process per shard and executor (one copy of
+each book), fed by the Spark tasks that read the shard's partition.
 
-Spark hands a task to whichever of its Python workers is idle, so with books in the workers' memory each
-worker ends up holding a copy of every shard and catches up on the deltas the other wrote (``replay`` in
-the batch figures). With ``ALDEBARAN_AUDIT_SHARD_HOST=dedicated`` the Python worker that runs shard p's task
-only relays: it streams the task's Arrow batches over a Unix socket to shard p's host process and returns
-its rows. The host runs :func:`aldebaran.audit.sparkjob.copartitioned.process` — parse, book step, DLQ and rerouted
-records, all durable before it replies — so the commit order is unchanged.
+Spark hands a task to whichever of its Python workers is idle, so books kept in the workers' memory end
+up copied in every worker, each catching up on the deltas the other wrote. Here the Python worker that
+runs shard p's task only relays: it streams the task's Arrow batches over a Unix socket to shard p's
+host process and returns its rows. The host runs :func:`aldebaran.audit.sparkjob.copartitioned.process`
+— parse, book step, DLQ and rerouted records, all durable before it replies — so the commit order is
+the batch's. (Books in the workers were measured against this: docs/benchmarks.md "Plans and parsers
+side by side".)
 
 Lifetime and identity:
 
@@ -14,14 +15,13 @@ Lifetime and identity:
   when the process that anchors it — the executor's JVM (:func:`executor_pid`) — is gone, or after
   ``IDLE_SECONDS`` without work. Its socket's name carries the checkpoint and the anchor's pid, so a new
   executor (a restarted auditor) never talks to an old host: a host's cache never outlives the executor
-  whose batches built it, exactly like a worker's. The anchor is the JVM, not the Python worker's parent:
-  one executor runs one PySpark daemon per kind of Python work (the batch's mapInArrow tasks and the RDD
-  jobs that run idle shards and stop the hosts had two daemons in the 2026-11-25 bench), and a
-  daemon-named host was missed by the stop job and started twice for an idle shard.
+  whose batches built it. The anchor is the JVM, not the Python worker's parent: one executor runs one
+  PySpark daemon per kind of Python work (the batch's mapInArrow tasks, the RDD jobs that run idle
+  shards and stop the hosts), so a daemon-named host would be missed by the stop job and started twice.
 - A host that dies (killed, out of memory) fails the task; Spark retries it and a new host loads the
   shard cold (snapshot + deltas). A failure inside the host is sent back and raised in the task.
 
-Wire format per task: a length-prefixed pickle of (context, batch id, partitions, parser), then an Arrow
+Wire format per task: a length-prefixed pickle of (context, batch id, partitions, shard), then an Arrow
 IPC stream of the batches; the reply is a length-prefixed pickle of ("ok", rows) or ("error", traceback).
 """
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import logging
 import os
 import pickle
@@ -109,7 +110,40 @@ class _Unclosable:
 
 
 # --- the task side -------------------------------------------------------------------------------
-def call(ctx, batch_id: int, partitions: int, parser: str, shard: int, schema, batches) -> list[dict]:
+def shard_tasks_function(ctx, batch_id: int, partitions: int):
+    """The co-partitioned plan's mapInArrow body: relays the task's rows (one Kafka partition's, the raw
+    columns of copartitioned.RAW_FIELDS) to that shard's host and returns its rows."""
+
+    def run(batches):
+        import pyarrow as pa
+
+        from aldebaran.audit.sparkjob.rows import arrow_schema
+
+        batches = iter(batches)
+        first = next((rb for rb in batches if len(rb)), None)
+        if first is None:  # an empty task (e.g. the tick stream's, its rows filtered out)
+            return
+        shard_id = first.column("partition")[0].as_py()
+        records = call(ctx, batch_id, partitions, shard_id, first.schema, itertools.chain([first], batches))
+        yield pa.RecordBatch.from_pylist(records, schema=arrow_schema())
+
+    return run
+
+
+def idle_shards_function(ctx, batch_id: int, partitions: int):
+    """RDD mapPartitions body: run each listed shard with no events for `batch_id` (its expiry, its delta),
+    so every shard's version follows the batches. Returns the same rows as the shard tasks."""
+
+    def run(shard_ids):
+        import pyarrow as pa
+
+        for shard_id in shard_ids:
+            yield from call(ctx, batch_id, partitions, shard_id, pa.schema([]), iter(()))
+
+    return run
+
+
+def call(ctx, batch_id: int, partitions: int, shard: int, schema, batches) -> list[dict]:
     """Run one shard's batch (Arrow record batches of `schema`; none for an idle shard) in its host process,
     started if needed; the rows it returns."""
     import pyarrow as pa
@@ -118,7 +152,7 @@ def call(ctx, batch_id: int, partitions: int, parser: str, shard: int, schema, b
     path = socket_path(ctx.state_root, shard, anchor)
     sock = _connect(path) or _start(path, anchor, ctx.host_idle_seconds)
     with sock, sock.makefile("rwb") as f:
-        _send(f, pickle.dumps((ctx, batch_id, partitions, parser, shard)))
+        _send(f, pickle.dumps((ctx, batch_id, partitions, shard)))
         writer = pa.ipc.new_stream(_Unclosable(f), schema)
         for rb in batches:
             if len(rb):
@@ -207,9 +241,9 @@ def _handle(conn: socket.socket) -> bool:
             if request[0] == "warm":  # a standby auditor's prefetch: the shard's latest version, cached
                 _send(f, pickle.dumps(("ok", _warm(*request[1:]))))
                 return True
-            ctx, batch_id, partitions, parser, shard = request
+            ctx, batch_id, partitions, shard = request
             reader = pa.ipc.open_stream(f)
-            reply = ("ok", process(ctx, batch_id, partitions, parser, shard, iter(reader)))
+            reply = ("ok", process(ctx, batch_id, partitions, shard, iter(reader)))
         except Exception:  # sent back and raised in the task, which Spark retries
             reply = ("error", traceback.format_exc())
             if reader is not None:
@@ -223,10 +257,10 @@ def _handle(conn: socket.socket) -> bool:
 def _warm(ctx, shard: int, version: int | None = None) -> dict:
     """Load the shard at `version` (the auditor's last committed batch), or its latest version if None or
     not written yet, into this process's cache."""
-    from aldebaran.audit.sparkjob.copartitioned import _store
+    from aldebaran.audit.sparkjob.rows import store_for
     from aldebaran.audit.state.files import versions
 
-    store = _store(ctx, shard)
+    store = store_for(ctx, shard)
     deltas, snapshots = versions(store.files)
     written = [*deltas, *snapshots]
     latest = version if version is not None and version in written else max(written, default=None)

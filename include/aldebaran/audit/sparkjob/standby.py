@@ -3,11 +3,11 @@
 It is an auditor started before it is needed: its JVM and Spark session are up, its Python imported,
 and it waits on the checkpoint's lease (:mod:`aldebaran.lease`) instead of failing when another auditor
 holds it. Every ``standby_refresh_seconds`` it also prefetches the books: with the co-partitioned plan
-and dedicated shard hosts (the default for keyed topics) it asks each shard's host on its own executor
-to load the shard's latest version (:func:`aldebaran.audit.sparkjob.shardhost.warm_function`); the
-query it starts on takeover runs its tasks on the same executor, so its first batch finds the books
-in memory, a few deltas behind at most. Other plans keep books in Spark's Python workers, which a
-prefetch cannot aim at: there it only waits.
+(the plan of keyed topics) it asks each shard's host on its own executor to load the shard's latest
+version (:func:`aldebaran.audit.sparkjob.shardhost.warm_function`); the query it starts on takeover runs
+its tasks on the same executor, so its first batch finds the books in memory, a few deltas behind at
+most. The shuffle plan keeps books in Spark's Python workers, which a prefetch cannot aim at: there it
+only waits.
 
 Takeover is the lease's: at once when the holder died on this host (its pid is gone), else once the
 holder's lease has expired (``ALDEBARAN_AUDIT_LEASE_SECONDS``; the failover on another host takes up to
@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+from aldebaran.checkpoint import Checkpoint
 from aldebaran.exceptions import AldebaranError, LeaseHeld
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ def warm_clients(spark, settings, kafka) -> None:
     Hadoop filesystem (S3A: its client, pools and credentials; Hadoop caches it for the query) and the
     Kafka client classes (one message read from the trades topic, in a batch query)."""
     t0 = time.monotonic()
-    path = spark._jvm.org.apache.hadoop.fs.Path(settings.checkpoint.rstrip("/") + "/spark")
+    path = spark._jvm.org.apache.hadoop.fs.Path(Checkpoint(settings.checkpoint).spark)
     path.getFileSystem(spark._jsc.hadoopConfiguration()).exists(path)
     from aldebaran.kafka_conn import spark_kafka_options
 
@@ -100,14 +101,14 @@ def warm_clients(spark, settings, kafka) -> None:
 
 def prefetch(spark, settings, kafka) -> list[dict]:
     """Each shard's version of the last committed batch loaded in its host on this executor (co-partitioned
-    plan, dedicated hosts); [] for other plans or a checkpoint with no books yet."""
-    from aldebaran.audit.sparkjob.batch import batch_context
+    plan); [] for the shuffle plan or a checkpoint with no books yet."""
     from aldebaran.audit.sparkjob.plans import read_recorded
+    from aldebaran.audit.sparkjob.rows import batch_context
     from aldebaran.audit.sparkjob.shardhost import WARM_SCHEMA, warm_function
 
     ctx = batch_context(settings, kafka)
     plan = read_recorded(ctx.state_root)
-    if plan is None or plan.name != "copartitioned" or settings.shard_host != "dedicated":
+    if plan is None or not plan.copartitioned:
         return []
     shards = spark.range(0, plan.shards, 1, plan.shards)
     version = last_committed(settings.checkpoint)
@@ -116,8 +117,9 @@ def prefetch(spark, settings, kafka) -> list[dict]:
 
 def last_committed(checkpoint: str) -> int | None:
     """The id of the last batch the Spark checkpoint's commit log holds (None: none yet)."""
-    root = checkpoint.rstrip("/") + "/spark/commits"
-    if root.startswith(("s3://", "s3a://")):
+    cp = Checkpoint(checkpoint)
+    root = cp.spark_commits
+    if cp.is_s3:
         from aldebaran.settings import ObjectStoreSettings, load
         from aldebaran.storage import S3Store
 
