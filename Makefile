@@ -61,8 +61,9 @@ chaos: setup  ## reliability campaigns, full size (~30 min; shared services up; 
 test-ha: setup-ha  ## the HA profile in a private run dir: kill one member of each quorum (~3 min); then the short `chaos ha` (a broker and the active auditor killed under load, ~10 min)
 	@$(VENV)/bin/pytest tests/integration/test_ha_profile.py tests/integration/test_chaos_ha.py -m ha $(PYTEST_ARGS)
 
-chaos-short: setup  ## the short campaigns left out of `make test`: Airflow triggerer/api-server (private services), the under-load kill at 20k trades/s, auditor failover, the supervisor's standby slot (~20 min)
-	@$(VENV)/bin/pytest tests/integration/test_chaos.py tests/integration/dags/test_auditor_supervisor_standby.py -m campaign $(PYTEST_ARGS)
+chaos-short: setup  ## the short campaigns left out of `make test` (pytest marker `campaign`): Airflow scheduler/triggerer/api-server kills (private services), the under-load kill at 20k trades/s, warm failover vs cold restart, dispatcher failover, the supervisor's standby slot, the auditor killed on a standalone cluster (~25 min; starts the shared services, leaves them up)
+	@$(ALD) services up
+	@$(VENV)/bin/pytest tests/integration -m campaign --durations=25 $(PYTEST_ARGS)
 
 chaos-ha: setup-ha  ## `aldebaran chaos ha` on the HA profile (started if down, left up): one kill per component under 10k trades/s (~20 min)
 	@$(ALD) services up --ha

@@ -49,6 +49,17 @@ def _airflow_connections_restored():
     os.environ.update(before)
 
 
+@pytest.fixture
+def without_retries(monkeypatch):
+    """For a ``dag.test()`` run whose failure is the point: the DAG's tasks get no retries for this test, so
+    the run fails at once instead of waiting through each retry delay (the failure is the same each try)."""
+    def strip(dag):
+        for task in dag.tasks:
+            monkeypatch.setattr(task, "retries", 0)
+        return dag
+    return strip
+
+
 def pytest_collection_modifyitems(config, items):
     misplaced = []
     for item in items:

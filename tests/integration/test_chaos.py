@@ -1,8 +1,13 @@
 """Shortened reliability campaigns (aldebaran_lab.chaos) on the real services: the same code `make chaos` runs
-at full size, with few faults and small data. The five marked `campaign` run in `make chaos-short`, not in
-`make test`; among them the under-load kill at 20k trades/s (the suite's slowest test, 198 s). Kills of the
-auditor (tests/integration/test_auditor_recovery.py, the kill-auditor campaign's short variant) and of the
-dispatchers (the kill-dispatch variant below) stay in `make test`."""
+at full size, with few faults and small data. Those marked `campaign` run in `make chaos-short`, not in
+`make test`. `make test` keeps one kill of each kind of process on the data path, each at its smallest:
+the auditor (tests/integration/test_auditor_recovery.py, kill-auditor's short variant), a warm standby's
+takeover of a killed auditor, the streaming dispatchers (kill-dispatch) and a Kafka broker and MinIO outage.
+
+The kill of the Airflow scheduler is a campaign: what it proves of our code (a dispatch task killed between
+send and record, then tried again, loses nothing and sends nothing twice) is proven in `make test` by the
+crash injections of tests/unit/test_dispatch_runs.py and tests/integration/test_dispatch_failures.py and
+test_dispatch_crash_runs.py; the rest is Airflow's own recovery of its task instances."""
 
 from __future__ import annotations
 
@@ -96,6 +101,7 @@ def test_kafka_and_minio_outages_on_private_services(services_up):
         assert r["recovery_s"] > 0
 
 
+@pytest.mark.campaign
 def test_airflow_scheduler_killed_while_alert_dispatch_runs():
     """Needs no shared service: a private Airflow (own home, SQLite, LocalExecutor, api-server on 18080) and a
     private Kafka/MinIO (19192/19193, 19100);
@@ -153,6 +159,21 @@ def test_airflow_api_server_killed_while_dispatch_task_instances_run():
     assert d["sms"]["texts_sent_twice"] == 0 and d["sms"]["lost"] == 0
     assert d["sms_lookup"]["delivered"] == 300 and d["sms_lookup"]["texts_sent_twice"] == 0
     assert (result.lost, result.duplicated) == (0, 0)
+
+
+def test_a_warm_standby_takes_over_a_killed_auditor(services_up):
+    """The failover campaign at its smallest: an active auditor and a warm standby on one s3a:// checkpoint,
+    the active SIGKILLed mid-stream once; the standby takes the lease and goes on, and the alerts topic
+    equals the reference (nothing lost or changed). No cold baseline: the campaign below has one."""
+    from aldebaran_lab.chaos import failover
+
+    result = failover.run(events=10_000, kills=1, cold=0, seed=5, mode="short")
+    log.info("failover (smallest): %s", json.dumps(result.details, default=str)[:4000])
+    d = result.details
+    assert d["failures"] == [] and result.lost == 0 and result.duplicated == 0
+    assert d["alerts_topic"]["missing"] == 0 and d["alerts_topic"]["extra"] == 0 and d["alerts_topic"]["changed"] == 0
+    assert d["alerts_topic"]["expected"] > 100
+    assert len(d["warm_s"]) == 1 and d["cold_s"] == [] and result.runs == 2  # the active and the standby only
 
 
 @pytest.mark.campaign

@@ -4,7 +4,10 @@ the workers, not in the driver. The original challenge's example gives exactly o
 order 1; a SIGKILL of the driver mid-stream and a restart on the same (s3a://) checkpoint lose and
 duplicate nothing, delivered alerts included.
 
-The cluster is started for this module and stopped after it, unless it was already running."""
+The kill on the cluster is a `campaign` (`make chaos-short`): the same kill-auditor campaign, on the local
+master, stays in `make test` (test_auditor_recovery.py), and the example here runs on the cluster's
+executors with its books on an s3a:// checkpoint, as the kill's restart reads them. The cluster is started for this module and stopped after it, unless it was already
+running."""
 
 from __future__ import annotations
 
@@ -18,7 +21,9 @@ from aldebaran import kafka_io, reference
 from aldebaran_capacity import loadgen
 from aldebaran_lab import services
 from aldebaran_lab.chaos import kill_auditor
-from aldebaran_lab.chaos.common import AuditorProcess, Workspace, auditor_args, compare_alerts, topic_alerts
+from aldebaran_lab.chaos.common import (
+    AuditorProcess, Workspace, auditor_args, committed, compare_alerts, topic_alerts,
+)
 from aldebaran_lab.services.spark_cluster import SparkMaster
 
 log = logging.getLogger(__name__)
@@ -33,7 +38,7 @@ def cluster(services_up):
 
 
 def test_challenge_example_on_the_standalone_cluster(cluster):
-    ws = Workspace.create("cluster-example", s3a=False)
+    ws = Workspace.create("cluster-example", s3a=True)  # the executors on the workers read and write the books in MinIO
     try:
         values = [r.value for r in loadgen.records(loadgen.CHALLENGE_EXAMPLE)]
         kafka_io.produce_all(kafka_io.producer(ws.kafka), ws.kafka.trades_topic,
@@ -48,6 +53,7 @@ def test_challenge_example_on_the_standalone_cluster(cluster):
             status = json.load(resp)
         apps = [a["name"] for a in status.get("completedapps", []) + status.get("activeapps", [])]
         assert f"aldebaran-{ws.name}" in apps, apps
+        assert committed(ws)[0] >= 1  # the Spark commit log is in MinIO, beside the books
         alerts = topic_alerts(ws.kafka)
         overfills = [a for a in alerts if a["kind"] == "OVERFILL"]
         assert [(a["order_id"], a["requested"], a["purchased"]) for a in overfills] == [("1", 100, 120)], alerts
@@ -56,6 +62,7 @@ def test_challenge_example_on_the_standalone_cluster(cluster):
         ws.cleanup()
 
 
+@pytest.mark.campaign
 def test_sigkill_and_restart_on_the_standalone_cluster_loses_and_duplicates_nothing(cluster):
     result = kill_auditor.run(events=3_000, kills=1, seed=21, mode="short", master=cluster)
     log.info("kill-auditor on the cluster: %s", json.dumps(result.details, default=str))

@@ -89,9 +89,11 @@ def run(events: int = 300_000, kills: int = 4, cold: int = 2, seed: int = 1, mod
             took = kill_and_measure(active, lambda: standby)
             warm_s.append(took)
             log.info("warm failover %d/%d: kill → next committed batch %.1f s", k + 1, kills, took)
-            active, standby = standby, new(standby=True)
-        ready(standby)
-        standby.stop()  # the baseline has no standby: a killed auditor is started afresh
+            # A fresh standby for the next kill; none after the last one when no baseline follows.
+            active, standby = standby, (new(standby=True) if k + 1 < kills or cold else None)
+        if standby is not None:
+            ready(standby)
+            standby.stop()  # the baseline has no standby: a killed auditor is started afresh
         for k in range(cold):
             took = kill_and_measure(active, lambda: new(standby=False))
             cold_s.append(took)
