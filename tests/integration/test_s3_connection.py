@@ -79,11 +79,11 @@ def test_a_task_reaches_minio_through_the_connection_and_hands_it_to_the_dispatc
 
 
 def test_a_wrong_secret_fails_the_task_naming_the_connection(airflow_db, dagbag, dispatcher_env, api_objects,
-                                                             minio, unique, capfd):
+                                                             minio, unique, capfd, without_retries):
     wrong = "wrong-secret-" + unique * 3
     create_through_the_api(api_objects, aws_connection(minio, password=wrong))
 
-    run = dagbag.dags["dispatch_supervisor"].test()
+    run = without_retries(dagbag.dags["dispatch_supervisor"]).test()
 
     assert run.state == "failed", run.state
     output = "".join(capfd.readouterr())  # the task log: Airflow writes it to the process's stdout
