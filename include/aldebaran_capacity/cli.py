@@ -58,6 +58,9 @@ BENCH_OPTIONS = [
     opt("--updates", modes="metrics-cost", type=int, default=200_000, help="operations per run (default 200000)"),
     opt("--alerts", modes="dispatch", type=int, default=5000, help="alerts per channel (default 5000)"),
     opt("--concurrency", modes="dispatch", type=int, default=32, help="concurrent sends per channel (default 32)"),
+    opt("--channels", modes="dispatch", default=None,
+        help="comma-separated subset of webhook,webhook_batch,bus,sms,log,alertmanager,pagerduty,opsgenie,fcm,apns "
+             "(default all)"),
     opt("--repeats", modes="dispatch,parse-cost,checkpoint-files,lane-tuning,alerts-from,metrics-cost", type=int,
         default=3,
         help={"*": "runs; the median is reported (default 3)", "checkpoint-files": "rounds (default 3)",
@@ -162,7 +165,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     result = {"machine": machine.describe(),
               "command": "aldebaran bench dispatch " + " ".join(sys.argv[3:])}
+    channels = tuple(c.strip() for c in args.channels.split(",") if c.strip()) if args.channels else dispatch.CHANNELS
+    unknown = sorted(set(channels) - set(dispatch.CHANNELS))
+    if unknown:
+        raise SystemExit(f"bench dispatch --channels: unknown {', '.join(unknown)} (one of {', '.join(dispatch.CHANNELS)})")
     result["dispatch"] = dispatch.run(alerts=args.alerts, concurrency=args.concurrency, repeats=args.repeats,
+                                      channels=channels,
                                       steady_rates=tuple(float(r) for r in args.steady_rates.split(",") if r))
     print(json.dumps(result, indent=2))
     return 0 if result["dispatch"]["all_correct"] else 1

@@ -75,3 +75,24 @@ def test_crash_between_send_and_record_holds_each_alert_once(kafka_topics, store
     assert stats.in_doubt == {} and set(ledger.states("alertmanager").values()) == {"DELIVERED"}
     assert all(r.state == "RECORDED" for r in runs(ledger, "alertmanager", kafka_topics.alerts_topic))
     assert {h["labels"]["team"] for h in held} == {"risk"}
+
+
+def test_the_dispatch_benchmark_reads_each_alert_back_once(tmp_path, monkeypatch):
+    """The wiring of `aldebaran bench dispatch`'s alertmanager recipient (no benchmark is run)."""
+    from aldebaran import paths
+    from aldebaran_capacity.bench import dispatch
+
+    monkeypatch.setattr(paths, "run_dir", lambda: tmp_path)
+    recipient, conn, stop = dispatch._operations_recipient("alertmanager", "t1")
+    try:
+        channel = AlertmanagerChannel("am", conn["host"])
+        alerts = [Alert.from_dict(a) for a in dispatch.make_alerts(3, "t1")]
+        try:
+            assert [o.status for o in channel.send_many(alerts + alerts[:1])] == ["delivered"] * 4
+        finally:
+            channel.close()
+        stats = recipient.stats(summary=False)
+        assert stats["received"] == 3 and sorted(stats["received_at"]) == sorted(a.alert_id for a in alerts)
+        assert stats["duplicates"] == 1  # the repeat Alertmanager merged
+    finally:
+        stop()

@@ -62,9 +62,25 @@ def overview(ledger, limit: int, fast_topic: str | None = None) -> list[dict]:
     return [
         {"stats": {**ledger.stats(channel), "fast": delivers_fast(ledger, channel, fast_topic)},
          "attention": attention(ledger, channel, limit), "latest": latest_records(ledger, channel, limit),
-         "retractions": retractions(ledger, channel, limit)}
+         "retractions": retractions(ledger, channel, limit), "promise": channel_promise(channel)}
         for channel in ledger.channels()
     ]
+
+
+def channel_promise(channel: str) -> dict | None:
+    """What the channel's kind promises (``Channel.promise``: its deduplication key, in-doubt policy and
+    provider rate), the kind found as dispatch finds it outside Airflow: its connection's conn_type, else its
+    name. None when neither names a kind (the page then says so)."""
+    from aldebaran.delivery.channels import CONN_TYPES, KINDS, env_connection
+    from aldebaran.exceptions import ConfigError
+
+    try:
+        conn = env_connection(channel)
+    except ConfigError:  # a malformed connection: its dispatcher says so; the page shows no promise
+        conn = None
+    kind = CONN_TYPES.get(conn.conn_type) if conn is not None and conn.conn_type else None
+    kind = kind or (channel if channel in KINDS else None)
+    return KINDS[kind].promise() if kind else None
 
 
 def delivers_fast(ledger, channel: str, fast_topic: str) -> bool:
@@ -203,6 +219,16 @@ def records_table(records: list, channel: str, qs: str, base: str = "") -> str:
     )
 
 
+def promise_line(promise: dict | None) -> str:
+    """The channel's promise in one line (docs/operations.md § Channels: what each one promises)."""
+    if not promise:
+        return "<p class=promise>Kind unknown here (its connection is not in this process's environment).</p>"
+    dedupe = f"yes, by {promise['dedupe_key']}" if promise["dedupe"] else "no" + (
+        f" ({promise['dedupe_key']})" if promise["dedupe_key"] else "")
+    return (f"<p class=promise>Kind <code>{esc(promise['kind'])}</code> · deduplicates: {esc(dedupe)} · "
+            f"in doubt: {esc(promise['in_doubt'])} · provider rate: {esc(promise['provider_rate'] or 'not provider-bound')}</p>")
+
+
 def render_overview(ledger, channels: list[dict], default_prefix: str, limit: int, user_name: str) -> str:
     qs = query(ledger.prefix, default_prefix, limit)
     parts = [
@@ -222,6 +248,7 @@ def render_overview(ledger, channels: list[dict], default_prefix: str, limit: in
     for c in channels:
         name = c["stats"]["channel"]
         parts.append(f'<section id="channel-{esc(name)}"><h2>Channel {esc(name)}</h2>')
+        parts.append(promise_line(c.get("promise")))
         for kind, title, count, records in c["attention"]:
             more = f" (showing {len(records)})" if count > len(records) else ""
             parts.append(f'<h3 class="attention-{esc(kind)}">{esc(title)}: {esc(count)}{esc(more)}</h3>')

@@ -8,6 +8,10 @@ of alerts (+10 % repeats of the same ids) is put on a fresh alerts topic, then a
 process (``aldebaran dispatch --follow``, as dispatch_supervisor runs it) drains it into a real recipient:
 a receiver in a process of its own (aldebaran_capacity.receivers), for the bus a Kafka topic read back by
 the bench, for the log channel its file read back by the bench (receipt time = the line's ``sent_at``).
+The operations channels go to their receivers too: a real Alertmanager (its own process, read back through
+its API), and the fakes of PagerDuty, Opsgenie, FCM and APNs (the providers' published contracts, with no
+rate limit: the figure is ours, not the provider's), which run in the bench's process, apart from the
+dispatcher's. Push (fcm, apns) cannot deduplicate, so like SMS it gets the small count (``sms_alerts``).
 Nothing else shares the dispatcher's process (its GIL). Figures:
 
 - deliveries/s: unique alerts received at the recipient ÷ (last receipt − first receipt), the
@@ -32,7 +36,9 @@ import uuid
 
 log = logging.getLogger(__name__)
 
-CHANNELS = ("webhook", "webhook_batch", "bus", "sms", "log")
+CHANNELS = ("webhook", "webhook_batch", "bus", "sms", "log", "alertmanager", "pagerduty", "opsgenie", "fcm", "apns")
+# Channels that cannot deduplicate: a sent marker per alert in the ledger, runs of one send window (the small count).
+IN_DOUBT_KINDS = ("sms", "fcm", "apns")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -164,6 +170,8 @@ def _recipient(kind: str, kafka, tag: str):
         path = paths.run_dir() / "bench" / f"dispatch-{tag}.alerts.log.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         return LogFileReader(path), {"conn_type": "log", "extra": {"path": str(path)}}, lambda: path.unlink(missing_ok=True)
+    if kind in OPERATIONS_KINDS:
+        return _operations_recipient(kind, tag)
     from aldebaran_capacity.receivers import ReceiverProcess
 
     proc = ReceiverProcess("sms" if kind == "sms" else "webhook").start()
@@ -174,6 +182,37 @@ def _recipient(kind: str, kafka, tag: str):
         conn = {"conn_type": "http", "host": proc.url, "password": proc.secret,
                 "extra": {"endpoint": "/alerts", "batch": 100 if kind == "webhook_batch" else 1}}
     return proc, conn, proc.stop
+
+
+OPERATIONS_KINDS = ("alertmanager", "pagerduty", "opsgenie", "fcm", "apns")
+
+
+def _operations_recipient(kind: str, tag: str):
+    """The operations channels' recipients (module docstring), as :func:`_recipient` returns them."""
+    from aldebaran import paths
+    from aldebaran_capacity import receivers
+
+    home = paths.run_dir() / "bench" / f"dispatch-{tag}-{kind}"
+    if kind == "alertmanager":
+        am = receivers.AlertmanagerProcess(home).start()
+        return am, {"conn_type": "alertmanager", "host": am.url}, am.stop
+    if kind == "pagerduty":
+        fake = receivers.FakePagerDuty().start()
+        conn = {"conn_type": "pagerduty", "host": fake.url, "password": fake.routing_key}
+    elif kind == "opsgenie":
+        fake = receivers.FakeOpsgenie().start()
+        conn = {"conn_type": "opsgenie", "host": fake.url, "password": fake.api_key}
+    elif kind == "fcm":
+        fake = receivers.FakeFcm().start()
+        conn = {"conn_type": "fcm", "host": fake.url, "password": json.dumps(fake.service_account()),
+                "extra": {"token": "bench-device"}}
+    else:
+        cert = receivers.self_signed_cert(home)
+        fake = receivers.FakeApns(cert).start()
+        conn = {"conn_type": "apns", "host": fake.url, "login": fake.key_id, "password": fake.signing_key(),
+                "extra": {"team_id": fake.team_id, "topic": fake.topic, "device_token": fake.device_token,
+                          "verify": str(cert[0])}}
+    return fake, conn, fake.stop
 
 
 def channel_run(kind: str, alerts: int, duplicates: float = 0.1, timeout: float = 600.0,
@@ -260,13 +299,13 @@ def run(alerts: int = 50_000, sms_alerts: int = 500, repeats: int = 1, channels:
     out: dict = {"alerts": alerts, "sms_alerts": sms_alerts, "repeats": repeats, "channels": {}}
     runs_by_channel: dict[str, list[dict]] = {}
     for kind in channels:
-        n = sms_alerts if kind == "sms" else alerts
+        n = sms_alerts if kind in IN_DOUBT_KINDS else alerts
         runs_by_channel[kind] = [channel_run(kind, n) for _ in range(repeats)]
         ordered = sorted(runs_by_channel[kind], key=lambda r: r["deliveries_eps"])
         med = ordered[len(ordered) // 2]
         out["channels"][kind] = {**med, "runs_eps": [round(r["deliveries_eps"]) for r in runs_by_channel[kind]],
                                  "correct": all(r["correct"] for r in runs_by_channel[kind])}
-    dedupe = [c for k, c in out["channels"].items() if k != "sms"]
+    dedupe = [c for k, c in out["channels"].items() if k not in IN_DOUBT_KINDS]
     out["ledger_writes_per_delivery"] = max((c["ledger_writes_per_delivery"] or 0 for c in dedupe), default=None)
     run_size = max(1, round(statistics.mean([c["alerts"] / max(1, c["runs"] or 1) for c in dedupe]))) if dedupe else 1
     out["ledger_ceiling"] = ledger_ceiling(run_size)

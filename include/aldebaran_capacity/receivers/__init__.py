@@ -16,6 +16,8 @@ context manager, records what it received and counts repeats, so a test can asse
 - :class:`FakeFcm` (:mod:`.fcm`): FCM HTTP v1 with its OAuth 2 token endpoint (a service-account key it
   hands out); :class:`FakeApns` (:mod:`.apns`): APNs' provider API over HTTP/2 and TLS with ES256
   provider tokens. Neither deduplicates (as the real ones): repeats are counted per collapse key.
+- :class:`AlertmanagerProcess` (:mod:`.alertmanager`): not a fake, the real Alertmanager binary `make setup`
+  builds, in a child process, read back through its API.
 
 The HTTP receivers run on aiohttp (:mod:`.base`): the dispatch target is ≥ 10k deliveries/s per webhook
 channel, so the receiver must not be what a benchmark measures (``aldebaran_capacity.bench.receiver_ceiling``
@@ -28,6 +30,7 @@ and ``down()`` (a context manager: the port refuses connections and open connect
 until the block ends).
 """
 
+from aldebaran_capacity.receivers.alertmanager import AlertmanagerProcess
 from aldebaran_capacity.receivers.apns import FakeApns
 from aldebaran_capacity.receivers.base import LOCALHOST, HttpReceiver, self_signed_cert
 from aldebaran_capacity.receivers.fcm import FakeFcm
@@ -39,7 +42,7 @@ from aldebaran_capacity.receivers.smtp import ReceivedMail, SmtpRecorder
 from aldebaran_capacity.receivers.webhook import BATCH_HEADER, WebhookDelivery, WebhookReceiver
 
 __all__ = [
-    "FakeApns", "FakeFcm", "FakeOpsgenie", "FakePagerDuty",
+    "AlertmanagerProcess", "FakeApns", "FakeFcm", "FakeOpsgenie", "FakePagerDuty",
     "BATCH_HEADER", "LOCALHOST", "HttpReceiver", "ReceivedMail", "ReceiverProcess", "SmsMessage", "SmsProvider",
     "SmtpRecorder", "WebhookDelivery", "WebhookReceiver", "self_signed_cert", "serve",
 ]

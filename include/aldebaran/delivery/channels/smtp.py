@@ -32,7 +32,7 @@ class EmailChannel(Channel):
     """SMTP with ``Message-ID: <alert_id@aldebaran>`` (module docstring)."""
 
     can_dedupe: ClassVar[bool] = True
-    dedupe_key: ClassVar[str | None] = "Message-ID <alert_id@domain> (mail clients and archives collapse repeats)"
+    dedupe_key: ClassVar[str | None] = "Message-ID alert_id@domain (mail clients and archives collapse repeats)"
     in_doubt_policy: ClassVar[str] = "re-sent with the same Message-ID"
     domain: ClassVar[str] = "aldebaran"
 
