@@ -51,8 +51,11 @@ def ledger(store, s3_prefix, unique):
                 "stock": "AAPL", "requested": 100, "purchased": 120}
 
     def settle(channel: str, a: dict, outcome, can_dedupe: bool = True) -> None:
-        record, etag = ledger.claim(channel, a, "w1")
-        ledger.settle(record, etag, outcome, can_dedupe)
+        from types import SimpleNamespace
+
+        from aldebaran.model import Alert
+
+        ledger.attempt(SimpleNamespace(name=channel, can_dedupe=can_dedupe), Alert.from_dict(a), "w1").report(outcome)
 
     settle("webhook", alert("ok"), Outcome.delivered(f"{unique}-ok", {"status": 200}))
     settle("webhook", alert("gone"), Outcome.permanent(f"{unique}-gone", "410 Gone"))

@@ -22,16 +22,18 @@ from aldebaran.delivery.channels import (
     configured_channels,
 )
 from aldebaran.exceptions import ConfigError
+from aldebaran.model import Alert
 
 SECRET = "s3cr3t-Do-Not-Print-Me"
-ALERT = {
+FIELDS = {
     "alert_id": "5f0c6c3f9b8a4e0e9f1d2c3b4a596877", "kind": "OVERFILL", "rule": "overfill", "order_id": "1",
     "client": "Sendence", "stock": "AAPL", "requested": 100, "purchased": 120, "purchase_count": 3,
     "trigger_event_id": "3", "trigger_event_ts": 1_700_000_000_000, "detected_at": 1_700_000_001_234,
     "message": "purchased 120 shares of a 100-share request",
 }
-ORPHAN = {**ALERT, "kind": "ORPHAN", "order_id": "7", "requested": None, "purchased": 50, "purchase_count": 1,
-          "message": "purchased 50 shares without a request"}
+ALERT = Alert.from_dict(FIELDS)
+ORPHAN = Alert.from_dict({**FIELDS, "kind": "ORPHAN", "order_id": "7", "requested": None, "purchased": 50,
+                          "purchase_count": 1, "message": "purchased 50 shares without a request"})
 
 
 @pytest.fixture(autouse=True)
@@ -263,7 +265,7 @@ def test_kafka_producer_configuration_errors_name_the_variable_and_are_scrubbed(
         "topic": "fwd", "bootstrap.servers": "127.0.0.1:1", "sasl.password": SECRET, "no.such.property": SECRET}})
     (channel,) = configured_channels(["kafka"])  # librdkafka checks its configuration when the producer starts
     with pytest.raises(ConfigError) as exc:
-        channel.send(ALERT, ALERT["alert_id"])
+        channel.send(ALERT, ALERT.alert_id)
     message = str(exc.value)
     assert message.startswith("AIRFLOW_CONN_ALDEBARAN_KAFKA: field extra holds an invalid producer configuration")
     assert "no.such.property" in message and SECRET not in message
@@ -271,8 +273,12 @@ def test_kafka_producer_configuration_errors_name_the_variable_and_are_scrubbed(
 
 # --- what the channels send ------------------------------------------------------------------------------
 def test_body_is_compact_sorted_json_and_signature_is_hmac_of_those_bytes():
-    body = ch.alert_body({"b": 1, "a": [1, 2]})
-    assert body == b'{"a":[1,2],"b":1}'
+    body = ch.alert_body(Alert.from_dict({"order_id": "1", "kind": "OVERFILL", "alert_id": "a", "b": [1, 2]}))
+    assert body == (b'{"alert_id":"a","b":[1,2],"client":null,"detected_at":null,"kind":"OVERFILL","order_id":"1",'
+                    b'"purchase_count":null,"purchased":null,"requested":null,"stock":null,"trigger_event_id":null,'
+                    b'"trigger_event_ts":null}')
+    assert ch.alert_body(Alert.from_json(b'{"alert_id":"a","order_id":"1","kind":"K"}')) == \
+        b'{"alert_id":"a","order_id":"1","kind":"K"}'  # the bytes it arrived as, unchanged
     assert ch.signature(body, "k") == "sha256=" + hmac.new(b"k", body, hashlib.sha256).hexdigest()
     assert ch.verify_signature(body, ch.signature(body, "k"), "k")
     assert not ch.verify_signature(body + b" ", ch.signature(body, "k"), "k")
@@ -297,7 +303,8 @@ def test_email_subject_and_body_read_like_a_report():
 
 def test_email_of_an_orphan_and_of_hostile_fields():
     assert "Requested:      no purchase request seen" in ch.email_text(ORPHAN).splitlines()
-    hostile = {**ALERT, "client": "Evil\r\nBcc: victim@example.com", "stock": None, "detected_at": "yesterday"}
+    hostile = Alert.from_dict({**FIELDS, "client": "Evil\r\nBcc: victim@example.com", "stock": None,
+                               "detected_at": "yesterday"})
     assert ch.email_subject(hostile) == "[Aldebaran] OVERFILL on order 1 (Evil Bcc: victim@example.com)"
     assert "Detected at:    unknown" in ch.email_text(hostile)
     msg = EmailChannel("email", "smtp.example.com", "a@example.com", ["b@example.com"]).message(hostile, "k1")
@@ -307,4 +314,4 @@ def test_email_of_an_orphan_and_of_hostile_fields():
 def test_sms_text_is_short():
     assert ch.sms_text(ALERT) == "Aldebaran OVERFILL order 1: bought 120/100 AAPL"
     assert ch.sms_text(ORPHAN) == "Aldebaran ORPHAN order 7: bought 50 AAPL without a request"
-    assert len(ch.sms_text({**ALERT, "order_id": "x" * 128, "stock": "Y" * 64})) <= 160
+    assert len(ch.sms_text(Alert.from_dict({**FIELDS, "order_id": "x" * 128, "stock": "Y" * 64}))) <= 160

@@ -183,11 +183,6 @@ def test_default_send_many_keeps_order_and_maps_each_error():
     assert [o.status for o in channel.send_many([alert(9)])] == ["delivered"]
 
 
-def test_default_send_many_accepts_the_dicts_of_older_callers():
-    (outcome,) = ScriptedChannel().send_many([alert(1).to_dict()])
-    assert outcome.status == "delivered" and outcome.alert_id == alert(1).alert_id
-
-
 def test_a_bug_in_send_is_not_turned_into_an_outcome():
     with pytest.raises(KeyError):
         ScriptedChannel(script={"2": "bug"}).send_many([alert(1), alert(2), alert(3)])

@@ -17,6 +17,7 @@ import pytest
 from aldebaran.delivery.channels.base import Channel, Outcome
 from aldebaran.delivery.channels.log import LogChannel
 from aldebaran.delivery.dispatcher import DeadLetters, DispatchStats
+from aldebaran.delivery.handles import NEW
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.records import IN_DOUBT, RetryPolicy
 from aldebaran.delivery.runs import CLAIMED, PENDING, RECORDED, Run
@@ -115,15 +116,17 @@ def test_a_run_settles_pending_entries_once_and_only_to_final_states():
 
 
 def test_an_unknown_outcome_on_a_channel_that_cannot_deduplicate_is_in_doubt(ledger):
-    run = Run.claim("sms", TOPIC, 0, [[0, "a-0", PENDING, None], [1, "a-1", PENDING, None]], 1, "w", 0.0)
-    etag = ledger.claim_run(run)
-    outcomes = {0: Outcome.delivered("a-0", {"sid": "SM1"}), 1: Outcome.unknown("a-1", "read timeout")}
-    ledger.record_run(run, etag, outcomes, {0: alert(0), 1: alert(1)}, can_dedupe=False)
-    stored, _ = ledger.get_run("sms", TOPIC, 0, 0)
+    sms = CrashAfterSendsFake()
+    handle = ledger.open_run(sms, TOPIC, 0, 1, "w", [(0, None, alert(0), None), (1, None, alert(1), None)], 16)
+    assert handle.status == NEW and [e[2] for e in handle.run.entries] == [PENDING, PENDING]
+    handle.report({0: Outcome.delivered("a-0", {"sid": "SM1"}), 1: Outcome.unknown("a-1", "read timeout")})
+    stored, _ = ledger.get_run("fake_sms", TOPIC, 0, 0)
     assert [e[2] for e in stored.entries] == ["D", "U"]
-    record, _ = ledger.get("sms", "a-1")
+    record, _ = ledger.get("fake_sms", "a-1")
     assert record.state == IN_DOUBT and record.run.endswith("00000000000000000000.json")
-    assert ledger.indexed("in_doubt", "sms") == ["a-1"]
+    assert record.alert == alert(1)  # the typed alert, back from the record
+    assert ledger.indexed("in_doubt", "fake_sms") == ["a-1"]
+    assert ledger.writes == 4  # the claim, the doubted alert's index marker and record, the run's record
 
 
 # --- a crash between send and record ------------------------------------------------------------

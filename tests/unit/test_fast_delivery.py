@@ -20,7 +20,6 @@ from aldebaran.delivery.retraction import (
 from aldebaran.delivery.settings import DeliverySettings
 from aldebaran.exceptions import ConfigError
 from aldebaran.lanes import reconciler
-from aldebaran.model import Alert
 from aldebaran.platform.dispatch_supervisor import plan
 from aldebaran.platform.settings import DispatchSupervisorSettings
 from aldebaran.storage import LocalStore
@@ -109,7 +108,7 @@ RECORD = {"alert_id": FAST_ALERT["alert_id"], "lane": "realtime", "fast_ts": 1_7
 
 
 def test_a_retraction_names_the_alert_it_retracts_and_why():
-    out = retraction(RECORD)
+    out = retraction(RECORD).to_dict()  # every channel can send it: it is an Alert
     assert out["alert_id"] == "retract-0123456789abcdef0123456789abcdef" == retraction_id(FAST_ALERT["alert_id"])
     assert (out["kind"], out["order_id"], out["retracts"], out["retracted_kind"], out["lane"]) == (
         RETRACTION, "o-7", FAST_ALERT["alert_id"], "OVERFILL", "realtime")
@@ -117,8 +116,8 @@ def test_a_retraction_names_the_alert_it_retracts_and_why():
     assert (out["requested"], out["purchased"], out["client"], out["stock"]) == (100, 130, "Sendence", "AAPL")
     assert out["detected_at"] == 1_700_000_300_500
     assert out["message"].startswith("RETRACTED: the fast lane's OVERFILL alert 0123456789abcdef0123456789abcdef")
-    assert retraction(RECORD) == out  # the same record, the same retraction
-    alert = Alert.from_dict(out)  # every channel can send it
+    assert retraction(RECORD).to_dict() == out  # the same record, the same retraction
+    alert = retraction(RECORD)
     assert alert.extra["retracts"] == FAST_ALERT["alert_id"]
     assert sms_text(alert) == ("Aldebaran RETRACTION order o-7: alert 0123456789abcdef0123456789abcdef withdrawn "
                                "(not confirmed)")
@@ -126,17 +125,17 @@ def test_a_retraction_names_the_alert_it_retracts_and_why():
 
 def test_a_retraction_without_the_fast_alert_still_names_it():
     out = retraction({**RECORD, "alert": None})
-    assert (out["retracts"], out["order_id"], out["retracted_kind"]) == (FAST_ALERT["alert_id"], "unknown", "alert")
-    Alert.from_dict(out)
+    assert (out.extra["retracts"], out.order_id, out.extra["retracted_kind"]) == (FAST_ALERT["alert_id"], "unknown", "alert")
 
 
 def test_a_reinstatement_withdraws_the_retraction():
-    out = reinstatement(retraction(RECORD), confirmed_at=1_700_000_400.0)
+    alert = reinstatement(retraction(RECORD), confirmed_at=1_700_000_400.0)
+    out = alert.to_dict()
     assert (out["alert_id"], out["kind"], out["reinstates"]) == (
         reinstatement_id(FAST_ALERT["alert_id"]), REINSTATEMENT, FAST_ALERT["alert_id"])
     assert "retracts" not in out and out["detected_at"] == 1_700_000_400_000
     assert "the alert stands" in out["message"]
-    assert sms_text(Alert.from_dict(out)).endswith("stands (confirmed late)")
+    assert sms_text(alert).endswith("stands (confirmed late)")
 
 
 # --- the reconciler: retract, then record ------------------------------------------------------------------

@@ -12,13 +12,14 @@ import requests
 
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import alert_body, signature
+from aldebaran.model import Alert
 from aldebaran_capacity.receivers import WebhookReceiver
 
 
 def test_truncated_body_is_dropped_not_counted_as_a_bad_signature():
     secret = "s3cr3t-for-the-test"
     alert = {"alert_id": alert_id("OVERFILL", "cut-1"), "kind": "OVERFILL", "order_id": "cut-1"}
-    body = alert_body(alert)
+    body = alert_body(Alert.from_dict(alert))
     with WebhookReceiver(secret) as receiver:
         url = urlparse(receiver.url)
         head = (f"POST /alerts HTTP/1.1\r\nHost: {url.hostname}\r\nContent-Type: application/json\r\n"

@@ -11,6 +11,7 @@ import pytest
 import requests
 
 from aldebaran.delivery.channels import alert_body, signature
+from aldebaran.model import Alert
 from aldebaran_capacity.receivers import BATCH_HEADER, ReceiverProcess, SmsProvider, WebhookReceiver
 
 SECRET = "s3cr3t-for-the-receiver-tests"
@@ -29,7 +30,7 @@ def post_batch(url: str, alerts: list[dict], key: str, secret: str = SECRET, cou
 
 
 def post_one(url: str, a: dict):
-    body = alert_body(a)
+    body = alert_body(Alert.from_dict(a))
     headers = {"Content-Type": "application/json", "Idempotency-Key": a["alert_id"],
                "X-Aldebaran-Signature": signature(body, SECRET)}
     return requests.post(url + "/alerts", data=body, headers=headers, timeout=5)

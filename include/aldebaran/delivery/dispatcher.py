@@ -35,8 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from aldebaran.delivery.exceptions import RetryableError
+from aldebaran.delivery.handles import ALREADY, BUSY, DOUBT, SEND
 from aldebaran.delivery.ledger import Ledger
-from aldebaran.delivery.records import DELIVERED, IN_DOUBT, RETRY, SETTLED
 from aldebaran.delivery.settings import DeliverySettings
 from aldebaran.delivery.settle import Partition, RunSettler
 from aldebaran.exceptions import AlreadyExists, Fenced, LedgerCorrupt, ObjectStoreError
@@ -230,59 +230,28 @@ class ChannelDispatcher:
             stop.wait(1.0)
             return None
 
-    # --- per-alert records: retries, doubts, pages ------------------------------------------------
-    def _report(self, record, etag, outcome) -> None:
-        name = self.channel.name
-        settled = self.ledger.settle(record, etag, outcome, self.channel.can_dedupe)
-        if settled is None:
-            log.warning("%s/%s: record changed under us after the send (rescued by another worker)", name, record.alert_id)
-            return
-        what = {DELIVERED: "sent", IN_DOUBT: "in_doubt"}.get(settled.state, "failed")
-        self.stats.bump(what, name)
-        detected = record.alert.get("detected_at")
-        if settled.state == DELIVERED and isinstance(detected, (int, float)):
-            with self.stats.lock:
-                self.stats.latencies_ms.append(time.time() * 1000 - detected)
-
-    # --- the sweep --------------------------------------------------------------------------------
+    # --- the sweep: per-alert records --------------------------------------------------------------
     def sweep(self) -> int:
         """Retry what is due in the retry index; ask providers about IN_DOUBT deliveries (with a lookup)."""
-        name, now, done = self.channel.name, self.ledger.clock(), 0
-        claims = []
-        for alert_id in self.ledger.indexed("retry", name):
-            got = self.ledger.get(name, alert_id)
-            if got is None:
-                self.ledger.unmark("retry", name, alert_id)
-                continue
-            record, etag = got
-            if record.state not in (RETRY, "CLAIMED"):
-                self.ledger.unmark("retry", name, alert_id)
-            elif record.due(now):
-                taken = self.ledger.take_over(record, etag, self.owner, self.channel.can_dedupe)
-                if taken is not None:
-                    claims.append(taken)
-        if claims:
-            self.stats.bump("retried", name, len(claims))
-            outcomes = self.channel.send_many([Alert.from_dict(r.alert) for r, _ in claims])
-            for (record, etag), outcome in zip(claims, outcomes):
-                self._report(record, etag, outcome)
-                done += 1
+        name, done = self.channel.name, 0
+        due = [a for alert_id in self.ledger.indexed("retry", name)
+               if (a := self.ledger.retry(self.channel, alert_id, self.owner)) is not None and a.status == SEND]
+        if due:
+            self.stats.bump("retried", name, len(due))
+            done += len(deliver(self.channel, due, self.stats))
         if getattr(self.channel, "has_lookup", False):
-            done += self._settle_doubts(now)
+            done += self._settle_doubts(self.ledger.clock())
         return done
 
     def _settle_doubts(self, now: float) -> int:
         name, done = self.channel.name, 0
         for alert_id in self.ledger.indexed("in_doubt", name):
-            got = self.ledger.get(name, alert_id)
-            if got is None or got[0].state != IN_DOUBT:
-                self.ledger.unmark("in_doubt", name, alert_id)
-                continue
-            record, etag = got
-            if (record.doubted_at or record.updated_at) + self.settings.lookup_grace_seconds > now:
+            attempt = self.ledger.doubted(self.channel, alert_id)
+            if attempt is None or (attempt.record.doubted_at or attempt.record.updated_at) \
+                    + self.settings.lookup_grace_seconds > now:
                 continue
             found = self.channel.lookup(alert_id)  # RetryableError: ask again at the next sweep
-            if self.ledger.settle_by_lookup(record, etag, found) is not None:
+            if attempt.report_lookup(found):
                 done += 1
                 log.info("%s/%s: IN_DOUBT settled by the provider's lookup: %s", name, alert_id,
                          "delivered" if found else "no such message, sending")
@@ -352,30 +321,33 @@ class Dispatcher:
         return self.run(stop, idle, max_alerts)
 
 
-def deliver_direct(ledger: Ledger, channel, alert: dict, owner: str, stats: DispatchStats) -> str:
-    """Deliver one alert that does not come from the alerts topic (the supervisor's page) through its own
-    record, exactly once per channel: "sent", "already", "failed", "in_doubt" or "busy" (another
-    worker holds it under a live lease)."""
-    name = channel.name
-    got = ledger.claim(name, alert, owner)
-    if got is None:
-        found = ledger.get(name, alert["alert_id"])
-        if found is None or found[0].state in SETTLED:
-            stats.bump("already", name)
-            return "already"
-        if not found[0].due(ledger.clock()):
-            return "busy"
-        got = ledger.take_over(*found, owner, channel.can_dedupe)
-        if got is None:
-            stats.bump("in_doubt", name)
-            return "in_doubt"
-    record, etag = got
-    outcome = channel.send_many([Alert.from_dict(alert)])[0]
-    settled = ledger.settle(record, etag, outcome, channel.can_dedupe)
-    state = settled.state if settled else "busy"
-    what = {DELIVERED: "sent", IN_DOUBT: "in_doubt"}.get(state, "failed")
-    stats.bump(what, name)
-    return what
+def deliver(channel, attempts: list, stats: DispatchStats) -> list[str]:
+    """Send what the claimed attempts hold, together, and report each outcome: what became of each."""
+    outcomes = channel.send_many([a.alert for a in attempts])
+    results = [a.report(o) for a, o in zip(attempts, outcomes)]
+    now_ms = time.time() * 1000
+    for attempt, what in zip(attempts, results):
+        if what == BUSY:
+            log.warning("%s/%s: record changed under us after the send (rescued by another worker)",
+                        channel.name, attempt.record.alert_id)
+            continue
+        stats.bump(what, channel.name)
+        if what == "sent" and isinstance(attempt.alert.detected_at, int):
+            with stats.lock:
+                stats.latencies_ms.append(now_ms - attempt.alert.detected_at)
+    return results
+
+
+def deliver_direct(ledger: Ledger, channel, alert: Alert, owner: str, stats: DispatchStats) -> str:
+    """Deliver one alert that does not come from the alerts topic (the supervisor's page, a retraction)
+    through its own record, exactly once per channel: "sent", "already", "failed", "in_doubt" or "busy"
+    (another worker holds it under a live lease)."""
+    attempt = ledger.attempt(channel, alert, owner)
+    if attempt.status != SEND:
+        if attempt.status in (ALREADY, DOUBT):
+            stats.bump(attempt.status, channel.name)
+        return attempt.status
+    return deliver(channel, [attempt], stats)[0]
 
 
 def default_ledger(store=None) -> Ledger:

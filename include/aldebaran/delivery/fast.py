@@ -153,4 +153,4 @@ def _record_view(got) -> dict | None:
         return None
     record = got[0]
     return {"alert_id": record.alert_id, "state": record.state, "attempt": record.attempt,
-            "updated_at": record.updated_at, "alert": record.alert, "history": record.history}
+            "updated_at": record.updated_at, "alert": record.alert.to_dict(), "history": record.history}

@@ -16,9 +16,12 @@ the retry sweep, stats and the UI find the records that need attention without l
 a marker is written before a record enters an indexed state and removed after it leaves, so a crash
 in between leaves an extra marker (the sweep re-checks the record), never a missing one.
 
-The aggregates own their transitions (Run.adopt/record, Record.delivered/failed/...); the ledger
-loads and stores them with the right condition and translates a lost compare-and-swap into
-:class:`~aldebaran.exceptions.Fenced` (a run) or ``None`` (a record someone else moved on).
+The ledger is a repository: its claim sequences (:meth:`Ledger.attempt`, :meth:`Ledger.retry`,
+:meth:`Ledger.doubted`, :meth:`Ledger.open_run`) hand out handles (aldebaran.delivery.handles) whose
+``report`` is the only write of a delivery's outcome. The aggregates own their transitions (Run.apply,
+Record.apply, ...); the ledger stores them with the right condition and translates a lost
+compare-and-swap into :class:`~aldebaran.exceptions.Fenced` (a run) or ``None`` (a record someone else
+moved on).
 """
 
 from __future__ import annotations
@@ -28,19 +31,20 @@ import threading
 import time
 from typing import Callable, Iterator
 
-from aldebaran.delivery.records import CLAIMED, DEAD, IN_DOUBT, RETRY, Record, RetryPolicy
-from aldebaran.delivery.runs import DEAD as RUN_DEAD
-from aldebaran.delivery.runs import DELIVERED as RUN_DELIVERED
-from aldebaran.delivery.runs import IN_DOUBT as RUN_IN_DOUBT
-from aldebaran.delivery.runs import PENDING, RETRYING, Run
+from aldebaran.delivery import handles
+from aldebaran.delivery.handles import Attempt, RunHandle
+from aldebaran.delivery.records import CLAIMED, DEAD, IN_DOUBT, RETRY, SETTLED, Record, RetryPolicy
+from aldebaran.delivery.reports import LedgerReports
+from aldebaran.delivery.runs import MALFORMED, PENDING, RECORDED, REPEAT, Run
 from aldebaran.delivery.settings import DeliverySettings
 from aldebaran.exceptions import AlreadyExists, Fenced, LedgerCorrupt, NotFound, PreconditionFailed
+from aldebaran.model import Alert
 from aldebaran.storage import Store, safe_segment
 
 INDEXED = {RETRY: "retry", DEAD: "dead", IN_DOUBT: "in_doubt"}
 
 
-class Ledger:
+class Ledger(LedgerReports):
     def __init__(self, store: Store, prefix: str = "deliveries", lease_seconds: float = 60.0,
                  policy: RetryPolicy | None = None, clock: Callable[[], float] = time.time) -> None:
         self.store = store
@@ -115,15 +119,95 @@ class Ledger:
         except NotFound:
             return 0
 
-    # --- runs -----------------------------------------------------------------------------------
-    def claim_run(self, run: Run) -> str | None:
-        """Create the run (If-None-Match: *). Its ETag, or None if a run already starts there."""
-        try:
-            return self._write(self.store.create, self.run_key(run.channel, run.topic, run.partition, run.start),
-                               run.to_bytes())
-        except AlreadyExists:
-            return None
+    # --- the claim sequences: each hands out a handle ---------------------------------------------
+    def open_run(self, channel, topic: str, partition: int, epoch: int, owner: str, buffer: list, max_run: int,
+                 seen=(), look: bool = True, unsent=()) -> RunHandle:
+        """The run that starts at `buffer`'s first offset (buffer: ``[(offset, raw, Alert | None, error)]``
+        polled, in order). A run found RECORDED is skipped; one CLAIMED by another owner (or by this one,
+        interrupted after its send began: its start is not in `unsent`) is adopted, If-Match fencing the
+        old owner; none: a new run over the next ≤ max_run offsets is claimed (If-None-Match: *), its
+        alerts already in `seen` (or earlier in the run) entered as repeats. `look` False claims without
+        reading first (one round trip less; a run that exists makes the create fail: CONTESTED)."""
+        name, start = channel.name, buffer[0][0]
+        found = self.get_run(name, topic, partition, start) if look else None
+        if found is None:
+            entries, alerts, in_run = [], {}, set()
+            for offset, _raw, alert, error in buffer[:max_run]:
+                if alert is None:
+                    entries.append([offset, None, MALFORMED, {"reason": error}])
+                    continue
+                alerts[offset] = alert
+                if alert.alert_id in seen or alert.alert_id in in_run:
+                    entries.append([offset, alert.alert_id, REPEAT, None])
+                else:
+                    in_run.add(alert.alert_id)
+                    entries.append([offset, alert.alert_id, PENDING, None])
+            run = Run.claim(name, topic, partition, entries, epoch, owner, self.clock(), alerts)
+            etag = self._create_run(run)
+            return RunHandle(self, channel, handles.NEW if etag else handles.CONTESTED, run, etag)
+        run, etag = found
+        if run.state == RECORDED:
+            return RunHandle(self, channel, handles.RECORDED_RUN, run, etag)
+        if run.end > buffer[-1][0]:
+            return RunHandle(self, channel, handles.WAIT, run, etag)
+        run.alerts = {b[0]: b[2] for b in buffer if b[0] <= run.end and b[2] is not None}
+        if (run.owner, run.epoch) == (owner, epoch) and run.start in unsent:
+            return RunHandle(self, channel, handles.OURS, run, etag)  # failed before any send: no doubt
+        previous = f"{run.owner} (epoch {run.epoch})"
+        run.adopt(self.clock(), owner, epoch)
+        return RunHandle(self, channel, handles.ADOPTED, run, self.save_run(run, etag), previous)
 
+    def attempt(self, channel, alert: Alert, owner: str) -> Attempt:
+        """One alert's delivery through its own record (alerts that do not come from the alerts topic):
+        claimed now (If-None-Match: *), or taken over if its record is due (an expired lease, a retry)."""
+        record = Record.claimed(channel.name, alert, owner, self.clock(), self.lease_seconds)
+        etag = self.create(record)
+        if etag is not None:
+            return Attempt(self, channel, handles.SEND, record, etag)
+        return self._take(channel, self.get(channel.name, alert.alert_id), owner)
+
+    def retry(self, channel, alert_id: str, owner: str) -> Attempt | None:
+        """The sweep's claim of a record in the retry index; None if it left that state (marker removed)."""
+        got = self.get(channel.name, alert_id)
+        if got is None or got[0].state not in (RETRY, CLAIMED):
+            self.unmark("retry", channel.name, alert_id)
+            return None
+        return self._take(channel, got, owner)
+
+    def _take(self, channel, got: tuple[Record, str] | None, owner: str) -> Attempt:
+        if got is None:  # only an operator deletes records: nothing to do
+            return Attempt(self, channel, handles.ALREADY)
+        record, etag = got
+        now = self.clock()
+        if not record.due(now):
+            return Attempt(self, channel, handles.ALREADY if record.state in SETTLED else handles.BUSY, record, etag)
+        previous = record.state
+        send = record.take_over(now, owner, self.lease_seconds, channel.can_dedupe)
+        etag = self.save(record, etag, previous)
+        if etag is None:
+            return Attempt(self, channel, handles.BUSY, record)
+        return Attempt(self, channel, handles.SEND if send else handles.DOUBT, record, etag)
+
+    def doubted(self, channel, alert_id: str) -> Attempt | None:
+        """A record in the in_doubt index, for the provider's lookup; None if it left IN_DOUBT (marker removed)."""
+        got = self.get(channel.name, alert_id)
+        if got is None or got[0].state != IN_DOUBT:
+            self.unmark("in_doubt", channel.name, alert_id)
+            return None
+        return Attempt(self, channel, handles.DOUBT, *got)
+
+    def resolve(self, channel: str, alert_id: str, outcome: str, reason: str, who: str) -> Record:
+        """An operator settles an IN_DOUBT or DEAD delivery (Record.resolved)."""
+        got = self.get(channel, alert_id)
+        if got is None:
+            raise NotFound(f"no delivery record for {channel}/{alert_id}")
+        record, etag = got
+        previous = record.resolved(self.clock(), outcome, reason, who)
+        if self.save(record, etag, previous) is None:
+            raise PreconditionFailed(f"{channel}/{alert_id} changed while it was being resolved; try again")
+        return record
+
+    # --- reads ------------------------------------------------------------------------------------
     def get_run(self, channel: str, topic: str, partition: int, start: int) -> tuple[Run, str] | None:
         key = self.run_key(channel, topic, partition, start)
         try:
@@ -131,14 +215,6 @@ class Ledger:
         except NotFound:
             return None
         return Run.from_bytes(obj.body, key), obj.etag
-
-    def save_run(self, run: Run, etag: str) -> str:
-        """Store the run's new state (after adopt/record) if nobody changed it since `etag`; else Fenced."""
-        key = self.run_key(run.channel, run.topic, run.partition, run.start)
-        try:
-            return self._write(self.store.replace, key, run.to_bytes(), etag)
-        except PreconditionFailed:
-            raise Fenced(f"{key} changed under {run.owner} (epoch {run.epoch}): another owner took this run") from None
 
     def runs(self, channel: str, topic: str, partition: int, from_offset: int = 0) -> Iterator[Run]:
         """The partition's runs whose start is ≥ from_offset, in offset order (StartAfter: no full listing)."""
@@ -161,7 +237,13 @@ class Ledger:
                 return run
         return None
 
-    # --- per-alert records ----------------------------------------------------------------------
+    def run_at(self, key: str) -> Run | None:
+        """The run stored under `key` (a sent marker's body), or None."""
+        try:
+            return Run.from_bytes(self.store.get(key).body, key)
+        except NotFound:
+            return None
+
     def get(self, channel: str, alert_id: str) -> tuple[Record, str] | None:
         key = self.key(channel, alert_id)
         try:
@@ -169,6 +251,38 @@ class Ledger:
         except NotFound:
             return None
         return Record.from_bytes(obj.body, key), obj.etag
+
+    def sent_by(self, channel: str, alert_id: str) -> str | None:
+        """The run key an alert's sent marker names, or None (no marker: never marked on this channel)."""
+        try:
+            return self.store.get(self.sent_key(channel, alert_id)).body.decode()
+        except NotFound:
+            return None
+
+    def indexed(self, kind: str, channel: str) -> list[str]:
+        """Alert ids listed in one index (retry, dead, in_doubt) of a channel."""
+        prefix = f"{self.prefix}-index/{kind}/{safe_segment(channel, 'channel')}/"
+        return [o["Key"][len(prefix):] for o in self.store.list(prefix)]
+
+    def unmark(self, kind: str, channel: str, alert_id: str) -> None:
+        self.store.delete(self.index_key(kind, channel, alert_id))
+
+    # --- conditional writes: what the claim sequences and the handles store -----------------------
+    def _create_run(self, run: Run) -> str | None:
+        """Create the run (If-None-Match: *). Its ETag, or None if a run already starts there."""
+        try:
+            return self._write(self.store.create, self.run_key(run.channel, run.topic, run.partition, run.start),
+                               run.to_bytes())
+        except AlreadyExists:
+            return None
+
+    def save_run(self, run: Run, etag: str) -> str:
+        """Store the run's new state (adopted, recorded) if nobody changed it since `etag`; else Fenced."""
+        key = self.run_key(run.channel, run.topic, run.partition, run.start)
+        try:
+            return self._write(self.store.replace, key, run.to_bytes(), etag)
+        except PreconditionFailed:
+            raise Fenced(f"{key} changed under {run.owner} (epoch {run.epoch}): another owner took this run") from None
 
     def create(self, record: Record) -> str | None:
         """Store a new record (If-None-Match: *): its ETag, or None if the alert already has one."""
@@ -195,81 +309,10 @@ class Ledger:
                 self._unmark(RETRY, record)
         return new
 
-    def claim(self, channel: str, alert: dict, owner: str) -> tuple[Record, str] | None:
-        """Claim one alert's delivery with its own record (channels that cannot deduplicate, pages)."""
-        record = Record.claimed(channel, alert, owner, self.clock(), self.lease_seconds)
-        etag = self.create(record)
-        return (record, etag) if etag else None
-
-    def resolve(self, channel: str, alert_id: str, outcome: str, reason: str, who: str) -> Record:
-        got = self.get(channel, alert_id)
-        if got is None:
-            raise NotFound(f"no delivery record for {channel}/{alert_id}")
-        record, etag = got
-        previous = record.resolved(self.clock(), outcome, reason, who)
-        if self.save(record, etag, previous) is None:
-            raise PreconditionFailed(f"{channel}/{alert_id} changed while it was being resolved; try again")
-        return record
-
-    def indexed(self, kind: str, channel: str) -> list[str]:
-        """Alert ids listed in one index (retry, dead, in_doubt) of a channel."""
-        prefix = f"{self.prefix}-index/{kind}/{safe_segment(channel, 'channel')}/"
-        return [o["Key"][len(prefix):] for o in self.store.list(prefix)]
-
-    def _mark(self, state: str, record: Record) -> None:
-        if state in INDEXED:
-            self._write(self.store.put, self.index_key(INDEXED[state], record.channel, record.alert_id), b"")
-
-    def _unmark(self, state: str, record: Record) -> None:
-        if state in INDEXED:
-            self.store.delete(self.index_key(INDEXED[state], record.channel, record.alert_id))
-
-    def unmark(self, kind: str, channel: str, alert_id: str) -> None:
-        self.store.delete(self.index_key(kind, channel, alert_id))
-
-    # --- outcomes: the dispatcher reports, the aggregates transition, the ledger stores ------------
-    def record_run(self, run: Run, etag: str, outcomes: dict, alerts: dict, can_dedupe: bool = True) -> str:
-        """Record every outcome of a run in one write. `outcomes`: offset → Outcome for the pending
-        entries; `alerts`: offset → the Alert (or its dict). A failed alert gets its own record first
-        (RETRY, or DEAD when permanent; IN_DOUBT when the outcome is unknown on a channel that cannot
-        deduplicate), so a crash between the two writes loses nothing. Fenced if a newer owner adopted
-        the run meanwhile. Idempotent: entries settled by an earlier attempt of this write are kept."""
-        now = self.clock()
-        key = self.run_key(run.channel, run.topic, run.partition, run.start)
-        results = {}
-        for entry in run.pending():
-            outcome = outcomes[entry[0]]
-            if outcome.status == "delivered":
-                results[entry[0]] = (RUN_DELIVERED, outcome.receipt)
-                continue
-            error = outcome.error or outcome.status
-            failed = alerts[entry[0]]
-            failed = failed if isinstance(failed, dict) else failed.to_dict()
-            if outcome.status == "unknown" and not can_dedupe:
-                record = Record.doubted_in_run(run.channel, failed, run.owner, now, key, f"outcome unknown: {error}")
-            else:
-                if outcome.status == "unknown":  # the channel deduplicates: a resend is safe
-                    error = f"outcome unknown, will resend with the same key: {error}"
-                record = Record.failed_in_run(run.channel, failed, run.owner, now, key, error,
-                                              outcome.status == "permanent", self.policy)
-            self.create(record)  # None: the alert already has a record (an earlier run); that one carries on
-            status = {DEAD: RUN_DEAD, IN_DOUBT: RUN_IN_DOUBT}.get(record.state, RETRYING)
-            results[entry[0]] = (status, {"error": error[:200]})
-        run.settle(results)
-        run.record(now)
-        return self.save_run(run, etag)
-
-    # --- sent markers: repeats on a channel that can neither deduplicate nor remember ----------
-    def mark_sent(self, channel: str, alert_id: str, run_key: str) -> bool:
-        """Before an alert's first send on such a channel: create its marker naming the run (If-None-Match).
-        True if the alert is this run's to send (created now, or by this run before an adoption);
-        False if another run holds it: a repeat, never sent twice, however old."""
-        return self.claim_sent(channel, alert_id, run_key) is None
-
     def claim_sent(self, channel: str, alert_id: str, run_key: str) -> str | None:
-        """:meth:`mark_sent` telling who holds the marker: None if this run does, else the holder's run key
-        (it names the topic, so the lane, that delivered the alert: the fast lane's copy and the exact
-        lane's meet here, aldebaran.delivery.fast)."""
+        """An alert's sent marker naming the run (If-None-Match: *), before its first send on a channel that
+        needs one (aldebaran.delivery.settle): None if `run_key` holds it (created now, or by this run before
+        an adoption), else the holder's run key (it names the topic, so the lane, that delivered the alert)."""
         key = self.sent_key(channel, alert_id)
         try:
             self._write(self.store.create, key, run_key.encode())
@@ -282,104 +325,13 @@ class Ledger:
             return self.claim_sent(channel, alert_id, run_key)
         return None if holder == run_key else holder
 
-    def sent_by(self, channel: str, alert_id: str) -> str | None:
-        """The run key an alert's sent marker names, or None (no marker: never marked on this channel)."""
-        try:
-            return self.store.get(self.sent_key(channel, alert_id)).body.decode()
-        except NotFound:
-            return None
+    def _mark(self, state: str, record: Record) -> None:
+        if state in INDEXED:
+            self._write(self.store.put, self.index_key(INDEXED[state], record.channel, record.alert_id), b"")
 
-    def run_at(self, key: str) -> Run | None:
-        """The run stored under `key` (a sent marker's body), or None."""
-        try:
-            return Run.from_bytes(self.store.get(key).body, key)
-        except NotFound:
-            return None
-
-    def settle(self, record: Record, etag: str, outcome, can_dedupe: bool) -> Record | None:
-        """Apply one send's outcome to a per-alert record and store it; None if someone moved it."""
-        previous, now = record.state, self.clock()
-        error = outcome.error or outcome.status
-        if outcome.status == "delivered":
-            record.delivered(now, outcome.receipt)
-        elif outcome.status == "unknown" and not can_dedupe:
-            record.doubted(now, f"outcome unknown: {error}")
-        elif outcome.status == "unknown":
-            record.failed(now, f"outcome unknown, will resend with the same key: {error}", False, self.policy)
-        else:
-            record.failed(now, error, outcome.status == "permanent", self.policy)
-        return record if self.save(record, etag, previous) else None
-
-    def take_over(self, record: Record, etag: str, owner: str, can_dedupe: bool) -> tuple[Record, str] | None:
-        """Claim a due record for another attempt (or mark it IN_DOUBT): (record, etag) to send, or None."""
-        previous = record.state
-        send = record.take_over(self.clock(), owner, self.lease_seconds, can_dedupe)
-        new = self.save(record, etag, previous)
-        return (record, new) if send and new else None
-
-    def settle_by_lookup(self, record: Record, etag: str, found: dict | None) -> Record | None:
-        previous = record.state
-        record.settled_by_lookup(self.clock(), found)
-        return record if self.save(record, etag, previous) else None
-
-    # --- channels and figures -------------------------------------------------------------------
-    def channels(self) -> list[str]:
-        """Channels with anything in the ledger (one delimiter listing per channel would be cheaper on
-        S3; the store contract has no delimiter, so this lists the owners and records it finds)."""
-        seen: list[str] = []
-        for obj in self.store.list(self.prefix + "/"):
-            name = obj["Key"][len(self.prefix) + 1:].split("/", 1)[0]
-            if name not in seen:
-                seen.append(name)
-        return seen
-
-    def states(self, channel: str) -> dict[str, str]:
-        """alert id → its delivery state on this channel (DELIVERED from a run's entry; a per-alert
-        record's state wins). Lists the channel's whole ledger: for checks and campaigns that verify a
-        finished run, never on the delivery path."""
-        base = f"{self._channel(channel)}/"
-        out: dict[str, str] = {}
-        records: dict[str, str] = {}
-        for obj in self.store.list(base):
-            key = obj["Key"]
-            if "/runs/" in key:
-                run = Run.from_bytes(self.store.get(key).body, key)
-                for e in run.entries:
-                    if e[2] == RUN_DELIVERED:
-                        out.setdefault(e[1], "DELIVERED")
-                    elif e[2] == PENDING:
-                        out.setdefault(e[1], "CLAIMED")
-            elif "/alerts/" in key and key.endswith(".json"):
-                got = self.get(channel, key.rsplit("/", 1)[1][: -len(".json")])
-                if got is not None:
-                    records[got[0].alert_id] = got[0].state
-        out.update(records)
-        return out
-
-    def known_alert_ids(self, channel: str) -> set[str]:
-        """Every alert id this channel has a run entry or a record for. Lists the channel's whole ledger:
-        for batch reports (a replay's "which alerts are new"), never on the delivery path."""
-        base = f"{self._channel(channel)}/"
-        ids: set[str] = set()
-        for obj in self.store.list(base):
-            key = obj["Key"]
-            if "/runs/" in key:
-                ids.update(Run.from_bytes(self.store.get(key).body, key).alert_ids())
-            elif "/alerts/" in key and key.endswith(".json"):
-                ids.add(key.rsplit("/", 1)[1][: -len(".json")])
-        return ids
-
-    def stats(self, channel: str) -> dict:
-        """Per-channel figures from the small index (delivered counts come from the consumer group's
-        committed offsets: see aldebaran.delivery.tools)."""
-        return {
-            "channel": channel,
-            "retrying": len(self.indexed("retry", channel)),
-            "dead": len(self.indexed("dead", channel)),
-            "in_doubt": len(self.indexed("in_doubt", channel)),
-            "lease_seconds": self.lease_seconds,
-            "max_attempts": self.max_attempts,
-        }
+    def _unmark(self, state: str, record: Record) -> None:
+        if state in INDEXED:
+            self.store.delete(self.index_key(INDEXED[state], record.channel, record.alert_id))
 
     def _write(self, fn, *args) -> str:
         with self._count:

@@ -104,16 +104,6 @@ def retractions(ledger, channel: str, limit: int) -> list:
     return [got[0] for alert_id in ids if (got := ledger.get(channel, alert_id))]
 
 
-def record_alert(record):
-    """A record's alert as an :class:`aldebaran.model.Alert`; None if the record holds no valid one."""
-    from aldebaran.model import Alert, AlertError
-
-    try:
-        return Alert.from_dict(record.alert)
-    except AlertError:
-        return None
-
-
 # --- HTML (every value goes through esc()) ------------------------------------------------------
 CSS = """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5rem;color:#1a202c}
@@ -204,8 +194,7 @@ def records_table(records: list, channel: str, qs: str, base: str = "") -> str:
         return "<p class=empty>none</p>"
     rows = []
     for r in records:
-        alert = record_alert(r)
-        kind, order_id = (alert.kind, alert.order_id) if alert else (None, None)
+        kind, order_id = r.alert.kind, r.alert.order_id
         href = f"{base}{quote(channel, safe='')}/{quote(r.alert_id, safe='')}{qs}"
         detail = r.error or (f"next attempt {when(r.next_at)}" if r.next_at else "")
         rows.append(
@@ -293,8 +282,6 @@ def render_found(alert_id: str, views: list[dict], ledger, default_prefix: str, 
 
 
 def render_detail(record, ledger, default_prefix: str, limit: int, user_name: str) -> str:
-    from dataclasses import asdict
-
     qs = query(ledger.prefix, default_prefix, limit)
     fields = [
         ("state", state_badge(record.state)), ("attempt", esc(record.attempt)), ("owner", esc(record.owner)),
@@ -310,12 +297,10 @@ def render_detail(record, ledger, default_prefix: str, limit: int, user_name: st
         f"<td class=n>{esc(h.get('attempt'))}</td><td>{esc(h.get('note'))}</td></tr>"
         for h in record.history
     )
-    alert = record_alert(record)
-    # An unreadable alert is still shown as stored (the record JSON below has it too).
-    fields = alert.to_dict() if alert else (record.alert if isinstance(record.alert, dict) else {})
+    stored = record.to_dict()
     alert_rows = "".join(
         f"<tr><th>{esc(k)}</th><td>{esc(json.dumps(v) if isinstance(v, (dict, list)) else v)}</td></tr>"
-        for k, v in fields.items()
+        for k, v in stored["alert"].items()
     )
     body = (
         f'<p><a href="../{esc(qs)}">← all deliveries</a></p>'
@@ -325,7 +310,7 @@ def render_detail(record, ledger, default_prefix: str, limit: int, user_name: st
         "<h2>History</h2><table id=history><thead><tr><th>at</th><th>state</th><th>attempt</th><th>note</th></tr></thead>"
         f"<tbody>{history}</tbody></table>"
         f"<h2>Alert</h2><table id=alert>{alert_rows}</table>"
-        f"<h2>Record JSON</h2><pre>{esc(json.dumps(asdict(record), indent=2, sort_keys=True))}</pre>"
+        f"<h2>Record JSON</h2><pre>{esc(json.dumps(stored, indent=2, sort_keys=True))}</pre>"
     )
     return page(f"{record.channel} / {record.alert_id}", body, user_name)
 

@@ -19,16 +19,18 @@ later transition is a compare-and-swap on its ETag (If-Match), so exactly one wo
     IN_DOUBT ──provider lookup: sent──▶ DELIVERED        ──lookup: provider has no such message──▶ RETRY
     IN_DOUBT / DEAD ──operator──▶ DELIVERED | DEAD | RETRY (with a reason)
 
-The record owns these transitions (its methods); the ledger stores it.
+The record owns these transitions (its methods; :meth:`Record.apply` maps a send's outcome onto them);
+the ledger stores it (aldebaran.delivery.handles).
 """
 
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 from aldebaran.exceptions import LedgerCorrupt
+from aldebaran.model import Alert
 
 CLAIMED, DELIVERED, RETRY, DEAD, IN_DOUBT = "CLAIMED", "DELIVERED", "RETRY", "DEAD", "IN_DOUBT"
 STATES = (CLAIMED, DELIVERED, RETRY, DEAD, IN_DOUBT)
@@ -46,7 +48,7 @@ class Record:
     channel: str
     state: str
     attempt: int
-    alert: dict
+    alert: Alert
     created_at: float
     updated_at: float
     lease_until: float | None = None
@@ -60,16 +62,23 @@ class Record:
     history: list = field(default_factory=list)
 
     # --- codec ----------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """The record as stored (and shown: CLI, pages, explain), its alert as the contract's fields."""
+        out = {f: getattr(self, f) for f in _FIELDS}
+        out["alert"] = self.alert.to_dict()
+        return out
+
     def to_bytes(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True).encode()
+        return json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
     def from_bytes(cls, body: bytes, key: str = "?") -> "Record":
         try:
             data = json.loads(body)
-            data.pop("indexed", None)  # written by the ledger before turn 2
+            data.pop("indexed", None)  # written by older ledgers
+            data["alert"] = Alert.from_dict(data.get("alert"))
             return cls(**data)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError) as exc:  # AlertError is a ValueError
             raise LedgerCorrupt(f"delivery record {key} cannot be read: {exc}") from None
 
     def _note(self, now: float, text: str | None = None) -> None:
@@ -79,34 +88,31 @@ class Record:
 
     # --- creation -------------------------------------------------------------------------------
     @classmethod
-    def claimed(cls, channel: str, alert: dict, owner: str, now: float, lease_seconds: float,
+    def claimed(cls, channel: str, alert: Alert, owner: str, now: float, lease_seconds: float | None,
                 run: str | None = None) -> "Record":
-        record = cls(alert_id=alert["alert_id"], channel=channel, state=CLAIMED, attempt=1, alert=alert,
-                     created_at=now, updated_at=now, lease_until=now + lease_seconds, owner=owner, run=run)
-        record._note(now, "claimed")
-        return record
-
-    @classmethod
-    def failed_in_run(cls, channel: str, alert: dict, owner: str, now: float, run: str, error: str,
-                      permanent: bool, policy: "RetryPolicy") -> "Record":
-        """An alert of a run whose send failed: its exception record, RETRY (or DEAD if permanent)."""
-        record = cls(alert_id=alert["alert_id"], channel=channel, state=CLAIMED, attempt=1, alert=alert,
-                     created_at=now, updated_at=now, owner=owner, run=run)
-        record._note(now, f"sent in run {run}")
-        record.failed(now, error, permanent, policy)
-        return record
-
-    @classmethod
-    def doubted_in_run(cls, channel: str, alert: dict, owner: str, now: float, run: str, error: str) -> "Record":
-        """An alert of a run whose send may or may not have happened, on a channel that cannot
-        deduplicate: its exception record, IN_DOUBT (never re-sent automatically)."""
-        record = cls(alert_id=alert["alert_id"], channel=channel, state=CLAIMED, attempt=1, alert=alert,
-                     created_at=now, updated_at=now, owner=owner, run=run)
-        record._note(now, f"sent in run {run}")
-        record.doubted(now, error)
+        """A delivery claimed for its first attempt: under a lease (its own record), or as the exception
+        record of a run whose send already happened (`run`: the run's key, no lease)."""
+        record = cls(alert_id=alert.alert_id, channel=channel, state=CLAIMED, attempt=1, alert=alert,
+                     created_at=now, updated_at=now, owner=owner, run=run,
+                     lease_until=None if lease_seconds is None else now + lease_seconds)
+        record._note(now, f"sent in run {run}" if run else "claimed")
         return record
 
     # --- transitions ----------------------------------------------------------------------------
+    def apply(self, outcome, now: float, policy: "RetryPolicy", can_dedupe: bool) -> None:
+        """One send's outcome (aldebaran.delivery.channels.base.Outcome): DELIVERED; an unknown outcome
+        IN_DOUBT where a resend is unsafe, else a retry with the same idempotency key; a failure RETRY
+        (DEAD when permanent or out of attempts)."""
+        error = outcome.error or outcome.status
+        if outcome.status == "delivered":
+            self.delivered(now, outcome.receipt)
+        elif outcome.status == "unknown" and not can_dedupe:
+            self.doubted(now, f"outcome unknown: {error}")
+        elif outcome.status == "unknown":
+            self.failed(now, f"outcome unknown, will resend with the same key: {error}", False, policy)
+        else:
+            self.failed(now, error, outcome.status == "permanent", policy)
+
     def delivered(self, now: float, receipt: dict | None, note: str = "delivered") -> None:
         if self.state not in (CLAIMED, IN_DOUBT):
             raise InvalidTransition(f"{self.channel}/{self.alert_id}: {self.state} cannot become DELIVERED")
@@ -186,6 +192,9 @@ class Record:
             self.delivered_at = self.delivered_at or now
         self._note(now, f"resolved {previous} → {outcome} by {who}: {reason}")
         return previous
+
+
+_FIELDS = tuple(f.name for f in fields(Record))
 
 
 @dataclass(frozen=True)

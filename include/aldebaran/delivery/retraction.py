@@ -28,6 +28,7 @@ import os
 import socket
 import time
 
+from aldebaran.model import Alert
 from aldebaran.storage import safe_segment
 
 log = logging.getLogger(__name__)
@@ -46,33 +47,33 @@ def reinstatement_id(alert_id: str) -> str:
     return safe_segment(f"reinstate-{alert_id}", "alert id")
 
 
-def retraction(record: dict) -> dict:
+def retraction(record: dict) -> Alert:
     """The retraction of an unconfirmed fast alert, from the reconciler's record of it
-    (``{"alert_id", "lane", "reported_at", "why", "alert": <the fast alert> | None}``)."""
+    (``{"alert_id", "lane", "reported_at", "why", "alert": <the fast alert's fields> | None}``)."""
     retracted = record["alert_id"]
     alert = record.get("alert") or {}
     order = str(alert.get("order_id") or "unknown")
     kind = alert.get("kind") or "alert"
-    return {
+    return Alert.from_dict({
         "alert_id": retraction_id(retracted), "kind": RETRACTION, "order_id": order,
         **{k: alert.get(k) for k in _ORDER_FIELDS},
         "detected_at": int(float(record.get("reported_at") or time.time()) * 1000),
         "retracts": retracted, "retracted_kind": kind, "lane": record.get("lane"), "reason": record.get("why"),
         "message": (f"RETRACTED: the fast lane's {kind} alert {retracted} on order {order} was not confirmed by "
                     "the exact lane; treat it as withdrawn. " + str(record.get("why") or "")).strip(),
-    }
+    })
 
 
-def reinstatement(retraction_alert: dict, confirmed_at: float) -> dict:
+def reinstatement(retraction_alert: Alert, confirmed_at: float) -> Alert:
     """The withdrawal of a retraction: the exact lane confirmed the alert after it had been retracted."""
-    retracted = retraction_alert["retracts"]
-    return {
-        **{k: v for k, v in retraction_alert.items() if k not in ("retracts", "reason")},
+    retracted = retraction_alert.extra["retracts"]
+    return Alert.from_dict({
+        **{k: v for k, v in retraction_alert.to_dict().items() if k not in ("retracts", "reason")},
         "alert_id": reinstatement_id(retracted), "kind": REINSTATEMENT,
         "detected_at": int(confirmed_at * 1000), "reinstates": retracted,
         "message": (f"REINSTATED: the exact lane confirmed alert {retracted} on order "
-                    f"{retraction_alert.get('order_id')} after its retraction; the alert stands."),
-    }
+                    f"{retraction_alert.order_id} after its retraction; the alert stands."),
+    })
 
 
 class Retractor:
@@ -97,13 +98,13 @@ class Retractor:
                 out.update(self._deliver(reinstatement(got[0].alert, confirmed_at), [channel]))
         return out
 
-    def _deliver(self, message: dict, channels: list) -> dict[str, str]:
+    def _deliver(self, message: Alert, channels: list) -> dict[str, str]:
         from aldebaran.delivery.dispatcher import DispatchStats, deliver_direct
 
         stats = DispatchStats()
         out = {c.name: deliver_direct(self.ledger, c, message, self.owner, stats) for c in channels}
-        log.warning("%s %s of alert %s: %s", message["kind"].lower(), message["alert_id"],
-                    message.get("retracts") or message.get("reinstates"), out)
+        log.warning("%s %s of alert %s: %s", message.kind.lower(), message.alert_id,
+                    message.extra.get("retracts") or message.extra.get("reinstates"), out)
         return out
 
     def close(self) -> None:

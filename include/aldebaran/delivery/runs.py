@@ -29,6 +29,9 @@ Entries: ``[offset, alert_id, status, receipt]``; status is one of
     R / X failed: the alert's own record (RETRY / DEAD) carries on · U in doubt: its own IN_DOUBT
     record carries on (a channel that cannot deduplicate) · M malformed alert (dead-lettered) ·
     ? pending (claimed, no outcome yet)
+
+The run owns its transitions: :meth:`Run.apply` turns the send's outcomes into entries, and into the
+exception records (aldebaran.delivery.records) that failed alerts carry on with.
 """
 
 from __future__ import annotations
@@ -37,7 +40,11 @@ from dataclasses import dataclass, field, fields
 
 import msgspec
 
+from aldebaran.delivery.records import DEAD as RECORD_DEAD
+from aldebaran.delivery.records import IN_DOUBT as RECORD_IN_DOUBT
+from aldebaran.delivery.records import Record, RetryPolicy
 from aldebaran.exceptions import Fenced, LedgerCorrupt
+from aldebaran.model import Alert
 
 CLAIMED, RECORDED = "CLAIMED", "RECORDED"
 DELIVERED, REPEAT, RETRYING, DEAD, MALFORMED, PENDING = "D", "S", "R", "X", "M", "?"
@@ -59,6 +66,8 @@ class Run:
     entries: list  # [[offset, alert_id | None, status, receipt | None], ...]
     recorded_at: float | None = None
     history: list = field(default_factory=list)
+    # The typed alerts of the range by offset, as polled (not stored: the alerts topic holds them).
+    alerts: dict[int, Alert] = field(default_factory=dict, repr=False, compare=False)
 
     # --- codec ----------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
@@ -76,12 +85,12 @@ class Run:
     # --- creation -------------------------------------------------------------------------------
     @classmethod
     def claim(cls, channel: str, topic: str, partition: int, entries: list, epoch: int, owner: str,
-              now: float) -> "Run":
+              now: float, alerts: dict[int, Alert] | None = None) -> "Run":
         """A new run over `entries` ([offset, alert_id | None, status, receipt]; offsets ascending)."""
         if not entries:
             raise ValueError("a run holds at least one offset")
         run = cls(channel=channel, topic=topic, partition=partition, start=entries[0][0], end=entries[-1][0],
-                  epoch=epoch, owner=owner, state=CLAIMED, claimed_at=now, entries=entries)
+                  epoch=epoch, owner=owner, state=CLAIMED, claimed_at=now, entries=entries, alerts=alerts or {})
         run.history.append({"at": now, "owner": owner, "epoch": epoch, "note": "claimed"})
         return run
 
@@ -111,6 +120,25 @@ class Run:
                 raise ValueError(f"run {self.channel}/{self.partition}@{self.start}: offset {entry[0]} "
                                  f"is {entry[2]}, cannot become {got[0]}")
             entry[2], entry[3] = got
+
+    def apply(self, outcomes: dict, now: float, key: str, policy: RetryPolicy, can_dedupe: bool) -> list[Record]:
+        """The send's outcomes (offset → Outcome, for the pending entries) become the run's entries, and
+        the run is recorded. Returns the exception records of the alerts that were not delivered (RETRY,
+        DEAD, IN_DOUBT: each carries on in its own record, which must be stored before the run is)."""
+        results, records = {}, []
+        for entry in self.pending():
+            outcome = outcomes[entry[0]]
+            if outcome.status == "delivered":
+                results[entry[0]] = (DELIVERED, outcome.receipt)
+                continue
+            record = Record.claimed(self.channel, self.alerts[entry[0]], self.owner, now, None, run=key)
+            record.apply(outcome, now, policy, can_dedupe)
+            records.append(record)
+            status = {RECORD_DEAD: DEAD, RECORD_IN_DOUBT: IN_DOUBT}.get(record.state, RETRYING)
+            results[entry[0]] = (status, {"error": (record.error or "")[:200]})
+        self.settle(results)
+        self.record(now)
+        return records
 
     def record(self, now: float) -> None:
         """Every entry has its outcome: the run is settled (the one write that records them follows).
@@ -144,7 +172,7 @@ class Run:
         return out
 
 
-_FIELDS = tuple(f.name for f in fields(Run))
+_FIELDS = tuple(f.name for f in fields(Run) if f.name != "alerts")
 
 
 def _plain(value):

@@ -1,13 +1,13 @@
-"""Settling one partition's alerts on one channel, a ledger run at a time: the one claim sequence.
+"""Settling one partition's alerts on one channel, a ledger run at a time: poll → handle → send → report.
 
 Every channel, whether it deduplicates or not, goes through the same steps (durable first):
 
-    find the run starting at the first unsettled offset
+    open the run starting at the first unsettled offset (Ledger.open_run, the one claim sequence):
       RECORDED            → skip its range (a replay after a crash, or another worker's)
-      CLAIMED, older owner → adopt it (If-Match fences the old owner), settle its pending alerts (below)
-      none                → claim a new run over the next ≤ max_run offsets (If-None-Match: *)
-    send the pending alerts (``send_many``), record every outcome in one write, then the caller
-    commits the offsets.
+      CLAIMED, older owner → adopted (If-Match fences the old owner): settle its pending alerts (below)
+      none                → a new run over the next ≤ max_run offsets is claimed (If-None-Match: *)
+    send the pending alerts (``send_many``), report every outcome (the handle's one write), then the
+    caller commits the offsets.
 
 What adoption means is the channel's to say (:mod:`aldebaran.delivery.channels.base`): a channel that
 deduplicates is sent the pending alerts again (same idempotency keys); one whose lookup answers at once
@@ -41,9 +41,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from aldebaran.delivery import handles
 from aldebaran.delivery.channels.base import Outcome
-from aldebaran.delivery.runs import MALFORMED, PENDING, RECORDED, REPEAT, Run
-from aldebaran.exceptions import Fenced, ObjectStoreError
+from aldebaran.delivery.handles import RunHandle
+from aldebaran.delivery.runs import MALFORMED, RECORDED, REPEAT, Run
+from aldebaran.exceptions import ObjectStoreError
 
 log = logging.getLogger(__name__)
 
@@ -92,67 +94,43 @@ class RunSettler:
         self._recorded_runs: collections.OrderedDict = collections.OrderedDict()  # holder run keys seen RECORDED
         self.asks_at_once = getattr(channel, "has_lookup", False) and not getattr(channel, "lookup_lags", True)
 
-    # --- the claim sequence -----------------------------------------------------------------------
+    # --- poll → handle → send → report, a run at a time --------------------------------------------
     def settle(self, part: Partition, stop: threading.Event) -> int | None:
         """Settle what is buffered for one partition; the next offset to commit, or None."""
         if not part.loaded:
             self._load_recent(part)
-        name, committed = self.channel.name, None
+        committed = None
         while part.buffer and not stop.is_set():  # a stop lands between runs: what is recorded commits
             buf = [b for b in part.buffer if b[0] > part.skip_until]
             if len(buf) != len(part.buffer):
                 part.buffer = buf
                 committed = part.skip_until + 1
                 continue
-            chunk = part.buffer[: self.max_run]
-            fresh = self.claim_first and part.contested != chunk[0][0]
-            found = None if fresh else self.ledger.get_run(name, self.topic, part.number, chunk[0][0])
-            known: dict = {}
-            if found is not None:
-                run, etag = found
-                if run.state == RECORDED:
-                    self._remember(part, run.alert_ids())
-                    self.stats.bump("already", name, len(run.alert_ids()))
-                    part.skip_until = run.end
-                    continue
-                if run.end > part.buffer[-1][0]:
-                    return committed  # adopt once the whole range is here (next poll)
-                by_offset = {b[0]: b for b in part.buffer if b[0] <= run.end}
-                if (run.owner, run.epoch) != (self.owner, part.epoch) or run.start not in part.unsent:
-                    # Ours but interrupted after the send began (an object-store error), or a dead owner's.
-                    previous = f"{run.owner} (epoch {run.epoch})"
-                    run.adopt(self.ledger.clock(), self.owner, part.epoch)
-                    etag = self.ledger.save_run(run, etag)
-                    known = self._after_crash(run, previous)
-                # else: claimed by this owner, which failed before sending anything: no doubt, carry on
-            else:
-                run, by_offset = self._new_run(part, chunk)
-                etag = self.ledger.claim_run(run)
-                if etag is None:
-                    part.contested = chunk[0][0]
-                    continue  # someone created it meanwhile (or before: claim_first): read it on the next turn
-                part.unsent.add(run.start)
-            self._send_run(part, run, etag, by_offset, known, stop)
-            part.skip_until = run.end
-            committed = run.end + 1
+            first = part.buffer[0][0]
+            handle = self.ledger.open_run(self.channel, self.topic, part.number, part.epoch, self.owner, part.buffer,
+                                          self.max_run, seen=part.seen,
+                                          look=not self.claim_first or part.contested == first, unsent=part.unsent)
+            if handle.status == handles.RECORDED_RUN:
+                self._remember(part, handle.run.alert_ids())
+                self.stats.bump("already", self.channel.name, len(handle.run.alert_ids()))
+                part.skip_until = handle.run.end
+                continue
+            if handle.status == handles.WAIT:
+                return committed  # adopt once the whole range is here (next poll)
+            if handle.status == handles.CONTESTED:
+                part.contested = first
+                continue  # someone created it meanwhile (or before: claim_first): read it on the next turn
+            if handle.status == handles.NEW:
+                part.unsent.add(first)
+            known = self._after_crash(handle) if handle.status == handles.ADOPTED else {}
+            self._send_run(part, handle, {b[0]: b for b in part.buffer if b[0] <= handle.run.end}, known, stop)
+            part.skip_until = handle.run.end
+            committed = handle.run.end + 1
         return committed
 
-    def _new_run(self, part: Partition, chunk: list) -> tuple[Run, dict]:
-        entries, in_run = [], set()
-        for offset, _raw, alert, error in chunk:
-            if alert is None:
-                entries.append([offset, None, MALFORMED, {"reason": error}])
-            elif alert.alert_id in part.seen or alert.alert_id in in_run:
-                entries.append([offset, alert.alert_id, REPEAT, None])
-            else:
-                in_run.add(alert.alert_id)
-                entries.append([offset, alert.alert_id, PENDING, None])
-        run = Run.claim(self.channel.name, self.topic, part.number, entries, part.epoch, self.owner, self.ledger.clock())
-        return run, {b[0]: b for b in chunk}
-
-    def _after_crash(self, run: Run, previous: str) -> dict:
+    def _after_crash(self, handle: RunHandle) -> dict:
         """Outcomes of an adopted run's pending alerts known without a send: offset → Outcome."""
-        pending = run.pending()
+        run, pending = handle.run, handle.run.pending()
         self.stats.bump("retried", self.channel.name, len(pending))
         if self.can_dedupe:
             return {}  # sent again with the same idempotency keys: the recipient drops what it has
@@ -164,43 +142,40 @@ class RunSettler:
                 if receipt is not None:
                     found[offset] = Outcome.delivered(alert_id, receipt)
             log.info("%s: run %d@%d adopted from %s: %d of %d pending alerts found sent by lookup, the rest is sent",
-                     self.channel.name, run.partition, run.start, previous, len(found), len(pending))
+                     self.channel.name, run.partition, run.start, handle.previous, len(found), len(pending))
             return found
         log.warning("%s: run %d@%d adopted from %s: its %d pending alerts may have been sent; IN_DOUBT",
-                    self.channel.name, run.partition, run.start, previous, len(pending))
-        why = f"run adopted from {previous}: its owner stopped between send and record, a send may have happened"
+                    self.channel.name, run.partition, run.start, handle.previous, len(pending))
+        why = f"run adopted from {handle.previous}: its owner stopped between send and record, a send may have happened"
         return {e[0]: Outcome.unknown(e[1], why) for e in pending}
 
-    def _send_run(self, part: Partition, run: Run, etag: str, by_offset: dict, known: dict,
+    def _send_run(self, part: Partition, handle: RunHandle, by_offset: dict, known: dict,
                   stop: threading.Event) -> None:
-        name = self.channel.name
+        run = handle.run
         for e in run.entries:
             if e[2] == MALFORMED:
                 offset, raw = e[0], by_offset[e[0]][1]
                 self.dead_letters.add(self.topic, part.number, offset, raw, (e[3] or {}).get("reason", "malformed"))
         to_send = [e for e in run.pending() if e[0] not in known]
         if self.markers and to_send:
-            repeats = self._mark(run, to_send)
+            repeats = self._mark(handle, to_send)
             run.settle(repeats)
             to_send = [e for e in to_send if e[0] not in repeats]
-        alerts = [by_offset[e[0]][2] for e in to_send]
+        alerts = [run.alerts[e[0]] for e in to_send]
         part.unsent.discard(run.start)  # from here on a failure may leave sends behind
         outcomes = self.channel.send_many(alerts) if alerts else []
-        everything = {**known, **{e[0]: o for e, o in zip(to_send, outcomes)}}
-        self._record(run, etag, everything, {o: by_offset[o][2] for o in everything}, part, stop)
+        self._report(handle, {**known, **{e[0]: o for e, o in zip(to_send, outcomes)}}, stop)
         self._remember(part, run.alert_ids())
         self._count(run, alerts, outcomes, known)
 
     # --- sent markers -------------------------------------------------------------------------------
-    def _mark(self, run: Run, to_send: list) -> dict:
+    def _mark(self, handle: RunHandle, to_send: list) -> dict:
         """Create the sent markers of a run's alerts, side by side. offset → (REPEAT, receipt) for each alert
         another run holds and this one must not send."""
-        key = self.ledger.run_key(run.channel, run.topic, run.partition, run.start)
-        name = self.channel.name
         if len(to_send) == 1:
-            holders = [self.ledger.claim_sent(name, to_send[0][1], key)]
+            holders = [handle.claim_sent(to_send[0][1])]
         else:
-            holders = list(self._markers_pool().map(lambda e: self.ledger.claim_sent(name, e[1], key), to_send))
+            holders = list(self._markers_pool().map(lambda e: handle.claim_sent(e[1]), to_send))
         repeats = {}
         for e, holder in zip(to_send, holders):
             if holder is None:
@@ -209,7 +184,7 @@ class RunSettler:
                 # Its run may never be recorded (a dispatcher gone between marker and send): send it here too,
                 # the recipient (or the channel's sent-log) drops the second copy if both go out.
                 log.info("%s: %s is held by the unrecorded run %s: sent by this run too (a resend is harmless)",
-                         name, e[1], holder)
+                         self.channel.name, e[1], holder)
                 continue
             repeats[e[0]] = (REPEAT, {"note": "sent by an earlier run (its sent marker)", "sent_by": holder})
         return repeats
@@ -237,26 +212,19 @@ class RunSettler:
         if pool is not None:
             pool.shutdown(wait=True)
 
-    def _record(self, run: Run, etag: str, outcomes: dict, alerts: dict, part: Partition, stop: threading.Event) -> None:
-        """Record the run's outcomes. The sends happened: while the object store is unreachable, keep the
+    def _report(self, handle: RunHandle, outcomes: dict, stop: threading.Event) -> None:
+        """Report the run's outcomes. The sends happened: while the object store is unreachable, keep the
         outcomes in memory and retry only this write (no resend), until it lands or the dispatcher stops."""
-        backoff, failed_once = 0.5, False
+        backoff = 0.5
         while True:
             try:
-                self.ledger.record_run(run, etag, outcomes, alerts, self.can_dedupe)
+                handle.report(outcomes)
                 return
-            except Fenced:
-                if failed_once:  # the earlier attempt may have landed with its answer lost: is it ours?
-                    found = self.ledger.get_run(run.channel, run.topic, run.partition, run.start)
-                    if found and found[0].state == RECORDED and (found[0].owner, found[0].epoch) == (self.owner, part.epoch):
-                        return
-                raise
             except ObjectStoreError as exc:
                 if stop.is_set():
                     raise
-                failed_once = True
                 log.warning("%s: recording run %d@%d failed (%s); the sends stand, retrying the record in %.1fs",
-                            self.channel.name, run.partition, run.start, exc, backoff)
+                            self.channel.name, handle.run.partition, handle.run.start, exc, backoff)
                 stop.wait(backoff)
                 backoff = min(10.0, backoff * 2)
 

@@ -119,7 +119,7 @@ def find(ledger, channel: str, alert_id: str, position: tuple[int, int] | None, 
     """One channel's view of an alert: its own record if it has one, else its entry in the run."""
     got = ledger.get(channel, alert_id)
     if got is not None:
-        return {"channel": channel, "source": "record", **got[0].__dict__}
+        return {"channel": channel, "source": "record", **got[0].to_dict()}
     if position is None:
         return {"channel": channel, "state": "UNKNOWN", "note": "no record, and the alerts topic no longer holds it"}
     from aldebaran.settings import KafkaSettings, load
@@ -159,8 +159,8 @@ def main(args: argparse.Namespace) -> int:
                     got = ledger.get(c, i)
                     if got is not None:
                         r = got[0]
-                        print(f"{c:<12} {r.alert_id}  {r.state:<9} attempt={r.attempt:<2} {r.alert.get('kind'):<9} "
-                              f"order={r.alert.get('order_id')} {('error=' + r.error) if r.error else ''}")
+                        print(f"{c:<12} {r.alert_id}  {r.state:<9} attempt={r.attempt:<2} {r.alert.kind:<9} "
+                              f"order={r.alert.order_id} {('error=' + r.error) if r.error else ''}")
         return 0
     if args.action == "runs":
         from aldebaran.settings import KafkaSettings

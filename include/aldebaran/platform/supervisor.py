@@ -42,6 +42,7 @@ import time
 
 from aldebaran.storage import safe_segment, open_store, Store
 from aldebaran import lease as leases
+from aldebaran.model import Alert
 from aldebaran.platform import standby_slot
 from aldebaran.platform.settings import SupervisorSettings
 from aldebaran.platform.supervisor_state import (  # noqa: F401  (re-exported: others import them from here)
@@ -205,11 +206,11 @@ def assess_from_params(params: dict) -> dict:
 
 
 # --- 2. page ---------------------------------------------------------------------------------------
-def page_alert(decision: dict) -> dict:
+def page_alert(decision: dict) -> Alert:
     """The operational alert of an incident, shaped like an audit alert so every channel can send it."""
     incident = decision["incident"]
     query = decision["query_name"]
-    return {
+    return Alert.from_dict({
         "alert_id": safe_segment(f"ops-auditor-{query}-{incident['id']}", "alert id"),
         "kind": "AUDITOR_DOWN",
         "order_id": f"auditor:{query}",
@@ -225,7 +226,7 @@ def page_alert(decision: dict) -> dict:
                     f"{incident['restarts']} times since {leases._iso(incident['opened_at'])} and "
                     f"{'its standby took over again' if decision.get('healthy') else 'is still unhealthy'}: "
                     f"{decision['reason']}"),
-    }
+    })
 
 
 def page_if_needed(decision: dict) -> dict:
@@ -242,7 +243,7 @@ def page_if_needed(decision: dict) -> dict:
     for channel in configured_channels():
         deliver_direct(ledger, channel, alert, owner, stats)
         channel.close()
-    log.error("PAGED: %s (sent %s, already sent %s, failed %s)", alert["message"], stats.sent, stats.already,
+    log.error("PAGED: %s (sent %s, already sent %s, failed %s)", alert.extra["message"], stats.sent, stats.already,
               stats.failed)
     settings = settings_with(None)
     store = open_store()
@@ -251,7 +252,7 @@ def page_if_needed(decision: dict) -> dict:
     if state.get("incident") and state["incident"].get("id") == decision["incident"]["id"]:
         state["incident"]["paged"] = True
         save_state(store, key, state, etag)
-    return {"paged": True, "alert_id": alert["alert_id"], "sent": stats.sent, "already": stats.already,
+    return {"paged": True, "alert_id": alert.alert_id, "sent": stats.sent, "already": stats.already,
             "failed": stats.failed}
 
 

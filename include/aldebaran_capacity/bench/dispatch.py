@@ -60,23 +60,26 @@ def ledger_ceiling(run_size: int, pairs: int = 200, concurrency: int = 8) -> dic
     """Claim + record pairs per second for run objects holding `run_size` alerts (no channel, no Kafka)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from types import SimpleNamespace
+
+    from aldebaran.delivery.channels.base import Outcome
     from aldebaran.delivery.ledger import Ledger
-    from aldebaran.delivery.runs import Run
+    from aldebaran.model import Alert
     from aldebaran.storage import S3Store
 
     store = S3Store()
     tag = uuid.uuid4().hex[:8]
     ledger = Ledger(store, prefix=f"bench/{tag}/ceiling")
     receipt = {"status": 201, "response_id": uuid.uuid4().hex, "elapsed_ms": 1.2}
+    channel = SimpleNamespace(name="webhook", can_dedupe=True)
+    alerts = [Alert(f"{k:032x}", "OVERFILL", f"o-{k}") for k in range(run_size)]  # the same ids in every run
+    delivered = [Outcome.delivered(a.alert_id, receipt) for a in alerts]
 
     def pair(i: int) -> None:
-        entries = [[i * run_size + k, f"{i:08x}{k:024x}", "?", None] for k in range(run_size)]
-        run = Run.claim("webhook", "alerts", 0, entries, 1, "bench", time.time())
-        etag = ledger.claim_run(run)
-        for e in run.entries:
-            e[2], e[3] = "D", receipt
-        run.record(time.time())
-        ledger.save_run(run, etag)
+        first = i * run_size
+        buffer = [(first + k, None, a, None) for k, a in enumerate(alerts)]
+        run = ledger.open_run(channel, "alerts", 0, 1, "bench", buffer, run_size, look=False)  # the claim
+        run.report({first + k: o for k, o in enumerate(delivered)})  # the record
 
     t0 = time.monotonic()
     with ThreadPoolExecutor(concurrency) as pool:

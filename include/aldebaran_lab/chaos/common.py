@@ -22,6 +22,7 @@ from aldebaran.checkpoint import Checkpoint
 from aldebaran.delivery.channels import sms_text
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT
 from aldebaran.exceptions import AldebaranError, NotFound, ObjectStoreError
+from aldebaran.model import Alert
 from aldebaran.settings import KafkaSettings, load
 from aldebaran.storage import S3Store
 
@@ -459,7 +460,7 @@ def sms_verdict(alerts: Sequence[Mapping], bodies: Iterable[str], sends: Mapping
     """`bodies`: every text the provider got, `sends` its sends per text, `states` the channel's delivery
     states by alert id (no entry: no record)."""
     ids = {a["alert_id"] for a in alerts}
-    by_text = {sms_text(a): a["alert_id"] for a in alerts}
+    by_text = {sms_text(Alert.from_dict(a)): a["alert_id"] for a in alerts}
     bodies = list(bodies)
     received = {by_text.get(b) for b in bodies}
     sms_states = {i: states.get(i) for i in ids}

@@ -1,6 +1,8 @@
 """The channel interface, the outcome of one send, and the registry of channel kinds.
 
-A channel sends alerts to one destination. ``send(alert, idempotency_key) -> receipt`` raises
+A channel sends alerts to one destination, always as typed :class:`aldebaran.model.Alert` (never dicts: a
+kind reads its fields, and sends ``alert.body()`` to machines, the exact bytes the alert arrived as).
+``send(alert, idempotency_key) -> receipt`` raises
 RetryableError (try again later), OutcomeUnknown (a RetryableError: the request may have arrived) or
 PermanentError (never succeeds). ``send_many(alerts) -> [Outcome]`` sends a ledger run: one Outcome
 per alert, in order, and never raises for one alert's failure.
@@ -146,10 +148,9 @@ class Channel:
         """Send a run: one Outcome per alert, same order; the idempotency key is the alert id.
         Only channel errors become outcomes: anything else is a bug and propagates (the ledger then
         treats the run as crashed, which is safe on a channel that deduplicates)."""
-        batch = [Alert.of(a) for a in alerts]
-        if len(batch) <= 1:
-            return [self._send_one(a) for a in batch]
-        return list(self._executor().map(self._send_one, batch))
+        if len(alerts) <= 1:
+            return [self._send_one(a) for a in alerts]
+        return list(self._executor().map(self._send_one, alerts))
 
     def _send_one(self, alert: Alert) -> Outcome:
         try:

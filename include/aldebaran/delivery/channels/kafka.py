@@ -85,11 +85,10 @@ class KafkaChannel(Channel):
             return self._producer
 
     def send(self, alert: Alert, idempotency_key: str) -> dict:
-        return self._produce([(Alert.of(alert), idempotency_key)])[0].result()
+        return self._produce([(alert, idempotency_key)])[0].result()
 
     def send_many(self, alerts: Sequence[Alert]) -> list[Outcome]:
-        batch = [Alert.of(a) for a in alerts]
-        return self._produce([(a, a.alert_id) for a in batch]) if batch else []
+        return self._produce([(a, a.alert_id) for a in alerts]) if alerts else []
 
     def _produce(self, items: list[tuple[Alert, str]]) -> list[Outcome]:
         """Produce every (alert, key), flush once, and map each delivery report to an Outcome."""

@@ -67,11 +67,11 @@ class LogChannel(Channel):
         return f"LogChannel(name={self.name!r}, path={str(self.path)!r})"
 
     def send(self, alert: Alert, idempotency_key: str) -> dict:
-        return self.send_many([Alert.of(alert)])[0].result()
+        return self.send_many([alert])[0].result()
 
     def send_many(self, alerts: Sequence[Alert]) -> list[Outcome]:
         """Append every alert whose key the file does not hold yet, under one lock, then fsync once."""
-        batch = [Alert.of(a) for a in alerts]
+        batch = list(alerts)
         if not batch:
             return []
         path = str(self.path)

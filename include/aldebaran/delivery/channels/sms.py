@@ -98,7 +98,7 @@ class SmsChannel(Channel):
         return await self._http.request(f"sms {self.name}", method, self.url, timeout=self.timeout, auth=auth, **kwargs)
 
     def send(self, alert: Alert, idempotency_key: str) -> dict:
-        form = {"To": self.recipient, "From": self.sender, "Body": sms_text(Alert.of(alert))}
+        form = {"To": self.recipient, "From": self.sender, "Body": sms_text(alert)}
         if self.has_lookup:
             form["Reference"] = idempotency_key
         t0 = time.monotonic()

@@ -84,7 +84,6 @@ class EmailChannel(Channel):
         return f"<{idempotency_key}@{self.domain}>"
 
     def message(self, alert: Alert, idempotency_key: str) -> EmailMessage:
-        alert = Alert.of(alert)
         msg = EmailMessage()
         msg["Subject"] = email_subject(alert)
         msg["From"] = self.sender

@@ -11,9 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import hmac
-import json
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from pydantic import SecretStr
@@ -21,12 +19,10 @@ from pydantic import SecretStr
 from aldebaran.model import Alert
 
 
-def alert_body(alert: Alert | Mapping[str, Any]) -> bytes:
+def alert_body(alert: Alert) -> bytes:
     """The alert as sent to machines (webhook body, Kafka value): the bytes it arrived as on the alerts
-    topic (Alert.body), or for an alert built from a dict compact JSON, sorted keys, ASCII."""
-    if isinstance(alert, Alert):
-        return alert.body()
-    return json.dumps(alert, separators=(",", ":"), sort_keys=True).encode()
+    topic, else its compact JSON with sorted keys, ASCII (Alert.body)."""
+    return alert.body()
 
 
 def signature(body: bytes, secret: str | SecretStr) -> str:
@@ -60,17 +56,15 @@ def utc_iso(epoch_ms: Any) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def email_subject(alert: Alert | Mapping[str, Any]) -> str:
+def email_subject(alert: Alert) -> str:
     """``[Aldebaran] OVERFILL on order 1 (Sendence AAPL)``."""
-    alert = Alert.of(alert)
     who = " ".join(one_line(v, 40) for v in (alert.client, alert.stock) if v)
     subject = f"[Aldebaran] {one_line(alert.kind, 20)} on order {one_line(alert.order_id, 60)}"
     return subject + (f" ({who})" if who else "")
 
 
-def email_text(alert: Alert | Mapping[str, Any], channel: str = "email") -> str:
+def email_text(alert: Alert, channel: str = "email") -> str:
     """The plain-text body of the alert e-mail: what happened, in words and UTC times."""
-    alert = Alert.of(alert)
     requested, purchased, count = alert.requested, alert.purchased, alert.purchase_count
     bought = f"{purchased} shares" + (f" in {count} purchase{'s' if count != 1 else ''}" if count is not None else "")
     if requested is not None and purchased is not None:
@@ -101,9 +95,8 @@ def email_text(alert: Alert | Mapping[str, Any], channel: str = "email") -> str:
     return "\n".join(lines) + "\n"
 
 
-def sms_text(alert: Alert | Mapping[str, Any]) -> str:
+def sms_text(alert: Alert) -> str:
     """``Aldebaran OVERFILL order 1: bought 120/100 AAPL``: short enough for one GSM-7 SMS."""
-    alert = Alert.of(alert)
     kind, order = one_line(alert.kind, 20), one_line(alert.order_id, 40)
     # A retraction (or its withdrawal) of a fast-lane alert is about another alert (aldebaran.delivery.retraction).
     if alert.extra.get("retracts"):

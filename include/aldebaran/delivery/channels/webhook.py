@@ -98,11 +98,10 @@ class WebhookChannel(Channel):
 
     # --- the blocking interface -------------------------------------------------------------------
     def send(self, alert: Alert, idempotency_key: str) -> dict:
-        return self._http.run(self._post_one(Alert.of(alert), idempotency_key)).result()
+        return self._http.run(self._post_one(alert, idempotency_key)).result()
 
     def send_many(self, alerts: Sequence[Alert]) -> list[Outcome]:
-        batch = [Alert.of(a) for a in alerts]
-        return self._http.run(self._post_all(batch)) if batch else []
+        return self._http.run(self._post_all(list(alerts))) if alerts else []
 
     def close(self) -> None:
         self._http.close()
