@@ -9,6 +9,7 @@ SimulatedCrash (a stand-in for SIGKILL: nothing after it runs) part-way through 
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from typing import ClassVar
 
@@ -16,7 +17,7 @@ import pytest
 
 from aldebaran.delivery.channels.base import Channel, Outcome
 from aldebaran.delivery.channels.log import LogChannel
-from aldebaran.delivery.dispatcher import DeadLetters, DispatchStats
+from aldebaran.delivery.dispatcher import DeadLetters, DispatchStats, deliver_direct
 from aldebaran.delivery.handles import NEW
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.records import IN_DOUBT, RetryPolicy
@@ -265,3 +266,56 @@ def test_an_outage_before_the_send_leaves_no_doubt(tmp_path):
     assert fake.sent == [] and part.unsent == {0}
     assert s.settle(part, threading.Event()) == 8
     assert fake.sent == [f"a-{i}" for i in range(8)] and ledger.indexed("in_doubt", "fake_sms") == []
+
+
+# --- one alert through its own record: dispatcher → ledger → send → report ---------------------------------
+class CountingStoreSpy:
+    """The real LocalStore, with a count of the requests made to it."""
+
+    def __init__(self, store) -> None:
+        self.store, self.calls = store, []
+
+    def __getattr__(self, name):
+        attr = getattr(self.store, name)
+        if name in ("get", "create", "replace", "put", "delete", "list"):
+            def counted(*args, **kwargs):
+                self.calls.append(name)
+                return attr(*args, **kwargs)
+            return counted
+        return attr
+
+
+def crossings_into_the_ledger(fn) -> list[str]:
+    """The calls `fn` makes from delivery/dispatcher.py into delivery/ledger.py or delivery/handles.py."""
+    seen = []
+
+    def profile(frame, event, _arg) -> None:
+        caller = frame.f_back.f_code.co_filename if frame.f_back is not None else ""
+        if event == "call" and caller.endswith("delivery/dispatcher.py") and \
+                frame.f_code.co_filename.endswith(("delivery/ledger.py", "delivery/handles.py")):
+            seen.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def test_deliver_direct_crosses_into_the_ledger_twice_a_claim_and_a_report(tmp_path):
+    spy = CountingStoreSpy(LocalStore(tmp_path / "ledger"))
+    ledger = Ledger(spy, prefix="deliveries", lease_seconds=30)
+    channel, stats, page = LogChannel("log", tmp_path / "pages.jsonl"), DispatchStats(), alert(7)
+    results = []
+    assert crossings_into_the_ledger(lambda: results.append(deliver_direct(ledger, channel, page, "w", stats))) \
+        == ["attempt", "report"]
+    # The claim (If-None-Match) and the outcome (If-Match); the retry marker a retried record may hold goes.
+    assert results == ["sent"] and spy.calls == ["create", "replace", "delete"] and ledger.writes == 2
+    assert log_lines(tmp_path / "pages.jsonl") == ["a-7"]
+
+    spy.calls.clear()
+    assert crossings_into_the_ledger(lambda: results.append(deliver_direct(ledger, channel, page, "w2", stats))) \
+        == ["attempt"]  # already delivered: one read after the refused create, nothing sent
+    assert results[-1] == "already" and spy.calls == ["create", "get"] and stats.already == {"log": 1}
+    assert log_lines(tmp_path / "pages.jsonl") == ["a-7"]

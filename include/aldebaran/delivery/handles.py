@@ -35,10 +35,7 @@ class Attempt:
                  etag: str | None = None) -> None:
         self.ledger, self.channel, self.status = ledger, channel, status
         self.record, self.etag = record, etag
-
-    @property
-    def alert(self) -> Alert | None:
-        return self.record.alert if self.record is not None else None
+        self.alert: Alert | None = record.alert if record is not None else None  # what to send
 
     def report(self, outcome) -> str:
         """Store one send's outcome: "sent", "failed" (RETRY, or DEAD), "in_doubt", or "busy" when the record
