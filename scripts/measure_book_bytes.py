@@ -5,7 +5,7 @@ Drives `ShardStore.apply` (one shard, local files, no snapshots, a TTL long enou
 with ORDERS orders of EVENTS events each (a request then purchases; 2 is the books benchmark's shape, 5
 the original publisher's), in batches of 100,000 events generated lazily, and prints per open book: the
 process's RSS growth, the mean frozen row length, and the CPU time per event. Events carry a Kafka
-partition and offset when the tree's EventRow has them (offsets from 50,000,000, 2 partitions; an
+partition and offset when the tree's event type has them (offsets from 50,000,000, 2 partitions; an
 order's events GAP offsets apart in its partition, default 1: adjacent). Run it once per source tree,
 alternating:
 
@@ -28,7 +28,10 @@ sys.path.insert(0, sys.argv[1] if len(sys.argv) > 1 else "include")
 
 from aldebaran import events  # noqa: E402
 from aldebaran.audit import rules  # noqa: E402
-from aldebaran.audit.model import EventRow  # noqa: E402
+try:  # the event type of the tree under test: one of today's, or an older one's (A/B across trees)
+    from aldebaran.model import Event as EventRow  # noqa: E402
+except ImportError:
+    from aldebaran.audit.model import EventRow  # noqa: E402
 from aldebaran.audit.state.store import Config, ShardStore  # noqa: E402
 
 BATCH = 100_000

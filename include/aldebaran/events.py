@@ -1,30 +1,37 @@
-"""The input contract (../shared/BRIEF.md §2) in plain Python.
+"""The input contract (../shared/BRIEF.md §2 "Input"): its one validator, and the messages it describes.
 
-This module is the *reference* validator: the auditor validates in the JVM (aldebaran.audit.sparkjob.jvmparse)
-with column expressions, and tests hold the two to the same verdict and reason code on the same
-bytes. The reference model, the load generator and the DLQ tooling use this one.
+Everything that decides whether a trades message is valid goes through this module: the auditor's shard
+tasks (:class:`Parser`, a batch at a time), the reference model (aldebaran.reference), `aldebaran explain`,
+the load generator and the DLQ tooling (:func:`validate`, one message). Both return the typed
+:class:`aldebaran.model.Event`, or an :class:`Invalid` whose code is the DLQ record's reason.
 
 Reason codes (the `aldebaran.reason_code` header of a `trades.dlq` record):
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sys
 from dataclasses import dataclass
+from typing import Iterable
+
+import msgspec
+
+from aldebaran.model import Event
 
 MAX_MESSAGE_BYTES = 1024 * 1024
 MAX_ID_LENGTH = 128
 MAX_SHARES = 10**12
 # Integer ids are accepted while they fit a DECIMAL(38,0), as in Spark's variant type.
 MAX_INT_ID = 10**38
-# What counts as JSON is what both validators' parsers accept. The JVM one (Spark's parse_json, i.e.
-# Jackson with its default StreamReadConstraints) rejects, and so does this module:
+# What counts as JSON is what a JVM consumer of the topic accepts too (Spark's parse_json, i.e. Jackson
+# with its default StreamReadConstraints), so a message is never valid here and unreadable there:
 # - a number literal of more than 1000 digits (sign, point and exponent marker not counted);
 # - an object key longer than 50,000 UTF-16 code units (a character beyond U+FFFF counts twice);
-# - nesting deeper than 1000 levels, less one for the array the JVM side wraps a message in to detect
-#   trailing content (aldebaran.audit.sparkjob.jvmparse; all but flat objects): at most 999 levels here;
+# - nesting deeper than 1000 levels, less one for the array a JVM parse wraps a message in to detect
+#   trailing content: at most 999 levels here;
 # - strings with an unpaired UTF-16 surrogate escape ("\ud800"): not Unicode, so never text downstream;
 # - NaN, Infinity, -Infinity (not JSON). A number that overflows (1e400) is valid JSON: it parses.
 MAX_JSON_DEPTH = 999
@@ -54,17 +61,6 @@ class Limits:
     max_message_bytes: int = MAX_MESSAGE_BYTES
     max_id_length: int = MAX_ID_LENGTH
     max_shares: int = MAX_SHARES
-
-
-@dataclass(frozen=True)
-class Event:
-    kind: str  # "PR" or "P"
-    event_id: str
-    order_id: str  # PR: its own id; P: initial_order_id
-    shares: int
-    client: str | None
-    stock: str | None
-    ts: int | None  # event time (epoch ms) if the message carries one
 
 
 @dataclass(frozen=True)
@@ -216,13 +212,16 @@ def _id(obj: dict, field: str, max_len: int) -> str | Invalid:
 
 
 def validate(
-    raw: bytes,
+    raw: bytes | None,
     *,
+    kafka_ts: int | None = None,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     max_id_length: int = MAX_ID_LENGTH,
     max_shares: int = MAX_SHARES,
 ) -> Event | Invalid:
-    """Validate one Kafka message value; return the Event or why it is invalid (first failing check)."""
+    """Validate one Kafka message value; return the Event or why it is invalid (first failing check).
+    `kafka_ts`: the message's Kafka timestamp, its event time when it carries no ``ts``. This is the
+    general path: every check, every reason; :class:`Parser` takes a faster one where it can."""
     if raw is None:
         return Invalid("invalid_json", "message has no value")
     if len(raw) > max_message_bytes:
@@ -255,8 +254,8 @@ def validate(
     if isinstance(shares, bool) or isinstance(shares, (str, list, dict)):
         return Invalid("ill_typed_field", f"'#shares' must be an integer, got {_json_type(shares)}")
     if isinstance(shares, float):
-        return Invalid("shares_not_integer", f"'#shares' is {text_of(shares)}, not an integer")
-    # Zero is valid (BRIEF §2, turn 2): the original publisher sends int(limit / 2 * random()) shares per
+        return Invalid("shares_not_integer", f"'#shares' is {shares!r}, not an integer")
+    # Zero is valid (BRIEF §2): the original publisher sends int(limit / 2 * random()) shares per
     # purchase, 0 for ~2 % of them; such an event is audited and counts 0. JSON's -0 is the integer 0.
     if not 0 <= shares <= max_shares:
         return Invalid("shares_out_of_range", f"'#shares' is {shares}, must be between 0 and {max_shares}")
@@ -277,19 +276,8 @@ def validate(
     if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or not 0 <= ts < 2**63):
         return Invalid("ill_typed_field", f"'ts' must be an integer (epoch ms), got {_json_type(ts)}")
 
-    return Event(
-        kind=PURCHASE if is_purchase else REQUEST,
-        event_id=event_id,
-        order_id=order_id,
-        shares=shares,
-        client=strings["client"],
-        stock=strings["stock"],
-        ts=ts,
-    )
-
-
-def text_of(value: float) -> str:
-    return repr(value)
+    return Event(PURCHASE if is_purchase else REQUEST, event_id, order_id, shares, strings["client"],
+                 strings["stock"], kafka_ts if ts is None else ts)
 
 
 def request(order_id, shares: int, client: str = "Sendence", stock: str = "AAPL", ts: int | None = None) -> dict:
@@ -308,3 +296,108 @@ def purchase(event_id, order_id, shares: int, client: str = "Sendence", stock: s
 
 def encode(event: dict) -> bytes:
     return json.dumps(event, separators=(",", ":")).encode()
+
+
+# --- the fast path: the auditor's batch parse ---------------------------------------------------------
+class _Fields(msgspec.Struct, gc=False):
+    id: str | int
+    shares: int = msgspec.field(name="#shares")
+    initial_order_id: str | int | None = None
+    client: str | None = None
+    stock: str | None = None
+    ts: int | None = None
+
+
+_FIELDS = msgspec.json.Decoder(_Fields)
+_TS_LIMIT = 2**63
+
+
+class Parser:
+    """:func:`validate` for a batch of Kafka values, as the auditor's shard tasks call it: the same
+    verdicts, at a fraction of the cost per message.
+
+    **Fast path.** msgspec decodes a message into a typed struct of the contract's fields in one pass of
+    C, and already refuses what the contract refuses there: invalid UTF-8, an unpaired surrogate escape,
+    trailing content, a float or a boolean where an integer belongs, a wrong type. What it does not check
+    is checked after, cheaply:
+
+    - no repeated, unknown or null-valued key: the message holds exactly as many ``:`` bytes as the struct
+      has fields set. Every key occurrence has a colon, so equality leaves no room for a second occurrence,
+      an extra key, a null value or a colon inside a string (each of which sends the message to the slow path);
+    - the size limit, the id rules (non-empty, within the length limit, printable; an integer id below
+      ``MAX_INT_ID``), ``#shares`` within 0..max, ``ts`` within 0..2**63, and a request's client and stock.
+
+    **Slow path.** Every message the fast path does not accept goes to :func:`validate` for its verdict and
+    reason. So the fast path never decides that a message is invalid; its only obligation is soundness:
+    what it accepts, :func:`validate` accepts with the same fields (tests/unit/test_events_fast.py holds it
+    to that on the event corpus and on random messages). It is hand-written for the hot path: the loop
+    below is the auditor's per-event parse cost (docs/benchmarks.md, the parse's cost).
+    """
+
+    def __init__(self, limits: Limits = Limits()) -> None:
+        self.limits = limits
+        self.fast = self.slow = 0  # messages each path decided (for the bench and the batch figures)
+
+    def parse(self, values: Iterable[bytes | None], kafka_ts: Iterable[int],
+              invalid: list[tuple[int, Invalid]], partition: int = -1,
+              offsets: Iterable[int] | None = None) -> list[Event]:
+        """The valid events of `values` (in order); each invalid one appends (its index, its Invalid) to
+        `invalid`. `kafka_ts`: each message's Kafka timestamp (its event time without ``ts``);
+        `partition` and `offsets`: where the messages were read (-1: unknown)."""
+        decode = _FIELDS.decode
+        max_bytes, max_id, max_shares = self.limits.max_message_bytes, self.limits.max_id_length, self.limits.max_shares
+        max_int_id = MAX_INT_ID
+        request, purchase = REQUEST, PURCHASE
+        make = Event
+        out: list[Event] = []
+        append = out.append
+        slow, n = 0, -1
+        offsets = itertools.repeat(-1) if offsets is None else offsets
+        for n, (raw, kts, off) in enumerate(zip(values, kafka_ts, offsets)):
+            try:
+                if raw is None or len(raw) > max_bytes:
+                    raise ValueError
+                t = decode(raw)
+                event_id, oid, client, stock, ts = t.id, t.initial_order_id, t.client, t.stock, t.ts
+                fields = 2 + (oid is not None) + (client is not None) + (stock is not None) + (ts is not None)
+                if raw.count(b":") != fields or not 0 <= t.shares <= max_shares:
+                    raise ValueError
+                if ts is None:
+                    ts = kts
+                elif not 0 <= ts < _TS_LIMIT:
+                    raise ValueError
+                if event_id.__class__ is int:
+                    event_id = str(event_id)  # an integer id counts against the length limit by its text
+                    if len(event_id) > max_id or not -max_int_id < t.id < max_int_id:
+                        raise ValueError
+                elif not (0 < len(event_id) <= max_id and event_id.isprintable()):
+                    raise ValueError
+                if oid is None:
+                    if client is None or stock is None:
+                        raise ValueError
+                    append(make(request, event_id, event_id, t.shares, client, stock, ts, partition, off))
+                    continue
+                if oid.__class__ is int:
+                    if not -max_int_id < oid < max_int_id:
+                        raise ValueError
+                    oid = str(oid)
+                    if len(oid) > max_id:
+                        raise ValueError
+                elif not (0 < len(oid) <= max_id and oid.isprintable()):
+                    raise ValueError
+                append(make(purchase, event_id, oid, t.shares, client, stock, ts, partition, off))
+            except (msgspec.DecodeError, ValueError, RecursionError):
+                slow += 1
+                verdict = validate(raw, kafka_ts=kts, max_message_bytes=max_bytes, max_id_length=max_id,
+                                   max_shares=max_shares)
+                if isinstance(verdict, Invalid):
+                    invalid.append((n, verdict))
+                else:
+                    append(verdict._replace(partition=partition, offset=off))
+        self.slow += slow
+        self.fast += n + 1 - slow
+        return out
+
+
+__all__ = ["Event", "Invalid", "Limits", "MAX_ID_LENGTH", "MAX_INT_ID", "MAX_MESSAGE_BYTES", "MAX_SHARES", "PURCHASE",
+           "Parser", "REASONS", "REQUEST", "encode", "purchase", "request", "validate"]

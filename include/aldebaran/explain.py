@@ -11,7 +11,7 @@ How it is found, without listing anything:
    its latest). Those messages are read exactly (assign + seek). A book with more events than it kept
    coordinates for: the rest lie in the latest one's partition between the last kept offset before it and
    it; that range is scanned for messages of this order id (at most ``max_scan`` messages). Every message
-   is validated by the reference validator (aldebaran.events), and an event id met twice counts once,
+   is validated by the input contract's validator (aldebaran.events), and an event id met twice counts once,
    as it did in the book;
 3. the deliveries: :func:`aldebaran.delivery.tools.find` per channel — the alert's own record (with its
    history) or its entry in a group-commit run (with the run's history);
@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from aldebaran import events
 from aldebaran.audit import provenance
 from aldebaran.exceptions import AlertNotFound
+from aldebaran.model import Event
 
 log = logging.getLogger(__name__)
 
@@ -45,19 +46,39 @@ KINDS = {events.REQUEST: "request", events.PURCHASE: "purchase"}
 
 
 @dataclass
-class Trade:
-    """One trade of the alert's book, as read back from the trades topic."""
+class Entry:
+    """One trade of the alert's book: where it lies on the trades topic and the event read back there
+    (None: the message is gone, or it is not a valid trade; `note` says which)."""
 
     partition: int
     offset: int
-    event_id: str | None = None
-    kind: str | None = None  # "request" | "purchase"; None: the message is gone or not a valid trade
-    shares: int | None = None
-    order_id: str | None = None
+    event: Event | None = None
     kafka_ts: int | None = None
     found: str = "kept"  # kept: its coordinates were in the book; scanned: found between them
     trigger: bool = False
     note: str | None = None
+
+    @property
+    def event_id(self) -> str | None:
+        return None if self.event is None else self.event.event_id
+
+    @property
+    def kind(self) -> str | None:
+        """The kind as the story shows it: request or purchase."""
+        return None if self.event is None else KINDS[self.event.kind]
+
+    @property
+    def shares(self) -> int | None:
+        return None if self.event is None else self.event.shares
+
+    @property
+    def order_id(self) -> str | None:
+        return None if self.event is None else self.event.order_id
+
+    def to_dict(self) -> dict:
+        return {"partition": self.partition, "offset": self.offset, "event_id": self.event_id, "kind": self.kind,
+                "shares": self.shares, "order_id": self.order_id, "kafka_ts": self.kafka_ts, "found": self.found,
+                "trigger": self.trigger, "note": self.note}
 
 
 @dataclass
@@ -67,34 +88,35 @@ class Explanation:
     position: tuple[int, int] | None = None  # (partition, offset) on the alerts topic
     topic: str | None = None  # the trades topic
     events: int | None = None  # events the book had applied when the alert fired (None: unknown)
-    trades: list[Trade] = field(default_factory=list)
+    trades: list[Entry] = field(default_factory=list)
     not_found: int = 0  # events of the book that could not be listed
     notes: list[str] = field(default_factory=list)
     deliveries: list[dict] = field(default_factory=list)
     fast: list[dict] = field(default_factory=list)  # per channel with a fast-lane story (delivery.fast.fast_view)
 
     @property
-    def trigger(self) -> Trade | None:
+    def trigger(self) -> Entry | None:
         return next((t for t in self.trades if t.trigger), None)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out["trades"] = [t.to_dict() for t in self.trades]
+        return out
 
 
 # --- the pure parts --------------------------------------------------------------------------------------
-def trade_of(partition: int, offset: int, value: bytes | None, kafka_ts: int | None, found: str) -> Trade:
-    """A trades-topic message as a Trade (validated as the auditor does)."""
-    verdict = events.validate(value)
+def trade_of(partition: int, offset: int, value: bytes | None, kafka_ts: int | None, found: str) -> Entry:
+    """A trades-topic message as an Entry (validated as the auditor does)."""
+    verdict = events.validate(value, kafka_ts=kafka_ts)
     if isinstance(verdict, events.Invalid):
-        return Trade(partition, offset, kafka_ts=kafka_ts, found=found, note=f"not a valid trade: {verdict.reason}")
-    return Trade(partition, offset, verdict.event_id, KINDS[verdict.kind], verdict.shares, verdict.order_id,
-                 kafka_ts, found)
+        return Entry(partition, offset, kafka_ts=kafka_ts, found=found, note=f"not a valid trade: {verdict.reason}")
+    return Entry(partition, offset, verdict._replace(partition=partition, offset=offset), kafka_ts, found)
 
 
-def pick(messages, order_id: str, seen: set[str], wanted: int) -> list[Trade]:
+def pick(messages, order_id: str, seen: set[str], wanted: int) -> list[Entry]:
     """From scanned (partition, offset, value, kafka_ts) messages, in order: the first `wanted` valid
     trades of `order_id` whose event ids are not in `seen` (updated), as the book applied them."""
-    out: list[Trade] = []
+    out: list[Entry] = []
     for partition, offset, value, kafka_ts in messages:
         if len(out) >= wanted:
             break
@@ -105,7 +127,7 @@ def pick(messages, order_id: str, seen: set[str], wanted: int) -> list[Trade]:
     return out
 
 
-def assemble(kept: list[Trade], scanned: list[Trade], sources: provenance.Sources, alert: dict) -> list[Trade]:
+def assemble(kept: list[Entry], scanned: list[Entry], sources: provenance.Sources, alert: dict) -> list[Entry]:
     """The book's trades in the order it applied them, the trigger marked: the kept ones, with what the scan
     found before the last kept one when the book had more events than it kept."""
     trades = kept if sources.complete else kept[:-1] + scanned + kept[-1:]
@@ -250,10 +272,10 @@ def _trades(ex: Explanation, kafka, sources: provenance.Sources | None, max_scan
     for p, o in sources.at:
         msg = got.get((p, o))
         if msg is None:
-            kept.append(Trade(p, o, note="no longer in the topic (retention)"))
+            kept.append(Entry(p, o, note="no longer in the topic (retention)"))
         else:
             kept.append(trade_of(p, o, msg.value(), msg.timestamp()[1], "kept"))
-    scanned: list[Trade] = []
+    scanned: list[Entry] = []
     if not sources.complete:
         gap = sources.gap()
         if gap is None:

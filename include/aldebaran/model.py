@@ -1,5 +1,6 @@
-"""The typed alert: one definition of the alert contract (../shared/BRIEF.md §2) for delivery, the
-channels and the Airflow plugin.
+"""The typed model: one :class:`Event` (a valid trade) and one :class:`Alert` (the alert contract,
+../shared/BRIEF.md §2), shared by the validator, the auditor, the reference model, explain, delivery,
+the channels and the Airflow plugin.
 
 An :class:`Alert` is what travels on the ``alerts`` topic, in the archive and in delivery records:
 
@@ -27,13 +28,33 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import msgspec
 
 from pydantic_core import from_json
 
 from aldebaran.storage import safe_segment
+
+class Event(NamedTuple):
+    """One valid trade event (BRIEF §2 "Input"): what the input contract's validator
+    (:func:`aldebaran.events.validate`, :class:`aldebaran.events.Parser`) returns and the books apply.
+
+    A NamedTuple, not a dataclass: the auditor builds one per event on its hot path, and a tuple is the
+    cheapest object CPython builds from positional fields (no per-instance dict, no Python ``__init__``);
+    the Spark glue builds them straight from Arrow columns with ``Event._make``."""
+
+    kind: str  # aldebaran.events.REQUEST ("PR") or PURCHASE ("P")
+    event_id: str
+    order_id: str  # a request's own id, a purchase's initial_order_id (ids compare as strings)
+    shares: int
+    client: str | None  # a purchase may leave out client and stock
+    stock: str | None
+    event_ts: int | None  # epoch ms: the message's ts, else its Kafka timestamp (None: neither was given)
+    # Where it was read on the trades topic, kept in its book for `aldebaran explain` (aldebaran.audit.provenance).
+    partition: int = -1  # -1: unknown (an event built by hand, the reference model)
+    offset: int = -1
+
 
 class AlertError(ValueError):
     """An alert that does not follow the contract (not JSON, not an object, a required field missing)."""
@@ -184,4 +205,4 @@ def _fast(raw: bytes) -> Alert | None:
                   w.trigger_event_id, w.trigger_event_ts, w.detected_at, extra, raw)
     return alert
 
-__all__ = ["Alert", "AlertError"]
+__all__ = ["Alert", "AlertError", "Event"]

@@ -3,9 +3,9 @@
 Written from the brief, not from the auditor's code (aldebaran.audit.book / rules / state): one
 loop over the messages in order, one plain dict of books, no heaps, no files, no batches. Tests and
 the demo hold the auditor to it: the same input must give the same alerts. It shares only the
-contract-level helpers with the auditor: :func:`aldebaran.events.validate` (which messages are
-valid) and :func:`aldebaran.audit.model.alert_id` (the id of an alert is a function of its kind and
-order id).
+contract-level parts with the auditor: :func:`aldebaran.events.validate` (which messages are
+valid, as :class:`aldebaran.model.Event`) and :func:`aldebaran.audit.model.alert_id` (the id of an alert
+is a function of its kind and order id).
 
 Semantics, precisely:
 
@@ -51,7 +51,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Union
 
 from aldebaran import events
-from aldebaran.audit.model import EventRow, alert_id
+from aldebaran.audit.model import alert_id
+from aldebaran.model import Alert, Event
 
 log = logging.getLogger(__name__)
 
@@ -68,33 +69,25 @@ class _Book:
     order_id: str
     first_ts: int
     seen: set[str] = field(default_factory=set)
-    request: events.Event | None = None
-    request_ts: int | None = None
-    purchases: list[tuple[events.Event, int]] = field(default_factory=list)  # (purchase, its event time)
+    request: Event | None = None
+    purchases: list[Event] = field(default_factory=list)
     fired: set[str] = field(default_factory=set)
 
     @property
     def purchased(self) -> int:
-        return sum(p.shares for p, _ in self.purchases)
+        return sum(p.shares for p in self.purchases)
 
 
-def valid_events(messages: Iterable[Message]) -> list[tuple[events.Event, int]]:
-    """The valid events of the input, in order, each with its event time."""
+def valid_events(messages: Iterable[Message]) -> list[Event]:
+    """The valid events of the input, in order, their event time resolved (``ts``, else the Kafka
+    timestamp): what the auditor's parse hands its books, for tests that drive the books directly."""
     out = []
     for message in messages:
         value, kafka_ts = (message, 0) if isinstance(message, (bytes, bytearray)) else message
-        ev = events.validate(bytes(value))
-        if isinstance(ev, events.Invalid):
-            continue
-        out.append((ev, ev.ts if ev.ts is not None else kafka_ts))
+        ev = events.validate(bytes(value), kafka_ts=kafka_ts)
+        if not isinstance(ev, events.Invalid):
+            out.append(ev)
     return out
-
-
-def auditor_rows(messages: Iterable[Message]) -> list[EventRow]:
-    """What the JVM parse hands the books for these messages: valid events only, in order, with the
-    event time resolved (``ts`` else the Kafka timestamp). For tests that drive the books directly."""
-    return [EventRow(ev.kind, ev.event_id, ev.order_id, ev.shares, ev.client, ev.stock, ts)
-            for ev, ts in valid_events(messages)]
 
 
 def expected_alerts(
@@ -122,7 +115,7 @@ def expected_alerts(
     def emit(book: _Book, kind: str, trigger_id: str | None, trigger_ts: int | None) -> None:
         book.fired.add(kind)
         request = book.request
-        first = book.purchases[0][0] if book.purchases else None
+        first = book.purchases[0] if book.purchases else None
         alerts.append({
             "alert_id": alert_id(kind, book.order_id),
             "kind": kind,
@@ -152,10 +145,11 @@ def expected_alerts(
 
     def expire(book: _Book) -> None:
         if "overfill" in rules and book.request is None and book.purchases:
-            first, first_ts = book.purchases[0]
-            emit(book, "ORPHAN", first.event_id, first_ts)
+            first = book.purchases[0]
+            emit(book, "ORPHAN", first.event_id, first.event_ts)
 
-    for ev, ts in valid_events(messages):
+    for ev in valid_events(messages):
+        ts = ev.event_ts
         clock = ts if clock is None else max(clock, ts)
         expire_due()
         book = books.get(ev.order_id)
@@ -167,9 +161,9 @@ def expected_alerts(
         book.seen.add(ev.event_id)
         if ev.kind == events.REQUEST:
             if book.request is None:  # first wins (a second one has the same id, so it never gets here)
-                book.request, book.request_ts = ev, ts
+                book.request = ev
         else:
-            book.purchases.append((ev, ts))
+            book.purchases.append(ev)
         request = book.request
         if request is None:
             continue
@@ -177,7 +171,7 @@ def expected_alerts(
             emit(book, "OVERFILL", ev.event_id, ts)
         if "mismatch" in rules and "MISMATCH" not in book.fired and any(
             (p.client is not None and p.client != request.client) or (p.stock is not None and p.stock != request.stock)
-            for p, _ in book.purchases
+            for p in book.purchases
         ):
             emit(book, "MISMATCH", ev.event_id, ts)
 
@@ -227,10 +221,11 @@ def expected_grouped(pairs: Iterable[tuple[bytes, bytes, int]], ttl_ms: int, key
     return out
 
 
-def key(alert: dict) -> tuple:
-    """The comparison key of an alert (auditor's or reference's)."""
+def key(alert: Alert | dict) -> tuple:
+    """The comparison key of an alert: the auditor's (an Alert), the reference's or one read back as JSON."""
+    if isinstance(alert, Alert):
+        return tuple(getattr(alert, f) for f in KEY_FIELDS)
     return tuple(alert[f] for f in KEY_FIELDS)
 
 
-__all__ = ["DEFAULT_TTL_MS", "KEY_FIELDS", "Message", "auditor_rows", "expected_alerts", "expected_grouped", "key",
-           "valid_events"]
+__all__ = ["DEFAULT_TTL_MS", "KEY_FIELDS", "Message", "expected_alerts", "expected_grouped", "key", "valid_events"]

@@ -15,7 +15,7 @@ import pytest
 
 from aldebaran import events, reference
 from aldebaran.audit import book as book_step
-from aldebaran.audit.model import Book, EventRow
+from aldebaran.audit.model import Book
 from aldebaran.audit.rules import resolve
 from aldebaran.audit.state import rows as row_files
 from aldebaran.audit.state import snapshots
@@ -24,6 +24,7 @@ from aldebaran.audit.state.files import S3Files
 from aldebaran.audit.state.rows import freeze, thaw
 from aldebaran.audit.state.store import _CACHE, Config, ShardStore
 from aldebaran.exceptions import ConfigError, NotFound
+from aldebaran.model import Event
 
 TTL = 200
 NOW = 5_000_000
@@ -63,8 +64,8 @@ def messages(orders: int = 60, seed: int = 1) -> list[bytes]:
     return [events.encode(e) for e in out]
 
 
-def batches(msgs: list[bytes], size: int = 13) -> list[list[EventRow]]:
-    rows = reference.auditor_rows(msgs)
+def batches(msgs: list[bytes], size: int = 13) -> list[list[Event]]:
+    rows = reference.valid_events(msgs)
     return [rows[i:i + size] for i in range(0, len(rows), size)]
 
 
@@ -118,7 +119,7 @@ def test_the_end_pass_expires_every_open_book_like_the_reference_at_the_end(tmp_
     end = store.apply(len(bs), iter(()), now_ms=NOW, expire_all=True)
 
     assert end.open_books == 0 and end.expired > 0 and end.applied == 0
-    assert {a["kind"] for a in end.alerts} == {"ORPHAN"}
+    assert {a.kind for a in end.alerts} == {"ORPHAN"}
     assert keys(got + end.alerts) == keys(reference.expected_alerts(open_at_end, ttl_ms=TTL, rules=RULES,
                                                                      expire_at_end=True))
     assert keys(got) == keys(reference.expected_alerts(open_at_end, ttl_ms=TTL, rules=RULES))
@@ -161,10 +162,10 @@ def test_batch_that_failed_midway_is_retried_from_its_start(tmp_path):
     """A task that dies inside the batch (e.g. a shuffle fetch failure while reading its rows) must
     not leave half-applied books in the worker's cache for the retry: the alert would be lost."""
     store = store_at(tmp_path)
-    rows = [EventRow("PR", "1", "1", 100, "Sendence", "AAPL", 0),
-            EventRow("P", "2", "1", 90, "Sendence", "AAPL", 1),
-            EventRow("P", "3", "1", 30, "Sendence", "AAPL", 2),
-            EventRow("P", "4", "1", 10, "Sendence", "AAPL", 3)]
+    rows = [Event("PR", "1", "1", 100, "Sendence", "AAPL", 0),
+            Event("P", "2", "1", 90, "Sendence", "AAPL", 1),
+            Event("P", "3", "1", 30, "Sendence", "AAPL", 2),
+            Event("P", "4", "1", 10, "Sendence", "AAPL", 3)]
 
     def failing(after: int):
         for i, row in enumerate(rows):
@@ -175,12 +176,12 @@ def test_batch_that_failed_midway_is_retried_from_its_start(tmp_path):
     with pytest.raises(RuntimeError, match="fetch failed"):
         store.apply(0, failing(after=3), now_ms=NOW)
     retried = store.apply(0, rows, now_ms=NOW).alerts
-    assert [(a["kind"], a["order_id"], a["purchased"], a["trigger_event_id"]) for a in retried] == [
+    assert [(a.kind, a.order_id, a.purchased, a.trigger_event_id) for a in retried] == [
         ("OVERFILL", "1", 120, "3")]
     # The same after a failed batch on top of existing state.
     with pytest.raises(RuntimeError):
         store.apply(1, failing(after=0), now_ms=NOW)
-    assert store.apply(1, [EventRow("P", "5", "1", 1, None, None, 4)], now_ms=NOW).alerts == []
+    assert store.apply(1, [Event("P", "5", "1", 1, None, None, 4)], now_ms=NOW).alerts == []
     assert state(tmp_path)["books"]["1"]["purchased"] == 131
 
 
@@ -264,21 +265,21 @@ def test_worker_catching_up_indexes_a_book_reopened_within_a_batch(tmp_path):
     """Order 1 expires and re-opens inside batch 1. A worker that was at version 0 replays delta 1:
     the re-opened book must still expire on time."""
     store = store_at(tmp_path)
-    store.apply(0, [EventRow("P", "2", "1", 5, "C", "S", 0)], now_ms=NOW)
+    store.apply(0, [Event("P", "2", "1", 5, "C", "S", 0)], now_ms=NOW)
     behind = copy.deepcopy(_CACHE[(str(tmp_path), 0)])
-    alerts = store.apply(1, [EventRow("P", "3", "1", 7, "C", "S", TTL)], now_ms=NOW).alerts
-    assert [(a["kind"], a["purchased"], a["trigger_event_id"]) for a in alerts] == [("ORPHAN", 5, "2")]
+    alerts = store.apply(1, [Event("P", "3", "1", 7, "C", "S", TTL)], now_ms=NOW).alerts
+    assert [(a.kind, a.purchased, a.trigger_event_id) for a in alerts] == [("ORPHAN", 5, "2")]
     _CACHE[(str(tmp_path), 0)] = behind
-    assert store.apply(2, [EventRow("PR", "9", "9", 1, "C", "S", TTL + 10)], now_ms=NOW).alerts == []
-    alerts = store.apply(3, [EventRow("PR", "10", "10", 1, "C", "S", 2 * TTL)], now_ms=NOW).alerts
-    assert [(a["kind"], a["order_id"], a["purchased"], a["trigger_event_id"]) for a in alerts] == [
+    assert store.apply(2, [Event("PR", "9", "9", 1, "C", "S", TTL + 10)], now_ms=NOW).alerts == []
+    alerts = store.apply(3, [Event("PR", "10", "10", 1, "C", "S", 2 * TTL)], now_ms=NOW).alerts
+    assert [(a.kind, a.order_id, a.purchased, a.trigger_event_id) for a in alerts] == [
         ("ORPHAN", "1", 7, "3")]
 
 
 def test_missing_delta_is_a_clear_error(tmp_path):
     store = ShardStore(Config(str(tmp_path), resolve(["overfill"]), ttl_ms=TTL, snapshot_every=0), 0)
     for i in range(5):
-        store.apply(i, [EventRow("PR", f"o{i}", f"o{i}", 1, "C", "S", i)], now_ms=NOW)
+        store.apply(i, [Event("PR", f"o{i}", f"o{i}", 1, "C", "S", i)], now_ms=NOW)
     (tmp_path / "shard-0000" / "delta-000000000002.jsonl.gz").unlink()
     _CACHE.clear()
     with pytest.raises(FileNotFoundError, match=r"versions \[2\].*" + str(tmp_path)):
@@ -300,7 +301,7 @@ class MissingKeyStoreFake:
         raise NotFound(f"s3://fake/{key} not found")
 
 
-def test_s3_files_report_a_missing_key_as_file_not_found():
+def test_state_files_report_a_missing_key_as_file_not_found():
     # The cache catch-up falls back to a cold load on FileNotFoundError, whatever the backend.
     files = S3Files.__new__(S3Files)
     files.store, files.prefix = MissingKeyStoreFake(), "ckpt/books/shard-0000/"
@@ -346,7 +347,7 @@ def test_a_row_frozen_before_coordinates_were_kept_still_thaws_without_them():
     book = thaw(old, "o1")
     assert (book.coords, book.purchased, book.seen, book.request["event_id"]) == (None, 12, ["r", "p", "q"], "r")
     assert row_files.request_known(old) and row_files.times(old) == (5, 6)
-    book_step.apply(book, EventRow("P", "z", "o1", 1, "c", "s", 9, 0, 99), [], 0)
+    book_step.apply(book, Event("P", "z", "o1", 1, "c", "s", 9, 0, 99), [], 0)
     assert book.coords is None and book.seen[-1] == "z"
     assert thaw(freeze(book), "o1") == book
 
@@ -476,7 +477,7 @@ def test_the_fallback_index_stays_the_size_of_the_open_books_while_the_event_clo
     ttl, grace = 100, 300
     store = ShardStore(Config(str(tmp_path), resolve(["overfill"]), ttl_ms=ttl, grace_ms=grace, snapshot_every=0), 0)
     for b in range(200):  # 20 orders a batch, 10 ms of event and processing time apart
-        rows = [EventRow("PR", f"o{b}-{k}", f"o{b}-{k}", 1, "C", "S", b * 10) for k in range(20)]
+        rows = [Event("PR", f"o{b}-{k}", f"o{b}-{k}", 1, "C", "S", b * 10) for k in range(20)]
         store.apply(b, rows, now_ms=NOW + b * 10)
     shard = _CACHE[(str(tmp_path), 0)]
     open_books = len(shard.books)

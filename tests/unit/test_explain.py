@@ -12,23 +12,24 @@ from aldebaran import cli, events
 from aldebaran import explain as ex
 from aldebaran.audit import book as step
 from aldebaran.audit import provenance
-from aldebaran.audit.model import Book, EventRow
+from aldebaran.audit.model import Book
 from aldebaran.audit.rules import resolve
 from aldebaran.audit.sparkjob.rows import alert_records
 from aldebaran.audit.state.rows import freeze, thaw
 from aldebaran.audit.state.store import Config, ShardStore
+from aldebaran.model import Event
 
 RULES = resolve(["overfill"])
 CONTRACT = {"alert_id", "kind", "rule", "order_id", "client", "stock", "requested", "purchased", "purchase_count",
             "trigger_event_id", "trigger_event_ts", "detected_at", "message"}
 
 
-def req(order: str, shares: int, partition: int, offset: int, ts: int = 1) -> EventRow:
-    return EventRow(events.REQUEST, order, order, shares, "Sendence", "AAPL", ts, partition, offset)
+def req(order: str, shares: int, partition: int, offset: int, ts: int = 1) -> Event:
+    return Event(events.REQUEST, order, order, shares, "Sendence", "AAPL", ts, partition, offset)
 
 
-def buy(event_id: str, order: str, shares: int, partition: int, offset: int, ts: int = 2) -> EventRow:
-    return EventRow(events.PURCHASE, event_id, order, shares, "Sendence", "AAPL", ts, partition, offset)
+def buy(event_id: str, order: str, shares: int, partition: int, offset: int, ts: int = 2) -> Event:
+    return Event(events.PURCHASE, event_id, order, shares, "Sendence", "AAPL", ts, partition, offset)
 
 
 def test_the_challenge_example_alert_carries_its_three_trades_and_not_the_later_one():
@@ -36,7 +37,7 @@ def test_the_challenge_example_alert_carries_its_three_trades_and_not_the_later_
     alerts = []
     for ev in [req("1", 100, 1, 40), buy("2", "1", 90, 1, 41), buy("3", "1", 30, 1, 57), buy("4", "1", 10, 1, 60)]:
         step.step(book, ev, RULES, 0, alerts, trails)
-    assert [a["trigger_event_id"] for a in alerts] == ["3"]
+    assert [a.trigger_event_id for a in alerts] == ["3"]
     assert trails == [(3, [(1, 40), (1, 41), (1, 57)])]  # as of the purchase of 30, not the later 10
 
 
@@ -84,7 +85,7 @@ def test_an_orphan_at_expiry_gets_the_trail_of_its_book():
     store.files = _NullFiles()
     store.apply(0, [buy("p1", "o", 5, 1, 3), buy("p2", "o", 6, 1, 4)], now_ms=5)
     out = store.apply(1, [req("other", 1, 1, 30, ts=100)], now_ms=6)
-    assert [a["kind"] for a in out.alerts] == ["ORPHAN"]
+    assert [a.kind for a in out.alerts] == ["ORPHAN"]
     assert out.trails == [(2, [(1, 3), (1, 4)])]
 
 
@@ -108,9 +109,14 @@ def test_the_scan_keeps_this_orders_valid_trades_once_each_up_to_the_missing_cou
         (13, "p5", "purchase", 7, "scanned"), (16, "p6", "purchase", 8, "scanned")]
 
 
+def entry(offset: int, event_id: str, kind: str, shares: int, **fields) -> ex.Entry:
+    ev = Event(kind, event_id, "1", shares, "Sendence", "AAPL", 1000 + offset, 0, offset)
+    return ex.Entry(0, offset, ev, 1000 + offset, **fields)
+
+
 def test_assemble_puts_the_scanned_trades_before_the_latest_and_marks_the_trigger():
-    kept = [ex.Trade(0, o, f"e{o}", "purchase", 1) for o in (1, 2, 3, 4, 9)]
-    scanned = [ex.Trade(0, 6, "e6", "purchase", 1, found="scanned")]
+    kept = [entry(o, f"e{o}", events.PURCHASE, 1) for o in (1, 2, 3, 4, 9)]
+    scanned = [entry(6, "e6", events.PURCHASE, 1, found="scanned")]
     sources = provenance.Sources("t", 6, tuple((0, t.offset) for t in kept))
     trades = ex.assemble(kept, scanned, sources, {"trigger_event_id": "e9"})
     assert [t.offset for t in trades] == [1, 2, 3, 4, 6, 9]
@@ -121,8 +127,8 @@ def test_the_text_names_every_trade_the_trigger_and_each_channels_history():
     alert = {"alert_id": "a1", "kind": "OVERFILL", "order_id": "1", "client": "Sendence", "stock": "AAPL",
              "requested": 100, "purchased": 120, "purchase_count": 2, "trigger_event_id": "3",
              "trigger_event_ts": 1_700_000_000_000, "detected_at": 1_700_000_000_500, "message": "m"}
-    trades = [ex.Trade(0, 4, "1", "request", 100), ex.Trade(0, 5, "2", "purchase", 90),
-              ex.Trade(0, 6, "3", "purchase", 30, trigger=True)]
+    trades = [entry(4, "1", events.REQUEST, 100), entry(5, "2", events.PURCHASE, 90),
+              entry(6, "3", events.PURCHASE, 30, trigger=True), ex.Entry(0, 7, note="no longer in the topic")]
     e = ex.Explanation("a1", alert, (1, 0), "trades", 3, trades,
                        deliveries=[{"channel": "sms", "source": "record", "state": "IN_DOUBT", "attempt": 1,
                                     "history": [{"at": 1_700_000_001, "state": "IN_DOUBT", "note": "timeout"}]}])
@@ -131,6 +137,11 @@ def test_the_text_names_every_trade_the_trigger_and_each_channels_history():
     assert "the 2 purchases listed add up to 120 shares" in text
     assert "<- trigger" in [line for line in text.splitlines() if " 6  " in line][0]
     assert "sms: IN_DOUBT" in text and "IN_DOUBT timeout" in text
+    # `--json` lists each trade flat, the event's fields beside where it lies (the page and scripts read them).
+    assert e.to_dict()["trades"][2] == {"partition": 0, "offset": 6, "event_id": "3", "kind": "purchase",
+                                        "shares": 30, "order_id": "1", "kafka_ts": 1006, "found": "kept",
+                                        "trigger": True, "note": None}
+    assert e.to_dict()["trades"][3]["event_id"] is None and e.to_dict()["trades"][3]["offset"] == 7
 
 
 def test_a_delivery_inside_a_group_commit_run_shows_the_runs_history():

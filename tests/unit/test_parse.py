@@ -60,7 +60,7 @@ def disagreement(raw: bytes | None, row, limits: Limits = Limits()) -> str | Non
     ref_fields = (ref.kind, ref.event_id, ref.order_id, ref.shares, ref.client, ref.stock)
     if row["reason_code"] is not None or jvm_fields != ref_fields:
         return f"reference valid {ref_fields}; JVM {row['reason']!r} {jvm_fields}"
-    want_ts = ref.ts if ref.ts is not None else row["kafka_ts"]
+    want_ts = ref.event_ts if ref.event_ts is not None else row["kafka_ts"]
     if row["event_ts"] != want_ts:
         return f"event_ts {row['event_ts']} != {want_ts}"
     return None

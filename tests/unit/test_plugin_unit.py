@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -68,13 +67,10 @@ def settle(ledger, channel: str, a: dict, status: str, detail=None, can_dedupe: 
     """Claim the alert's own record, then report one send's outcome, as the dispatcher does."""
     from aldebaran.delivery.channels import Outcome
 
-    from aldebaran.model import Alert
-
-    attempt = ledger.attempt(SimpleNamespace(name=channel, can_dedupe=can_dedupe), Alert.from_dict(a), "w1")
+    record, etag = ledger.claim(channel, a, "w1")
     outcome = Outcome.delivered(a["alert_id"], detail or {}) if status == "delivered" else \
         getattr(Outcome, status)(a["alert_id"], detail)
-    attempt.report(outcome)
-    return attempt.record
+    return ledger.settle(record, etag, outcome, can_dedupe=can_dedupe)
 
 
 def test_hostile_values_are_escaped_on_the_overview_and_the_detail_page(client, ledger):
@@ -217,14 +213,15 @@ def test_an_unreachable_object_store_is_a_503_that_names_it(plugin, client, app)
 
 def fake_explain(hostile: str):
     """Stands in for aldebaran.explain.explain (which reads Kafka): an Explanation full of hostile values."""
-    from aldebaran.explain import Explanation, Trade
+    from aldebaran.explain import Entry, Explanation
+    from aldebaran.model import Event
 
     def explain(alert_id, ledger, **_):
         story = Explanation(alert_id, {"alert_id": alert_id, "kind": "OVERFILL", "order_id": hostile,
                                        "client": HOSTILE_CLIENT, "trigger_event_id": hostile, "trigger_event_ts": 1},
                             (0, 7), f"trades{hostile}", 2,
-                            [Trade(0, 3, hostile, "request", 100), Trade(0, 4, hostile, "purchase", 120, trigger=True,
-                                                                           note=hostile)],
+                            [Entry(0, 3, Event("PR", hostile, hostile, 100, None, None, 1)),
+                             Entry(0, 4, Event("P", hostile, hostile, 120, None, None, 2), trigger=True, note=hostile)],
                             notes=[hostile],
                             deliveries=[{"channel": "sms", "source": "record", "state": "IN_DOUBT", "attempt": 1,
                                          "history": [{"at": 1.0, "state": "IN_DOUBT", "note": hostile}]}])

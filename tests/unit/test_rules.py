@@ -9,11 +9,12 @@ from __future__ import annotations
 import pytest
 
 from aldebaran import events, reference
-from aldebaran.audit.model import EventRow, alert_id
+from aldebaran.audit.model import alert_id
 from aldebaran.audit.rules import resolve
 from aldebaran.audit.state import snapshots
 from aldebaran.audit.state.store import _CACHE, Config, ShardStore
 from aldebaran.exceptions import ConfigError
+from aldebaran.model import Alert, Event
 from aldebaran_capacity import loadgen
 
 TTL = 1_000
@@ -29,13 +30,13 @@ def _fresh_cache():
     _CACHE.clear()
 
 
-def pr(order_id, shares: int, ts: int = 0, client: str = "Sendence", stock: str = "AAPL") -> EventRow:
-    return EventRow(events.REQUEST, str(order_id), str(order_id), shares, client, stock, ts)
+def pr(order_id, shares: int, ts: int = 0, client: str = "Sendence", stock: str = "AAPL") -> Event:
+    return Event(events.REQUEST, str(order_id), str(order_id), shares, client, stock, ts)
 
 
 def p(event_id, order_id, shares: int, ts: int = 0, client: str | None = "Sendence",
-      stock: str | None = "AAPL") -> EventRow:
-    return EventRow(events.PURCHASE, str(event_id), str(order_id), shares, client, stock, ts)
+      stock: str | None = "AAPL") -> Event:
+    return Event(events.PURCHASE, str(event_id), str(order_id), shares, client, stock, ts)
 
 
 class Auditor:
@@ -46,15 +47,15 @@ class Auditor:
         self.batch_id = 0
         self.last = None
 
-    def batch(self, *rows: EventRow, now_ms: int = NOW) -> list[dict]:
+    def batch(self, *rows: Event, now_ms: int = NOW) -> list[Alert]:
         self.last = self.store.apply(self.batch_id, list(rows), now_ms=now_ms)
         self.batch_id += 1
         return self.last.alerts
 
 
-def summary(alert: dict) -> tuple:
-    return (alert["kind"], alert["order_id"], alert["requested"], alert["purchased"], alert["purchase_count"],
-            alert["trigger_event_id"])
+def summary(alert: Alert) -> tuple:
+    return (alert.kind, alert.order_id, alert.requested, alert.purchased, alert.purchase_count,
+            alert.trigger_event_id)
 
 
 # --- OVERFILL --------------------------------------------------------------------------------------
@@ -63,13 +64,13 @@ def test_challenge_example_one_overfill_triggered_by_purchase_3(tmp_path):
     alerts = a.batch(pr(1, 100), p(2, 1, 90), p(3, 1, 30))
     assert [summary(x) for x in alerts] == [("OVERFILL", "1", 100, 120, 2, "3")]
     alert = alerts[0]
-    assert alert["alert_id"] == alert_id("OVERFILL", "1")
-    assert (alert["client"], alert["stock"]) == ("Sendence", "AAPL")
+    assert alert.alert_id == alert_id("OVERFILL", "1")
+    assert (alert.client, alert.stock) == ("Sendence", "AAPL")
     assert a.batch(p(4, 1, 10)) == []  # a later purchase never alerts again
 
 
 def test_challenge_example_from_the_wire_in_one_batch(tmp_path):
-    rows = reference.auditor_rows([events.encode(e) for e in loadgen.CHALLENGE_EXAMPLE])
+    rows = reference.valid_events([events.encode(e) for e in loadgen.CHALLENGE_EXAMPLE])
     alerts = Auditor(tmp_path).batch(*rows)
     assert [summary(x) for x in alerts] == [("OVERFILL", "1", 100, 120, 2, "3")]
 
@@ -85,7 +86,7 @@ def test_purchases_before_request_fire_when_the_request_arrives(tmp_path):
     assert a.batch(p(2, 1, 90), p(3, 1, 30)) == []
     alerts = a.batch(pr(1, 100))
     assert [summary(x) for x in alerts] == [("OVERFILL", "1", 100, 120, 2, "1")]
-    assert alerts[0]["trigger_event_ts"] == 0
+    assert alerts[0].trigger_event_ts == 0
 
 
 def test_purchases_before_request_equal_do_not_fire(tmp_path):
@@ -96,7 +97,7 @@ def test_purchases_before_request_equal_do_not_fire(tmp_path):
 
 def test_int_and_string_ids_are_the_same_order(tmp_path):
     msgs = [events.encode(events.request(7, 10)), events.encode(events.purchase("8", "7", 11))]
-    alerts = Auditor(tmp_path).batch(*reference.auditor_rows(msgs))
+    alerts = Auditor(tmp_path).batch(*reference.valid_events(msgs))
     assert [summary(x) for x in alerts] == [("OVERFILL", "7", 10, 11, 1, "8")]
 
 
@@ -142,7 +143,7 @@ def test_zero_share_purchases_without_a_request_are_an_orphan(tmp_path):
 
 def test_zero_share_purchases_from_the_wire(tmp_path):
     msgs = [events.encode(e) for e in (events.request(1, 10), events.purchase(2, 1, 0), events.purchase(3, 1, 11))]
-    rows = reference.auditor_rows(msgs)
+    rows = reference.valid_events(msgs)
     assert [r.shares for r in rows] == [10, 0, 11]
     assert [summary(x) for x in Auditor(tmp_path).batch(*rows)] == [("OVERFILL", "1", 10, 11, 2, "3")]
 
@@ -178,15 +179,15 @@ def test_orphan_once_at_expiry_then_state_dropped(tmp_path):
     assert a.last.open_books == 2
     alerts = a.batch(pr(10, 10, ts=TTL))  # the clock reaches first_ts + ttl
     assert [summary(x) for x in alerts] == [("ORPHAN", "1", None, 12, 2, "2")]
-    assert alerts[0]["alert_id"] == alert_id("ORPHAN", "1")
-    assert alerts[0]["trigger_event_ts"] == 0
+    assert alerts[0].alert_id == alert_id("ORPHAN", "1")
+    assert alerts[0].trigger_event_ts == 0
     assert a.last.expired == 1
     assert a.batch(pr(11, 10, ts=5 * TTL)) == []  # never twice
     # The old book is gone: order 1 starts over, and can be an orphan again (same id).
     assert a.batch(p(4, 1, 1, ts=5 * TTL)) == []
     alerts = a.batch(pr(12, 10, ts=6 * TTL))
     assert [summary(x) for x in alerts] == [("ORPHAN", "1", None, 1, 1, "4")]
-    assert alerts[0]["alert_id"] == alert_id("ORPHAN", "1")
+    assert alerts[0].alert_id == alert_id("ORPHAN", "1")
 
 
 def test_no_orphan_for_request_without_purchases_or_within_limit(tmp_path):
@@ -316,7 +317,7 @@ def test_mismatch_on_client_or_stock(tmp_path):
     assert a.batch(pr(1, 100), p(2, 1, 10)) == []
     alerts = a.batch(p(3, 1, 10, stock="MSFT"), p(4, 1, 10, client="Other"))
     assert [summary(x) for x in alerts] == [("MISMATCH", "1", 100, 20, 2, "3")]
-    assert alerts[0]["alert_id"] == alert_id("MISMATCH", "1")
+    assert alerts[0].alert_id == alert_id("MISMATCH", "1")
     assert a.batch(p(5, 1, 10, client="Third")) == []  # once per order
     b = Auditor(tmp_path / "client", rules=("mismatch",))
     assert [summary(x) for x in b.batch(pr(1, 100), p(2, 1, 10, client="Other"))] == [
@@ -352,8 +353,8 @@ def test_both_rules_on_one_order(tmp_path):
     a = Auditor(tmp_path, rules=("overfill", "mismatch"))
     alerts = a.batch(pr(1, 10), p(2, 1, 11, stock="MSFT"))
     assert sorted(summary(x) for x in alerts) == [("MISMATCH", "1", 10, 11, 1, "2"), ("OVERFILL", "1", 10, 11, 1, "2")]
-    assert len({x["alert_id"] for x in alerts}) == 2
-    assert {x["rule"] for x in alerts} == {"overfill", "mismatch"}
+    assert len({x.alert_id for x in alerts}) == 2
+    assert {x.extra["rule"] for x in alerts} == {"overfill", "mismatch"}
 
 
 # --- ids and replays -------------------------------------------------------------------------------
@@ -364,7 +365,7 @@ def test_alert_id_is_a_function_of_kind_and_order():
 
 def test_replay_gives_the_same_alerts_and_ids(tmp_path):
     msgs = [events.encode(e) for e in loadgen.CHALLENGE_EXAMPLE + list(loadgen.original_mix(200, seed=3))]
-    rows = reference.auditor_rows(msgs)
+    rows = reference.valid_events(msgs)
     runs = []
     for run in ("first", "replay"):
         a = Auditor(tmp_path / run, rules=("overfill", "mismatch"), ttl_ms=10**12)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from aldebaran.audit.model import EventRow
+from aldebaran.model import Event
 from aldebaran.audit.rules import resolve
 from aldebaran.audit.state import snapshots
 from aldebaran.audit.state.files import LocalFiles
@@ -40,11 +40,11 @@ def store_at(root, every: int = 3) -> ShardStore:
                              snapshot_delta_ratio=0.0), 0)
 
 
-def batch(i: int) -> list[EventRow]:
+def batch(i: int) -> list[Event]:
     """Batch i: a new order (request), a purchase for it, and a purchase for order i-1 (it changes)."""
-    rows = [EventRow("PR", f"o{i}", f"o{i}", 10, "C", "S", i * 10), EventRow("P", f"p{i}", f"o{i}", 4, "C", "S", i * 10 + 1)]
+    rows = [Event("PR", f"o{i}", f"o{i}", 10, "C", "S", i * 10), Event("P", f"p{i}", f"o{i}", 4, "C", "S", i * 10 + 1)]
     if i:
-        rows.append(EventRow("P", f"q{i}", f"o{i - 1}", 9, "C", "S", i * 10 + 2))
+        rows.append(Event("P", f"q{i}", f"o{i - 1}", 9, "C", "S", i * 10 + 2))
     return rows
 
 

@@ -21,7 +21,7 @@ def _fresh_cache():
 def rows(orders: range):
     msgs = [events.encode(e) for o in orders for e in (events.request(f"o{o}", 10, ts=o), events.purchase(
         f"p{o}", f"o{o}", 5, ts=o))]
-    return reference.auditor_rows(msgs)
+    return reference.valid_events(msgs)
 
 
 def test_warm_loads_the_latest_version_so_that_the_next_batch_finds_it_in_memory(tmp_path):

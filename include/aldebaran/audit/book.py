@@ -13,8 +13,9 @@ rule shares (../shared/BRIEF.md §2):
   kept aligned with `alerts`.
 
 `step` is what the store's loop calls per event (it appends to the batch's alert list: a call per
-event costs ~2 % of the shard step, a generator feeding a loop here ~6 %, docs/design.md §8);
-`apply` returns one event's alerts, for rules and tests.
+event costs less than a generator feeding a loop here, docs/design.md §8); `apply` returns one
+event's alerts, for rules and tests. The alerts are typed (:class:`aldebaran.model.Alert`), rendered
+from the rules' findings (aldebaran.audit.model.render).
 """
 
 from __future__ import annotations
@@ -23,15 +24,16 @@ from sys import intern
 from typing import Sequence
 
 from aldebaran import events
-from aldebaran.audit.model import Alert, Book, EventRow, render
+from aldebaran.audit.model import Book, Finding, render
 from aldebaran.audit.provenance import KEPT, trail
 from aldebaran.audit.rules import Rule
+from aldebaran.model import Alert, Event
 
 _REQUEST = events.REQUEST
 _SLOTS = KEPT + 2  # length of a full Book.coords: [partition, offset] of the first event, then one per event
 
 
-def step(book: Book, ev: EventRow, rules: Sequence[Rule], now_ms: int, alerts: list[dict],
+def step(book: Book, ev: Event, rules: Sequence[Rule], now_ms: int, alerts: list[Alert],
          trails: list | None = None) -> bool:
     """Apply one event to its book and append the alerts (detected at `now_ms`) to `alerts` (and, if
     given, each alert's trail to `trails`, aligned with `alerts`). False: the book had already seen the
@@ -64,35 +66,34 @@ def step(book: Book, ev: EventRow, rules: Sequence[Rule], now_ms: int, alerts: l
             book.first_purchase = {"event_id": event_id, "ts": ev.event_ts, "client": client and intern(client),
                                    "stock": stock and intern(stock)}
     for rule in rules:
-        alert = rule.on_event(book, ev)
-        if alert is not None:
-            _fire(book, rule, alert, alerts, now_ms, trails)
+        finding = rule.on_event(book, ev)
+        if finding is not None:
+            _fire(book, rule, finding, alerts, now_ms, trails)
     return True
 
 
-def apply(book: Book, event: EventRow, rules: Sequence[Rule], now_ms: int, trails: list | None = None) -> list[dict]:
+def apply(book: Book, event: Event, rules: Sequence[Rule], now_ms: int, trails: list | None = None) -> list[Alert]:
     """The alerts of one event applied to its book (none for an event the book has already seen)."""
-    alerts: list[dict] = []
+    alerts: list[Alert] = []
     step(book, event, rules, now_ms, alerts, trails)
     return alerts
 
 
-def expire(book: Book, rules: Sequence[Rule], now_ms: int, alerts: list[dict] | None = None,
-           trails: list | None = None) -> list[dict]:
+def expire(book: Book, rules: Sequence[Rule], now_ms: int, alerts: list[Alert] | None = None,
+           trails: list | None = None) -> list[Alert]:
     """The alerts of a book at its expiry (it is dropped afterwards), appended to `alerts` if given."""
     alerts = [] if alerts is None else alerts
     for rule in rules:
-        alert = rule.on_expire(book)
-        if alert is not None:
-            _fire(book, rule, alert, alerts, now_ms, trails)
+        finding = rule.on_expire(book)
+        if finding is not None:
+            _fire(book, rule, finding, alerts, now_ms, trails)
     return alerts
 
 
-def _fire(book: Book, rule: Rule, alert: Alert, alerts: list[dict], now_ms: int, trails: list | None) -> None:
-    if alert.kind not in book.fired:  # at most one alert per (kind, order), whatever the rule says
-        book.fired.append(alert.kind)
-        rendered = render(book, alert, rule.name, now_ms)
-        alerts.append(rendered)
+def _fire(book: Book, rule: Rule, finding: Finding, alerts: list[Alert], now_ms: int, trails: list | None) -> None:
+    if finding.kind not in book.fired:  # at most one alert per (kind, order), whatever the rule says
+        book.fired.append(finding.kind)
+        alerts.append(render(book, finding, rule.name, now_ms))
         if trails is not None:
             trails.append(trail(book))
 

@@ -1,31 +1,19 @@
-"""The audit's data model: the event a shard applies, one order's book, and the alert.
+"""The audit's own data model: one order's book, and the finding a rule reports; and how a finding
+becomes the typed alert (:class:`aldebaran.model.Alert`) the auditor emits.
 
-Plain types with no behaviour beyond their own fields, so every other room of the package (the rules,
-the book step, the state store, the Spark glue) and the reference model can import them without
-importing each other.
+The event the books apply is :class:`aldebaran.model.Event`. Plain types with no behaviour beyond their
+own fields, so every other room of the package (the rules, the book step, the state store, the Spark
+glue) and the reference model can import them without importing each other.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
-
-class EventRow(NamedTuple):
-    """One valid event as the parse hands it to the books (a tuple: built once per event)."""
-
-    kind: str  # events.REQUEST | events.PURCHASE
-    event_id: str
-    order_id: str
-    shares: int
-    client: str | None
-    stock: str | None
-    event_ts: int
-    # Where the event was read (trades topic): kept in its book for `aldebaran explain` (audit.provenance).
-    # -1: unknown (events built by hand, the reference model).
-    partition: int = -1
-    offset: int = -1
+from aldebaran.model import Alert
 
 
 @dataclass(slots=True)
@@ -52,8 +40,8 @@ class Book:
 
 
 @dataclass(frozen=True)
-class Alert:
-    """What a rule says when it fires; `render` turns it, with the book, into the alert contract."""
+class Finding:
+    """What a rule says when it fires; :func:`render` turns it, with the book, into the alert."""
 
     kind: str
     order_id: str
@@ -70,22 +58,32 @@ def alert_id(kind: str, order_id: str) -> str:
     return hashlib.sha256(f"{kind}\x1f{order_id}".encode()).hexdigest()[:32]
 
 
-def render(book: Book, alert: Alert, rule: str, detected_at_ms: int) -> dict:
-    """The alert contract (../shared/BRIEF.md §2): the JSON of the `alerts` topic and the archive."""
+def render(book: Book, finding: Finding, rule: str, detected_at_ms: int) -> Alert:
+    """The alert of a finding (../shared/BRIEF.md §2): the book's figures as of now, and the audit's two
+    fields of its own, ``rule`` and ``message``, as the alert's extras."""
     request = book.request or {}
     fp = book.first_purchase or {}
-    return {
-        "alert_id": alert.alert_id(),
-        "kind": alert.kind,
-        "rule": rule,
-        "order_id": book.order_id,
-        "client": request.get("client", fp.get("client")),
-        "stock": request.get("stock", fp.get("stock")),
-        "requested": request.get("shares"),
-        "purchased": book.purchased,
-        "purchase_count": book.purchase_count,
-        "trigger_event_id": alert.trigger_event_id,
-        "trigger_event_ts": alert.trigger_event_ts,
-        "detected_at": detected_at_ms,
-        "message": alert.message,
-    }
+    return Alert(finding.alert_id(), finding.kind, book.order_id, request.get("client", fp.get("client")),
+                 request.get("stock", fp.get("stock")), request.get("shares"), book.purchased, book.purchase_count,
+                 finding.trigger_event_id, finding.trigger_event_ts, detected_at_ms,
+                 {"rule": rule, "message": finding.message})
+
+
+def alert_json(alert: Alert) -> str:
+    """The JSON the auditor writes to the alerts topic and the archive: compact, ``rule`` right after
+    ``kind`` and ``message`` last, the order the auditor has always written, so a replay by a newer
+    auditor writes the same bytes as the run it repeats. Built field by field: this runs once per alert
+    in the shard task, and a generic ``to_dict`` plus reordering cost more than the JSON encoding."""
+    extra = alert.extra
+    return _ENCODE({"alert_id": alert.alert_id, "kind": alert.kind, "rule": extra.get("rule"),
+                    "order_id": alert.order_id, "client": alert.client, "stock": alert.stock,
+                    "requested": alert.requested, "purchased": alert.purchased, "purchase_count": alert.purchase_count,
+                    "trigger_event_id": alert.trigger_event_id, "trigger_event_ts": alert.trigger_event_ts,
+                    "detected_at": alert.detected_at, "message": extra.get("message")})
+
+
+# One encoder for every alert (json.dumps with separators builds a new one per call).
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
+
+
+__all__ = ["Book", "Finding", "alert_id", "alert_json", "render"]

@@ -3,7 +3,7 @@
 The book step (aldebaran.audit.book) keeps for every order the facts all rules share — the first
 request, the deduplicated purchases (sum and count), the first event — and gives each rule a slot of
 its own in the book (`Rule.keeps`). A rule says *when it fires* (`on_event`, `on_expire`) and *what it
-says* (the Alert it returns). The step guarantees at most one alert per (kind, order): a rule never
+says* (the Finding it returns). The step guarantees at most one alert per (kind, order): a rule never
 has to remember that it fired.
 
 Adding a rule: write a subclass (in this module or your own, importing `Rule` and `register` from
@@ -21,8 +21,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 from aldebaran import events
-# The data model, re-exported for rule authors (and for callers that still import it from here).
-from aldebaran.audit.model import Alert, Book, EventRow, alert_id, render
+# The data model a rule sees, re-exported for rule authors.
+from aldebaran.audit.model import Book, Finding, alert_id
+from aldebaran.model import Event
 
 
 class Rule:
@@ -30,11 +31,11 @@ class Rule:
     kinds: ClassVar[tuple[str, ...]]
     keeps: ClassVar[str] = ""  # what the rule keeps in its slot, for the docs
 
-    def on_event(self, book: Book, event: EventRow) -> Alert | None:
+    def on_event(self, book: Book, event: Event) -> Finding | None:
         """Called after the book step applied a (non-duplicate) event to the book."""
         return None
 
-    def on_expire(self, book: Book) -> Alert | None:
+    def on_expire(self, book: Book) -> Finding | None:
         """Called once when the book expires, before it is dropped."""
         return None
 
@@ -78,9 +79,9 @@ class Overfill(Rule):
     kinds = ("OVERFILL", "ORPHAN")
     keeps = "nothing beyond the book's shared facts (request, purchased, purchase_count)"
 
-    def on_event(self, book: Book, event: EventRow) -> Alert | None:
+    def on_event(self, book: Book, event: Event) -> Finding | None:
         if book.request is not None and book.purchased > book.request["shares"]:
-            return Alert(
+            return Finding(
                 "OVERFILL",
                 book.order_id,
                 event.event_id,
@@ -93,10 +94,10 @@ class Overfill(Rule):
     def quiet_at_expiry(self, request_known: bool) -> bool:
         return request_known  # ORPHAN needs the request missing
 
-    def on_expire(self, book: Book) -> Alert | None:
+    def on_expire(self, book: Book) -> Finding | None:
         if book.request is None and book.purchase_count > 0:
             fp = book.first_purchase or {}
-            return Alert(
+            return Finding(
                 "ORPHAN",
                 book.order_id,
                 fp.get("event_id"),
@@ -122,7 +123,7 @@ class Mismatch(Rule):
             stock is not None and stock != request["stock"]
         )
 
-    def on_event(self, book: Book, event: EventRow) -> Alert | None:
+    def on_event(self, book: Book, event: Event) -> Finding | None:
         pending: list = book.slots.setdefault(self.name, [])
         if book.request is None:
             if event.kind == events.PURCHASE and len(pending) < self.max_pairs:
@@ -141,9 +142,9 @@ class Mismatch(Rule):
                 return self._alert(book, event, purchase_id, client, stock)
         return None
 
-    def _alert(self, book: Book, event: EventRow, purchase_id, client, stock) -> Alert:
+    def _alert(self, book: Book, event: Event, purchase_id, client, stock) -> Finding:
         r = book.request
-        return Alert(
+        return Finding(
             "MISMATCH",
             book.order_id,
             event.event_id,
@@ -152,5 +153,5 @@ class Mismatch(Rule):
         )
 
 
-__all__ = ["Alert", "Book", "EventRow", "Rule", "REGISTRY", "register", "resolve", "render", "alert_id",
-           "Overfill", "Mismatch"]
+__all__ = ["Book", "Event", "Finding", "Rule", "REGISTRY", "register", "resolve", "alert_id", "Overfill",
+           "Mismatch"]

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 
 from aldebaran import events
-from aldebaran.audit.model import EventRow as Event
+from aldebaran.model import Event
 from aldebaran.audit.partitioning import owner
 from aldebaran.audit.sparkjob.rows import (
     BatchContext, alert_sink, dlq_headers, dlq_sink, shard_rows, sources_header, store_for,
@@ -55,7 +55,7 @@ def process(ctx: BatchContext, batch_id: int, partitions: int, shard_id: int, ba
     """One shard's batch: the Arrow record batches of its Kafka partition in (RAW_FIELDS; none: an idle
     shard), the alert and figure rows out. Invalid rows are produced to the DLQ and misrouted events to
     their owner partition, all acknowledged before this returns."""
-    from aldebaran.audit.pyparse import Parser
+    from aldebaran.events import Parser
 
     topic = ctx.trades_topic
     store = store_for(ctx, shard_id)

@@ -18,7 +18,7 @@ Spark Python worker runs its task (the store's per-process cache).
 
 from __future__ import annotations
 
-from aldebaran.audit.model import EventRow as Event
+from aldebaran.model import Event
 from aldebaran.audit.sparkjob.rows import (
     DLQ_FIELDS, EVENT_FIELDS, BatchContext, arrow_schema, dlq_headers, dlq_sink, shard_rows, store_for,
 )

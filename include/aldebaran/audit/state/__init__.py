@@ -1,5 +1,6 @@
-"""The books' state store: frozen rows and line files (rows), the deadline index (deadlines), where
-the files live (files), and the versioned shard store that owns a batch's commit order (store)."""
+"""The books' state store: frozen rows and line files (rows), the deadline index (deadlines), one
+shard's books in memory (shard), where the files live (files), background snapshots (snapshots), and
+the versioned shard store that owns a batch's commit order (store)."""
 
 from aldebaran.audit.state.store import Config, Outcome, Shard, ShardStore
 

@@ -6,8 +6,8 @@ A book between batches is one compact JSON array as bytes, without its order id 
   request        null | [event id, shares, client, stock, ts - first_ts]
   first_purchase null | [event id, ts - first_ts, client, stock]
   coords         [partition, offset, offset deltas...]: the bounded trail of aldebaran.audit.provenance
-where an event id found in `seen` is stored as its index there. A row of nine fields (written before
-coords were kept, 2026-11-25) still thaws, with `coords` None: its book's coordinates are unknown. A
+where an event id found in `seen` is stored as its index there. A row of nine fields (written by a
+version before books kept coords) still thaws, with `coords` None: its book's coordinates are unknown. A
 version older than that cannot read a row of ten. ~150 bytes instead of ~1.1 KiB of
 Python objects (a slotted Book, two dicts, two lists, boxed integers); and the same bytes are the book's
 line in the delta that changed it and in every snapshot after, so writing a snapshot is a

@@ -1,4 +1,4 @@
-"""Snapshots written in the background, never inside a batch (issue 16 item 5).
+"""Snapshots written in the background, never inside a batch.
 
 A snapshot is O(open books): every frozen row, concatenated and compressed. Written inline it made
 its batch a multi-second stall at millions of books (docs/design.md §2, §8). Instead, at the end of a
@@ -31,13 +31,9 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
 from aldebaran.audit.state.files import file_name, files_for, versions
 from aldebaran.audit.state.rows import dump_lines
-
-if TYPE_CHECKING:
-    from aldebaran.audit.state.store import Shard
+from aldebaran.audit.state.shard import Shard
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +48,7 @@ class Pending:
     version: int
     fd: int  # read end of the child's report pipe (non-blocking)
     delta_bytes: int  # the shard's delta_bytes when it forked: the deltas this snapshot covers
-    shard: "Shard"  # the shard object that forked it: its accounting is updated on success
+    shard: Shard  # the shard object that forked it: its accounting is updated on success
     started: float = field(default_factory=time.monotonic)
     report: bytes = b""
 
@@ -63,7 +59,7 @@ class Done:
     size: int | None  # bytes of the snapshot written; None: it was not written
     seconds: float
     detail: str  # the child's report or how it ended
-    shard: "Shard"  # the shard object that forked it
+    shard: Shard  # the shard object that forked it
     delta_bytes: int  # its delta_bytes at the fork: the deltas the snapshot covers
 
 
@@ -74,7 +70,7 @@ def in_flight(key: tuple[str, int]) -> Pending | None:
     return _PENDING.get(key)
 
 
-def start(key: tuple[str, int], shard: "Shard", root: str, keep: int) -> Pending:
+def start(key: tuple[str, int], shard: Shard, root: str, keep: int) -> Pending:
     """Fork a child that writes the snapshot of `shard` (version `shard.version`, every book frozen)
     under `root`, then deletes the snapshots and deltas older than the `keep` newest snapshots."""
     if key in _PENDING:
@@ -94,7 +90,7 @@ def start(key: tuple[str, int], shard: "Shard", root: str, keep: int) -> Pending
     return pending
 
 
-def _child(shard: "Shard", root: str, keep: int, report: int) -> int:
+def _child(shard: Shard, root: str, keep: int, report: int) -> int:
     # Signals meant for the parent's process group end the child the default way, whatever handlers
     # the parent installed (its cleanup is not the child's to run).
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

@@ -49,42 +49,15 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from aldebaran.audit import book as book_step
-from aldebaran.audit.model import Book, EventRow
+from aldebaran.audit.model import Book
 from aldebaran.audit.rules import Rule
-from aldebaran.audit.state.deadlines import DeadlineIndex, bucket_width
 from aldebaran.audit.state import snapshots
 from aldebaran.audit.state.files import file_name, files_for, versions
 from aldebaran.audit.state.rows import dump_lines, freeze, read_lines, request_known, thaw, times
+from aldebaran.audit.state.shard import Shard
+from aldebaran.model import Alert, Event
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Shard:
-    version: int = -1
-    # order id → its book: frozen (bytes, see state.rows) between batches, a live Book while a batch works on it
-    books: dict[str, Book | bytes] = field(default_factory=dict)
-    clock_ms: int = 0  # the shard's event-time clock: the largest event time applied
-    clock_moved_ms: int = 0  # processing time at which that clock last moved forward
-    expiry: DeadlineIndex = field(default_factory=DeadlineIndex)  # by event-time deadline (first_ts + ttl)
-    snapshot_bytes: int = 0  # size of the snapshot this state was built on (0: none)
-    delta_bytes: int = 0  # bytes of deltas written (or replayed) since that snapshot
-    fallback: DeadlineIndex = field(default_factory=DeadlineIndex)  # by processing deadline (first seen + ttl + grace)
-
-    def index(self, order_id: str, first_ts: int, first_seen_ms: int, ttl_ms: int, grace_ms: int) -> None:
-        self.expiry.add(first_ts + ttl_ms, order_id)
-        self.fallback.add(first_seen_ms + ttl_ms + grace_ms, order_id)
-
-    def reindex(self, ttl_ms: int, grace_ms: int) -> None:
-        width = bucket_width(ttl_ms)
-        self.expiry, self.fallback = DeadlineIndex(width), DeadlineIndex(width)
-        for order_id, book in self.books.items():
-            self.index(order_id, *times(book), ttl_ms, grace_ms)
-
-    def book(self, order_id: str) -> Book | None:
-        """The book of an order, decoded (a copy if it is frozen): for inspection and tests."""
-        book = self.books.get(order_id)
-        return thaw(book, order_id) if book.__class__ is bytes else book
 
 
 @dataclass
@@ -111,7 +84,7 @@ class Config:
 
 @dataclass
 class Outcome:
-    alerts: list[dict]
+    alerts: list[Alert]
     open_books: int
     opened: int
     expired: int
@@ -121,7 +94,7 @@ class Outcome:
     loaded: str = ""  # cache (this worker had it), replay (caught up on deltas) or cold (snapshot + deltas)
     # Events of orders this shard does not own (co-partitioned plan: the producer broke the keying
     # contract). Not applied here; the caller routes them to their owner.
-    misrouted: list[EventRow] = field(default_factory=list)
+    misrouted: list[Event] = field(default_factory=list)
     # Beside `alerts`, one per alert: its book's trail when it fired (aldebaran.audit.provenance), or None.
     trails: list = field(default_factory=list)
 
@@ -234,7 +207,7 @@ class ShardStore:
             shard.clock_moved_ms = max(shard.clock_moved_ms, header.get("clock_moved_ms", 0))
             shard.version = v
 
-    def apply(self, batch_id: int, rows: Iterable[EventRow], now_ms: int | None = None,
+    def apply(self, batch_id: int, rows: Iterable[Event], now_ms: int | None = None,
               owns: Callable[[str], bool] | None = None, expire_all: bool = False) -> Outcome:
         """Apply one batch's events (already in Kafka order) and persist version `batch_id`.
 
@@ -274,11 +247,11 @@ class ShardStore:
             if gc_enabled:
                 gc.enable()
 
-    def _apply(self, shard: Shard, batch_id: int, rows: Iterable[EventRow], now_ms: int, t0: float,
+    def _apply(self, shard: Shard, batch_id: int, rows: Iterable[Event], now_ms: int, t0: float,
                owns: Callable[[str], bool] | None = None, expire_all: bool = False) -> Outcome:
         touched: dict[str, Book | None] = {}  # order id → its live book, None: dropped
-        misrouted: list[EventRow] = []
-        alerts: list[dict] = []
+        misrouted: list[Event] = []
+        alerts: list[Alert] = []
         trails: list = []  # aligned with alerts: the book step appends to both
         rules = self.config.rules
         ttl, grace = self.config.ttl_ms, self.config.grace_ms
@@ -349,7 +322,7 @@ class ShardStore:
         return Outcome(alerts, len(books), opened, expired, applied, duplicates,
                        (time.perf_counter() - t0) * 1000, self.loaded, misrouted, trails)
 
-    def _expire(self, books: dict, due: list[str], touched: dict, alerts: list[dict], now_ms: int,
+    def _expire(self, books: dict, due: list[str], touched: dict, alerts: list[Alert], now_ms: int,
                 trails: list) -> int:
         """Drop the books `due` (an id may come twice), in order id order, asking the rules first."""
         due = sorted(set(due))

@@ -1,15 +1,15 @@
-"""The Python parser (aldebaran.audit.pyparse) agrees with the reference validator (aldebaran.events.validate)
-on every message: the same verdict and reason for invalid ones (the slow path *is* the reference), and for
-valid ones the same event fields, whichever path decided. The fast path must be sound: what it accepts,
-the reference accepts with the same fields."""
+"""The auditor's batch parse (aldebaran.events.Parser) agrees with the general path (aldebaran.events.validate)
+on every message: the same verdict and reason for invalid ones (its slow path *is* validate), and for
+valid ones the same event, whichever path decided. The fast path must be sound: what it accepts,
+validate accepts with the same fields."""
 
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 
 from aldebaran import events
-from aldebaran.audit.pyparse import Parser
-from aldebaran.audit.model import EventRow
+from aldebaran.events import Parser
+from aldebaran.model import Event
 
 from .event_corpus import CASES, PUR, REQ, enc, merged
 from .test_parse import messages, publisher_shaped
@@ -17,16 +17,15 @@ from .test_parse import messages, publisher_shaped
 KAFKA_TS = 1_715_000_000_000
 
 
-def expected(raw: bytes | None, limits: events.Limits = events.Limits()) -> EventRow | tuple[str, str]:
-    ref = events.validate(raw, max_message_bytes=limits.max_message_bytes, max_id_length=limits.max_id_length,
-                          max_shares=limits.max_shares)
+def expected(raw: bytes | None, limits: events.Limits = events.Limits()) -> Event | tuple[str, str]:
+    ref = events.validate(raw, kafka_ts=KAFKA_TS, max_message_bytes=limits.max_message_bytes,
+                          max_id_length=limits.max_id_length, max_shares=limits.max_shares)
     if isinstance(ref, events.Invalid):
         return ref.code, ref.reason
-    return EventRow(ref.kind, ref.event_id, ref.order_id, ref.shares, ref.client, ref.stock,
-                    ref.ts if ref.ts is not None else KAFKA_TS)
+    return ref
 
 
-def parsed(parser: Parser, raw: bytes | None) -> EventRow | tuple[str, str]:
+def parsed(parser: Parser, raw: bytes | None) -> Event | tuple[str, str]:
     invalid: list = []
     rows = parser.parse([raw], [KAFKA_TS], invalid)
     if invalid:
@@ -49,9 +48,17 @@ def test_publisher_messages_take_the_fast_path():
     invalid: list = []
     rows = parser.parse(values, [KAFKA_TS] * len(values), invalid)
     assert invalid == [] and (parser.fast, parser.slow) == (5, 0)
-    assert rows[2] == EventRow(events.PURCHASE, "p-1", "r-1", 0, "Sendence", "AAPL", KAFKA_TS)
-    assert rows[3] == EventRow(events.REQUEST, "42", "42", 100, "Sendence", "AAPL", 5)
+    assert rows[2] == Event(events.PURCHASE, "p-1", "r-1", 0, "Sendence", "AAPL", KAFKA_TS)
+    assert rows[3] == Event(events.REQUEST, "42", "42", 100, "Sendence", "AAPL", 5)
     assert rows[4].order_id == "7"
+
+
+def test_both_paths_say_where_each_event_was_read():
+    values = [enc(REQ), b'{"id":"p-1","initial_order_id":"r-1","#shares":1,"x":":"}', b"{not json", enc(PUR)]
+    invalid: list = []
+    rows = Parser().parse(values, [KAFKA_TS] * 4, invalid, partition=3, offsets=[40, 41, 42, 43])
+    assert [(r.event_id, r.partition, r.offset) for r in rows] == [("r-1", 3, 40), ("p-1", 3, 41), ("p-1", 3, 43)]
+    assert [(i, bad.code) for i, bad in invalid] == [(2, "invalid_json")]
 
 
 def test_what_the_fast_path_leaves_to_the_reference():
@@ -77,7 +84,7 @@ def test_what_the_fast_path_leaves_to_the_reference():
     for raw, code in cases.items():
         got = parsed(parser, raw)
         assert got == expected(raw, parser.limits), raw
-        assert (None if isinstance(got, EventRow) else got[0]) == code, raw
+        assert (None if isinstance(got, Event) else got[0]) == code, raw
 
 
 @settings(max_examples=3000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
