@@ -1,7 +1,8 @@
-"""Hand-written Kafka message values and the reference validator's verdict on each, per BRIEF.md §2.
+"""Hand-written Kafka message values and the validator's verdict on each (aldebaran.events), per BRIEF.md §2.
 
-Shared by test_events.py (the reference validator against these expectations) and test_parse.py (the
-JVM parser against the reference validator on the same bytes). Each case states the reason code
+Shared by test_events.py (events.validate against these expectations), test_events_fast.py (the
+auditor's batch Parser against validate) and test_parse.py (the JVM parser against validate on the
+same bytes). Each case states the reason code
 (None: a valid event), the field its detail must name, and for valid ones the event.
 """
 

@@ -1,4 +1,4 @@
-"""The reference validator (aldebaran.events.validate) against the input contract, BRIEF.md §2.
+"""The input contract's validator, its general path (aldebaran.events.validate), against BRIEF.md §2.
 
 The cases live in event_corpus.py, shared with test_parse.py, which holds the JVM parser to the
 same verdicts on the same bytes.
