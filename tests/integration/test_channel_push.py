@@ -1,8 +1,8 @@
 """The push channels (fcm, apns) through the dispatcher, over a real alerts topic and a real S3 ledger, into
 the fake providers (aldebaran_capacity.receivers: FCM HTTP v1 with its token endpoint, APNs over HTTP/2 and
 TLS). Neither provider deduplicates, so a crash between send and record must not push anything twice: the
-dead dispatcher's pending alerts become IN_DOUBT, findable by id for an operator, and every other alert is
-pushed once."""
+dead dispatcher's pending alerts become IN_DOUBT, findable by id for an operator (at most once: those it had
+not reached stay unsent until the operator decides), and every other alert is pushed once."""
 
 from __future__ import annotations
 
@@ -46,10 +46,13 @@ def test_crash_between_send_and_record_leaves_the_run_in_doubt_and_pushes_nothin
         pushed = dict(fake.per_collapse_key if kind == "fcm" else fake.per_collapse_id)
 
     ids = sorted(a["alert_id"] for a in alerts)
-    assert pushed == {i: 1 for i in ids}  # 0 lost, 0 twice: nothing the dead dispatcher sent went out again
     assert all(len(r.entries) <= 16 for r in claimed)  # runs of one send window (no deduplication)
     pending = sorted({e[1] for r in claimed for e in r.entries if e[2] == "?"})
     assert pending and sorted(ledger.indexed("in_doubt", kind)) == pending
+    # 0 twice: nothing the dead dispatcher may have sent went out again. At most once, not exactly once: an
+    # alert of a claimed run it had not reached yet is in doubt too, and unsent until an operator decides.
+    assert set(pushed.values()) == {1} and set(pushed) <= set(ids)
+    assert set(ids) - set(pending) <= set(pushed)  # every alert not in doubt was pushed
     for alert_id in pending:  # each findable by its id, for an operator
         record, _ = ledger.get(kind, alert_id)
         assert record.state == IN_DOUBT and "adopted" in record.error
