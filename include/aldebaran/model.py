@@ -137,12 +137,6 @@ class Alert:
                 extra[name] = value
         return cls(data["alert_id"], data["kind"], data["order_id"], *values, extra)
 
-    @classmethod
-    def of(cls, value: "Alert | Mapping[str, Any]") -> "Alert":
-        """`value` itself if it is an Alert, else :meth:`from_dict` of it: for boundaries that still
-        receive the dicts of older callers (delivery records, operational pages)."""
-        return value if isinstance(value, cls) else cls.from_dict(value)
-
     # --- writing ---------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The contract fields in contract order (missing ones as None), then the extras."""
