@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -67,10 +68,13 @@ def settle(ledger, channel: str, a: dict, status: str, detail=None, can_dedupe: 
     """Claim the alert's own record, then report one send's outcome, as the dispatcher does."""
     from aldebaran.delivery.channels import Outcome
 
-    record, etag = ledger.claim(channel, a, "w1")
+    from aldebaran.model import Alert
+
+    attempt = ledger.attempt(SimpleNamespace(name=channel, can_dedupe=can_dedupe), Alert.from_dict(a), "w1")
     outcome = Outcome.delivered(a["alert_id"], detail or {}) if status == "delivered" else \
         getattr(Outcome, status)(a["alert_id"], detail)
-    return ledger.settle(record, etag, outcome, can_dedupe=can_dedupe)
+    attempt.report(outcome)
+    return attempt.record
 
 
 def test_hostile_values_are_escaped_on_the_overview_and_the_detail_page(client, ledger):
