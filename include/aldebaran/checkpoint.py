@@ -65,6 +65,13 @@ class Checkpoint:
         digest = hashlib.sha256(self.root.encode()).hexdigest()[:32]
         return f"{LEASE_PREFIX}/{digest}.json"
 
+    def beside(self, name: str) -> str:
+        """A folder next to this checkpoint (the replays' checkpoints live beside the live auditor's)."""
+        parent, sep, _ = self.root.rpartition("/")
+        if not sep or parent.endswith(":/"):
+            raise ValueError(f"checkpoint {self.root} has no parent folder to put {name} in")
+        return f"{parent}/{name}"
+
     @property
     def is_s3(self) -> bool:
         return self.root.startswith(("s3://", "s3a://"))

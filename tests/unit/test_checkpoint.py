@@ -37,3 +37,10 @@ def test_a_checkpoint_needs_a_root_and_spark_has_two_logs():
         Checkpoint("/")
     with pytest.raises(ValueError, match="offsets, commits"):
         Checkpoint("/tmp/a").spark_log("state")
+
+
+def test_the_replays_live_beside_the_checkpoint():
+    assert Checkpoint("s3a://aldebaran/checkpoints/auditor/").beside("replays") == "s3a://aldebaran/checkpoints/replays"
+    assert Checkpoint("/tmp/run/auditor").beside("replays") == "/tmp/run/replays"
+    with pytest.raises(ValueError, match="no parent folder"):
+        Checkpoint("s3a://bucket").beside("replays")

@@ -144,14 +144,14 @@ def replay_name(run_id: str) -> str:
 
 def checkpoint_root(given: str | None) -> str:
     from aldebaran.audit.settings import AuditorSettings
+    from aldebaran.checkpoint import Checkpoint
     from aldebaran.platform.settings import ReplaySettings
     from aldebaran.settings import load
 
     root = given or load(ReplaySettings).checkpoint_root
     if root:
         return root.rstrip("/")
-    live = load(AuditorSettings).checkpoint.rstrip("/")
-    return f"{live.rsplit('/', 1)[0]}/replays"
+    return Checkpoint(load(AuditorSettings).checkpoint).beside("replays")
 
 
 def plan(run_id: str, topic: str | None = None, start: str | None = None, end: str | None = None,
