@@ -8,8 +8,14 @@ or gone, never merely busy. Whether the work advances is a separate question, an
 carries (:class:`Progress`: when the loop last turned, whether work is pending, when its marks last
 moved) and judged by the supervisors (aldebaran.platform.processes).
 
-It lives at the top of the product, beside the lease, because delivery and lanes use it and must not
-import the platform that supervises them.
+Every heartbeat is one JSON object at ``heartbeats/<role>/<name>.json`` (:func:`key`) in the store of its
+role: ``auditor`` (per query, the books' store), ``dispatcher`` and ``lane`` (the delivery ledger's store).
+This module is the only one that builds those keys, writes and reads them; what each role's body carries
+is documented where the body is built (aldebaran.audit.heartbeat.build, aldebaran.delivery.service,
+aldebaran.lanes.keeper), and each body starts from :func:`identity`.
+
+It lives at the top of the product, beside the lease, not in aldebaran.platform: the auditor, delivery
+and lanes write heartbeats and must not import the platform that supervises them.
 """
 
 from __future__ import annotations
@@ -23,10 +29,37 @@ import time
 from typing import Callable
 
 from aldebaran.exceptions import ObjectStoreError
+from aldebaran.storage import read_json, safe_segment
 
 log = logging.getLogger(__name__)
 
 _UNSEEN = object()
+
+
+AUDITOR, DISPATCHER, LANE = "auditor", "dispatcher", "lane"
+ROLES = (AUDITOR, DISPATCHER, LANE)
+
+
+def prefix(role: str) -> str:
+    """Where every heartbeat of `role` lives (listing it finds them all)."""
+    if role not in ROLES:
+        raise ValueError(f"unknown heartbeat role {role!r} (one of {', '.join(ROLES)})")
+    return f"heartbeats/{role}/"
+
+
+def key(role: str, name: str) -> str:
+    """The heartbeat of the process `name` of `role`: ``heartbeats/<role>/<name>.json``."""
+    return f"{prefix(role)}{safe_segment(name, f'{role} name')}.json"
+
+
+def read(store, role: str, name: str) -> dict | None:
+    """The last heartbeat of `name`; None when it never wrote one (or it was removed)."""
+    return read_json(store, key(role, name))
+
+
+def read_all(store, role: str) -> list[dict]:
+    """Every heartbeat of `role` present (one listing, then one read each)."""
+    return [read_json(store, o["Key"]) or {} for o in store.list(prefix(role))]
 
 
 def identity() -> dict:
@@ -37,25 +70,27 @@ def identity() -> dict:
     return {"host": socket.gethostname(), "pid": os.getpid(), "metrics": address()}
 
 
-def publish(store, key: str, body: dict, what: str) -> bool:
+def publish(store, role: str, name: str, body: dict) -> bool:
     """Write one heartbeat. A failure is logged, never raised: a missed beat must not stop the work
     (the next one is due in a period; a supervisor only acts on a beat missing for much longer)."""
+    where = key(role, name)
     try:
-        store.put(key, json.dumps(body, separators=(",", ":"), default=str).encode())
+        store.put(where, json.dumps(body, separators=(",", ":"), default=str).encode())
         return True
     except (ObjectStoreError, OSError) as exc:
-        log.warning("%s: heartbeat not written to %s: %s", what, store.uri(key), exc)
+        log.warning("%s %s: heartbeat not written to %s: %s", role, name, store.uri(where), exc)
         return False
 
 
 class Beater:
-    """Writes ``body()`` to `key` every `period` seconds from a daemon thread, and on demand.
+    """Writes ``body()`` as the heartbeat of `name` every `period` seconds from a daemon thread, and on demand.
 
     ``finish(body)`` stops the thread first, then writes the final body ("stopped", "failed"), so no
     periodic beat can overwrite the last word."""
 
-    def __init__(self, store, key: str, body: Callable[[], dict], period: float, what: str) -> None:
-        self.store, self.key, self.body, self.period, self.what = store, key, body, period, what
+    def __init__(self, store, role: str, name: str, body: Callable[[], dict], period: float) -> None:
+        self.store, self.role, self.name, self.body, self.period = store, role, name, body, period
+        self.key = key(role, name)  # checked now: a bad name fails at start, not in the thread
         self._stop = threading.Event()
         self._lock = threading.Lock()  # one write at a time: a forced beat and the thread's never interleave
         self._thread: threading.Thread | None = None
@@ -63,13 +98,13 @@ class Beater:
 
     def beat(self, body: dict | None = None) -> bool:
         with self._lock:
-            ok = publish(self.store, self.key, self.body() if body is None else body, self.what)
+            ok = publish(self.store, self.role, self.name, self.body() if body is None else body)
             self.written += ok
             return ok
 
     def start(self) -> Beater:
         self.beat()
-        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{self.what}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{self.role}-{self.name}", daemon=True)
         self._thread.start()
         return self
 

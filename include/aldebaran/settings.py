@@ -8,7 +8,7 @@ setting fails at start with :class:`ConfigError` naming the variable, never late
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -148,6 +148,36 @@ class SparkSettings(BaseSettings):
     @classmethod
     def _upper(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
+
+
+# One meaning, one constraint: a supervision setting that a class gives another default keeps both.
+StaleAfter = Annotated[float, Field(gt=0, description=(
+    "a heartbeat older than this = restart (platform_health: unhealthy): the process is frozen or dead"))]
+StartTimeout = Annotated[float, Field(gt=0, description=(
+    "a (re)started process must report that it runs within this, else the start failed"))]
+BackoffMax = Annotated[float, Field(ge=0, description="the backoff doubles per restart up to this")]
+StatePrefix = Annotated[str, Field(min_length=1, description=(
+    "object-store prefix of the supervisor's state (<prefix>/<name>.json)"))]
+
+
+class SupervisionSettings(BaseSettings):
+    """How a supervisor judges and restarts the process it keeps (the auditor, a dispatcher, the lane
+    keeper): when its heartbeat is stale, how long a start may take, how restarts back off within one
+    incident, when the incident closes, how long a stop may take. Each supervisor's settings extend this
+    with their own env prefix (``ALDEBARAN_SUPERVISOR_``, ``ALDEBARAN_DISPATCH_SUPERVISOR_``,
+    ``ALDEBARAN_LANES_``), and set their own defaults where the process needs others."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    stale_after_seconds: StaleAfter = 30.0
+    start_timeout_seconds: StartTimeout = 180.0
+    backoff_base_seconds: float = Field(30.0, ge=0, description="wait before the 2nd restart of an incident")
+    backoff_max_seconds: BackoffMax = 600.0
+    stable_after_seconds: float = Field(
+        300.0, gt=0, description="healthy this long after a restart closes the incident (and resets the backoff)")
+    stop_timeout_seconds: float = Field(
+        30.0, gt=0, description="how long a process being replaced may take to stop before it is killed")
+    state_prefix: StatePrefix
 
 
 def env_var_of(cls: type[BaseSettings], field: str) -> str:

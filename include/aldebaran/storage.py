@@ -245,10 +245,11 @@ class LocalStore:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.bucket = str(self.root)
+        self._real_root = self.root.resolve()  # once: resolving costs a stat per path component
 
     def _path(self, key: str) -> Path:
         path = (self.root / key).resolve()
-        if self.root.resolve() not in path.parents:
+        if self._real_root not in path.parents:
             raise ValueError(f"key escapes the store's root: {key!r}")
         return path
 
@@ -299,7 +300,7 @@ class LocalStore:
 
     def list(self, prefix: str, start_after: str | None = None) -> Iterator[dict]:
         base = self.root / prefix
-        directory = base if prefix.endswith("/") else base.parent
+        directory = base if prefix in ("", ".") or prefix.endswith("/") else base.parent
         if not directory.exists():
             return
         keys = []
@@ -317,8 +318,11 @@ class LocalStore:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_bytes(body)
-        os.replace(tmp, path)
+        with open(tmp, "wb") as fh:  # durable before it is visible, as create and replace are
+            fh.write(body)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)  # a reader sees the old object or the new one, whole
         return _etag(body)
 
     def delete(self, key: str) -> None:
@@ -360,11 +364,19 @@ class Store(Protocol):
 
 
 def open_store(location: str | None = None) -> "S3Store | LocalStore":
-    """The store at `location`: ``file:///dir`` or a plain path → LocalStore; None or ``s3://…`` → that
-    (or the configured) bucket of the object store aldebaran.s3access resolves."""
-    if location and not location.startswith("s3://"):
-        return LocalStore(location[len("file://"):] if location.startswith("file://") else location)
-    if location and location.startswith("s3://"):
-        bucket = location[len("s3://"):].split("/", 1)[0]
-        return S3Store(load(ObjectStoreSettings, bucket=bucket))
-    return S3Store()
+    """The store at `location`: ``file:///dir`` or a plain path → LocalStore; None or ``s3://…``
+    (``s3a://…``, Spark's spelling) → that (or the configured) bucket of the object store
+    aldebaran.s3access resolves. A key path after the bucket is ignored; :func:`open_prefix` keeps it."""
+    return open_prefix(location)[0]
+
+
+def open_prefix(location: str | None = None) -> "tuple[S3Store | LocalStore, str]":
+    """The store holding `location` and the key prefix `location` names inside it ("" or ending in "/"):
+    ``s3://bucket/a/b`` → (bucket's S3Store, "a/b/"); a directory → (LocalStore of it, "")."""
+    if location and location.startswith(("s3://", "s3a://")):
+        bucket, _, prefix = location.split("://", 1)[1].partition("/")
+        prefix = prefix.strip("/")
+        return S3Store(load(ObjectStoreSettings, bucket=bucket)), prefix + "/" if prefix else ""
+    if location:
+        return LocalStore(location.removeprefix("file://")), ""
+    return S3Store(), ""

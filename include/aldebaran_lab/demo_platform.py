@@ -75,11 +75,10 @@ class Platform:
         """Every object-store prefix the platform's defaults write under (checkpoint, archive, ledger,
         heartbeats, supervisors' state, health records, the checkpoint's lease)."""
         from aldebaran import lease
-        from aldebaran.audit.heartbeat import heartbeat_key
-        from aldebaran.delivery.service import HEARTBEAT_PREFIX
+        from aldebaran.heartbeat import AUDITOR, DISPATCHER, key, prefix
         from aldebaran.platform.settings import DispatchSupervisorSettings, HealthSettings, SupervisorSettings
 
-        prefixes = [self.archive_prefix, self.ledger_prefix, HEARTBEAT_PREFIX, heartbeat_key(self.query),
+        prefixes = [self.archive_prefix, self.ledger_prefix, prefix(DISPATCHER), key(AUDITOR, self.query),
                     load(SupervisorSettings).state_prefix, load(DispatchSupervisorSettings).state_prefix,
                     load(HealthSettings).prefix, lease.lease_key(self.checkpoint)]
         checkpoint = urlsplit(self.checkpoint)

@@ -117,10 +117,9 @@ class Watcher(threading.Thread):
             seen.append(pid)
 
     def sample(self) -> None:
-        from aldebaran.audit import heartbeat
-        from aldebaran.delivery.service import read_heartbeat
+        from aldebaran import heartbeat
 
-        hb = heartbeat.read(self.store, self.query)
+        hb = heartbeat.read(self.store, heartbeat.AUDITOR, self.query)
         self._pid("auditor", hb)
         books = (hb or {}).get("books") or {}
         if books.get("batch_id") is not None:
@@ -129,7 +128,7 @@ class Watcher(threading.Thread):
                                                "applied": books.get("applied"), "misrouted": books.get("misrouted"),
                                                "trigger_ms": spark.get("triggerExecution"), "spark_ms": spark}
         for name in self.dispatchers:
-            self._pid(f"dispatcher {name}", read_heartbeat(self.dstore, name))
+            self._pid(f"dispatcher {name}", heartbeat.read(self.dstore, heartbeat.DISPATCHER, name))
 
     def run(self) -> None:
         while not self._done.wait(1.0):
@@ -147,10 +146,10 @@ class Watcher(threading.Thread):
 
 
 def auditor_running(query: str, max_age: float = 60.0) -> bool:
-    from aldebaran.audit import heartbeat
+    from aldebaran import heartbeat
     from aldebaran.storage import open_store
 
-    hb = heartbeat.read(open_store(), query)
+    hb = heartbeat.read(open_store(), heartbeat.AUDITOR, query)
     return bool(hb) and hb.get("status") == "running" and time.time() - hb.get("updated_at_ms", 0) / 1000 < max_age
 
 
@@ -191,7 +190,7 @@ class Channels:
 
     def wait_dispatchers(self, timeout: float = 240.0) -> None:
         """Trigger dispatch_supervisor until a running dispatcher of each channel owns its partitions."""
-        from aldebaran.delivery.service import read_heartbeat
+        from aldebaran import heartbeat
         from aldebaran.platform import dispatch_supervisor
 
         store = dispatch_supervisor.delivery_store()
@@ -199,7 +198,7 @@ class Channels:
         while True:
             ready = {}
             for name in CHANNELS:
-                hb = read_heartbeat(store, name) or {}
+                hb = heartbeat.read(store, heartbeat.DISPATCHER, name) or {}
                 parts = (hb.get("partitions") or {}).get(name) or {}
                 ready[name] = hb.get("status") == "running" and bool(parts)
             if all(ready.values()):

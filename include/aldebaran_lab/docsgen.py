@@ -51,23 +51,34 @@ class Row:
 
 
 # --- finding the classes -----------------------------------------------------------------------
-def _is_settings_base(base: ast.expr) -> bool:
-    return (isinstance(base, ast.Name) and base.id == "BaseSettings") or (
-        isinstance(base, ast.Attribute) and base.attr == "BaseSettings"
-    )
+def _base_name(base: ast.expr) -> str:
+    """`BaseSettings` of ``BaseSettings`` and of ``pydantic_settings.BaseSettings``."""
+    if isinstance(base, ast.Name):
+        return base.id
+    return base.attr if isinstance(base, ast.Attribute) else ""
 
 
 def settings_class_names(package_dir: Path = PACKAGE_DIR) -> list[tuple[str, str]]:
-    """(module, class) of every class in the package deriving directly from BaseSettings, in source
-    order within each module; top-level modules first, then by path. Reads the source; imports nothing."""
-    found = []
+    """(module, class) of every settings class in the package (deriving from BaseSettings, or from another
+    settings class of the package), in source order within each module; top-level modules first, then by
+    path. A base that other settings classes extend (aldebaran.settings.SupervisionSettings) has no env
+    prefix of its own: its fields are documented under each class that extends it. Reads the source;
+    imports nothing."""
+    classes = []
     for path in sorted(package_dir.rglob("*.py"), key=lambda p: (len(p.parts), p.as_posix())):
         tree = ast.parse(path.read_text(), filename=str(path))
         rel = path.relative_to(package_dir.parent).with_suffix("")
         module = ".".join(rel.parts).removesuffix(".__init__")
-        found += [(module, node.name) for node in tree.body
-                  if isinstance(node, ast.ClassDef) and any(_is_settings_base(b) for b in node.bases)]
-    return found
+        classes += [(module, node) for node in tree.body if isinstance(node, ast.ClassDef)]
+    settings = {"BaseSettings"}
+    grew = True
+    while grew:  # a class extending a settings class is one, however deep
+        before = len(settings)
+        settings |= {node.name for _, node in classes if any(_base_name(b) in settings for b in node.bases)}
+        grew = len(settings) > before
+    bases = {_base_name(b) for _, node in classes if node.name in settings for b in node.bases}
+    return [(module, node.name) for module, node in classes
+            if node.name in settings and node.name not in bases]
 
 
 def settings_classes(package_dir: Path = PACKAGE_DIR) -> list[type[BaseSettings]]:

@@ -11,7 +11,7 @@ from tests.conftest import assert_eventually
 
 def test_every_recipient_gets_each_expected_alert_exactly_once(services_up, spark):
     from aldebaran import kafka_admin
-    from aldebaran.delivery.service import HEARTBEAT_PREFIX
+    from aldebaran.heartbeat import DISPATCHER, prefix
     from aldebaran.delivery.settings import DeliverySettings
     from aldebaran.settings import KafkaSettings, load
     from aldebaran.storage import open_store
@@ -47,4 +47,4 @@ def test_every_recipient_gets_each_expected_alert_exactly_once(services_up, spar
 
     assert_eventually(cleaned, timeout=30, message="the run's topics deleted")
     assert not list(store.list(f"bench/{out['tag']}/"))
-    assert not [o for o in store.list(HEARTBEAT_PREFIX + "/") if out["tag"] in o["Key"]]
+    assert not [o for o in store.list(prefix(DISPATCHER)) if out["tag"] in o["Key"]]

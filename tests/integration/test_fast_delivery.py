@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from aldebaran import explain, kafka_io, paths
-from aldebaran.delivery import fast, service
+from aldebaran import explain, heartbeat, kafka_io, paths
+from aldebaran.delivery import fast
 from aldebaran.delivery.channels import configured_channels
 from aldebaran.delivery.dispatcher import Dispatcher
 from aldebaran.delivery.ledger import Ledger
@@ -191,7 +191,7 @@ def test_the_fast_dispatcher_killed_mid_run_loses_nothing_and_sends_nothing_twic
         produce(kafka_topics, kafka_topics.alerts_topic, batch)
 
     try:
-        assert_eventually(lambda: (service.read_heartbeat(ledger.store, name) or {}).get("status") == "running",
+        assert_eventually(lambda: (heartbeat.read(ledger.store, heartbeat.DISPATCHER, name) or {}).get("status") == "running",
                           timeout=60, message="the fast dispatcher is running")
         feeder = threading.Thread(target=stream, args=(alerts[:400],))
         feeder.start()
@@ -223,7 +223,7 @@ def test_the_fast_dispatcher_killed_mid_run_loses_nothing_and_sends_nothing_twic
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
-        ledger.store.delete(service.heartbeat_key(name))
+        ledger.store.delete(heartbeat.key(heartbeat.DISPATCHER, name))
     fast_runs = [r for p in (0, 1) for r in ledger.runs("hook", kafka_topics.fast_alerts_topic, p)]
     assert any("adopted" in h["note"] for r in fast_runs for h in r.history)  # the killed run, taken over
     # 0 lost (above), 0 twice: the log file holds each alert once; the webhook recipient accepted each once

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from aldebaran import kafka_io
+from aldebaran import heartbeat, kafka_io
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery import dispatcher
 from aldebaran.lanes import keeper, reconciler
@@ -61,7 +61,7 @@ def lane_env(kafka_topics, store, s3_prefix, tmp_path, monkeypatch, unique):
         monkeypatch.setenv(key, value)
     cfg = load(LaneSettings)
     yield cfg, log_file
-    keeper.lane_store().delete(keeper.heartbeat_key(cfg.name))
+    keeper.lane_store().delete(heartbeat.key(heartbeat.LANE, cfg.name))
 
 
 def test_an_alert_the_exact_lane_never_raises_is_reported_and_not_delivered(lane_env, kafka_topics):

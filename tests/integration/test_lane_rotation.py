@@ -13,7 +13,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from aldebaran import events, kafka_io, paths
+from aldebaran import events, heartbeat, kafka_io, paths
 from aldebaran.audit.model import alert_id
 from aldebaran.lanes import keeper
 from aldebaran.lanes.settings import LaneSettings
@@ -42,7 +42,7 @@ def test_the_keeper_rotates_the_lane_onto_a_fresh_checkpoint(kafka_topics, s3_pr
     try:
         def generation(rotated: bool) -> dict:
             assert proc.poll() is None, (tmp_path / "keeper.log").read_text()[-3000:]
-            hb = keeper.read_heartbeat(store, cfg.name) or {}
+            hb = heartbeat.read(store, heartbeat.LANE, cfg.name) or {}
             gen = (hb.get("lane") or {}).get("generation") or {}
             assert hb.get("status") == "running" and gen, hb.get("status")
             assert (first is not None and gen["name"] != first["name"]) == rotated, gen
@@ -81,7 +81,7 @@ def test_the_keeper_rotates_the_lane_onto_a_fresh_checkpoint(kafka_topics, s3_pr
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         rc = proc.wait(60)
-        store.delete(keeper.heartbeat_key(cfg.name))
+        store.delete(heartbeat.key(heartbeat.LANE, cfg.name))
     assert rc == 0, (tmp_path / "keeper.log").read_text()[-3000:]
     hb_log = (tmp_path / "keeper.log").read_text()
     assert "rotating: generation" in hb_log

@@ -19,8 +19,7 @@ import urllib.request
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from aldebaran import kafka_io, metrics, paths
-from aldebaran.delivery import service
+from aldebaran import heartbeat, kafka_io, metrics, paths
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.settings import DeliverySettings
 from aldebaran.settings import load
@@ -69,7 +68,7 @@ def test_a_streaming_dispatcher_serves_its_deliveries_and_lag(dispatcher_env, ka
     sent = f'aldebaran_dispatcher_deliveries_total{{channel=log,dispatcher={name},outcome=sent}}'
     try:
         def running() -> str:
-            beat = service.read_heartbeat(ledger.store, name) or {}
+            beat = heartbeat.read(ledger.store, heartbeat.DISPATCHER, name) or {}
             assert beat.get("status") == "running" and beat.get("metrics"), beat
             return beat["metrics"]
 
@@ -97,7 +96,7 @@ def test_a_streaming_dispatcher_serves_its_deliveries_and_lag(dispatcher_env, ka
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         code = proc.wait(30)
-        ledger.store.delete(service.heartbeat_key(name))
+        ledger.store.delete(heartbeat.key(heartbeat.DISPATCHER, name))
     assert code == 0
     assert list(targets.glob("*.json")) == []  # removed at exit
 
@@ -105,7 +104,6 @@ def test_a_streaming_dispatcher_serves_its_deliveries_and_lag(dispatcher_env, ka
 def test_the_auditor_counts_batches_rows_and_alerts_as_trades_arrive(spark, kafka_topics, checkpoint, s3_prefix,
                                                                     unique, monkeypatch, tmp_path):
     from aldebaran import events
-    from aldebaran.audit.heartbeat import heartbeat_key, read
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.audit.sparkjob import job
     from aldebaran.storage import open_store
@@ -135,7 +133,7 @@ def test_the_auditor_counts_batches_rows_and_alerts_as_trades_arrive(spark, kafk
             return samples
 
         before = assert_eventually(first_batch, timeout=60, interval=0.5, message="the auditor's first batch")
-        beat = read(open_store(), query)
+        beat = heartbeat.read(open_store(), heartbeat.AUDITOR, query)
         assert beat["metrics"] == metrics.address()
 
         e = events.encode
@@ -163,7 +161,7 @@ def test_the_auditor_counts_batches_rows_and_alerts_as_trades_arrive(spark, kafk
             if active.name == query:
                 active.stop()
         thread.join(60)
-        open_store().delete(heartbeat_key(query))
+        open_store().delete(heartbeat.key(heartbeat.AUDITOR, query))
     assert not failed, failed
 
 

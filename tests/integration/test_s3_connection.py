@@ -24,7 +24,7 @@ from tests.integration.dags.test_alert_dispatch_airflow_connection import airflo
 from tests.integration.dags.test_dispatch_supervisor import dispatcher_env  # noqa: F401  (fixture)
 
 from aldebaran import spark as sparkmod  # noqa: E402
-from aldebaran.delivery.service import read_heartbeat  # noqa: E402
+from aldebaran import heartbeat  # noqa: E402
 from aldebaran.exceptions import ObjectStoreError  # noqa: E402
 from aldebaran.platform import dispatch_supervisor as ds  # noqa: E402
 from aldebaran.platform import processes  # noqa: E402
@@ -74,7 +74,7 @@ def test_a_task_reaches_minio_through_the_connection_and_hands_it_to_the_dispatc
     cfg = ds.settings()
     state, _ = processes.load_state(store, processes.state_key(cfg, name))
     assert state["last_assessment"]["action"] == "restart" and state.get("launch"), state
-    assert_eventually(lambda: read_heartbeat(store, name) is not None, timeout=60,
+    assert_eventually(lambda: heartbeat.read(store, heartbeat.DISPATCHER, name) is not None, timeout=60,
                       message="the dispatcher writes its heartbeat through the connection it was handed")
 
 

@@ -19,7 +19,7 @@ import requests
 
 from aldebaran import paths
 from aldebaran.audit.archive import Archive
-from aldebaran.audit.heartbeat import heartbeat_key
+from aldebaran.heartbeat import AUDITOR, key as heartbeat_key
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import alert_body, signature
 from aldebaran.delivery.ledger import Ledger
@@ -149,7 +149,7 @@ def test_hostile_ids_cannot_escape_their_object_store_prefix(store, s3_prefix):
         with pytest.raises(ValueError):
             Archive(store, f"{s3_prefix}/archive", hostile)
         with pytest.raises(ValueError):
-            heartbeat_key(hostile)
+            heartbeat_key(AUDITOR, hostile)
         # Alert ids derive from hostile order ids by hashing: always one safe segment.
         assert safe_segment(alert_id("OVERFILL", hostile)) == alert_id("OVERFILL", hostile)
     assert list(store.list(f"{s3_prefix}/")) == []  # nothing was written anywhere under the prefix

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from aldebaran import events, kafka_io, reference
-from aldebaran.audit import heartbeat
+from aldebaran import heartbeat
 from aldebaran.audit.model import alert_id as alert_id_of
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job
@@ -42,9 +42,9 @@ def test_challenge_example_end_to_end(spark, kafka_topics, store, s3_prefix, che
     assert len(kafka_io.read_topic(kafka_topics, kafka_topics.alerts_topic)) == 1
 
     # The heartbeat tells the supervisor what happened; then it was stopped cleanly.
-    beat = heartbeat.read(store, f"slice-{unique}")
+    beat = heartbeat.read(store, heartbeat.AUDITOR, f"slice-{unique}")
     assert beat["status"] == "stopped" and beat["query"] == f"slice-{unique}"
-    store.delete(heartbeat.heartbeat_key(f"slice-{unique}"))
+    store.delete(heartbeat.key(heartbeat.AUDITOR, f"slice-{unique}"))
 
     # The archive holds the same alert.
     archived = [json.loads(o) for o in _archive_lines(store, f"{s3_prefix}/archive/slice-{unique}/")]

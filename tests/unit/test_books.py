@@ -20,7 +20,7 @@ from aldebaran.audit.rules import resolve
 from aldebaran.audit.state import rows as row_files
 from aldebaran.audit.state import snapshots
 from aldebaran.audit.state.deadlines import DeadlineIndex
-from aldebaran.audit.state.files import S3Files
+from aldebaran.audit.state.files import Files
 from aldebaran.audit.state.rows import freeze, thaw
 from aldebaran.audit.state.store import _CACHE, Config, ShardStore
 from aldebaran.exceptions import ConfigError, NotFound
@@ -303,8 +303,7 @@ class MissingKeyStoreFake:
 
 def test_state_files_report_a_missing_key_as_file_not_found():
     # The cache catch-up falls back to a cold load on FileNotFoundError, whatever the backend.
-    files = S3Files.__new__(S3Files)
-    files.store, files.prefix = MissingKeyStoreFake(), "ckpt/books/shard-0000/"
+    files = Files(MissingKeyStoreFake(), "ckpt/books/shard-0000/")
     with pytest.raises(FileNotFoundError, match="delta-000000000001"):
         files.get("delta-000000000001.json.gz")
 

@@ -89,8 +89,9 @@ def package_sources() -> dict[Path, str]:
 
 
 def settings_variables() -> dict[str, Path]:
-    """Env vars of every pydantic-settings class: env_prefix + field name, upper-cased."""
-    found = {}
+    """Env vars of every pydantic-settings class: env_prefix + field name, upper-cased; a class also reads
+    the fields of the package's classes it extends (aldebaran.settings.SupervisionSettings)."""
+    classes: dict[str, tuple[str | None, list[str], list[str], Path]] = {}
     for path, source in package_sources().items():
         for node in ast.walk(ast.parse(source)):
             if not isinstance(node, ast.ClassDef):
@@ -105,10 +106,19 @@ def settings_variables() -> dict[str, Path]:
                 elif (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
                       and not stmt.target.id.startswith("_")):  # a private attribute is no setting
                     fields.append(stmt.target.id)
-            if prefix:
-                for field in fields:
-                    if field != "model_config":
-                        found[(prefix + field).upper()] = path
+            bases = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases]
+            classes[node.name] = (prefix, fields, bases, path)
+
+    def inherited(name: str) -> list[str]:
+        _, fields, bases, _ = classes.get(name, (None, [], [], None))
+        return fields + [f for base in bases if base in classes for f in inherited(base)]
+
+    found = {}
+    for name, (prefix, _, _, path) in classes.items():
+        if prefix:
+            for field in inherited(name):
+                if field != "model_config":
+                    found[(prefix + field).upper()] = path
     return found
 
 

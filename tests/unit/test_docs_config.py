@@ -59,7 +59,10 @@ def test_reference_names_the_real_env_vars_with_types_and_defaults():
         "| `ALDEBARAN_AUDIT_IDLE_TICKS` | bool | `true` | "
         "union a 1 row/s tick stream so an idle stream still runs batches and expires books |",
         "| `ALDEBARAN_SUPERVISOR_STALE_AFTER_SECONDS` | float (> 0) | `120.0` | "
-        "no heartbeat for this long = unhealthy |",
+        "a heartbeat older than this = restart (platform_health: unhealthy): the process is frozen or dead |",
+        "| `ALDEBARAN_DISPATCH_SUPERVISOR_START_TIMEOUT_SECONDS` | float (> 0) | `60.0` | "
+        "a (re)started process must report that it runs within this, else the start failed |",
+        "| `ALDEBARAN_LANES_BACKOFF_MAX_SECONDS` | float (≥ 0) | `600.0` | the backoff doubles per restart up to this |",
         "| `ALDEBARAN_HEALTH_MAX_IN_DOUBT` | int (≥ 0) | `0` | IN_DOUBT delivery records tolerated per channel |",
         "| `ALDEBARAN_REPLAY_ARCHIVE_PREFIX` | str (not empty) | `archive/replays` | replays' alert archive |",
         "| `ALDEBARAN_RUN_DIR` | Path | unset | service data, logs, PID files (unset: `<work tree>/.run`) |",

@@ -5,20 +5,37 @@ directory store and fake workers (named as such)."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass, field
 
 from aldebaran.delivery.dispatcher import DispatchStats
-from aldebaran.delivery.service import Heartbeat, heartbeat_key
+import pytest
+
+from aldebaran import heartbeat
+from aldebaran.delivery.service import Heartbeat
 from aldebaran.exceptions import ObjectStoreError
-from aldebaran.heartbeat import Beater, Progress, publish
+from aldebaran.heartbeat import DISPATCHER, LANE, Beater, Progress, publish
 from aldebaran.storage import open_store
 
 
-def read(store, key):
-    return json.loads(store.get(key).body)
+# --- where heartbeats live ---------------------------------------------------------------------------
+def test_every_role_beats_at_heartbeats_role_name_and_reads_back(tmp_path):
+    store = open_store(str(tmp_path))
+    assert [heartbeat.key(role, "a-1") for role in heartbeat.ROLES] == [
+        "heartbeats/auditor/a-1.json", "heartbeats/dispatcher/a-1.json", "heartbeats/lane/a-1.json"]
+    assert heartbeat.read(store, LANE, "a-1") is None
+    assert publish(store, LANE, "a-1", {"status": "running"}) is True
+    assert heartbeat.read(store, LANE, "a-1") == {"status": "running"}
+    assert heartbeat.read_all(store, LANE) == [{"status": "running"}]
+    assert heartbeat.read_all(store, DISPATCHER) == []
+
+
+def test_an_unknown_role_or_an_unsafe_name_is_refused():
+    with pytest.raises(ValueError, match="unknown heartbeat role"):
+        heartbeat.key("auditors", "q")
+    with pytest.raises(ValueError, match="unsafe dispatcher name"):
+        heartbeat.key(DISPATCHER, "../ledger/x")
 
 
 class FakeClock:
@@ -38,20 +55,20 @@ def test_a_busy_loop_still_beats(tmp_path):
         n["beats"] += 1
         return {"status": "running", "n": n["beats"]}
 
-    beater = Beater(store, "hb.json", body, period=0.05, what="test").start()
+    beater = Beater(store, DISPATCHER, "t", body, period=0.05).start()
     busy = threading.Event()
     busy.wait(0.4)  # the "work loop" never calls anything
     beater.finish({"status": "stopped"})
     assert n["beats"] >= 4
-    assert read(store, "hb.json") == {"status": "stopped"}
+    assert heartbeat.read(store, DISPATCHER, "t") == {"status": "stopped"}
 
 
 def test_the_final_body_is_not_overwritten_by_a_late_periodic_beat(tmp_path):
     store = open_store(str(tmp_path))
-    beater = Beater(store, "hb.json", lambda: {"status": "running"}, period=0.01, what="test").start()
+    beater = Beater(store, DISPATCHER, "t", lambda: {"status": "running"}, period=0.01).start()
     beater.finish({"status": "failed"})
     time.sleep(0.05)
-    assert read(store, "hb.json")["status"] == "failed"
+    assert heartbeat.read(store, DISPATCHER, "t")["status"] == "failed"
 
 
 class FailingStoreFake:
@@ -65,8 +82,8 @@ class FailingStoreFake:
 
 
 def test_a_failed_write_is_logged_not_raised(caplog):
-    assert publish(FailingStoreFake(), "hb.json", {"status": "running"}, "test") is False
-    assert "heartbeat not written to fake://hb.json" in caplog.text
+    assert publish(FailingStoreFake(), DISPATCHER, "t", {"status": "running"}) is False
+    assert "dispatcher t: heartbeat not written to fake://heartbeats/dispatcher/t.json" in caplog.text
 
 
 # --- Progress --------------------------------------------------------------------------------------------
@@ -177,6 +194,6 @@ def test_start_and_finish_write_running_then_stopped(tmp_path):
     store = open_store(str(tmp_path))
     hb = Heartbeat(store, "log", ["log"], "h:1", DispatchStats(), 0.05)
     hb.start()
-    assert read(store, heartbeat_key("log"))["status"] == "running"
+    assert heartbeat.read(store, DISPATCHER, "log")["status"] == "running"
     hb.finish("stopped")
-    assert read(store, heartbeat_key("log"))["status"] == "stopped"
+    assert heartbeat.read(store, DISPATCHER, "log")["status"] == "stopped"

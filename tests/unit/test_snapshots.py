@@ -2,7 +2,7 @@
 for one, a cold load from it is the live state, a killed child leaves a loadable shard, and no delta
 is deleted before a newer snapshot is durable.
 
-The child is a fork of the test process, so a monkeypatched `LocalFiles.put` is the child's too: the
+The child is a fork of the test process, so a monkeypatched `Files.put` is the child's too: the
 tests hold it (until a file appears) or let it die part-way, and act from the parent meanwhile.
 """
 
@@ -20,7 +20,7 @@ import pytest
 from aldebaran.model import Event
 from aldebaran.audit.rules import resolve
 from aldebaran.audit.state import snapshots
-from aldebaran.audit.state.files import LocalFiles
+from aldebaran.audit.state.files import Files
 from aldebaran.audit.state.store import _CACHE, Config, ShardStore
 
 TTL = 10_000_000  # nothing expires: every book written stays open
@@ -66,21 +66,21 @@ def wait_for(pred, timeout: float = 10.0) -> None:
 
 
 def hold_snapshot_puts(monkeypatch, tmp_path, then: str) -> Path:
-    """Patch LocalFiles.put so that a snapshot's write (in the child) first writes half a temporary file,
+    """Patch Files.put so that a snapshot's write (in the child) first writes half a temporary file,
     then waits for `<tmp_path>/go` ("wait") or for its death ("die"). Deltas are written as usual."""
-    real_put = LocalFiles.put
+    real_put = Files.put
     go, started = tmp_path / "go", tmp_path / "started"
 
     def put(self, name: str, data: bytes) -> None:
         if name.startswith("snapshot-"):
-            (self.root / f".{name}.{os.getpid()}.tmp").write_bytes(data[: len(data) // 2])
+            (Path(self.store.root, self.prefix) / f".{name}.{os.getpid()}.tmp").write_bytes(data[: len(data) // 2])
             started.write_text(str(os.getpid()))
             if then == "die":
                 time.sleep(60)
             wait_for(go.exists, timeout=60)
         real_put(self, name, data)
 
-    monkeypatch.setattr(LocalFiles, "put", put)
+    monkeypatch.setattr(Files, "put", put)
     return go
 
 

@@ -1,6 +1,6 @@
 """The auditor's heartbeat: a StreamingQueryListener that publishes, per micro-batch, Spark's progress
 merged with the books' own figures, as one JSON object in the object store
-(``heartbeats/auditor/<query>.json``) and as a log line. The supervisor and the health DAG read it;
+(``heartbeats/auditor/<query>.json``, written and read through aldebaran.heartbeat) and as a log line. The supervisor and the health DAG read it;
 `aldebaran auditor status` prints it.
 
 Unlike the dispatcher's, this heartbeat is progress itself (one per micro-batch, or an ``idle`` event
@@ -14,22 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 import threading
 import time
 
-from aldebaran.heartbeat import publish
-from aldebaran.metrics import address as metrics_address
-from aldebaran.storage import safe_segment, Store
+from aldebaran.heartbeat import AUDITOR, identity, publish
+from aldebaran.storage import Store
 
 log = logging.getLogger(__name__)
-
-PREFIX = "heartbeats/auditor"
-
-
-def heartbeat_key(query_name: str) -> str:
-    return f"{PREFIX}/{safe_segment(query_name, 'query name')}.json"
 
 
 def build(progress: dict, books: dict | None, status: str) -> dict:
@@ -54,8 +45,7 @@ def build(progress: dict, books: dict | None, status: str) -> dict:
         "spark_state_rows": sum(op.get("numRowsTotal", 0) for op in state_ops),
         "spark_state_memory_bytes": sum(op.get("memoryUsedBytes", 0) for op in state_ops),
         "books": books or {},
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
+        **identity(),
     }
 
 
@@ -89,22 +79,21 @@ def make_listener(store: Store, query_name: str, books_by_batch):
     """A listener publishing heartbeats for the query named `query_name` (others are ignored)."""
     from pyspark.sql.streaming import StreamingQueryListener
 
-    key = heartbeat_key(query_name)
-
     class HeartbeatListener(StreamingQueryListener):
         query_id: str | None = None
         terminated = threading.Event()  # set once our query's terminated event was handled
 
         def _publish(self, record: dict) -> None:
-            record.setdefault("metrics", metrics_address())  # where Prometheus scrapes this driver
-            publish(store, key, record, f"auditor {query_name}")  # a failure is logged: it must not kill the query
+            publish(store, AUDITOR, query_name, record)  # a failure is logged: it must not kill the query
+
+        def _event(self, event, status: str, **extra) -> dict:
+            return {"query": query_name, "query_id": str(event.id), "run_id": str(event.runId), "status": status,
+                    **extra, "updated_at_ms": int(time.time() * 1000), **identity()}
 
         def onQueryStarted(self, event) -> None:
             if event.name == query_name:
                 self.query_id = str(event.id)
-                self._publish({"query": query_name, "query_id": str(event.id), "run_id": str(event.runId),
-                               "status": "started", "updated_at_ms": int(time.time() * 1000),
-                               "host": socket.gethostname(), "pid": os.getpid()})
+                self._publish(self._event(event, "started"))
 
         def onQueryProgress(self, event) -> None:
             progress = json.loads(event.progress.json)
@@ -122,29 +111,17 @@ def make_listener(store: Store, query_name: str, books_by_batch):
 
         def onQueryIdle(self, event) -> None:
             if event.name == query_name:
-                self._publish({"query": query_name, "query_id": str(event.id), "run_id": str(event.runId),
-                               "status": "idle", "updated_at_ms": int(time.time() * 1000),
-                               "host": socket.gethostname(), "pid": os.getpid()})
+                self._publish(self._event(event, "idle"))
 
         def onQueryTerminated(self, event) -> None:
             # Terminated events carry no name; the id tells ours from other queries in this session.
             if str(event.id) != self.query_id:
                 return
-            self._publish({"query": query_name, "query_id": str(event.id), "run_id": str(event.runId),
-                           "status": "failed" if event.exception else "stopped",
-                           "error": (event.exception or "")[:2000],
-                           "updated_at_ms": int(time.time() * 1000), "host": socket.gethostname(), "pid": os.getpid()})
+            self._publish(self._event(event, "failed" if event.exception else "stopped",
+                                      error=(event.exception or "")[:2000]))
             self.terminated.set()
 
     listener = HeartbeatListener()
     listener.terminated = threading.Event()
     return listener
 
-
-def read(store: Store, query_name: str) -> dict | None:
-    from aldebaran.exceptions import NotFound
-
-    try:
-        return store.get(heartbeat_key(query_name)).json()
-    except NotFound:
-        return None

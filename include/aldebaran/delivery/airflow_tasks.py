@@ -21,11 +21,11 @@ def streaming_dispatcher(store, channel: str) -> str | None:
     (its heartbeat is named after the channel unless the supervisor groups channels)."""
     import time
 
-    from aldebaran.delivery.service import read_heartbeat
+    from aldebaran import heartbeat
     from aldebaran.delivery.settings import DeliverySettings
     from aldebaran.settings import load
 
-    beat = read_heartbeat(store, channel)
+    beat = heartbeat.read(store, heartbeat.DISPATCHER, channel)
     fresh = 3 * load(DeliverySettings).heartbeat_seconds + 10
     if beat and beat.get("status") == "running" and time.time() - float(beat.get("at", 0)) < fresh \
             and channel in beat.get("channels", []):

@@ -29,22 +29,12 @@ import signal
 import threading
 import time
 
-from aldebaran.heartbeat import Beater, Progress, identity
-from aldebaran.storage import read_json, safe_segment
+from aldebaran.heartbeat import DISPATCHER, Beater, Progress, identity
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_PREFIX = "heartbeats/dispatcher"
 # What counts as a settled delivery in DispatchStats.summary(): a change in their sum is progress.
 OUTCOMES = ("sent", "already_recorded", "failed", "in_doubt", "retried")
-
-
-def heartbeat_key(name: str) -> str:
-    return f"{HEARTBEAT_PREFIX}/{safe_segment(name, 'dispatcher name')}.json"
-
-
-def read_heartbeat(store, name: str) -> dict | None:
-    return read_json(store, heartbeat_key(name))
 
 
 class _Channel:
@@ -75,7 +65,7 @@ class Heartbeat:
         # Every channel from the start: a loop that never turns shows as such.
         self._units = {c: _Channel(clock) for c in channels}
         self.last: dict | None = None  # the last body computed
-        self.beater = Beater(store, heartbeat_key(name), self.body, period, f"dispatcher {name}")
+        self.beater = Beater(store, DISPATCHER, name, self.body, period)
 
     @property
     def workers(self) -> dict:

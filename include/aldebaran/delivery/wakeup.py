@@ -53,16 +53,16 @@ def _covered() -> bool:
     now = time.monotonic()
     if now - _cover[0] < COVER_CHECK_SECONDS:
         return _cover[1]
-    from aldebaran.delivery.service import HEARTBEAT_PREFIX
+    from aldebaran import heartbeat
     from aldebaran.delivery.settings import DeliverySettings
     from aldebaran.exceptions import ObjectStoreError
     from aldebaran.settings import load
-    from aldebaran.storage import open_store, read_json
+    from aldebaran.storage import open_store
 
     settings = load(DeliverySettings)
     try:
         store = open_store(settings.store)
-        beats = [read_json(store, o["Key"]) or {} for o in store.list(HEARTBEAT_PREFIX + "/")]
+        beats = heartbeat.read_all(store, heartbeat.DISPATCHER)
         covered = streaming_covers(beats, time.time(), 3 * settings.heartbeat_seconds + 10)
     except ObjectStoreError:
         covered = False  # cannot tell: wake the DAG, whose tasks say why

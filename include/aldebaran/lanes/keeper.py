@@ -36,20 +36,10 @@ import threading
 import time
 from pathlib import Path
 
-from aldebaran.heartbeat import identity, publish
-from aldebaran.storage import read_json, safe_segment
+from aldebaran import heartbeat
+from aldebaran.heartbeat import LANE, identity, publish
 
 log = logging.getLogger(__name__)
-
-HEARTBEAT_PREFIX = "heartbeats/lane"
-
-
-def heartbeat_key(name: str) -> str:
-    return f"{HEARTBEAT_PREFIX}/{safe_segment(name, 'lane name')}.json"
-
-
-def read_heartbeat(store, name: str) -> dict | None:
-    return read_json(store, heartbeat_key(name))
 
 
 def lane_store():
@@ -124,7 +114,7 @@ class Keeper:
                            "exact": self.kafka.alerts_topic},
                 "reconcile": self.reconciler.status() if self.reconciler else None}
         self.last_body = body
-        publish(self.store, heartbeat_key(self.name), body, f"lane {self.name}")
+        publish(self.store, LANE, self.name, body)
 
     # --- the lane process ---------------------------------------------------------------------------------
     def checkpoint_root(self) -> str:
@@ -223,7 +213,7 @@ class Keeper:
         from aldebaran.lanes.reconciler import Reconciler
 
         s = self.settings
-        previous = read_heartbeat(self.store, self.name) or {}
+        previous = heartbeat.read(self.store, LANE, self.name) or {}
         resume = ((previous.get("reconcile") or {}).get("resume_ms"))
         created = ensure_topics(self.kafka, [self.kafka.fast_alerts_topic, self.kafka.alerts_topic])
         if created:

@@ -5,14 +5,19 @@ from __future__ import annotations
 import re
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
+from aldebaran.settings import StatePrefix, SupervisionSettings
 from aldebaran.storage import safe_segment
 
 _INTERVAL = re.compile(r"^\s*(\d+)\s*(second|seconds|minute|minutes)\s*$")
 
 
-class LaneSettings(BaseSettings):
+class LaneSettings(SupervisionSettings):
+    """The low-latency lane: its query, its reconciliation, and how the lane_supervisor DAG keeps its keeper.
+
+    The keeper beats from its loop every ALDEBARAN_LANES_HEARTBEAT_SECONDS: the supervision defaults fit."""
+
     model_config = SettingsConfigDict(env_prefix="ALDEBARAN_LANES_", extra="ignore")
 
     enabled: bool = Field(
@@ -60,35 +65,7 @@ class LaneSettings(BaseSettings):
         description="ALDEBARAN_LANES_QUERY_STALE_SECONDS: the lane's driver reports every 2 s; silent this long "
                     "(after it started) = hung, the keeper stops it and exits failed",
     )
-    stale_after_seconds: float = Field(
-        30.0, gt=0,
-        description="ALDEBARAN_LANES_STALE_AFTER_SECONDS: a keeper heartbeat older than this = restart "
-                    "(lane_supervisor) or unhealthy (platform_health)",
-    )
-    start_timeout_seconds: float = Field(
-        180.0, gt=0,
-        description="ALDEBARAN_LANES_START_TIMEOUT_SECONDS: a (re)started lane must report 'running' within this "
-                    "(JVM start and the query's first batch)",
-    )
-    backoff_base_seconds: float = Field(
-        30.0, ge=0, description="ALDEBARAN_LANES_BACKOFF_BASE_SECONDS: wait before the 2nd restart of an incident"
-    )
-    backoff_max_seconds: float = Field(
-        600.0, ge=0, description="ALDEBARAN_LANES_BACKOFF_MAX_SECONDS: the backoff doubles per restart up to this"
-    )
-    stable_after_seconds: float = Field(
-        300.0, gt=0,
-        description="ALDEBARAN_LANES_STABLE_AFTER_SECONDS: healthy this long after a restart closes the incident",
-    )
-    stop_timeout_seconds: float = Field(
-        30.0, gt=0,
-        description="ALDEBARAN_LANES_STOP_TIMEOUT_SECONDS: SIGTERM to a keeper being replaced, SIGKILL to its "
-                    "process group after this",
-    )
-    state_prefix: str = Field(
-        "supervisor/lane", min_length=1, description="ALDEBARAN_LANES_STATE_PREFIX: object-store prefix of the "
-                                                     "supervisor's state (<prefix>/<name>.json)",
-    )
+    state_prefix: StatePrefix = "supervisor/lane"
     records_prefix: str = Field(
         "lanes", min_length=1,
         description="ALDEBARAN_LANES_RECORDS_PREFIX: object-store prefix of the reconciliation's status and its "

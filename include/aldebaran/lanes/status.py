@@ -15,7 +15,7 @@ import time
 def collect(now: float | None = None, lanes=None, exact: tuple[str, dict | None] | None = None) -> dict:
     """Both lanes' state, as plain JSON. A caller that has them already passes `lanes` (the LaneSettings)
     and `exact` (the auditor's query name and its heartbeat, None when it has none); else they are read here."""
-    from aldebaran.audit import heartbeat as audit_heartbeat
+    from aldebaran import heartbeat
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.lanes import keeper, reconciler
     from aldebaran.lanes.settings import LaneSettings
@@ -27,7 +27,7 @@ def collect(now: float | None = None, lanes=None, exact: tuple[str, dict | None]
     kafka = load(KafkaSettings)
     if exact is None:
         query = load(AuditorSettings).query_name
-        exact_hb = audit_heartbeat.read(open_store(), query)
+        exact_hb = heartbeat.read(open_store(), heartbeat.AUDITOR, query)
     else:
         query, exact_hb = exact
     exact = {"lane": "exact", "query": query, "topic": kafka.alerts_topic, "heartbeat": exact_hb is not None}
@@ -36,10 +36,10 @@ def collect(now: float | None = None, lanes=None, exact: tuple[str, dict | None]
                      age_seconds=round(max(0.0, now - exact_hb["updated_at_ms"] / 1000), 1),
                      processed_rows_per_second=exact_hb.get("processed_rows_per_second"))
     store = keeper.lane_store()
-    fast_hb = keeper.read_heartbeat(store, lanes.name)
+    fast_hb = heartbeat.read(store, heartbeat.LANE, lanes.name)
     records = reconciler.list_records(store, lanes.records_prefix, lanes.name)
     fast = {"lane": lanes.name, "enabled": lanes.enabled, "topic": kafka.fast_alerts_topic,
-            "heartbeat_uri": store.uri(keeper.heartbeat_key(lanes.name)), "heartbeat": fast_hb is not None,
+            "heartbeat_uri": store.uri(heartbeat.key(heartbeat.LANE, lanes.name)), "heartbeat": fast_hb is not None,
             "unconfirmed": sorted(records, key=lambda r: r.get("fast_ts") or 0)}
     if fast_hb:
         fast.update(status=fast_hb.get("status"), age_seconds=round(max(0.0, now - float(fast_hb.get("at") or 0)), 1),

@@ -63,14 +63,14 @@ def wait_started(decision: dict, submitted_at: float, proc: subprocess.Popen | N
                  log_path: Path | None = None) -> dict:
     """Block until the new auditor holds the lease and its query started; fail with the log tail
     if spark-submit exits first or the start timeout passes."""
-    from aldebaran.audit import heartbeat
+    from aldebaran import heartbeat
 
     settings = settings_with(decision.get("settings"))
     store = open_store()
     deadline = time.monotonic() + settings.start_timeout_seconds
     while True:
         got = leases.read(store, decision["checkpoint"])
-        hb = heartbeat.read(store, decision["query_name"])
+        hb = heartbeat.read(store, heartbeat.AUDITOR, decision["query_name"])
         leased = bool(got and got[0].get("state") == leases.HELD
                       and float(got[0].get("acquired_at") or 0) >= submitted_at - 1)
         beating = bool(hb and float(hb.get("updated_at_ms") or 0) / 1000 >= submitted_at - 1

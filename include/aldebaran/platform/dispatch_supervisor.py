@@ -33,9 +33,7 @@ log = logging.getLogger(__name__)
 
 
 def kind() -> processes.Kind:
-    from aldebaran.delivery.service import heartbeat_key, read_heartbeat
-
-    return processes.Kind("dispatcher", read_heartbeat, heartbeat_key, (b"dispatch", b"--follow"),
+    return processes.Kind("dispatcher", (b"dispatch", b"--follow"),
                           "ALDEBARAN_DISPATCH_SUPERVISOR_STALE_AFTER_SECONDS",
                           "ALDEBARAN_DISPATCH_SUPERVISOR_START_TIMEOUT_SECONDS",
                           "ALDEBARAN_DISPATCH_SUPERVISOR_PROGRESS_LIMIT_SECONDS")

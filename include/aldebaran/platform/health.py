@@ -134,9 +134,9 @@ def check_object_store(store) -> dict:
 
 
 def check_auditor_progress(store, query: str, heartbeat: dict | None, max_age: float, now: float) -> dict:
-    from aldebaran.audit.heartbeat import heartbeat_key
+    from aldebaran.heartbeat import AUDITOR, key
 
-    uri = store.uri(heartbeat_key(query))
+    uri = store.uri(key(AUDITOR, query))
     if heartbeat is None:
         return {"ok": False, "problem": f"auditor {query!r}: no heartbeat at {uri} — is it running? "
                                         "(the auditor_supervisor DAG starts it)"}
@@ -189,17 +189,17 @@ def check_deliveries(channels: list[str], settings: HealthSettings) -> dict:
 
 
 def check_dispatchers(settings: HealthSettings, now: float) -> dict:
-    from aldebaran.delivery.service import heartbeat_key, read_heartbeat
     from aldebaran.exceptions import ObjectStoreError
+    from aldebaran.heartbeat import DISPATCHER, key, read
     from aldebaran.platform import dispatch_supervisor, processes
 
     store = dispatch_supervisor.delivery_store()
     out: dict = {"ok": True, "dispatchers": {}}
     problems = []
     for name, channels in dispatch_supervisor.plan().items():
-        uri = store.uri(heartbeat_key(name))
+        uri = store.uri(key(DISPATCHER, name))
         try:
-            hb = read_heartbeat(store, name)
+            hb = read(store, DISPATCHER, name)
         except ObjectStoreError as exc:
             problems.append(f"dispatcher {name!r}: heartbeat unreadable: {exc}")
             continue
@@ -260,7 +260,7 @@ def check_lane(now: float, lanes=None, exact: tuple[str, dict | None] | None = N
 
 def check(run_id: str, query_name: str | None = None, overrides: dict | None = None) -> dict:
     """Run every check, write the health record, return it (the verdict is :func:`raise_if_unhealthy`)."""
-    from aldebaran.audit import heartbeat as hbmod
+    from aldebaran import heartbeat as hbmod
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.delivery.channels import channel_names
     from aldebaran.exceptions import ObjectStoreError
@@ -279,7 +279,7 @@ def check(run_id: str, query_name: str | None = None, overrides: dict | None = N
     heartbeat = None
     if checks["object_store"]["ok"]:
         try:
-            heartbeat = hbmod.read(store, query)
+            heartbeat = hbmod.read(store, hbmod.AUDITOR, query)
         except ObjectStoreError as exc:
             checks["object_store"] = {"ok": False, "problem": f"heartbeat unreadable: {exc}"}
     checks["kafka"] = check_kafka(kafka, settings.timeout_seconds)

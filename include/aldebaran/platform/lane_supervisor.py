@@ -24,9 +24,7 @@ log = logging.getLogger(__name__)
 
 
 def kind() -> procs.Kind:
-    from aldebaran.lanes.keeper import heartbeat_key, read_heartbeat
-
-    return procs.Kind("lane", read_heartbeat, heartbeat_key, (b"lanes", b"run"),
+    return procs.Kind("lane", (b"lanes", b"run"),
                       "ALDEBARAN_LANES_STALE_AFTER_SECONDS", "ALDEBARAN_LANES_START_TIMEOUT_SECONDS")
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from aldebaran import heartbeat
 from aldebaran.exceptions import AlreadyExists, DispatcherError, PreconditionFailed
 from aldebaran.lease import pid_alive, start_ticks
 from aldebaran.platform.supervisor import _wait_gone, backoff_seconds, load_state
@@ -43,9 +44,7 @@ MAX_HISTORY = 20
 class Kind:
     """A kind of supervised process: what it is called, where its heartbeat is, how its command line looks."""
 
-    label: str  # "dispatcher", "lane": in messages
-    read_heartbeat: Callable[[object, str], dict | None]
-    heartbeat_key: Callable[[str], str]
+    label: str  # "dispatcher", "lane": in messages, and the heartbeat's role (aldebaran.heartbeat)
     argv_words: tuple[bytes, ...]  # all in /proc/<pid>/cmdline: a pid read from a heartbeat is this process
     stale_env: str  # the setting of the stale limit, named in the reason
     start_env: str  # the setting of the start timeout
@@ -78,14 +77,14 @@ def save_state(store, key: str, state: dict, etag: str | None) -> str:
 def observe(store, name: str, channels: list[str], state: dict, now: float, kind: Kind) -> dict:
     """Everything the decision rests on, as plain JSON (logged and kept in the state)."""
     host = socket.gethostname()
-    hb = kind.read_heartbeat(store, name)
+    hb = heartbeat.read(store, kind.label, name)
     launch = state.get("launch") or {}
     hb_local = bool(hb and hb.get("host") == host and hb.get("pid"))
     ticks = launch.get("start_ticks") if hb and hb.get("pid") == launch.get("pid") else None
     return {
         "now": now, "host": host, "name": name, "channels": sorted(channels),
         "kind": kind.label, "stale_env": kind.stale_env, "progress_env": kind.progress_env,
-        "heartbeat_uri": store.uri(kind.heartbeat_key(name)),
+        "heartbeat_uri": store.uri(heartbeat.key(kind.label, name)),
         "heartbeat": None if hb is None else {
             **{k: hb.get(k) for k in ("status", "pid", "host", "at", "started_at", "error")},
             "channels": sorted(hb.get("channels") or []), "broken": broken_partitions(hb),
@@ -210,7 +209,7 @@ def stop(store, name: str, cfg, reason: str, kind: Kind) -> list[int]:
     and commits), SIGKILL after the stop timeout. Returns the pids it signalled."""
     host = socket.gethostname()
     launch = load_state(store, state_key(cfg, name))[0].get("launch") or {}
-    hb = kind.read_heartbeat(store, name) or {}
+    hb = heartbeat.read(store, kind.label, name) or {}
     targets: list[tuple[int, int | None]] = []
     if launch.get("host") == host and pid_alive(launch.get("pid"), launch.get("start_ticks")):
         targets.append((int(launch["pid"]), launch.get("start_ticks")))
@@ -267,7 +266,7 @@ def wait_running(store, name: str, proc: subprocess.Popen, log_path: Path, timeo
     exits first or the start timeout passes."""
     deadline = time.monotonic() + timeout
     while True:
-        hb = kind.read_heartbeat(store, name) or {}
+        hb = heartbeat.read(store, kind.label, name) or {}
         if hb.get("pid") == proc.pid and hb.get("status") == "running":
             return hb
         if proc.poll() is not None:

@@ -6,37 +6,20 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from aldebaran.settings import BackoffMax, StaleAfter, StartTimeout, StatePrefix, SupervisionSettings
 from aldebaran.storage import safe_segment
 
 
-class SupervisorSettings(BaseSettings):
+class SupervisorSettings(SupervisionSettings):
+    """The auditor's supervisor (the auditor_supervisor DAG)."""
+
     model_config = SettingsConfigDict(env_prefix="ALDEBARAN_SUPERVISOR_", extra="ignore")
 
-    stale_after_seconds: float = Field(
-        120.0, gt=0, description="ALDEBARAN_SUPERVISOR_STALE_AFTER_SECONDS: no heartbeat for this long = unhealthy"
-    )
-    start_timeout_seconds: float = Field(
-        180.0, gt=0,
-        description="ALDEBARAN_SUPERVISOR_START_TIMEOUT_SECONDS: a (re)submitted auditor must report 'started' within this",
-    )
-    backoff_base_seconds: float = Field(
-        30.0, ge=0, description="ALDEBARAN_SUPERVISOR_BACKOFF_BASE_SECONDS: wait before the 2nd restart of an incident"
-    )
-    backoff_max_seconds: float = Field(
-        900.0, ge=0, description="ALDEBARAN_SUPERVISOR_BACKOFF_MAX_SECONDS: the backoff doubles per restart up to this"
-    )
-    stable_after_seconds: float = Field(
-        300.0, gt=0,
-        description="ALDEBARAN_SUPERVISOR_STABLE_AFTER_SECONDS: healthy this long after a restart closes the incident",
-    )
+    stale_after_seconds: StaleAfter = 120.0
+    backoff_max_seconds: BackoffMax = 900.0
+    state_prefix: StatePrefix = "supervisor/auditor"
     page_after_restarts: int = Field(
         3, ge=1, description="ALDEBARAN_SUPERVISOR_PAGE_AFTER_RESTARTS: page the alert channels after this many restarts"
-    )
-    stop_timeout_seconds: float = Field(
-        30.0, gt=0, description="ALDEBARAN_SUPERVISOR_STOP_TIMEOUT_SECONDS: SIGINT, then SIGKILL after this"
-    )
-    state_prefix: str = Field(
-        "supervisor/auditor", min_length=1, description="ALDEBARAN_SUPERVISOR_STATE_PREFIX: object-store prefix"
     )
     standby: bool = Field(
         False,
@@ -46,47 +29,21 @@ class SupervisorSettings(BaseSettings):
     )
 
 
-class DispatchSupervisorSettings(BaseSettings):
+class DispatchSupervisorSettings(SupervisionSettings):
+    """The streaming dispatchers' supervisor (the dispatch_supervisor DAG).
+
+    A dispatcher's heartbeat comes from a thread of its own every ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS, however
+    busy its channels are, so a stale one means frozen or dead; a slow channel is judged by its progress."""
+
     model_config = SettingsConfigDict(env_prefix="ALDEBARAN_DISPATCH_SUPERVISOR_", extra="ignore")
 
-    stale_after_seconds: float = Field(
-        30.0, gt=0,
-        description="ALDEBARAN_DISPATCH_SUPERVISOR_STALE_AFTER_SECONDS: a dispatcher heartbeat older than this = "
-                    "restart: the process is frozen or dead (a thread of its own beats every "
-                    "ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS, however busy its channels are)",
-    )
+    start_timeout_seconds: StartTimeout = 60.0
+    state_prefix: StatePrefix = "supervisor/dispatcher"
     progress_limit_seconds: float = Field(
         120.0, gt=0,
         description="ALDEBARAN_DISPATCH_SUPERVISOR_PROGRESS_LIMIT_SECONDS: a channel with work pending (alerts "
                     "read, not settled) whose settled offsets and settled deliveries have not moved for this long "
                     "= restart; a slow channel that progresses is never restarted",
-    )
-    start_timeout_seconds: float = Field(
-        60.0, gt=0,
-        description="ALDEBARAN_DISPATCH_SUPERVISOR_START_TIMEOUT_SECONDS: a (re)started dispatcher must report "
-                    "'running' within this",
-    )
-    backoff_base_seconds: float = Field(
-        30.0, ge=0,
-        description="ALDEBARAN_DISPATCH_SUPERVISOR_BACKOFF_BASE_SECONDS: wait before the 2nd restart of an incident",
-    )
-    backoff_max_seconds: float = Field(
-        600.0, ge=0,
-        description="ALDEBARAN_DISPATCH_SUPERVISOR_BACKOFF_MAX_SECONDS: the backoff doubles per restart up to this",
-    )
-    stable_after_seconds: float = Field(
-        300.0, gt=0,
-        description="ALDEBARAN_DISPATCH_SUPERVISOR_STABLE_AFTER_SECONDS: healthy this long after a restart closes "
-                    "the incident (and resets the backoff)",
-    )
-    stop_timeout_seconds: float = Field(
-        30.0, gt=0,
-        description="ALDEBARAN_DISPATCH_SUPERVISOR_STOP_TIMEOUT_SECONDS: SIGTERM to a dispatcher being replaced "
-                    "(it finishes the runs in hand), SIGKILL to its process group after this",
-    )
-    state_prefix: str = Field(
-        "supervisor/dispatcher", min_length=1,
-        description="ALDEBARAN_DISPATCH_SUPERVISOR_STATE_PREFIX: object-store prefix of the state (<prefix>/<name>.json)",
     )
     groups: dict[str, list[str]] | None = Field(
         None,

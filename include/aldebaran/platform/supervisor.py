@@ -69,9 +69,9 @@ def target(query_name: str | None = None, checkpoint: str | None = None) -> dict
 # --- 1. assess -----------------------------------------------------------------------------------
 def observe(store: Store, tgt: dict, state: dict, now: float) -> dict:
     """Everything the decision rests on, as plain JSON (it is logged and kept in the state)."""
-    from aldebaran.audit import heartbeat
+    from aldebaran import heartbeat
     host = socket.gethostname()
-    hb = heartbeat.read(store, tgt["query_name"])
+    hb = heartbeat.read(store, heartbeat.AUDITOR, tgt["query_name"])
     got = leases.read(store, tgt["checkpoint"])
     lease = got[0] if got else None
     submit = state.get("submit") or {}
@@ -79,7 +79,7 @@ def observe(store: Store, tgt: dict, state: dict, now: float) -> dict:
     return {
         "now": now,
         "host": host,
-        "heartbeat_uri": store.uri(heartbeat.heartbeat_key(tgt["query_name"])),
+        "heartbeat_uri": store.uri(heartbeat.key(heartbeat.AUDITOR, tgt["query_name"])),
         "heartbeat": None if hb is None else {
             k: hb.get(k) for k in ("status", "batch_id", "updated_at_ms", "run_id", "pid", "host", "error")},
         "lease": lease,

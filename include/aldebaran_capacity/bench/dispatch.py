@@ -229,7 +229,7 @@ def channel_run(kind: str, alerts: int, duplicates: float = 0.1, timeout: float 
     import sys
 
     from aldebaran import kafka_admin, kafka_io, paths
-    from aldebaran.delivery.service import read_heartbeat
+    from aldebaran import heartbeat
     from aldebaran.settings import KafkaSettings, load
     from aldebaran.storage import S3Store
 
@@ -269,11 +269,11 @@ def channel_run(kind: str, alerts: int, duplicates: float = 0.1, timeout: float 
             proc.wait(60)
         except subprocess.TimeoutExpired:
             proc.kill()
-        beat = read_heartbeat(store, dispatcher_name) or {}
+        beat = heartbeat.read(store, heartbeat.DISPATCHER, dispatcher_name) or {}
         stop_recipient()
         kafka_admin.delete_topics(kafka, [kafka.alerts_topic])
         store.delete_prefix(f"bench/{tag}/")
-        store.delete(f"heartbeats/dispatcher/{dispatcher_name}.json")
+        store.delete(heartbeat.key(heartbeat.DISPATCHER, dispatcher_name))
     received_at = got.get("received_at") or {}
     last = max(received_at.values()) if received_at else time.time()
     first = min(received_at.values()) if received_at else t0

@@ -141,8 +141,7 @@ class Dispatchers:
         return f"{GROUP}-{self.channel_name(channel)}"
 
     def start(self, channel: str, conn: dict, timeout: float = 90.0) -> None:
-        from aldebaran import paths
-        from aldebaran.delivery.service import read_heartbeat
+        from aldebaran import heartbeat, paths
 
         own = self.channel_name(channel)
         env = {**self.env, "ALDEBARAN_CHANNELS": own, f"AIRFLOW_CONN_ALDEBARAN_{own.upper()}": json.dumps(conn)}
@@ -154,7 +153,7 @@ class Dispatchers:
                                     start_new_session=True, cwd=str(paths.ROOT))
         self.procs[channel] = proc
         deadline = time.monotonic() + timeout
-        while (read_heartbeat(self.store, self.name(channel)) or {}).get("pid") != proc.pid:
+        while (heartbeat.read(self.store, heartbeat.DISPATCHER, self.name(channel)) or {}).get("pid") != proc.pid:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"dispatcher {channel} did not report running (exit {proc.poll()}); "
                                    f"log {self.logs[channel]}:\n{self.logs[channel].read_text()[-2000:]}")
@@ -176,9 +175,9 @@ class Dispatchers:
                 p.kill()
                 p.wait(10)
             with contextlib.suppress(Exception):
-                from aldebaran.delivery.service import heartbeat_key
+                from aldebaran.heartbeat import DISPATCHER, key
 
-                self.store.delete(heartbeat_key(self.name(channel)))
+                self.store.delete(key(DISPATCHER, self.name(channel)))
         self.procs.clear()
 
 

@@ -80,11 +80,11 @@ class Workspace:
         return env
 
     def cleanup(self) -> None:
-        from aldebaran.audit.heartbeat import heartbeat_key
+        from aldebaran.heartbeat import AUDITOR, key
 
         kafka_admin.delete_topics(self.kafka, self.kafka.topics())
         self.store.delete_prefix(self.prefix + "/")
-        self.store.delete(heartbeat_key(self.name))
+        self.store.delete(key(AUDITOR, self.name))
 
 
 @contextlib.contextmanager
@@ -683,12 +683,12 @@ class DispatcherProcess:
         return None if self.proc is None else self.proc.poll()
 
     def heartbeat(self) -> dict:
-        from aldebaran.delivery.service import read_heartbeat
+        from aldebaran.heartbeat import DISPATCHER, read
 
         if self.store is None:
             return {}
         try:
-            return read_heartbeat(self.store, self.name) or {}
+            return read(self.store, DISPATCHER, self.name) or {}
         except (AldebaranError, ValueError):
             return {}
 
@@ -739,11 +739,11 @@ class DispatcherProcess:
 
     def forget(self) -> None:
         """Delete its heartbeat (the campaign's dispatchers must not look like live ones afterwards)."""
-        from aldebaran.delivery.service import heartbeat_key
+        from aldebaran.heartbeat import DISPATCHER, key
 
         if self.store is not None:
             with contextlib.suppress(AldebaranError):
-                self.store.delete(heartbeat_key(self.name))
+                self.store.delete(key(DISPATCHER, self.name))
 
     def tail(self, lines: int = 30) -> str:
         from aldebaran_lab.services.base import tail

@@ -16,7 +16,7 @@ import pytest
 from aldebaran import kafka_io
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery.ledger import Ledger
-from aldebaran.delivery.service import read_heartbeat
+from aldebaran import heartbeat
 from aldebaran.storage import LocalStore
 from tests.conftest import assert_eventually
 from tests.integration.dags.test_dispatch_supervisor import dispatcher_env  # noqa: F401  (fixture)
@@ -128,7 +128,7 @@ def test_a_streaming_dispatcher_gets_the_connection_created_through_the_api(
     run = dagbag.dags["dispatch_supervisor"].test()
 
     assert run.state == "success", run.state
-    assert read_heartbeat(store, name)["channels"] == [CHANNEL]
+    assert heartbeat.read(store, heartbeat.DISPATCHER, name)["channels"] == [CHANNEL]
     assert_eventually(lambda: sorted(json.loads(line)["alert"]["alert_id"] for line in log_file.read_text().splitlines())
                       == sorted(a["alert_id"] for a in alerts) if log_file.exists() else False,
                       timeout=60, message="the streaming dispatcher delivers through the API's connection")

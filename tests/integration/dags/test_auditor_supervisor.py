@@ -21,7 +21,7 @@ import pytest
 
 from aldebaran import kafka_io, paths, reference
 from aldebaran import lease as leases
-from aldebaran.audit import heartbeat
+from aldebaran import heartbeat
 from aldebaran.audit.archive import Archive
 from aldebaran.exceptions import LeaseHeld
 from aldebaran.platform import supervisor
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 def _processed_all(store, query, kafka):
     ends = kafka_io.end_offsets(kafka, kafka.trades_topic)
-    hb = heartbeat.read(store, query) or {}
+    hb = heartbeat.read(store, heartbeat.AUDITOR, query) or {}
     done = _offsets(hb.get("kafka_end_offsets"), kafka.trades_topic) or {}
     assert hb.get("status") in ("running", "idle") and all(done.get(p, 0) >= e for p, e in ends.items()), (done, ends)
     return True
@@ -75,7 +75,7 @@ def supervised(kafka_topics, store, s3_prefix, tmp_path, monkeypatch, unique):
     stopped = supervisor.stop_local(store, query, checkpoint, 30, reason="test finished")
     log.info("auditor stopped at teardown: %s", stopped)
     store.delete(leases.lease_key(checkpoint))
-    store.delete(heartbeat.heartbeat_key(query))
+    store.delete(heartbeat.key(heartbeat.AUDITOR, query))
 
 
 def test_supervisor_restarts_a_killed_auditor_which_resumes_from_its_checkpoint(
@@ -94,7 +94,7 @@ def test_supervisor_restarts_a_killed_auditor_which_resumes_from_its_checkpoint(
     state = store.get(state_key).json()
     driver = state["submit"]["pid"]
     assert supervisor.pid_alive(driver)
-    assert_eventually(lambda: sum((_offsets((heartbeat.read(store, query) or {}).get("kafka_end_offsets"),
+    assert_eventually(lambda: sum((_offsets((heartbeat.read(store, heartbeat.AUDITOR, query) or {}).get("kafka_end_offsets"),
                                             kafka_topics.trades_topic) or {}).values()),
                       timeout=240, message="auditor progress (a first batch of trades committed)")
 
@@ -121,7 +121,7 @@ def test_supervisor_restarts_a_killed_auditor_which_resumes_from_its_checkpoint(
 
     def resumed():
         nonlocal first_progress
-        hb = heartbeat.read(store, query) or {}
+        hb = heartbeat.read(store, heartbeat.AUDITOR, query) or {}
         assert hb.get("status") == "running" and hb.get("updated_at_ms", 0) / 1000 > restarted["started_at"]
         first_progress = first_progress or hb["updated_at_ms"] / 1000
         return True

@@ -31,7 +31,7 @@ import pytest
 
 from aldebaran import kafka_io, paths
 from aldebaran import lease as leases
-from aldebaran.audit import heartbeat
+from aldebaran import heartbeat
 from aldebaran.platform import standby_slot, supervisor
 from aldebaran.platform.health import _offsets
 from aldebaran.platform.settings import SupervisorSettings
@@ -57,7 +57,7 @@ def _holder_session(store, checkpoint) -> int | None:
 
 def _audited(store, query, kafka):
     ends = kafka_io.end_offsets(kafka, kafka.trades_topic)
-    done = _offsets((heartbeat.read(store, query) or {}).get("kafka_end_offsets"), kafka.trades_topic) or {}
+    done = _offsets((heartbeat.read(store, heartbeat.AUDITOR, query) or {}).get("kafka_end_offsets"), kafka.trades_topic) or {}
     assert all(done.get(p, 0) >= e for p, e in ends.items()), (done, ends)
     return True
 
@@ -96,7 +96,7 @@ def supervised(kafka_topics, store, s3_prefix, tmp_path, monkeypatch, unique):
     for pid in sessions:
         supervisor._signal(pid, signal.SIGKILL, group=True)
     store.delete(leases.lease_key(checkpoint))
-    store.delete(heartbeat.heartbeat_key(query))
+    store.delete(heartbeat.key(heartbeat.AUDITOR, query))
 
 
 @pytest.mark.campaign

@@ -20,7 +20,7 @@ import pytest
 
 from aldebaran import kafka_io, paths
 from aldebaran.audit.model import alert_id
-from aldebaran.delivery.service import heartbeat_key, read_heartbeat
+from aldebaran import heartbeat
 from aldebaran.platform import dispatch_supervisor as ds
 from aldebaran.platform import health, processes
 from aldebaran.lease import pid_alive
@@ -74,7 +74,7 @@ def dispatcher_env(kafka_topics, store, s3_prefix, tmp_path, monkeypatch, unique
     stopped = ds.stop(store, name, cfg, reason="test finished")
     launch = processes.load_state(store, processes.state_key(cfg, name))[0].get("launch") or {}
     log.info("dispatcher stopped at teardown: pids %s", stopped)
-    store.delete(heartbeat_key(name))
+    store.delete(heartbeat.key(heartbeat.DISPATCHER, name))
     assert not pid_alive(launch.get("pid"), launch.get("start_ticks")), f"dispatcher {launch} still running"
 
 
@@ -99,7 +99,7 @@ def test_supervisor_starts_a_dispatcher_and_restarts_it_after_a_kill(airflow_db,
     assert state["last_assessment"]["problems"][0].startswith("no heartbeat at ")
     pid = state["launch"]["pid"]
     assert pid_alive(pid, state["launch"]["start_ticks"])
-    hb = read_heartbeat(store, name)
+    hb = heartbeat.read(store, heartbeat.DISPATCHER, name)
     assert (hb["status"], hb["pid"], hb["channels"]) == ("running", pid, ["log"])
     assert_eventually(lambda: _delivered(log_file) == sorted(a["alert_id"] for a in first_alerts), timeout=60,
                       message="the streaming dispatcher delivers")
@@ -123,7 +123,7 @@ def test_supervisor_starts_a_dispatcher_and_restarts_it_after_a_kill(airflow_db,
     assert f"dispatcher process {pid} on " in assessment["problems"][0] and "is gone" in assessment["problems"][0]
     new_pid = state["launch"]["pid"]
     assert new_pid != pid and pid_alive(new_pid, state["launch"]["start_ticks"])
-    hb = read_heartbeat(store, name)
+    hb = heartbeat.read(store, heartbeat.DISPATCHER, name)
     assert (hb["status"], hb["pid"]) == ("running", new_pid)
     assert [r["pid"] for r in state["restarts"]] == [pid, new_pid]
     assert_eventually(lambda: _delivered(log_file) == sorted(a["alert_id"] for a in first_alerts + more),
@@ -167,16 +167,16 @@ def test_health_names_missing_stale_and_broken_dispatchers(services_up, store, s
         {names["missing"]: ["log"], names["stale"]: ["webhook"], names["broken"]: ["email"]}))
     now = time.time()
     base = {"status": "running", "host": "h", "pid": 1, "started_at": now - 100, "error": None}
-    store.put(heartbeat_key(names["stale"]), json.dumps({**base, "channels": ["webhook"], "at": now - 90,
+    store.put(heartbeat.key(heartbeat.DISPATCHER, names["stale"]), json.dumps({**base, "channels": ["webhook"], "at": now - 90,
                                                          "partitions": {"webhook": {}}}).encode())
-    store.put(heartbeat_key(names["broken"]), json.dumps({**base, "channels": ["email"], "at": now - 1, "partitions": {
+    store.put(heartbeat.key(heartbeat.DISPATCHER, names["broken"]), json.dumps({**base, "channels": ["email"], "at": now - 1, "partitions": {
         "email": {"0": {"epoch": 4, "broken": None},
                   "1": {"epoch": 2, "broken": "fenced: epoch 3 took partition 1"}}}}).encode())
     try:
         checked = health.check_dispatchers(HealthSettings(max_dispatcher_heartbeat_age_seconds=60), now)
     finally:
         for name in names.values():
-            store.delete(heartbeat_key(name))
+            store.delete(heartbeat.key(heartbeat.DISPATCHER, name))
     assert checked["ok"] is False
     assert checked["problem"].split("; ") == [
         f"dispatcher {names['missing']!r} (log): no heartbeat at s3://{store.bucket}/heartbeats/dispatcher/"

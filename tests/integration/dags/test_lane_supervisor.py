@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from aldebaran import kafka_io, paths
+from aldebaran import heartbeat, kafka_io, paths
 from aldebaran.audit.model import alert_id
 from aldebaran.lanes import keeper
 from aldebaran.lanes.settings import LaneSettings
@@ -72,7 +72,7 @@ def lane_env(kafka_topics, store, s3_prefix, tmp_path, monkeypatch, unique):
     lane_supervisor.stop("test finished")
     assert_eventually(lambda: not _lane_processes(cfg.checkpoint), timeout=60, interval=1,
                       message="the lane's processes gone at teardown")
-    keeper.lane_store().delete(keeper.heartbeat_key(cfg.name))
+    keeper.lane_store().delete(heartbeat.key(heartbeat.LANE, cfg.name))
 
 
 def test_supervisor_runs_the_lane_and_restarts_it_after_its_keeper_is_killed(airflow_db, dagbag, lane_env,
@@ -87,7 +87,7 @@ def test_supervisor_runs_the_lane_and_restarts_it_after_its_keeper_is_killed(air
     # 1. Nothing runs: the supervisor launches the keeper and returns once its lane's query is active.
     first = _supervise(dag, cfg)
     assert first["action"] == "restart" and first["problems"][0].startswith("no heartbeat at ")
-    hb = keeper.read_heartbeat(lane_store, cfg.name)
+    hb = heartbeat.read(lane_store, heartbeat.LANE, cfg.name)
     assert hb["status"] == "running" and hb["lane"]["query"]["active"] is True
     keeper_pid = hb["pid"]
 
@@ -107,7 +107,7 @@ def test_supervisor_runs_the_lane_and_restarts_it_after_its_keeper_is_killed(air
     kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.alerts_topic, [(want, json.dumps(exact))])
 
     def confirmed():
-        counts = (keeper.read_heartbeat(lane_store, cfg.name).get("reconcile") or {}).get("counts") or {}
+        counts = (heartbeat.read(lane_store, heartbeat.LANE, cfg.name).get("reconcile") or {}).get("counts") or {}
         assert counts.get("confirmed") == 1 and counts.get("unconfirmed") == 0, counts
 
     assert_eventually(confirmed, timeout=60, interval=1, message="the reconciliation's confirmation")
@@ -128,7 +128,7 @@ def test_supervisor_runs_the_lane_and_restarts_it_after_its_keeper_is_killed(air
     again = _supervise(dag, cfg)
     assert again["action"] == "restart", again
     assert any("is gone" in p for p in again["problems"]), again["problems"]
-    hb = keeper.read_heartbeat(lane_store, cfg.name)
+    hb = heartbeat.read(lane_store, heartbeat.LANE, cfg.name)
     assert hb["status"] == "running" and hb["pid"] != keeper_pid and hb["lane"]["query"]["active"] is True
     state = lane_store.get(procs.state_key(cfg, cfg.name)).json()
     assert len(state["restarts"]) == 2

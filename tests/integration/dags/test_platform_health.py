@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from aldebaran.audit import heartbeat
+from aldebaran import heartbeat
 from aldebaran.exceptions import PlatformUnhealthy
 from aldebaran.platform import health
 
@@ -45,11 +45,11 @@ def test_missing_and_stale_heartbeats_fail_the_run_naming_the_problem(airflow_db
     stale = f"stale-{unique}"
     fake_heartbeat = {"query": stale, "status": "running", "batch_id": 41, "kafka_end_offsets": [],
                       "updated_at_ms": int((time.time() - 600) * 1000)}  # failure injection: 10 min old
-    store.put(heartbeat.heartbeat_key(stale), json.dumps(fake_heartbeat).encode())
+    store.put(heartbeat.key(heartbeat.AUDITOR, stale), json.dumps(fake_heartbeat).encode())
     try:
         run = dag.test(run_conf={"query_name": stale, "max_progress_age_seconds": 120})
     finally:
-        store.delete(heartbeat.heartbeat_key(stale))
+        store.delete(heartbeat.key(heartbeat.AUDITOR, stale))
     assert run.state == "failed"
     problems = store.get(f"{s3_prefix}/health/latest.json").json()["problems"]
     assert len(problems) == 1 and problems[0].startswith(f"auditor {stale!r}: last progress 6")
@@ -94,7 +94,7 @@ def test_a_high_misrouted_share_warns_and_keeps_the_verdict_green(airflow_db, da
     try:
         deadline = time.monotonic() + 180
         while True:  # the live auditor's heartbeat, with its books' misrouted share
-            beat = heartbeat.read(store, name) or {}
+            beat = heartbeat.read(store, heartbeat.AUDITOR, name) or {}
             if beat.get("status") == "running" and (beat.get("books") or {}).get("misrouted_share_recent"):
                 break
             assert time.monotonic() < deadline, f"no running heartbeat with books: {beat}"
@@ -105,7 +105,7 @@ def test_a_high_misrouted_share_warns_and_keeps_the_verdict_green(airflow_db, da
             if query.name == name:
                 query.stop()
         auditor.join(60)
-        store.delete(heartbeat.heartbeat_key(name))
+        store.delete(heartbeat.key(heartbeat.AUDITOR, name))
     record = store.get(f"{s3_prefix}/health/latest.json").json()
     assert run.state == "success", record["problems"]
     keying = record["checks"]["keying"]

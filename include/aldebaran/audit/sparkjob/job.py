@@ -273,13 +273,13 @@ def _active(query) -> bool:
 
 def print_status(settings: AuditorSettings) -> None:
     """`aldebaran auditor status`: the latest heartbeat and its age."""
-    from aldebaran.audit.heartbeat import heartbeat_key, read
+    from aldebaran.heartbeat import AUDITOR, key, read
     from aldebaran.storage import open_store
 
     store = open_store()
     hb = read(store, AUDITOR, settings.query_name)
     if hb is None:
-        print(f"no heartbeat at {store.uri(heartbeat_key(settings.query_name))}: the auditor has not run yet")
+        print(f"no heartbeat at {store.uri(key(AUDITOR, settings.query_name))}: the auditor has not run yet")
         return
     age = time.time() - hb["updated_at_ms"] / 1000
     books = hb.get("books") or {}

@@ -1,11 +1,13 @@
-"""Where a shard's state files live: a local directory or an object-store prefix, behind four calls."""
+"""Where a shard's state files live: the keys under one prefix of an aldebaran.storage Store (a local
+directory or an object-store prefix), behind four calls."""
 
 from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
-from typing import Protocol
+
+from aldebaran.exceptions import NotFound
+from aldebaran.storage import Store, open_prefix
 
 _NAME = re.compile(r"^(delta|snapshot)-(\d{12})\.jsonl\.gz$")
 
@@ -15,56 +17,24 @@ def file_name(kind: str, version: int) -> str:
     return f"{kind}-{version:012d}.jsonl.gz"
 
 
-class Files(Protocol):
-    def put(self, name: str, data: bytes) -> None: ...
-    def get(self, name: str) -> bytes: ...
-    def names(self) -> list[str]: ...
-    def delete(self, name: str) -> None: ...
+class Files:
+    """The files of one state root: `name` is the key under `prefix` in `store`. A put is whole or absent
+    for a reader (LocalStore renames a finished, fsynced file; S3 is one PUT)."""
 
-
-class LocalFiles:
-    def __init__(self, root: str) -> None:
-        self.root = Path(root)
+    def __init__(self, store: Store, prefix: str = "") -> None:
+        self.store = store
+        self.prefix = prefix
 
     def put(self, name: str, data: bytes) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / f".{name}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.root / name)  # atomic: a reader sees the old or the new file, whole
+        kind = "application/gzip" if name.endswith(".gz") else "application/json"
+        self.store.put(self.prefix + name, data, content_type=kind)
 
     def get(self, name: str) -> bytes:
-        return (self.root / name).read_bytes()
-
-    def names(self) -> list[str]:
-        return sorted(p.name for p in self.root.glob("*.gz")) if self.root.exists() else []
-
-    def delete(self, name: str) -> None:
-        (self.root / name).unlink(missing_ok=True)
-
-
-class S3Files:
-    def __init__(self, uri: str) -> None:
-        from aldebaran.settings import ObjectStoreSettings, load
-        from aldebaran.storage import S3Store
-
-        bucket, _, prefix = uri.split("://", 1)[1].partition("/")
-        self.store = S3Store(load(ObjectStoreSettings, bucket=bucket))  # boto3 client made on first use
-        self.prefix = prefix.rstrip("/") + "/"
-
-    def put(self, name: str, data: bytes) -> None:
-        self.store.put(self.prefix + name, data, content_type="application/gzip")
-
-    def get(self, name: str) -> bytes:
-        from aldebaran.exceptions import NotFound
-
         try:
             return self.store.get(self.prefix + name).body
         except NotFound as exc:
-            # The same error as LocalFiles: ShardStore.load falls back to a cold load on it.
-            raise FileNotFoundError(f"{exc}") from exc
+            # One error for every backend: ShardStore.load falls back to a cold load on it.
+            raise FileNotFoundError(str(exc)) from exc
 
     def names(self) -> list[str]:
         return sorted(o["Key"][len(self.prefix):] for o in self.store.list(self.prefix))
@@ -73,21 +43,19 @@ class S3Files:
         self.store.delete(self.prefix + name)
 
 
-_S3_FILES: dict[tuple[int, str], "S3Files"] = {}
+_FILES: dict[tuple[int, str], Files] = {}
 
 
 def files_for(root: str) -> Files:
-    """The files under `root`. An S3 root's client is kept per process and root, so a shard's every batch
-    reuses one boto3 client and its connections (a new client per batch cost ~10 ms per shard per batch,
-    measured in docs/design.md § 5); keyed by pid too, so a forked snapshot writer makes its own, never
-    uses its parent's."""
-    if root.startswith(("s3://", "s3a://")):
-        key = (os.getpid(), root)
-        files = _S3_FILES.get(key)
-        if files is None:
-            files = _S3_FILES[key] = S3Files(root)
-        return files
-    return LocalFiles(root.removeprefix("file://"))
+    """The files under `root` (a directory, ``file://…``, ``s3://…`` or ``s3a://…``). Kept per process and
+    root, so a shard's every batch reuses one boto3 client and its connections (a client per batch costs
+    a shard several ms per batch, docs/design.md § 5); keyed by pid too, so a forked snapshot writer makes
+    its own client, never uses its parent's."""
+    key = (os.getpid(), root)
+    files = _FILES.get(key)
+    if files is None:
+        files = _FILES[key] = Files(*open_prefix(root))
+    return files
 
 
 def versions(files: Files) -> tuple[dict[int, str], dict[int, str]]:

@@ -10,7 +10,7 @@ with os._exit. The parent goes on with the next batch at once and collects the c
 later batch (`poll`), without waiting for it.
 
 Safety, in order:
-- the snapshot is written whole or not at all (LocalFiles renames a finished file, S3 a single PUT);
+- the snapshot is written whole or not at all (LocalStore renames a finished file, S3 a single PUT);
 - old snapshots and deltas are deleted only by the child, only after its snapshot's write returned,
   and only those older than the `keep` newest snapshots (so the batch after any kept snapshot can be
   re-executed, as before);
