@@ -19,8 +19,8 @@ aldebaran.s3access).
 runner is loaded and holds its channel to the supervisor (``SUPERVISOR_COMMS``).
 
 Parsed here rather than by ``airflow.models.Connection``: dispatch workers run outside Airflow, and
-importing Airflow's Connection to parse one took 5.0-5.7 s and 132 MB RSS per process on the 2-core
-dev box, against 0.5-0.6 s and 37 MB for this whole package (same run, 2026-11-24, ``/usr/bin/time``).
+importing Airflow to parse one costs each process about ten times the start time and three times the
+memory of this whole package (docs/design.md § 9, "Channel connections parsed here").
 Inside an Airflow task, Airflow's own lookup finds the connection and :meth:`Connection.from_airflow` takes it.
 """
 

@@ -188,8 +188,8 @@ class Keeper(threading.Thread):
 
     def run(self) -> None:
         # The first renewal comes at once, not one interval later: the lease was acquired before the query
-        # was built, which on a loaded host can take most of a ttl (a restart from an s3a:// checkpoint:
-        # 25 s of a 30 s ttl, measured), and the first batch must not find the lease already expired.
+        # was built, which on a loaded host can take most of a ttl (docs/design.md, "Lease"), and the
+        # first batch must not find the lease already expired.
         first = True
         while first or not self.halt.wait(self.interval):
             first = False

@@ -65,8 +65,9 @@ SPARK_RUNTIMES = {"4.3": "spark-4.3"}
 
 
 def spark_runtime(version: str) -> Path:
-    """The venv of a Spark job runtime of its own (issue 19: pyspark 4.3 apart from the control venv's
-    4.2), as setup.sh names it: keyed by its pins and the interpreter."""
+    """The venv of a Spark job runtime of its own (the lane's pyspark 4.3, apart from the control venv's
+    4.2, whose Airflow provider needs pyspark-client 4.2), as setup.sh names it: keyed by its pins and the
+    interpreter."""
     import platform
 
     if version not in SPARK_RUNTIMES:

@@ -1,7 +1,7 @@
 """``aldebaran bench steady``: a steady load on the platform as ``make demo`` leaves it (default: 5,000 events/s
-for 5 minutes in the original publisher's mix, through ``aldebaran loadgen --watch``), then the check of
-issue 25's item 5 — no supervisor restarted the auditor or a dispatcher (the pids behind their heartbeats
-never changed), and every OVERFILL the reference model expects is in the ``log`` channel's file exactly
+for 5 minutes in the original publisher's mix, through ``aldebaran loadgen --watch``), then the check that
+the deployed path holds under steady load — no supervisor restarted the auditor or a dispatcher (the pids
+behind their heartbeats never changed), and every OVERFILL the reference model expects is in the ``log`` channel's file exactly
 once. Exit code 0 only if both hold. Needs the demo's platform running (`make demo`).
 """
 

@@ -1,1 +1,1 @@
-"""Alert lanes besides the exact auditor (issue 19: the real-time-mode lane)."""
+"""Alert lanes besides the exact auditor: the low-latency lane in Spark's real-time mode, reconciled with it."""

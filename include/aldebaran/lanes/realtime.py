@@ -1,4 +1,4 @@
-"""The low-latency lane (issue 19): OVERFILL alerts from Spark's real-time mode, next to the exact lane.
+"""The low-latency lane: OVERFILL alerts from Spark's real-time mode, next to the exact lane.
 
 Pure DataFrame → DataFrame transforms of Spark built-in operators (real-time mode runs no Python UDFs),
 apart from :func:`start`, which wires the Kafka source and sink. Spark ≥ 4.3 only: 4.1/4.2 run

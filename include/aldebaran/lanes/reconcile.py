@@ -1,4 +1,4 @@
-"""Reconciliation of the low-latency lane against the exact lane (issue 19, item 3). Pure: no Kafka, no store.
+"""Reconciliation of the low-latency lane against the exact lane. Pure: no Kafka, no store.
 
 The exact (micro-batch) auditor is the source of truth. The fast lane writes its alerts to a topic of its
 own (``ALDEBARAN_KAFKA_FAST_ALERTS_TOPIC``); the delivery path reads only the exact lane's topic, so a

@@ -182,8 +182,8 @@ def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, second
     orders = max(1, int(rate * seconds / 5))
     recs = _mix(orders, seed)
     before = len(alerts.seen)
-    # Only the core services, the lane and what this bench starts belong here (issue 26): a dispatcher or an
-    # auditor that something else runs is counted against the box's quiet.
+    # Only the core services, the lane and what this bench starts belong here: a dispatcher or an auditor
+    # that something else runs shares the 2 cores, so it is counted against the box's quiet.
     box = BoxSampler(period=1.0, foreign=FOREIGN)
     box.start()
     cpu0, wall0, epoch0 = (group_cpu_seconds(lane_pgid) if lane_pgid else None), time.monotonic(), time.time()

@@ -51,7 +51,7 @@ class Config:
     # The target's channels. An SMS channel on every alert (2 ledger writes per message, a rate-limited
     # provider) costs the 2-core machine the CPU the auditor needs; the dispatch section measures it.
     e2e_channels: tuple[str, ...] = ("webhook", "bus")
-    # The real-time-mode lane (issue 19): paced rates of the original mix, seconds each.
+    # The real-time-mode lane: paced rates of the original mix, seconds each.
     low_latency_rates: list[int] = field(default_factory=lambda: [1_000, 10_000, 50_000])
     low_latency_seconds: float = 20.0
     mix: Mix = field(default_factory=lambda: Mix(overfill_fraction=0.5, purchase_first=0.05, duplicate_fraction=0.01,

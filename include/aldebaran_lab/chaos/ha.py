@@ -1,5 +1,6 @@
 """`aldebaran chaos ha`: on the HA profile (`make up-ha`), under a steady end-to-end load in the original
-publisher's mix, SIGKILL one component at a time and measure what the recipients see (issue 18, item 4).
+publisher's mix, SIGKILL one component at a time and measure what the recipients see (the failover
+target: nothing lost, nothing duplicated, processing back within 10 s).
 
     1. the campaign's own topics (replication 3, min ISR 2) on the HA brokers, its checkpoint, books and
        ledger on the erasure-coded MinIO — every client through the profile's balancer (minio-lb), so

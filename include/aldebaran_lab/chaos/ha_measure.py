@@ -13,7 +13,8 @@ from typing import Iterable, Mapping
 from aldebaran_capacity.bench.e2e import latency_ms
 from aldebaran_lab.chaos.common import longest_pause
 
-# Issue 18, item 4: for every single failure nothing lost, nothing duplicated, processing stops ≤ 10 s.
+# The failover target (BRIEF § 4): for every single failure nothing lost, nothing duplicated, processing
+# stops ≤ 10 s.
 TARGET_GAP_S = 10.0
 
 

@@ -32,7 +32,7 @@ class Layout:
     replication_factor: int = 3
     min_insync_replicas: int = 2
     kafka_heap: str = "-Xmx320m"
-    # Failover in seconds (issue 18): a SIGKILLed broker is fenced, its partitions' leadership moved and it
+    # Failover in seconds: a SIGKILLed broker is fenced, its partitions' leadership moved and it
     # leaves their ISRs once the controller misses its heartbeats for broker.session.timeout.ms (Kafka's
     # default 9 s, heartbeats every 2 s). 3 s here, heartbeats every 0.5 s: a broker frozen for 3 s (a GC
     # pause, a starved machine) is fenced too and rejoins by itself; acks=all with min ISR 2 loses nothing.
