@@ -120,11 +120,10 @@ def last_committed(checkpoint: str) -> int | None:
     cp = Checkpoint(checkpoint)
     root = cp.spark_commits
     if cp.is_s3:
-        from aldebaran.settings import ObjectStoreSettings, load
-        from aldebaran.storage import S3Store
+        from aldebaran.storage import open_prefix
 
-        bucket, _, prefix = root.split("://", 1)[1].partition("/")
-        names = [o["Key"].rsplit("/", 1)[-1] for o in S3Store(load(ObjectStoreSettings, bucket=bucket)).list(prefix + "/")]
+        store, prefix = open_prefix(root)
+        names = [o["Key"].rsplit("/", 1)[-1] for o in store.list(prefix)]
     else:
         path = Path(root.removeprefix("file://"))
         names = [p.name for p in path.iterdir()] if path.is_dir() else []
