@@ -16,6 +16,7 @@ measure how long processing stops, side by side with a cold restart in the same 
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -36,7 +37,10 @@ STANDBY = ["--standby", "true", "--standby-refresh-seconds", "2"]
 
 
 def run(events: int = 300_000, kills: int = 4, cold: int = 2, seed: int = 1, mode: str = "full", s3a: bool = True,
-        step_timeout: float = 600.0) -> CampaignResult:
+        step_timeout: float = 600.0, max_offsets: int | None = None,
+        catch_up_offsets: int | None = None) -> CampaignResult:
+    """`max_offsets`: the auditors' maxOffsetsPerTrigger; by default about 25 micro-batches of backlog per kill.
+    `catch_up_offsets`: that of the auditor left after the last kill, which only catches up (default: the same)."""
     t0 = time.monotonic()
     ws = Workspace.create("failover", s3a=s3a)
     result = CampaignResult("failover", mode, runs=0, faults=0, lost=0, duplicated=0)
@@ -47,8 +51,9 @@ def run(events: int = 300_000, kills: int = 4, cold: int = 2, seed: int = 1, mod
     cold_s: list[float] = []
     faults = Progress("failover", kills + cold, unit="kills", logger=log)
 
-    def new(standby: bool) -> AuditorProcess:
-        args = auditor_args(ws, max_offsets=per_trigger, ttl_seconds=TTL_SECONDS,
+    def new(standby: bool, last: bool = False) -> AuditorProcess:
+        offsets = catch_up_offsets if last and catch_up_offsets else per_trigger
+        args = auditor_args(ws, max_offsets=offsets, ttl_seconds=TTL_SECONDS,
                             extra=["--lease-seconds", str(LEASE_SECONDS), *(STANDBY if standby else [])])
         proc = AuditorProcess(ws.env(), args, ws.logs / f"auditor-{len(procs) + 1}.log")
         procs.append(proc)
@@ -78,11 +83,11 @@ def run(events: int = 300_000, kills: int = 4, cold: int = 2, seed: int = 1, mod
         values = produce_mix(ws, events, seed)
         expected = reference.expected_alerts(values, ttl_ms=int(TTL_SECONDS * 1000))
         ends = kafka_io.end_offsets(ws.kafka, ws.kafka.trades_topic)
-        per_trigger = max(100, len(values) // ((kills + cold) * 25 + 25))  # the backlog outlasts the kills
+        per_trigger = max_offsets or max(100, len(values) // ((kills + cold) * 25 + 25))  # outlasts the kills
         faults.start()
         active = new(standby=False)
         wait_for(lambda: committed(ws)[0] > 0 or not active.alive(), step_timeout, 0.5, "the first batch")
-        standby = new(standby=True)
+        standby = new(standby=True, last=kills == 1 and not cold)
         for k in range(kills):
             ready(standby)
             time.sleep(rng.uniform(3.0, 6.0))  # a prefetch round or two (refresh every 2 s)
@@ -90,12 +95,13 @@ def run(events: int = 300_000, kills: int = 4, cold: int = 2, seed: int = 1, mod
             warm_s.append(took)
             log.info("warm failover %d/%d: kill → next committed batch %.1f s", k + 1, kills, took)
             # A fresh standby for the next kill; none after the last one when no baseline follows.
-            active, standby = standby, (new(standby=True) if k + 1 < kills or cold else None)
+            active, standby = standby, (new(standby=True, last=k + 2 == kills and not cold)
+                                        if k + 1 < kills or cold else None)
         if standby is not None:
             ready(standby)
             standby.stop()  # the baseline has no standby: a killed auditor is started afresh
         for k in range(cold):
-            took = kill_and_measure(active, lambda: new(standby=False))
+            took = kill_and_measure(active, functools.partial(new, standby=False, last=k + 1 == cold))
             cold_s.append(took)
             log.info("cold restart %d/%d: kill → next committed batch %.1f s", k + 1, cold, took)
             active = procs[-1]
@@ -120,7 +126,8 @@ def run(events: int = 300_000, kills: int = 4, cold: int = 2, seed: int = 1, mod
              "lost": result.lost, "duplicated": result.duplicated,
              "recovery": "kill → next committed batch: " + recovery_text(cold_s)},
         ]
-        result.details.update(events=len(values), max_offsets_per_trigger=per_trigger, lease_seconds=LEASE_SECONDS,
+        result.details.update(events=len(values), max_offsets_per_trigger=per_trigger,
+                              catch_up_offsets=catch_up_offsets, lease_seconds=LEASE_SECONDS,
                               warm_s=[round(x, 1) for x in warm_s], cold_s=[round(x, 1) for x in cold_s],
                               batches_committed=committed(ws)[0], alerts_topic=verdict.summary(),
                               failures=failures)
