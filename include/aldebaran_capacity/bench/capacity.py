@@ -22,6 +22,7 @@ def config_from_params(params: dict):
     """Trigger-form Params → a suite Config (unknown mix keys and bad values fail here, named)."""
     from dataclasses import fields
 
+    from aldebaran_capacity.bench.dispatch import CORE_CHANNELS
     from aldebaran_capacity.bench.suite import Config
     from aldebaran_capacity.loadgen import Mix
 
@@ -49,7 +50,8 @@ def config_from_params(params: dict):
     drain_orders = int(params.get("drain_orders") or 100_000)
     return Config(drain_orders=drain_orders, drain_repeats=1, rates=rates, latency_seconds=duration,
                   book_sizes=books, churn_orders=int(params.get("churn_orders") or 50_000),
-                  dispatch_alerts=int(params.get("dispatch_alerts") or 1000), dispatch_repeats=1, mix=mix,
+                  dispatch_alerts=int(params.get("dispatch_alerts") or 1000), dispatch_repeats=1,
+                  dispatch_channels=CORE_CHANNELS, mix=mix,
                   e2e_rates=rates, e2e_seconds=duration,
                   sections=sections, quick=True)
 

@@ -42,6 +42,9 @@ class Config:
     churn_orders: int = 300_000
     dispatch_alerts: int = 50_000  # per channel (SMS: 1 %, at least 100; it writes two records per message)
     dispatch_repeats: int = 1
+    # Empty: every channel the dispatch bench knows. The quick size (the capacity_test DAG, bench-quick) keeps
+    # to the core channels, whose recipients need nothing beyond the platform (no Alertmanager binary).
+    dispatch_channels: tuple[str, ...] = ()
     e2e_rates: list[int] = field(default_factory=lambda: [5_000, 10_000, 20_000, 50_000])  # trades/s, ramped
     e2e_seconds: float = 20.0
     # Alerts per webhook POST in the e2e run. One alert per POST tops out at the dispatch section's
@@ -65,8 +68,11 @@ class Config:
 
     @classmethod
     def quick_config(cls) -> "Config":
+        from aldebaran_capacity.bench.dispatch import CORE_CHANNELS
+
         return cls(drain_orders=5_000, drain_repeats=1, plans_orders=5_000, plans_repeats=1, rates=[500, 2_000], latency_seconds=3.0,
                    book_sizes=[2_000, 10_000], churn_orders=3_000, dispatch_alerts=200, dispatch_repeats=1,
+                   dispatch_channels=CORE_CHANNELS,
                    e2e_rates=[500], e2e_seconds=5.0, low_latency_rates=[1_000], low_latency_seconds=5.0, quick=True)
 
     def override(self, item: str) -> None:
@@ -76,10 +82,12 @@ class Config:
         if current is None or key in ("mix", "sections", "quick", "e2e_channels"):
             raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY one of drain_orders, drain_repeats, "
                              "plans_orders, plans_repeats, rates, "
-                             "latency_seconds, book_sizes, churn_orders, dispatch_alerts, dispatch_repeats, "
+                             "latency_seconds, book_sizes, churn_orders, dispatch_alerts, dispatch_repeats, dispatch_channels, "
                              "e2e_rates, e2e_seconds, e2e_webhook_batch, low_latency_rates, low_latency_seconds")
         if isinstance(current, list):
             setattr(self, key, [int(v) for v in value.split(",") if v])
+        elif isinstance(current, tuple):
+            setattr(self, key, tuple(v.strip() for v in value.split(",") if v.strip()))
         else:
             setattr(self, key, type(current)(value))
 
@@ -130,7 +138,8 @@ def run(config: Config, spark=None) -> dict:
                 out = harness.churn(spark, config.churn_orders)
             elif section == "dispatch":
                 out = dispatch.run(alerts=config.dispatch_alerts, repeats=config.dispatch_repeats,
-                                   sms_alerts=max(100, config.dispatch_alerts // 100))
+                                   sms_alerts=max(100, config.dispatch_alerts // 100),
+                                   **({"channels": config.dispatch_channels} if config.dispatch_channels else {}))
                 out["correct"] = out["all_correct"]
             elif section == "e2e":
                 out = e2e.run(spark, config.e2e_rates, config.e2e_seconds, webhook_batch=config.e2e_webhook_batch,
