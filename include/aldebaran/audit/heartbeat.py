@@ -1,7 +1,7 @@
 """The auditor's heartbeat: a StreamingQueryListener that publishes, per micro-batch, Spark's progress
 merged with the books' own figures, as one JSON object in the object store
-(``heartbeats/auditor/<query>.json``, written and read through aldebaran.heartbeat) and as a log line. The supervisor and the health DAG read it;
-`aldebaran auditor status` prints it.
+(``heartbeats/auditor/<query>.json``, written and read through aldebaran.heartbeat) and as a log line.
+The supervisor and the health DAG read it; `aldebaran auditor status` prints it.
 
 Unlike the dispatcher's, this heartbeat is progress itself (one per micro-batch, or an ``idle`` event
 when there is nothing to read), published by Spark's listener bus, not by the batch's own code. Whether

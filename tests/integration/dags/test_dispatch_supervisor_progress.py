@@ -18,7 +18,7 @@ from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import configured_channels
 from aldebaran.delivery.dispatcher import Dispatcher, DispatchStats, default_ledger
 from aldebaran.delivery.service import Heartbeat
-from aldebaran.heartbeat import DISPATCHER, key
+from aldebaran.heartbeat import DISPATCHER, key as heartbeat_key
 from aldebaran.platform import dispatch_supervisor as ds
 from aldebaran.platform import processes
 from aldebaran.platform.settings import DispatchSupervisorSettings
@@ -75,7 +75,7 @@ def env(kafka_topics, store, s3_prefix, tmp_path, monkeypatch, unique):
         monkeypatch.setenv(key, value)
     name = f"progress-{unique}"
     yield name, log_file
-    store.delete(key(DISPATCHER, name))
+    store.delete(heartbeat_key(DISPATCHER, name))
 
 
 def _run(name: str, wrap, alerts: list[dict], kafka_topics):
