@@ -296,3 +296,107 @@ def test_the_class_scan_sees_a_second_alert(tmp_path):
     (tmp_path / "include" / "a.py").write_text("class Alert:\n    pass\n\ndef f():\n    class Trade:\n        pass\n")
     assert classes_named({"Alert", "Trade"}, tmp_path / "include") == {"Alert": ["include/a.py"],
                                                                        "Trade": ["include/a.py"]}
+
+
+# --- one storage layer, opened one way -----------------------------------------------------------------
+HOUSE_TEST = Path(__file__).resolve()
+OLD_STORAGE_NAME = re.compile(r"\bobjectstore\b|\bObjectStore\b")  # the layer's former module and alias
+TEXT_SUFFIXES = {".py", ".md", ".txt", ".json", ".yml", ".yaml", ".toml", ".cfg", ".ini", ".sh", ".conf"}
+STORAGE_MODULE = INCLUDE / "aldebaran" / "storage.py"
+BACKENDS = {"S3Store", "LocalStore"}
+
+
+def old_storage_names(folders: list[Path]) -> list[str]:
+    """path:line of every `objectstore` / `ObjectStore` in the text files under `folders`."""
+    found = []
+    for folder in folders:
+        for path in sorted(folder.rglob("*")):
+            if path.suffix not in TEXT_SUFFIXES or "__pycache__" in path.parts or path.resolve() == HOUSE_TEST:
+                continue
+            for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                if OLD_STORAGE_NAME.search(line):
+                    found.append(f"{path.relative_to(folder.parent)}:{n}")
+    return found
+
+
+def test_the_storage_layer_has_one_name():
+    folders = [ROOT / f for f in ("include", "dags", "plugins", "spark_apps", "tests") if (ROOT / f).is_dir()]
+    found = old_storage_names(folders)
+    assert not found, "the storage layer is aldebaran.storage (a Store, opened by open_store): " + ", ".join(found)
+
+
+def test_the_name_scan_sees_the_old_name(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("from aldebaran import objectstore\nstore: ObjectStore\nObjectStoreError\n")
+    (tmp_path / "pkg" / "b.md").write_text("see `aldebaran.objectstore`\n")
+    assert old_storage_names([tmp_path / "pkg"]) == ["pkg/a.py:1", "pkg/a.py:2", "pkg/b.md:1"]
+
+
+def backend_constructions(path: Path) -> list[int]:
+    """Lines where the module calls S3Store(...) or LocalStore(...) itself."""
+    return sorted(node.lineno for node in ast.walk(ast.parse(path.read_text(), str(path)))
+                  if isinstance(node, ast.Call)
+                  and (getattr(node.func, "id", None) in BACKENDS or getattr(node.func, "attr", None) in BACKENDS))
+
+
+def test_the_product_opens_a_store_one_way():
+    """Product code opens a store with storage.open_store / open_prefix: only storage.py picks the backend."""
+    found = [f"{p.relative_to(ROOT)}:{line}" for p in sorted((INCLUDE / PRODUCT).rglob("*.py")) if p != STORAGE_MODULE
+             for line in backend_constructions(p)]
+    assert not found, "open the store with aldebaran.storage.open_store(location): " + ", ".join(found)
+    assert backend_constructions(STORAGE_MODULE), "the scan no longer sees where the backends are built"
+
+
+def test_the_construction_scan_sees_a_backend_built_by_hand(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from aldebaran import storage\nfrom aldebaran.storage import S3Store\n"
+                   "a = S3Store()\nb = storage.LocalStore('/tmp/x')\nc = storage.open_store()\n")
+    assert backend_constructions(bad) == [3, 4]
+
+
+# --- comments say why ----------------------------------------------------------------------------------
+# An issue number, or a calendar date in prose ("2026-11-24", "on 11-25"): such facts belong in docs/.
+# A timestamp example (2026-11-22T09:00:00Z) or a dated API path (/2010-04-01/...) is no such fact.
+DATED_OR_NUMBERED = re.compile(
+    r"\bissues?\s+#?\d+|\(#\d+\)"
+    r"|(?<![/\w-])20\d\d-[01]\d(?:-[0-3]\d)?(?![\w/:-])"
+    r"|\b(?:on|since|until|by|from|before|after)\s+[01]\d-[0-3]\d\b(?![\w/:-])", re.IGNORECASE)
+
+
+def comment_texts(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every comment and docstring line of a module."""
+    import io
+    import tokenize
+
+    source = path.read_text()
+    out = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+           if tok.type == tokenize.COMMENT]
+    for node in ast.walk(ast.parse(source, str(path))):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body \
+                and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant) \
+                and isinstance(node.body[0].value.value, str):
+            first = node.body[0].lineno
+            out += [(first + i, line) for i, line in enumerate(node.body[0].value.value.splitlines())]
+    return out
+
+
+def dated_or_numbered(path: Path) -> list[str]:
+    return [f"{line}: {text.strip()[:100]}" for line, text in sorted(comment_texts(path))
+            if DATED_OR_NUMBERED.search(text)]
+
+
+def test_product_comments_carry_no_issue_numbers_or_dates():
+    """Comments and docstrings of the product say why; a dated figure or an issue number goes to docs/
+    (design.md, benchmarks.md, reliability.md), where it can be kept current."""
+    found = [f"{p.relative_to(ROOT)}:{hit}" for p in sorted((INCLUDE / PRODUCT).rglob("*.py"))
+             for hit in dated_or_numbered(p)]
+    assert not found, "move these facts to docs/ and say why here:\n" + "\n".join(found)
+
+
+def test_the_comment_scan_sees_issue_numbers_and_dates(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""The lane (issue 19).\n\nA time like 2026-11-22T09:00:00Z or /2010-04-01/x is fine."""\n'
+                   "x = 1  # measured 2026-11-24 on the dev box\n"
+                   "def f():\n    \"\"\"Fixed in (#12),\n    and slower on 11-25.\"\"\"\n"
+                   "s = 'issue 3 in a string is code, not a comment'  # 10-20 % of a core\n")
+    assert [hit.split(":")[0] for hit in dated_or_numbered(bad)] == ["1", "4", "6", "7"]

@@ -1,4 +1,4 @@
-"""Where an alert came from: the Kafka coordinates of the events that built its book (issue 17 item 7,
+"""Where an alert came from: the Kafka coordinates of the events that built its book (for
 `aldebaran explain`).
 
 **The bound.** A book keeps the (partition, offset) of its first ``KEPT`` applied events and of its

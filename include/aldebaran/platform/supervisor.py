@@ -58,8 +58,8 @@ TERMINATED = ("failed", "stopped")
 def target(query_name: str | None = None, checkpoint: str | None = None) -> dict:
     """The supervised auditor: its query name and checkpoint (Params, else ALDEBARAN_AUDIT_*)."""
     from aldebaran.audit.settings import AuditorSettings
-    from aldebaran.settings import load
     from aldebaran.checkpoint import Checkpoint
+    from aldebaran.settings import load
 
     audit = load(AuditorSettings, query_name=query_name or None, checkpoint=checkpoint or None)
     return {"query_name": audit.query_name, "checkpoint": Checkpoint(audit.checkpoint).root,
