@@ -84,6 +84,9 @@ def main() -> int:
     p.add_argument("rev_a", help="the earlier revision (A)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", type=Path, default=ROOT / ".run" / "ab")
+    p.add_argument("--b-extra", action="append", default=[], metavar="ARG",
+                   help="an argument for side B only, e.g. --b-extra=--set --b-extra=dispatch_channels=webhook,bus "
+                        "(a setting A does not know yet, holding B to what A measures)")
     p.add_argument("bench_args", nargs=argparse.REMAINDER, help="after --: arguments of `aldebaran bench all`")
     a = p.parse_args()
     bench_args = [x for x in a.bench_args if x != "--"]
@@ -91,7 +94,8 @@ def main() -> int:
     results: dict[str, list[dict]] = {"A": [], "B": []}
     for i in range(a.repeats):
         for side in ("A", "B") if i % 2 == 0 else ("B", "A"):
-            results[side].append(run_side(sides[side], a.out / f"{side}{i + 1}", bench_args))
+            extra = a.b_extra if side == "B" else []
+            results[side].append(run_side(sides[side], a.out / f"{side}{i + 1}", [*bench_args, *extra]))
     rows = []
     for label, path in FIGURES:
         vals = {s: [v for v in (pick(r, path) for r in results[s]) if isinstance(v, (int, float))] for s in "AB"}
