@@ -400,3 +400,36 @@ def test_the_comment_scan_sees_issue_numbers_and_dates(tmp_path):
                    "def f():\n    \"\"\"Fixed in (#12),\n    and slower on 11-25.\"\"\"\n"
                    "s = 'issue 3 in a string is code, not a comment'  # 10-20 % of a core\n")
     assert [hit.split(":")[0] for hit in dated_or_numbered(bad)] == ["1", "4", "6", "7"]
+
+
+# --- the docs name the product's rooms ------------------------------------------------------------------
+DESIGN = ROOT / "docs" / "design.md"
+
+
+def product_rooms(base: Path) -> set[str]:
+    """`name.py` and `name/` for every module and package directly under `base`."""
+    return {f"{p.name}/" if p.is_dir() else p.name for p in base.iterdir()
+            if not p.name.startswith("_") and (p.suffix == ".py" or (p.is_dir() and any(p.rglob("*.py"))))}
+
+
+def rooms_in_table(markdown: str) -> set[str]:
+    """Every `name.py` / `name/` in the first column of design.md's "room by room" table."""
+    section = markdown.split("**The product, room by room.**", 1)[1].split("\n\n", 2)[1]
+    return {name for row in section.splitlines() if row.startswith("| `")
+            for name in re.findall(r"`([\w.]+(?:\.py|/))`", row.split("|")[1])}
+
+
+def test_design_names_every_room_of_the_product():
+    on_disk, in_docs = product_rooms(INCLUDE / PRODUCT), rooms_in_table(DESIGN.read_text())
+    assert not on_disk - in_docs, f"docs/design.md 'room by room' misses {sorted(on_disk - in_docs)}"
+    assert not in_docs - on_disk, f"docs/design.md 'room by room' names what is gone: {sorted(in_docs - on_disk)}"
+
+
+def test_the_room_scan_sees_a_new_module(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("")
+    (tmp_path / "b.py").write_text("")
+    (tmp_path / "_private.py").write_text("")
+    assert product_rooms(tmp_path) == {"pkg/", "b.py"}
+    doc = "**The product, room by room.** x\n\n| room | what |\n|---|---|\n| `b.py`, `c.py` | two |\n\nafter `d.py`"
+    assert rooms_in_table(doc) == {"b.py", "c.py"}
