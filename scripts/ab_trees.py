@@ -90,6 +90,7 @@ def main() -> int:
     p.add_argument("bench_args", nargs=argparse.REMAINDER, help="after --: arguments of `aldebaran bench all`")
     a = p.parse_args()
     bench_args = [x for x in a.bench_args if x != "--"]
+    a.out = a.out.resolve()  # each side runs in its own tree
     sides = {"A": worktree(a.rev_a), "B": ROOT}
     results: dict[str, list[dict]] = {"A": [], "B": []}
     for i in range(a.repeats):
