@@ -74,6 +74,30 @@ def test_dispatch_section_shows_channels_writes_per_delivery_and_the_ledger_ceil
     assert "192,300" in doc
 
 
+def test_merge_adds_the_channels_this_run_measured_beside_the_earlier_ones(tmp_path):
+    from aldebaran_capacity.bench import suite
+
+    channel = {"alerts": 100, "received": 100, "received_twice": 0, "runs": 2, "deliveries_eps": 500.0,
+               "deliveries_eps_incl_start": 400.0, "ledger_writes_per_delivery": 0.02,
+               "ratio_to_ledger_ceiling": 0.01, "correct": True}
+    old = {"channels": {"webhook": channel, "pagerduty": {**channel, "deliveries_eps": 1.0}},
+           "ledger_writes_per_delivery": 0.02}
+    new = {"alerts": 100, "sms_alerts": 100, "repeats": 1, "ledger_writes_per_delivery": 0.5,
+           "channels": {"pagerduty": {**channel, "deliveries_eps": 900.0, "ledger_writes_per_delivery": 0.01},
+                        "apns": {**channel, "ledger_writes_per_delivery": 0.5, "correct": False}}}
+    origin = {"command": "aldebaran bench all", "date": "2026-01-01 00:00 UTC"}
+
+    merged = suite.merge_dispatch(new, old, origin)
+
+    assert list(merged["channels"]) == ["webhook", "pagerduty", "apns"]
+    assert merged["channels"]["webhook"]["from_run"] == origin
+    assert merged["channels"]["pagerduty"]["deliveries_eps"] == 900.0
+    assert "from_run" not in merged["channels"]["pagerduty"]
+    # apns cannot deduplicate: its sent markers do not count against the ledger-writes budget
+    assert merged["ledger_writes_per_delivery"] == 0.02
+    assert merged["correct"] is False and merged["all_correct"] is False
+
+
 def test_merge_keeps_sections_and_book_sizes_this_run_did_not_measure(tmp_path):
     import json
 

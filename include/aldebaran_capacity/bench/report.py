@@ -405,7 +405,10 @@ def _dispatch_markdown(dp: dict) -> list[str]:
         "of the same ids on a fresh alerts topic (2 partitions), drained by a streaming dispatcher process "
         "(`aldebaran dispatch --follow`, as dispatch_supervisor runs it) through the group-commit ledger in MinIO "
         "into a real recipient: a receiver in its own process (webhook one alert per POST, webhook batched 100 per "
-        "POST, SMS provider), a Kafka topic read back by the bench (bus) or the log channel's file read back by the bench (log). deliveries/s = unique alerts received ÷ (last − first receipt); "
+        "POST, SMS provider, the fakes of PagerDuty, Opsgenie, FCM and APNs), a real Alertmanager read back "
+        "through its API, a Kafka topic read back by the bench (bus) or the log channel's file read back by the bench "
+        "(log); push (fcm, apns) gets the SMS count, as it cannot deduplicate. A channel marked † was measured by an "
+        "earlier run (its command and date in the JSON's `from_run`). deliveries/s = unique alerts received ÷ (last − first receipt); "
         "\"incl. start\" also counts joining the consumer group. Writes/delivery = ledger object write requests ÷ "
         f"deliveries. Median of {dp['repeats']} run(s) per channel.",
         "",
@@ -414,7 +417,8 @@ def _dispatch_markdown(dp: dict) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, c in dp["channels"].items():
-        lines.append(f"| {name} | {_n(c['deliveries_eps'])} | {_n(c.get('deliveries_eps_incl_start'))} | {c['runs']} | "
+        mark = " †" if c.get("from_run") else ""
+        lines.append(f"| {name}{mark} | {_n(c['deliveries_eps'])} | {_n(c.get('deliveries_eps_incl_start'))} | {c['runs']} | "
                      f"{c['ledger_writes_per_delivery']:.4f} | {_ratio(c.get('ratio_to_ledger_ceiling'))} | "
                      f"{c['received']:,} / {c['alerts']:,} | {c['received_twice']} | {_ok(c['correct'])} |")
     lines += [

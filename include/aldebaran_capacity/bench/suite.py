@@ -224,6 +224,22 @@ def merge(results: dict, previous_path: Path) -> dict:
             rows = sorted(kept + results["books"]["rows"], key=lambda r: r["books"])
             correct = all(r["correct"] for r in rows if not r.get("skipped"))
             merged["books"] = {**results["books"], "rows": rows, "correct": correct}
+        elif section == "dispatch":
+            merged["dispatch"] = merge_dispatch(results["dispatch"], old, origin)
     merged["config"] = {**previous.get("config", {}), **results["config"]}
     merged["correct"] = all(merged[s].get("correct") for s in SECTIONS if s in merged)
     return merged
+
+
+def merge_dispatch(new: dict, old: dict, origin: dict) -> dict:
+    """The channels this run measured, and the previous report's others, each marked with its run: lets
+    a channel added later (or re-measured) land beside the others without re-running them all."""
+    kept = {name: {**c, "from_run": c.get("from_run") or old.get("from_run") or origin}
+            for name, c in old.get("channels", {}).items() if name not in new["channels"]}
+    from aldebaran_capacity.bench.dispatch import IN_DOUBT_KINDS
+
+    channels = {**kept, **new["channels"]}
+    correct = all(c["correct"] for c in channels.values())
+    writes = [c["ledger_writes_per_delivery"] or 0 for k, c in channels.items() if k not in IN_DOUBT_KINDS]
+    return {**new, "channels": channels, "all_correct": correct, "correct": correct,
+            "ledger_writes_per_delivery": max(writes, default=None)}
