@@ -9,7 +9,6 @@ import json
 import pytest
 from aiohttp import web
 
-from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import (
     AlertmanagerChannel,
     Connection,
@@ -20,17 +19,10 @@ from aldebaran.delivery.channels import (
 )
 from aldebaran.delivery.channels.alertmanager import alertname, payload
 from aldebaran.exceptions import ConfigError
-from aldebaran.model import Alert
 from aldebaran_capacity.receivers import HttpReceiver
 from aldebaran_capacity.receivers.base import json_response
 
-
-def make_alert(order: str = "1", **over) -> Alert:
-    data = {"alert_id": alert_id("OVERFILL", order), "kind": "OVERFILL", "order_id": order, "client": "Sendence",
-            "stock": "AAPL", "requested": 100, "purchased": 120, "purchase_count": 3, "trigger_event_id": "p-1",
-            "trigger_event_ts": 1_700_000_000_000, "detected_at": 1_700_000_000_500}
-    data.update(over)
-    return Alert.from_dict(data)
+from .alerts import make_alert
 
 
 class FakeAlertmanagerAnswers(HttpReceiver):

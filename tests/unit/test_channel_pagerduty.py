@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import (
     Connection,
     OpsgenieChannel,
@@ -26,12 +25,11 @@ from aldebaran.model import Alert
 from aldebaran_capacity.receivers import FakeOpsgenie, FakePagerDuty
 
 
+from .alerts import make_alert as _make_alert
+
+
 def make_alert(order: str = "1", **over) -> Alert:
-    data = {"alert_id": alert_id("OVERFILL", order), "kind": "OVERFILL", "order_id": order, "client": "Sendence",
-            "stock": "AAPL", "requested": 100, "purchased": 120, "purchase_count": 3, "trigger_event_id": "p-1",
-            "trigger_event_ts": 1_700_000_000_000, "detected_at": 1_700_000_000_500, "message": "over"}
-    data.update(over)
-    return Alert.from_dict(data)
+    return _make_alert(order, **{"message": "over", **over})
 
 
 def conn(**fields) -> Connection:

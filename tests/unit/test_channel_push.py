@@ -24,11 +24,11 @@ from aldebaran.model import Alert
 from aldebaran_capacity.receivers import FakeApns, FakeFcm, self_signed_cert
 
 
+from .alerts import make_alert as _make_alert
+
+
 def make_alert(order: str = "1", **over) -> Alert:
-    data = {"alert_id": alert_id("OVERFILL", order), "kind": "OVERFILL", "order_id": order, "client": "Sendence",
-            "stock": "AAPL", "requested": 100, "purchased": 120, "purchase_count": 3, "detected_at": 1_700_000_000_500}
-    data.update(over)
-    return Alert.from_dict(data)
+    return _make_alert(order, without=("trigger_event_id", "trigger_event_ts"), **over)
 
 
 @pytest.fixture(scope="module")
