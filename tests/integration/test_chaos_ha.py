@@ -44,23 +44,26 @@ def profile():
 
 
 def test_broker_and_active_auditor_killed_under_load_lose_and_duplicate_nothing(profile):
-    result = chaos_ha.run(rate=3_000, components=("kafka", "auditor"), down_s=5.0, warmup_s=45.0, baseline_s=15.0,
+    result = chaos_ha.run(rate=1_000, components=("kafka", "auditor"), down_s=5.0, warmup_s=45.0, baseline_s=15.0,
                           seed=5, mode="short")
     d = result.details
     log.info("chaos ha (short): %s", json.dumps({k: v for k, v in d.items() if k != "baseline"}, default=str)[:6000])
     assert d["failures"] == []
     assert [f["component"] for f in d["faults"]] == [chaos_ha.LABELS["kafka"], chaos_ha.LABELS["auditor"]]
     assert d["faults"][0]["member"].startswith("kafka-")
-    assert d["trades"]["achieved_per_s"] >= 2_500  # offered 3k/s
+    assert d["trades"]["achieved_per_s"] >= 900  # offered 1k/s
     topic = d["alerts_topic"]
-    assert topic["expected"] > 10_000 and (topic["missing"], topic["extra"], topic["changed"]) == (0, 0, 0)
+    assert topic["expected"] > 3_000 and (topic["missing"], topic["extra"], topic["changed"]) == (0, 0, 0)
     for name in ("webhook", "bus"):
         r = d["recipients"][name]
         assert (r["received"], r["lost"], r["duplicated"], r["unexpected"]) == (topic["expected"], 0, 0, 0), name
     for f in d["faults"]:
         # measured, whatever the figure: the gap target (≤ 10 s) is reported, not asserted, on a shared 2-core box
         assert f["max_gap_s"] is not None and f["p99_ms"] is not None and f["alerts_in_window"] > 0
+        assert f["detect_s"] is not None and f["takeover_s"] is not None  # both faults' probes saw them
         assert (f["lost"], f["duplicated"]) == (0, 0)
     section = d["results"]
-    assert [set(f) >= {"component", "max_gap_s", "p99_ms", "lost", "duplicated"} for f in section["faults"]] == [True] * 2
+    keys = {"component", "detect_s", "takeover_s", "catch_up_s", "max_gap_s", "lost", "duplicated"}
+    assert [set(f) >= keys for f in section["faults"]] == [True] * 2
+    assert section["offered_rate"] == 1_000 and section["baseline_p99_ms"] is not None
     assert (result.lost, result.duplicated) == (0, 0)

@@ -134,6 +134,8 @@ def test_the_s3_balancer_spreads_over_every_node_and_checks_each(tmp_path):
     assert [line.split()[2] for line in cfg.splitlines() if line.strip().startswith("server ")] == [
         "127.0.0.1:19000", "127.0.0.1:19001", "127.0.0.1:19002", "127.0.0.1:19003"]
     assert cfg.count(" check") == 4 and "GET /minio/health/live" in cfg
+    # its status page, where `chaos ha` sees when a node is taken out
+    assert "bind 127.0.0.1:19011" in cfg and "stats uri /stats" in cfg
 
 
 def test_kafka_nodes_share_one_cluster_id(tmp_path):

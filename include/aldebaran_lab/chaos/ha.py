@@ -31,13 +31,10 @@ import contextlib
 import json
 import logging
 import os
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 
-from aldebaran import kafka_admin, kafka_io, paths, reference
+from aldebaran import kafka_admin, kafka_io, reference
 from aldebaran.exceptions import ObjectStoreError, ServiceError
 from aldebaran.progress import Progress
 from aldebaran_lab.chaos.common import (
@@ -45,8 +42,13 @@ from aldebaran_lab.chaos.common import (
     bus_verdict, campaign_ledger, caught_up, committed, delivery_env, unsettled, wait_for,
 )
 from aldebaran_lab.chaos.failover import LEASE_SECONDS, READY_LINE, STANDBY
-from aldebaran_lab.chaos.ha_measure import Fault, commit_times, fault_figures, misses, row, section
-from aldebaran_lab.chaos.under_load import EVENTS_PER_ORDER, TTL_SECONDS, expected_keys
+from aldebaran_lab.chaos import ha_probes
+from aldebaran_lab.chaos.ha_load import (
+    LADDER, expected_alerts, find_rate, load_result, read_alerts, start_load, trade_to_alert,
+)
+from aldebaran_capacity.bench.harness import percentile
+from aldebaran_lab.chaos.ha_measure import Fault, commit_times, fault_figures, misses, phases, row, section
+from aldebaran_lab.chaos.under_load import EVENTS_PER_ORDER, TTL_SECONDS
 from aldebaran_lab.services import ha
 
 log = logging.getLogger(__name__)
@@ -164,29 +166,15 @@ class Platform:
                 d.forget()
 
 
-def active_worker(app_name: str) -> str | None:
-    """The HA Spark worker running the oldest live application named `app_name` (the active auditor: a
-    standby is always started after it), from the master's and workers' JSON status pages."""
-    def get(port: int) -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/", timeout=5) as resp:
-            return json.load(resp)
-
-    try:
-        apps = sorted((a["starttime"], a["id"]) for a in get(ha.LAYOUT.spark_ui_port).get("activeapps", [])
-                      if a.get("name") == app_name)
-        for i, port in enumerate(ha.LAYOUT.spark_worker_ui_ports, start=1):
-            if apps and any(e.get("appid") == apps[0][1] for e in get(port).get("executors", [])):
-                return f"spark-worker-{i}"
-    except (OSError, ValueError) as exc:
-        log.warning("chaos ha: the Spark status pages did not answer: %s", exc)
-    return None
-
-
-def member_fault(name: str, down_s: float, patience: float) -> tuple[float | None, str]:
-    """SIGKILL a member of the profile, leave it dead `down_s`, start it again: (kill → healthy, note). A
-    member slower than its start timeout (a loaded machine) is waited for up to `patience` s more."""
+def member_fault(name: str, down_s: float, patience: float,
+                 probe: ha_probes.Probe | None = None) -> tuple[float | None, str]:
+    """SIGKILL a member of the profile (`probe` started at once), leave it dead `down_s`, start it again:
+    (kill → healthy, note). A member slower than its start timeout (a loaded machine) is waited for up to
+    `patience` s more."""
     t0 = time.time()
     ha.kill(name)
+    if probe is not None:
+        probe.start()
     time.sleep(down_s)
     try:
         ha.start(name)
@@ -200,81 +188,58 @@ def member_fault(name: str, down_s: float, patience: float) -> tuple[float | Non
     return time.time() - t0, ""
 
 
-def inject(component: str, platform: Platform, down_s: float, step_timeout: float) -> Fault:
-    """Kill `component`, bring it (or its replacement) back; the Fault, its window not closed yet."""
+def inject(component: str, platform: Platform, down_s: float, step_timeout: float,
+           probe_for) -> tuple[Fault, ha_probes.Probe | None]:
+    """Kill `component`, bring it (or its replacement) back: the Fault, its window not closed yet, and the
+    probe that notes when the platform noticed (`probe_for(component, member)`, started at the kill; None
+    for a member nothing on the data path waits for: its detection is the kill)."""
     if component == "auditor":
+        probe = probe_for(component, "")
         fault = Fault(LABELS[component], "", time.time())
         fault.member = platform.kill_active()
+        probe.start()
         time.sleep(down_s)
         platform.restore_standby(step_timeout)
         fault.restored_s = time.time() - fault.start
-        return fault
+        return fault, probe
     if component == "dispatcher":
         victim = platform.dispatchers[0]
+        probe = probe_for(component, victim.name)
         fault = Fault(LABELS[component], victim.name, time.time())
         with platform.lock:
             platform.held.add(victim.name)
             victim.kill()
+        probe.start()
         time.sleep(down_s)
         with platform.lock:
             platform.held.discard(victim.name)
             victim.start()
         wait_for(victim.running, step_timeout, 0.5, f"dispatcher {victim.name} running again")
         fault.restored_s = time.time() - fault.start
-        return fault
+        return fault, probe
     note = ""
     if component == "kafka":
         name = ha.kafka_controller()
     elif component == "minio":
         name = MINIO_VICTIM
     elif component == "spark-worker":
-        found = active_worker(f"aldebaran-{platform.ws.name}")
+        found = ha_probes.active_worker(f"aldebaran-{platform.ws.name}")
         name, note = found or "spark-worker-1", "" if found else "the active auditor's worker not found: killed spark-worker-1"
     else:
         name = {"scheduler": "airflow-scheduler-1", "triggerer": "airflow-triggerer-1",
                 "spark-master": "spark-master"}[component]
+    probe = probe_for(component, name)
     fault = Fault(LABELS[component], name, time.time(), note=note)
+    if probe is None:
+        fault.detected = fault.start
     if component in ("scheduler", "triggerer"):
         peer = name[:-1] + "2"
         checker = threading.Timer(down_s / 2, lambda: setattr(fault, "note", f"{peer} healthy while {name} was "
                                                               f"dead: {ha.member(peer).healthy()}"))
         checker.start()
-    fault.restored_s, failed = member_fault(name, down_s, step_timeout)
+    fault.restored_s, failed = member_fault(name, down_s, step_timeout, probe)
     fault.note = "; ".join(x for x in (fault.note, failed) if x)
-    return fault
-
-
-def start_load(ws: Workspace, orders: int, seed: int, rate: float, producers: int) -> list[subprocess.Popen]:
-    """under_load's producer processes (`python -m aldebaran_lab.chaos.under_load`), each a share of the mix."""
-    err = open(ws.logs / "producer.log", "ab")  # noqa: SIM115 - the children write it until they exit
-    return [subprocess.Popen([sys.executable, "-m", "aldebaran_lab.chaos.under_load", "--orders", str(orders),
-                              "--seed", str(seed), "--rate", str(rate / producers), "--part", f"{k}/{producers}"],
-                             env=ws.env(), stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
-            for k in range(producers)]
-
-
-def load_result(procs: list[subprocess.Popen], ws: Workspace) -> dict:
-    outs = [(p, p.communicate()[0]) for p in procs]
-    if bad := [p.returncode for p, _ in outs if p.returncode != 0]:
-        raise ChaosError(f"producer(s) exited {bad}; see {ws.logs / 'producer.log'}")
-    parts = [json.loads(out.decode().strip().splitlines()[-1]) for _, out in outs]
-    count, seconds = sum(p["count"] for p in parts), max(p["seconds"] for p in parts)
-    return {"sent": count, "elapsed_s": round(seconds, 1), "achieved_per_s": round(count / seconds)}
-
-
-def expected_alerts(orders: int, seed: int, workers: int = 2) -> dict[str, tuple]:
-    """under_load.expected_keys over the whole mix, its chunks shared by `workers` processes (~25 s per 20k
-    orders and process on this machine under load: a full run's reference would take longer than the run)."""
-    from concurrent.futures import ProcessPoolExecutor
-
-    out: dict[str, tuple] = {}
-    with ProcessPoolExecutor(workers) as pool:
-        for part in pool.map(expected_keys, [orders] * workers, [seed] * workers,
-                             [(k, workers) for k in range(workers)]):
-            if twice := out.keys() & part.keys():
-                raise ChaosError(f"the reference expects alerts {sorted(twice)[:3]} twice")
-            out |= part
-    return out
+    return fault, probe
 
 
 def slots(components, down_s: float) -> list[float]:
@@ -282,7 +247,7 @@ def slots(components, down_s: float) -> list[float]:
     return [down_s + SLOT_EXTRA.get(c, SLOT_DEFAULT) for c in components]
 
 
-def run(rate: float = 10_000, components=COMPONENTS, down_s: float = 10.0, warmup_s: float = 60.0,
+def run(rate: float | None = None, components=COMPONENTS, down_s: float = 10.0, warmup_s: float = 60.0,
         baseline_s: float = 30.0, seed: int = 1, mode: str = "full", producers: int = 2,
         step_timeout: float = 300.0, catch_up_timeout: float = 1200.0) -> CampaignResult:
     with profile_env() as values:
@@ -302,7 +267,6 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
     failures: list[str] = []
     lengths = slots(components, down_s)
     seconds = warmup_s + baseline_s + sum(lengths) + MARGIN_S
-    orders = max(1, int(rate * seconds) // EVENTS_PER_ORDER)
     ws = Workspace.create("ha", s3a=True)
     group, prefix, bus_topic = f"chaos-{ws.name}", f"{ws.prefix}/deliveries", f"chaos-{ws.name}-bus"
     receiver = ReceiverProcess("webhook")
@@ -311,7 +275,6 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
     stop = threading.Event()
     progress = Progress("chaos ha", len(components), unit="faults", logger=log)
     try:
-        log.info("chaos ha: %d orders (%d trades at %.0f/s, %.0f s)", orders, orders * EVENTS_PER_ORDER, rate, seconds)
         kafka_admin.ensure_topics(ws.kafka, [bus_topic], partitions=2)
         receiver.start()
         conns = {"webhook": {"conn_type": "http", "host": receiver.url, "password": receiver.secret,
@@ -320,7 +283,7 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
         denv = ws.env(ALDEBARAN_CHANNELS=",".join(CHANNELS),
                       **{f"AIRFLOW_CONN_ALDEBARAN_{c.upper()}": json.dumps(conn) for c, conn in conns.items()},
                       **delivery_env(prefix, LEASE_SECONDS, ALDEBARAN_DELIVERY_GROUP=group))
-        platform = Platform(ws, values["ALDEBARAN_SPARK_MASTER"], int(rate * 5), denv)
+        platform = Platform(ws, values["ALDEBARAN_SPARK_MASTER"], int((rate or max(LADDER)) * 5), denv)
         for d in platform.dispatchers:
             d.start()
         for d in platform.dispatchers:
@@ -342,6 +305,21 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
         for target in (sample, watchdog):
             threading.Thread(target=target, daemon=True, name=f"chaos-ha-{target.__name__}").start()
 
+        # --- the rate: the highest of the ladder with trade → alert p99 within the limit, no fault ---
+        ladder = None
+        if rate is None:
+            ladder = find_rate(ws, producers=producers, seed=seed)
+            rate = ladder["rate"]
+            if not ladder["met"]:
+                failures.append(f"no rate of the ladder kept trade → alert p99 ≤ {ladder['limit_ms']:.0f} ms: "
+                                f"{ladder['steps']}")
+        orders = max(1, int(rate * seconds) // EVENTS_PER_ORDER)
+        log.info("chaos ha: %d orders (%d trades at %.0f/s, %.0f s)", orders, orders * EVENTS_PER_ORDER, rate, seconds)
+        admin = kafka_admin.admin(ws.kafka)
+        probe_for = ha_probes.probes(platform, admin, [f"{group}-{c}" for c in CHANNELS],
+                           [ws.kafka.trades_topic, ws.kafka.alerts_topic, bus_topic], step_timeout)
+        detections: list[ha_probes.Probe | None] = []
+
         # --- the load, and one fault per slot ---
         load = start_load(ws, orders, seed, rate, producers)
         load_t0 = time.time()
@@ -358,7 +336,8 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
                 failures.append(f"the load ended before the {component} fault: a longer slot or load needed")
                 break
             (faults[-1] if faults else baseline).end = time.time()
-            fault = inject(component, platform, down_s, step_timeout)
+            fault, probe = inject(component, platform, down_s, step_timeout, probe_for)
+            detections.append(probe)
             log.info("chaos ha: %s (%s) killed %.0f s into the load; back after %s s %s", fault.component,
                      fault.member, fault.start - load_t0, None if fault.restored_s is None else round(fault.restored_s),
                      fault.note)
@@ -370,6 +349,9 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
             f = faults[-1]
             time.sleep(max(0.0, max(load_t0 + moment, f.start + (f.restored_s or 0.0) + SETTLE_S) - time.time()))
         (faults[-1] if faults else baseline).end = time.time()
+        for fault, probe in zip(faults, detections):
+            if probe is not None:
+                fault.detected = probe.stop()
         trades = load_result(load, ws)
         log.info("chaos ha: %s trades in %s s (%s/s)", f"{trades['sent']:,}", trades["elapsed_s"],
                  f"{trades['achieved_per_s']:,}")
@@ -396,56 +378,70 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
         result.runs = len(platform.auditors) + sum(d.starts for d in platform.dispatchers)
 
         # --- verdict ---
-        seen: dict[str, dict] = {}
-        raw = 0
-        for m in kafka_io.read_topic(ws.kafka, ws.kafka.alerts_topic, timeout=300):
-            a = json.loads(m.value())
-            raw += 1
-            seen.setdefault(a["alert_id"], a)
+        seen, where, raw = read_alerts(ws)
         ids = set(expected)
-        topic = {"expected": len(ids), "received_raw": raw, "unique": len(seen), "missing": len(ids - seen.keys()),
-                 "extra": len(seen.keys() - ids),
+        # The rate ladder's alerts (their trades all produced before the load) are not the reference's.
+        probe_ids = {i for i, a in seen.items() if int(a["trigger_event_ts"]) < load_t0 * 1000 and i not in ids}
+        topic = {"expected": len(ids), "received_raw": raw, "unique": len(seen), "rate_ladder": len(probe_ids),
+                 "missing": len(ids - seen.keys()), "extra": len(seen.keys() - ids - probe_ids),
                  "changed": sum(1 for i in ids & seen.keys() if reference.key(seen[i]) != expected[i])}
         if topic["missing"] or topic["extra"] or topic["changed"]:
             failures.append(f"alerts topic differs from the reference: {topic}")
         trigger_ms = {i: int(a["trigger_event_ts"]) for i, a in seen.items() if i in ids}
         web = receiver.stats(summary=False)
         bus, bus_first = bus_verdict(ws.kafka, bus_topic, ids)
+        bus["unexpected"] -= len(probe_ids & bus_first.keys())
         received_at = {"webhook": {i: t for i, t in web["received_at"].items() if i in ids},
                        "bus": {i: t for i, t in bus_first.items() if i in ids}}
         missing = {r: ids - at.keys() for r, at in received_at.items()}
         recipients = {
             "webhook": {"expected": len(ids), "received": len(received_at["webhook"]), "lost": len(missing["webhook"]),
                         "duplicated": 0, "resent_same_key_deduplicated": web["duplicates"],
-                        "unexpected": len(set(web["received_at"]) - ids)},
+                        "unexpected": len(set(web["received_at"]) - ids - probe_ids)},
             "bus": bus,
         }
         result.lost = sum(r["lost"] for r in recipients.values())
         result.duplicated = sum(r["duplicated"] for r in recipients.values())
         commits = commit_times(samples)
-        entries = [fault_figures(f, commits, received_at, trigger_ms, missing, {}) for f in faults]
+        # The paths a kill can stop: the auditor's commits, each recipient's receipts per alerts partition.
+        paths: dict[str, list[float]] = {"auditor batches": commits}
+        for name, at in received_at.items():
+            for i, t in at.items():
+                paths.setdefault(f"{name} p{where[i][0]}", []).append(t)
+        latency = [(produced, ms) for _, produced, ms in trade_to_alert({i: seen[i] for i in ids & seen.keys()}, where)]
         base = fault_figures(baseline, commits, received_at, trigger_ms, missing, {})
+        base_lat = [ms for trig, _, ms in trade_to_alert({i: seen[i] for i in ids & seen.keys()}, where)
+                    if baseline.start <= trig <= baseline.end]
+        baseline_p99 = round(percentile(base_lat, 99)) if base_lat else None
+        baseline.detected = (baseline.start + baseline.end) / 2  # no kill: the same phases, from its middle
+        baseline.start = baseline.detected
+        base |= phases(baseline, paths, latency, baseline_p99)
+        entries = [fault_figures(f, commits, received_at, trigger_ms, missing, {}) | phases(f, paths, latency, baseline_p99)
+                   for f in faults]
         for e in entries:
             if m := misses(e):
                 log.warning("chaos ha: %s: target missed (%s)", e["component"], ", ".join(m))
         result.recovery_s = [e["max_gap_s"] for e in entries]
         result.rows = [row(e, 1) for e in entries] + [
-            {**row(base, 0), "scenario": "none (baseline slot before the first fault)", "faults": 0}] + [
+            {**row(base, 0), "scenario": "none (the baseline slot's middle, no fault)", "faults": 0}] + [
             {"scenario": f"whole run at the {name} recipient: {r['received']:,} of {r['expected']:,} alerts",
              "runs": result.runs, "faults": result.faults, "lost": r["lost"], "duplicated": r["duplicated"],
              "recovery": f"everything settled {settled_s:.0f} s after the load ended"}
             for name, r in recipients.items()]
-        about = {"command": "", "mode": mode, "started": result.started, "offered_trades_per_s": rate,
+        about = {"command": "", "mode": mode, "started": result.started, "rate_ladder": ladder,
                  "achieved_trades_per_s": trades["achieved_per_s"], "trades": trades["sent"],
                  "load_average_before": result.load_before, "minio_node_killed": MINIO_VICTIM,
-                 "down_s": down_s, "lost_whole_run": result.lost, "duplicated_whole_run": result.duplicated}
+                 "down_s": down_s, "lost_whole_run": result.lost, "duplicated_whole_run": result.duplicated,
+                 "baseline": {k: base.get(k) for k in ("detect_s", "takeover_s", "takeover_path", "catch_up_s",
+                                                         "max_gap_s", "p99_ms")}}
         result.details = {
             "offered_trades_per_s": rate, "trades": trades, "orders": orders, "producer_processes": producers,
             "components": list(components), "down_s": down_s, "slots_s": lengths, "alerts_expected": len(ids),
-            "max_offsets_per_trigger": int(rate * 5), "auditors_started": len(platform.auditors),
+            "max_offsets_per_trigger": platform.max_offsets, "auditors_started": len(platform.auditors),
             "batches_committed": samples[-1][1] if samples else 0, "settled_s_after_load": round(settled_s, 1),
             "alerts_topic": topic, "recipients": recipients, "baseline": base, "faults": entries,
-            "unexpected_exits": platform.deaths, "results": section(entries, **about), "failures": failures,
+            "rate_ladder": ladder, "unexpected_exits": platform.deaths, "failures": failures,
+            "results": section(entries, offered_rate=rate, baseline_p99_ms=baseline_p99, **about),
         }
         return result.finish(t0)
     except ChaosError as exc:

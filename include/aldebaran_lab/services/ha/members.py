@@ -179,6 +179,8 @@ class MinIOBalancer(Service):
             # One transaction per connection avoids it (MinIO itself closes such a connection).
             "    option httpclose\n\n"
             f"frontend s3\n    bind {self.address}\n    default_backend minio\n\n"
+            f"listen stats\n    bind {HOST}:{self.layout.minio_lb_stats_port}\n    stats enable\n"
+            "    stats uri /stats\n    stats refresh 1s\n\n"
             "backend minio\n    balance roundrobin\n    option httpchk GET /minio/health/live\n"
             "    http-check expect status 200\n    default-server inter 500ms fall 2 rise 2\n" + servers)
 

@@ -22,6 +22,8 @@ class Layout:
     minio_ports: tuple[int, ...] = (19000, 19001, 19002, 19003)
     # The clients' one S3 endpoint: HAProxy over the MinIO nodes (a dead node is taken out within ~1 s).
     minio_lb_port: int = 19010
+    # HAProxy's own status page (CSV at /stats;csv): which MinIO nodes it holds UP or DOWN.
+    minio_lb_stats_port: int = 19011
     postgres_port: int = 19432
     airflow_port: int = 19080
     scheduler_health_ports: tuple[int, ...] = (19974, 19975)

@@ -1,0 +1,117 @@
+"""The load of `aldebaran chaos ha` and the rate it is run at.
+
+The campaign measures failovers, not a queue: it runs at the offered rate at which, with no fault, trade
+→ alert p99 stays within ``P99_LIMIT_MS``. :func:`find_rate` finds that rate on the platform the
+campaign has just started (same auditors, dispatchers, topics): it offers the rates of a ladder in turn,
+``step_s`` each with fresh orders (a seed of their own), waits until the auditor has caught up, and
+reads each step's trade → alert latency off the alerts topic; it stops at the first rate over the limit
+(or that the producers cannot offer) and picks the highest rate within it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+from aldebaran import kafka_io
+from aldebaran_capacity.bench.harness import percentile
+from aldebaran_lab.chaos.common import ChaosError, Workspace, caught_up, wait_for
+from aldebaran_lab.chaos.under_load import EVENTS_PER_ORDER, expected_keys
+
+log = logging.getLogger(__name__)
+
+LADDER = (500, 1000, 2000, 3000, 5000, 8000)
+P99_LIMIT_MS = 2000.0
+STEP_WARMUP_S = 10.0  # the first seconds of a step are not measured (the rate settles)
+
+
+def start_load(ws: Workspace, orders: int, seed: int, rate: float, producers: int) -> list[subprocess.Popen]:
+    """under_load's producer processes (`python -m aldebaran_lab.chaos.under_load`), each a share of the mix."""
+    err = open(ws.logs / "producer.log", "ab")  # noqa: SIM115 - the children write it until they exit
+    return [subprocess.Popen([sys.executable, "-m", "aldebaran_lab.chaos.under_load", "--orders", str(orders),
+                              "--seed", str(seed), "--rate", str(rate / producers), "--part", f"{k}/{producers}"],
+                             env=ws.env(), stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
+            for k in range(producers)]
+
+
+def load_result(procs: list[subprocess.Popen], ws: Workspace) -> dict:
+    outs = [(p, p.communicate()[0]) for p in procs]
+    if bad := [p.returncode for p, _ in outs if p.returncode != 0]:
+        raise ChaosError(f"producer(s) exited {bad}; see {ws.logs / 'producer.log'}")
+    parts = [json.loads(out.decode().strip().splitlines()[-1]) for _, out in outs]
+    count, seconds = sum(p["count"] for p in parts), max(p["seconds"] for p in parts)
+    return {"sent": count, "elapsed_s": round(seconds, 1), "achieved_per_s": round(count / seconds)}
+
+
+def expected_alerts(orders: int, seed: int, workers: int = 2) -> dict[str, tuple]:
+    """under_load.expected_keys over the whole mix, its chunks shared by `workers` processes (~25 s per 20k
+    orders and process on this machine under load: a full run's reference would take longer than the run)."""
+    out: dict[str, tuple] = {}
+    with ProcessPoolExecutor(workers) as pool:
+        for part in pool.map(expected_keys, [orders] * workers, [seed] * workers,
+                             [(k, workers) for k in range(workers)]):
+            if twice := out.keys() & part.keys():
+                raise ChaosError(f"the reference expects alerts {sorted(twice)[:3]} twice")
+            out |= part
+    return out
+
+
+def read_alerts(ws: Workspace, timeout: float = 300.0) -> tuple[dict[str, dict], dict[str, tuple[int, float]], int]:
+    """The alerts topic: (alert id → its first copy, alert id → (partition, when it reached the topic, epoch
+    s), copies read). The topic is at-least-once: a repeat after a failover keeps the first copy's time."""
+    seen: dict[str, dict] = {}
+    where: dict[str, tuple[int, float]] = {}
+    raw = 0
+    for m in kafka_io.read_topic(ws.kafka, ws.kafka.alerts_topic, timeout=timeout):
+        a = json.loads(m.value())
+        raw += 1
+        if a["alert_id"] not in seen:
+            seen[a["alert_id"]] = a
+            where[a["alert_id"]] = (m.partition(), m.timestamp()[1] / 1000)
+    return seen, where, raw
+
+
+def trade_to_alert(seen: dict[str, dict], where: dict[str, tuple[int, float]]) -> list[tuple[float, float, float]]:
+    """(trigger trade's time, epoch s; when the alert reached the topic, epoch s; trade → alert ms) per alert."""
+    out = []
+    for i, a in seen.items():
+        trig = int(a["trigger_event_ts"]) / 1000
+        out.append((trig, where[i][1], (where[i][1] - trig) * 1000))
+    return out
+
+
+def find_rate(ws: Workspace, rates=LADDER, step_s: float = 40.0, producers: int = 2, seed: int = 1,
+              limit_ms: float = P99_LIMIT_MS, drain_timeout: float = 180.0) -> dict:
+    """Offer each rate of `rates` (ascending) for `step_s`; {"rate": the highest whose trade → alert p99
+    stayed ≤ `limit_ms` (the lowest tried if none did, with "met": False), "steps": each step's figures}."""
+    steps = []
+    for k, rate in enumerate(sorted(rates)):
+        orders = max(1, int(rate * step_s) // EVENTS_PER_ORDER)
+        t0 = time.time()
+        trades = load_result(start_load(ws, orders, seed * 1000 + k + 1, rate, producers), ws)
+        t1 = time.time()
+        ends = kafka_io.end_offsets(ws.kafka, ws.kafka.trades_topic)
+        try:
+            wait_for(lambda: caught_up(ws, ends), drain_timeout, 1.0, f"the auditor caught up after {rate}/s")
+        except ChaosError:
+            steps.append({"rate": rate, "achieved": trades["achieved_per_s"], "p99_ms": None,
+                          "note": f"not caught up {drain_timeout:.0f} s after the step"})
+            break
+        seen, where, _ = read_alerts(ws)
+        lat = [ms for trig, _, ms in trade_to_alert(seen, where) if t0 + STEP_WARMUP_S <= trig <= t1]
+        step = {"rate": rate, "achieved": trades["achieved_per_s"], "alerts": len(lat),
+                "p50_ms": round(percentile(lat, 50)) if lat else None,
+                "p99_ms": round(percentile(lat, 99)) if lat else None}
+        steps.append(step)
+        log.info("chaos ha: rate %s/s (achieved %s/s): trade → alert p50 %s ms, p99 %s ms over %d alerts", rate,
+                 trades["achieved_per_s"], step["p50_ms"], step["p99_ms"], len(lat))
+        if step["p99_ms"] is None or step["p99_ms"] > limit_ms or trades["achieved_per_s"] < 0.95 * rate:
+            break
+    good = [s["rate"] for s in steps if s.get("p99_ms") is not None and s["p99_ms"] <= limit_ms
+            and s["achieved"] >= 0.95 * s["rate"]]
+    return {"rate": max(good) if good else min(rates), "met": bool(good), "limit_ms": limit_ms,
+            "step_s": step_s, "steps": steps}
