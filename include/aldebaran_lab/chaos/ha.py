@@ -35,6 +35,7 @@ import threading
 import time
 
 from aldebaran import kafka_admin, kafka_io, reference
+from aldebaran.audit.sparkjob.handover import YIELDED
 from aldebaran.exceptions import ObjectStoreError, ServiceError
 from aldebaran.progress import Progress
 from aldebaran_lab.chaos.common import (
@@ -101,6 +102,7 @@ class Platform:
                                               CHANNELS, ws.store) for i in (1, 2)]
         self.held: set[str] = set()
         self.deaths: list[str] = []
+        self.handovers: list[str] = []  # actives that handed over to their standby (no executor left)
 
     def new_auditor(self, standby: bool) -> AuditorProcess:
         extra = ["--lease-seconds", str(LEASE_SECONDS), "--master", self.master, *(STANDBY if standby else [])]
@@ -118,7 +120,10 @@ class Platform:
     def watch(self) -> None:
         with self.lock:
             if self.active is not None and not self.active.alive():
-                self.deaths.append(f"active auditor rc {self.active.returncode()}: {self.active.tail(3)[-300:]}")
+                if YIELDED in self.active.log_path.read_text(errors="replace"):
+                    self.handovers.append(self.active.log_path.stem)  # it lost its executors: by design
+                else:
+                    self.deaths.append(f"active auditor rc {self.active.returncode()}: {self.active.tail(3)[-300:]}")
                 # Its standby takes the lease by itself; a new standby (or, without one, a cold start).
                 self.active, self.standby = (self.standby, None) if self.standby else (self.new_auditor(False), None)
             if (self.standby is None and "standby" not in self.held) or (self.standby and not self.standby.alive()):
@@ -440,7 +445,7 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
             "max_offsets_per_trigger": platform.max_offsets, "auditors_started": len(platform.auditors),
             "batches_committed": samples[-1][1] if samples else 0, "settled_s_after_load": round(settled_s, 1),
             "alerts_topic": topic, "recipients": recipients, "baseline": base, "faults": entries,
-            "rate_ladder": ladder, "unexpected_exits": platform.deaths, "failures": failures,
+            "rate_ladder": ladder, "unexpected_exits": platform.deaths, "handovers": platform.handovers, "failures": failures,
             "results": section(entries, offered_rate=rate, baseline_p99_ms=baseline_p99, **about),
         }
         return result.finish(t0)

@@ -20,7 +20,8 @@ def kafka_source(spark, settings: AuditorSettings, kafka: KafkaSettings):
 
     reader = (
         spark.readStream.format("kafka")
-        .options(**spark_kafka_options(spark, kafka))  # brokers, TLS, SASL: the platform's Kafka connection
+        # Failover options, then brokers, TLS, SASL: the platform's Kafka connection.
+        .options(**spark_kafka_options(spark, kafka, "source"))
         .option("subscribe", kafka.trades_topic)
         .option("startingOffsets", settings.starting_offsets)
         .option("failOnDataLoss", str(settings.fail_on_data_loss).lower())
@@ -197,6 +198,13 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
             lease.release()
         raise
     keeper = lease.keep(alive=lambda: _active(query), on_lost=lambda _why: query.stop()) if lease else None
+    watch = None
+    if lease and not spark.sparkContext.master.startswith("local"):  # executors apart from the driver
+        from aldebaran.audit.sparkjob import handover
+
+        watch = handover.ExecutorWatch(lambda: handover.executors(spark),
+                                       lambda: handover.standby_waiting(store, settings.checkpoint), query.stop)
+        watch.start()
     log.info("auditor %s started in %.1fs (checkpoint %s, rules %s)", settings.query_name,
              time.monotonic() - t_start, settings.checkpoint, settings.rules)
     t0 = time.monotonic()
@@ -231,13 +239,18 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
                 finally:
                     if pass_keeper:
                         pass_keeper.stop()
-            _stop_shard_hosts(spark, writer)
+            if not (watch and watch.yielded):  # no executor left to run the stop job on
+                _stop_shard_hosts(spark, writer)
         finally:
+            if watch:
+                watch.stop()
             if keeper:
                 keeper.stop()
                 lease.release()
     if lease and lease.lost:
         raise AuditorError(f"auditor {settings.query_name} stopped: {lease.lost}")
+    if watch and watch.yielded:
+        raise AuditorError(f"auditor {settings.query_name} lost its executors and {handover.YIELDED}")
     if exc is not None:
         raise AuditorError(f"auditor query {settings.query_name} failed: {exc}")
     log.info("auditor %s stopped after %.1fs", settings.query_name, time.monotonic() - t0)

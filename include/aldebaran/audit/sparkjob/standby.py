@@ -9,6 +9,10 @@ its tasks on the same executor, so its first batch finds the books in memory, a 
 most. The shuffle plan keeps books in Spark's Python workers, which a prefetch cannot aim at: there it
 only waits.
 
+While it waits it also announces itself beside the lease (:mod:`aldebaran.audit.sparkjob.handover`), so
+that an active auditor whose executors are gone (their machine died) hands over to it at once instead
+of waiting for a new executor and loading the books cold.
+
 Takeover is the lease's: at once when the holder died on this host (its pid is gone), else once the
 holder's lease has expired (``ALDEBARAN_AUDIT_LEASE_SECONDS``; the failover on another host takes up to
 that long). Fencing is the lease's too: the old active, if it is merely slow, cannot commit a batch
@@ -23,8 +27,9 @@ import threading
 import time
 from pathlib import Path
 
+from aldebaran.audit.sparkjob.handover import announce, withdraw
 from aldebaran.checkpoint import Checkpoint
-from aldebaran.exceptions import AldebaranError, LeaseHeld
+from aldebaran.exceptions import AldebaranError, LeaseHeld, ObjectStoreError
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +47,7 @@ def wait_for_lease(spark, settings, kafka, store):
     log.info("standby %s: Spark up; %s on %s (books prefetched every %.0fs)",
              settings.query_name, READY_LINE, settings.checkpoint, settings.standby_refresh_seconds)
     done = threading.Event()
-    warmer = threading.Thread(target=_prefetch_loop, args=(spark, settings, kafka, done), daemon=True,
+    warmer = threading.Thread(target=_prefetch_loop, args=(spark, settings, kafka, store, done), daemon=True,
                               name="aldebaran-standby-prefetch")
     warmer.start()
     t0 = time.monotonic()
@@ -58,9 +63,11 @@ def wait_for_lease(spark, settings, kafka, store):
             return lease
     finally:
         done.set()
+        warmer.join(timeout=1.0)  # its last announcement before the withdrawal
+        withdraw(store, settings.checkpoint)
 
 
-def _prefetch_loop(spark, settings, kafka, done: threading.Event) -> None:
+def _prefetch_loop(spark, settings, kafka, store, done: threading.Event) -> None:
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
@@ -77,6 +84,11 @@ def _prefetch_loop(spark, settings, kafka, done: threading.Event) -> None:
             log.warning("standby %s: prefetch failed (%s); the takeover would load the books cold",
                         settings.query_name, exc)
             warmed = []
+        if not done.is_set():  # warm (or as warm as it gets): the active may hand over to it
+            try:
+                announce(store, settings.checkpoint, settings.standby_refresh_seconds)
+            except ObjectStoreError as exc:
+                log.warning("standby %s: not announced (%s)", settings.query_name, exc)
         summary = [(w["shard"], w["version"]) for w in warmed]
         if summary != last:
             log.info("standby %s: books prefetched %s", settings.query_name, json.dumps(warmed))
@@ -93,7 +105,7 @@ def warm_clients(spark, settings, kafka) -> None:
     path.getFileSystem(spark._jsc.hadoopConfiguration()).exists(path)
     from aldebaran.kafka_conn import spark_kafka_options
 
-    (spark.read.format("kafka").options(**spark_kafka_options(spark, kafka))
+    (spark.read.format("kafka").options(**spark_kafka_options(spark, kafka, "source"))
      .option("subscribe", kafka.trades_topic).load().limit(1).collect())
     log.info("standby %s: checkpoint filesystem and Kafka client warmed in %.1fs", settings.query_name,
              time.monotonic() - t0)
