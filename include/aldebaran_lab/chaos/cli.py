@@ -179,11 +179,15 @@ def main(args: argparse.Namespace) -> int:
         verdict = "OK" if result.ok else "FAILED"
         log.info("%s: %s — runs %d, faults %d, lost %s, duplicated %s, %.0f s", name, verdict, result.runs,
                  result.faults, result.lost, result.duplicated, result.seconds)
-        log.info("%s details: %s", name, json.dumps(result.details, default=str)[:4000])
+        from aldebaran import paths
+
+        full = paths.ROOT / ".run" / "chaos" / f"{name}-details.json"  # every figure, also with --no-report
+        full.parent.mkdir(parents=True, exist_ok=True)
+        full.write_text(json.dumps({"command": command, **result.details}, indent=1, default=str))
+        log.info("%s details (all in %s): %s", name, full, json.dumps(result.details, default=str)[:4000])
         if not args.no_report:
             log.info("table written to %s", write_report(result, command))
             if name == "ha" and "results" in result.details:
-                from aldebaran import paths
                 from aldebaran_lab.chaos.ha_measure import write_results
 
                 results = {**result.details["results"], "command": command, "load_average_after": result.load_after}

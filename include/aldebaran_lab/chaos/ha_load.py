@@ -24,7 +24,7 @@ from aldebaran_lab.chaos.under_load import EVENTS_PER_ORDER, expected_keys
 
 log = logging.getLogger(__name__)
 
-LADDER = (500, 1000, 2000, 3000, 5000, 8000)
+LADDER = (250, 500, 1000, 2000, 4000, 8000)
 P99_LIMIT_MS = 2000.0
 STEP_WARMUP_S = 10.0  # the first seconds of a step are not measured (the rate settles)
 
