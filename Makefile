@@ -65,7 +65,7 @@ chaos-short: setup  ## the short campaigns left out of `make test` (pytest marke
 	@$(ALD) services up
 	@$(VENV)/bin/pytest tests/integration -m campaign --durations=25 $(PYTEST_ARGS)
 
-chaos-ha: setup-ha  ## `aldebaran chaos ha` on the HA profile (started if down, left up): one kill per component under 10k trades/s (~20 min)
+chaos-ha: setup-ha  ## `aldebaran chaos ha` on the HA profile (started if down, left up): first the highest rate with no-fault trade → alert p99 ≤ 2 s, then one kill per component at it; detection, takeover and catch-up per fault into docs/reliability.md and docs/img/reliability-results.json (~30 min; on a quiet box)
 	@$(ALD) services up --ha
 	@$(ALD) chaos ha $(CHAOS_ARGS)
 
