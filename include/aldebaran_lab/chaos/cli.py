@@ -68,8 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             help="trades/s offered (original publisher's mix); `ha` by default finds the highest rate whose "
                  "trade → alert p99 stays ≤ 2 s with no fault, and runs at it"),
         opt("--components", modes="ha", default=None,
-            help="comma list of what to kill, in turn (default all: kafka,minio,auditor,dispatcher,scheduler,"
-                 "triggerer,spark-master,spark-worker)"),
+            help="comma list of what to kill, in turn (default all: kafka,minio,dispatcher,scheduler,triggerer,"
+                 "api-server,spark-master,spark-worker,auditor)"),
         opt("--down-seconds", modes="ha", type=float, default=None, help="seconds a killed member stays dead"),
         opt("--seconds", modes=("under-load", *ALL), type=float, default=None, help="seconds of load"),
         opt("--payloads", modes=("fuzz", *ALL), type=int, default=None, help="hostile trade messages"),

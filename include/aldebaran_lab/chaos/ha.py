@@ -55,12 +55,14 @@ from aldebaran_lab.services import ha
 log = logging.getLogger(__name__)
 
 # The auditor last: a new standby's Spark start is the slowest restore (minutes on a loaded machine).
-COMPONENTS = ("kafka", "minio", "dispatcher", "scheduler", "triggerer", "spark-master", "spark-worker", "auditor")
+COMPONENTS = ("kafka", "minio", "dispatcher", "scheduler", "triggerer", "api-server", "spark-master", "spark-worker",
+              "auditor")
 LABELS = {"kafka": "Kafka broker (the KRaft controller)", "minio": "MinIO node", "auditor": "active auditor",
           "dispatcher": "streaming dispatcher", "scheduler": "Airflow scheduler", "triggerer": "Airflow triggerer",
+          "api-server": "Airflow api-server",
           "spark-master": "Spark master", "spark-worker": "Spark worker (the active auditor's executor)"}
 # A slot's length past `down_s`: what restarting the member takes here, and some settling (seconds).
-SLOT_EXTRA = {"auditor": 75.0, "scheduler": 60.0, "triggerer": 60.0}
+SLOT_EXTRA = {"auditor": 75.0, "scheduler": 60.0, "triggerer": 60.0, "api-server": 60.0}
 SLOT_DEFAULT = 45.0
 SETTLE_S = 15.0  # at least this long between a member back and the next kill (the schedule slips if need be)
 MARGIN_S = 30.0  # load after the last slot's planned end
@@ -232,7 +234,7 @@ def inject(component: str, platform: Platform, down_s: float, step_timeout: floa
         name, note = found or "spark-worker-1", "" if found else "the active auditor's worker not found: killed spark-worker-1"
     else:
         name = {"scheduler": "airflow-scheduler-1", "triggerer": "airflow-triggerer-1",
-                "spark-master": "spark-master"}[component]
+                "api-server": "airflow-api-server", "spark-master": "spark-master"}[component]
     probe = probe_for(component, name)
     fault = Fault(LABELS[component], name, time.time(), note=note)
     if probe is None:
