@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None, transform=None) -> int:
 
     spark = sparkmod.session("aldebaran-realtime-lane", shuffle_partitions=args.shuffle_partitions)
     query = realtime.start(
-        spark, kafka_options=spark_kafka_options(spark, kafka),
+        spark, kafka_options=spark_kafka_options(spark, kafka, "source"),
+        sink_kafka_options=spark_kafka_options(spark, kafka, "sink"),
         trades_topic=args.trades_topic or kafka.trades_topic, alerts_topic=args.alerts_topic or kafka.fast_alerts_topic,
         checkpoint=args.checkpoint, checkpoint_interval=args.checkpoint_interval,
         starting_offsets=args.starting_offsets, real_time=not args.micro_batch,

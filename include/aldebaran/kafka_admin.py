@@ -7,13 +7,16 @@ from __future__ import annotations
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from aldebaran import kafka_failover
 from aldebaran.exceptions import AldebaranError
 from aldebaran.kafka_conn import resolve
 from aldebaran.settings import KafkaSettings
 
+OPERATION_REQUEST_TIMEOUT = 35.0  # seconds: the topic operations' 30 s on the broker, and the round trip
+
 
 def admin(settings: KafkaSettings, **extra) -> AdminClient:
-    return AdminClient({**resolve(settings).client_config(), **extra})
+    return AdminClient({**kafka_failover.librdkafka(settings, "admin"), **resolve(settings).client_config(), **extra})
 
 
 def list_topics(settings: KafkaSettings, topic: str | None = None, timeout: float = 10, client=None):
@@ -43,7 +46,8 @@ def ensure_topics(settings: KafkaSettings, topics: list[str] | None = None, part
     ]
     if not new:
         return []
-    for topic, fut in client.create_topics(new, operation_timeout=30).items():
+    # The request may take the whole operation timeout on the broker, longer than a request's own timeout.
+    for topic, fut in client.create_topics(new, operation_timeout=30, request_timeout=OPERATION_REQUEST_TIMEOUT).items():
         try:
             fut.result()
         except KafkaException as exc:
@@ -57,7 +61,7 @@ def delete_topics(settings: KafkaSettings, topics: list[str]) -> None:
     existing = set(list_topics(settings, client=client).topics)
     doomed = [t for t in topics if t in existing]
     if doomed:
-        for _, fut in client.delete_topics(doomed, operation_timeout=30).items():
+        for _, fut in client.delete_topics(doomed, operation_timeout=30, request_timeout=OPERATION_REQUEST_TIMEOUT).items():
             fut.result()
 
 
@@ -78,7 +82,8 @@ def consumer_lag(settings: KafkaSettings, group: str, topic: str) -> dict:
     from confluent_kafka import Consumer, TopicPartition
 
     cluster = resolve(settings)
-    c = Consumer({**cluster.client_config(), "group.id": group, "enable.auto.commit": False, "log_level": 3})
+    c = Consumer({**kafka_failover.librdkafka(settings, "consumer"), **cluster.client_config(), "group.id": group,
+                  "enable.auto.commit": False, "log_level": 3})
     try:
         meta = list_topics(settings, topic, client=c).topics.get(topic)
         if meta is None or meta.error is not None:

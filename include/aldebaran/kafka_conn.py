@@ -14,8 +14,9 @@ task as Airflow resolves it (UI/REST API, ``AIRFLOW_CONN_*``, secrets backend); 
 the tasks that start those processes hand on (:func:`connection_env`). Without a connection, a plaintext
 client of ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS (the local platform's default).
 
-What reads it: the producers and consumers of :mod:`aldebaran.kafka_io` (auditor sinks, dispatchers,
-lanes, replay, explain, health lags), the admin client of :mod:`aldebaran.kafka_admin` and the health
+Under it, every client carries the failover keys of :mod:`aldebaran.kafka_failover` (a key in the extra
+wins over them). What reads it: the producers and consumers of :mod:`aldebaran.kafka_io` (auditor sinks,
+dispatchers, lanes, replay, explain, health lags), the admin client of :mod:`aldebaran.kafka_admin` and the health
 probe, and Spark's Kafka source and sink (:meth:`KafkaCluster.spark_options`: the Java client's names,
 translated by :mod:`aldebaran.kafka_java`). The lab derives the alert watcher's ``kafka_alerts_watcher``
 from it (aldebaran_lab.services.airflow).
@@ -41,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from aldebaran import connections
+from aldebaran import connections, kafka_failover
 from aldebaran.connections import Connection, scrub
 from aldebaran.exceptions import AldebaranError, ConfigError
 from aldebaran.kafka_java import MSK_BOOTSTRAP, SPARK_OPTIONS_KEY, spark_options
@@ -229,10 +230,12 @@ def protect_spark(spark) -> None:
     spark.conf.set("spark.sql.redaction.options.regex", SPARK_REDACTION)
 
 
-def spark_kafka_options(spark, settings: KafkaSettings | None = None) -> dict[str, str]:
-    """The Kafka source/sink options for `spark` (secrets redacted in its plans): :func:`resolve`'s
-    :meth:`KafkaCluster.spark_options`."""
+def spark_kafka_options(spark, settings: KafkaSettings | None = None, role: str = "source") -> dict[str, str]:
+    """The options of Spark's Kafka `role` ("source" or "sink") for `spark` (secrets redacted in its plans):
+    the failover options (:func:`aldebaran.kafka_failover.java`), then :func:`resolve`'s
+    :meth:`KafkaCluster.spark_options`, which win."""
+    settings = settings or load(KafkaSettings)
     options = resolve(settings).spark_options()
     if len(options) > 2:  # more than bootstrap.servers and security.protocol
         protect_spark(spark)
-    return options
+    return {**kafka_failover.java(settings, role), **options}

@@ -1,7 +1,7 @@
 """Producing and consuming with confluent-kafka (librdkafka): the load generator, the auditor's
 alert sink, the dispatcher and the tests all go through here. Every client is configured from the
-platform's Kafka connection (:mod:`aldebaran.kafka_conn`: brokers, TLS, SASL), then this module's
-defaults, then the caller's own keys."""
+platform's failover settings (:mod:`aldebaran.kafka_failover`), then its Kafka connection
+(:mod:`aldebaran.kafka_conn`: brokers, TLS, SASL), then this module's defaults, then the caller's own keys."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Iterable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from aldebaran import kafka_failover
 from aldebaran.exceptions import AldebaranError
 from aldebaran.kafka_conn import resolve
 from aldebaran.settings import KafkaSettings
@@ -20,7 +21,7 @@ log = logging.getLogger(__name__)
 
 def producer(settings: KafkaSettings, **extra) -> Producer:
     conf = {
-        "enable.idempotence": True,  # no duplicates from producer retries; acks=all
+        # Idempotence (acks=all) and the message timeout come with the failover keys (kafka_failover).
         # librdkafka's default partitioner (consistent_random: CRC32 of the key), as a user's plain
         # confluent-kafka Producer has it: the auditor detects whichever standard partitioner the
         # trades' producers use (aldebaran.audit.partitioning), so the platform's own tools need none.
@@ -32,7 +33,8 @@ def producer(settings: KafkaSettings, **extra) -> Producer:
         "log_level": 3,
     }
     # The connection's tuning (linger.ms, compression, ...) wins over these defaults; the caller's keys win over both.
-    return Producer({**conf, **resolve(settings).client_config(), **extra})
+    return Producer({**kafka_failover.librdkafka(settings, "producer"), **conf, **resolve(settings).client_config(),
+                     **extra})
 
 
 def produce_all(p: Producer, topic: str, records: Iterable[tuple], headers=None) -> int:
@@ -141,8 +143,10 @@ def consumer(settings: KafkaSettings, group: str, **extra) -> Consumer:
         "enable.partition.eof": True,
         "log_level": 3,
     }
-    # The connection, then what this consumer needs (its group, no auto commit), then the caller's keys.
-    return Consumer({**resolve(settings).client_config(), **conf, **extra})
+    # The failover keys, the connection, then what this consumer needs (its group, no auto commit), then the
+    # caller's keys.
+    return Consumer({**kafka_failover.librdkafka(settings, "consumer"), **resolve(settings).client_config(), **conf,
+                     **extra})
 
 
 def read_topic(settings: KafkaSettings, topic: str, timeout: float = 10.0, idle: float = 2.0) -> list:

@@ -126,11 +126,13 @@ class ChannelDispatcher:
         """Deliver until `stop`, or (idle_timeout not None) until nothing arrived for that long."""
         from confluent_kafka import TopicPartition
 
+        from aldebaran.kafka_failover import dispatcher_group
         from aldebaran.kafka_io import consumer
 
         c = consumer(self.kafka, self.group, **{
-            "enable.partition.eof": False, "session.timeout.ms": self.settings.session_timeout_ms,
-            "heartbeat.interval.ms": max(500, self.settings.session_timeout_ms // 5),
+            # Session, heartbeat, assignment strategy, poll interval: how a dead member's partitions move on.
+            **dispatcher_group(self.settings),
+            "enable.partition.eof": False,
             "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
             # A streaming dispatcher is a static member: its restart takes its partitions back at once
             # (ALDEBARAN_DELIVERY_STATIC_MEMBERSHIP); a one-pass run stays dynamic beside it.

@@ -4,8 +4,9 @@ fails at start naming it (aldebaran.settings.load)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -73,6 +74,19 @@ class DeliverySettings(BaseSettings):
                     "move to a live one after about this long (at least the broker's group.min.session.timeout.ms; "
                     "a dispatcher frozen longer loses its partitions)",
     )
+    assignment_strategy: Literal["cooperative-sticky", "range,roundrobin", "range", "roundrobin"] = Field(
+        "cooperative-sticky",
+        description="ALDEBARAN_DELIVERY_ASSIGNMENT_STRATEGY: partition.assignment.strategy of the dispatchers' "
+                    "consumer groups: cooperative-sticky moves only the partitions that change owner, so a "
+                    "survivor keeps delivering its own through a handover; the eager ones revoke every partition "
+                    "of every member. All members of a group must agree (aldebaran.kafka_failover)",
+    )
+    max_poll_interval_ms: int = Field(
+        300_000, ge=1_000, le=86_400_000,
+        description="ALDEBARAN_DELIVERY_MAX_POLL_INTERVAL_MS: a dispatcher that does not poll for this long leaves "
+                    "its consumer group, and a rebalance waits at most this long for a member (at least "
+                    "ALDEBARAN_DELIVERY_SESSION_TIMEOUT_MS)",
+    )
     # Chosen by measurement (docs/reliability.md § dispatcher restart handover): a restarted member with the
     # old one's group.instance.id takes its partitions back without a rebalance, so neither a killed
     # predecessor's session nor a busy member of the same group (which rejoins only when it polls) holds it up.
@@ -86,6 +100,14 @@ class DeliverySettings(BaseSettings):
     idle_seconds: float = Field(
         5.0, gt=0, description="ALDEBARAN_DELIVERY_IDLE_SECONDS: `dispatch` (one pass) returns after this long idle"
     )
+
+    @field_validator("max_poll_interval_ms")
+    @classmethod
+    def _at_least_the_session(cls, value: int, info: ValidationInfo) -> int:
+        session = info.data.get("session_timeout_ms")
+        if session is not None and value < session:  # librdkafka refuses it too, later and less clearly
+            raise ValueError(f"must be at least ALDEBARAN_DELIVERY_SESSION_TIMEOUT_MS ({session})")
+        return value
 
 
 class ChannelSettings(BaseSettings):

@@ -126,7 +126,8 @@ def plan(kafka_rows, limits: jvmparse.Limits = jvmparse.Limits(), dedupe: bool =
 def start(spark, *, bootstrap_servers: str | None = None, trades_topic: str, alerts_topic: str, checkpoint: str,
           checkpoint_interval: str = DEFAULT_CHECKPOINT_INTERVAL, starting_offsets: str = "latest",
           real_time: bool = True, query_name: str = "aldebaran-realtime-lane",
-          source_options: dict[str, str] | None = None, transform=None, kafka_options: dict[str, str] | None = None):
+          source_options: dict[str, str] | None = None, transform=None, kafka_options: dict[str, str] | None = None,
+          sink_kafka_options: dict[str, str] | None = None):
     """Start the lane: Kafka ``trades_topic`` → :func:`plan` → Kafka ``alerts_topic``. Returns the query.
 
     ``real_time=False`` runs the same plan as micro-batches back to back (``processingTime="0 seconds"``):
@@ -134,7 +135,8 @@ def start(spark, *, bootstrap_servers: str | None = None, trades_topic: str, ale
     ``source_options``: more options of the Kafka source (``kafka.fetch.max.wait.ms``, ...), after the
     lane's own. ``transform``: another plan over the Kafka rows than :func:`plan` (the benchmark's variants).
     ``kafka_options``: how the source and the sink reach the cluster (``kafka.``-prefixed, from the platform's
-    Kafka connection: aldebaran.kafka_conn.spark_kafka_options); else a plaintext ``bootstrap_servers``."""
+    Kafka connection: aldebaran.kafka_conn.spark_kafka_options); else a plaintext ``bootstrap_servers``.
+    ``sink_kafka_options``: the sink's, where they differ (its producer's failover options); else ``kafka_options``."""
     if kafka_options is None:
         if not bootstrap_servers:
             raise ValueError("start: kafka_options or bootstrap_servers is required")
@@ -152,7 +154,7 @@ def start(spark, *, bootstrap_servers: str | None = None, trades_topic: str, ale
     writer = (
         (transform or plan)(rows).writeStream.format("kafka")
         .queryName(query_name)
-        .options(**kafka_options)
+        .options(**(sink_kafka_options or kafka_options))
         .option("topic", alerts_topic)
         # Latency, not throughput: the sink's producer sends each alert at once.
         .option("kafka.linger.ms", "0")

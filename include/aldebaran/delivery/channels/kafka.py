@@ -25,6 +25,13 @@ from aldebaran.model import Alert
 POLL_EVERY = 500  # messages produced between two polls of the delivery reports
 
 
+def _failover_keys() -> dict[str, object]:
+    from aldebaran.kafka_failover import librdkafka
+    from aldebaran.settings import KafkaSettings, load
+
+    return librdkafka(load(KafkaSettings), "producer")
+
+
 @register("kafka")
 class KafkaChannel(Channel):
     """Forward to a topic: key = alert id, value = alert JSON, idempotent producer (module docstring)."""
@@ -41,7 +48,8 @@ class KafkaChannel(Channel):
         self.topic = topic
         if str(config.get("enable.idempotence", True)).lower() in ("false", "0"):
             raise ValueError(f"kafka {name}: enable.idempotence must stay true")
-        self.config = {"log_level": 3, **config, "enable.idempotence": True, "acks": "all"}
+        # The platform's failover keys (aldebaran.kafka_failover) under the connection's own configuration.
+        self.config = {"log_level": 3, **_failover_keys(), **config, "enable.idempotence": True, "acks": "all"}
         if not self.config.get("bootstrap.servers"):
             raise ValueError(f"kafka {name}: bootstrap.servers is required")
         self.flush_timeout = flush_timeout
