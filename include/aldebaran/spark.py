@@ -170,6 +170,19 @@ def is_local(master: str | None) -> bool:
     return bool(master) and master.startswith("local")
 
 
+# On a cluster: an executor whose process dies closes its connections and the driver drops it at once;
+# one whose host dies (power, network, a frozen VM) is found only by its missing heartbeats, after
+# spark.network.timeout (120 s) checked every 60 s by Spark's defaults. The auditor hands over to a warm
+# standby once its executors are gone (aldebaran.audit.sparkjob.handover), so find them gone in seconds:
+# heartbeats every second, lost after 6 s without one, checked every second. The price: an executor
+# starved of CPU for 6 s is dropped too (a handover or an executor restart, nothing lost).
+EXECUTOR_LOSS_CONF = {
+    "spark.executor.heartbeatInterval": "1s",
+    "spark.storage.blockManagerHeartbeatTimeoutMs": "6000",
+    "spark.network.timeoutInterval": "1s",
+}
+
+
 def base_conf(shuffle_partitions: int = 2, s3a: bool = False, master: str | None = "local") -> dict[str, str]:
     """The platform's defaults. :func:`session` applies each only where the user set nothing (spark-submit's
     ``--conf``, ``spark-defaults.conf``, the Spark connection), except :data:`REQUIRED_CONF`."""
@@ -190,6 +203,8 @@ def base_conf(shuffle_partitions: int = 2, s3a: bool = False, master: str | None
         # the executors must reach the driver, so its address is Spark's (or the user's) choice.
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
+    else:
+        conf.update(EXECUTOR_LOSS_CONF)
     if s3a:
         conf.update(s3a_conf())
         # Each checkpoint file written straight to its key, not to a temp file renamed (= copied and deleted

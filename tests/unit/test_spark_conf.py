@@ -45,6 +45,9 @@ def test_the_driver_address_is_pinned_only_for_a_local_master(master, pinned):
     conf = sparkmod.base_conf(2, False, master)
     assert ("spark.driver.host" in conf) is pinned
     assert ("spark.driver.bindAddress" in conf) is pinned
+    # on a cluster, a dead executor host is found within seconds (its heartbeats), not Spark's 120 s
+    assert (conf.get("spark.storage.blockManagerHeartbeatTimeoutMs") == "6000") is not pinned
+    assert (conf.get("spark.network.timeoutInterval") == "1s") is not pinned
 
 
 def test_spark_defaults_are_read_as_spark_submit_reads_them(tmp_path, monkeypatch):
