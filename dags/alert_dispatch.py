@@ -7,7 +7,8 @@ manual runs, and as a safety net while a streaming dispatcher is down.
 
 **Triggered by new alerts** (Airflow 3 event-driven scheduling: an Asset whose AssetWatcher runs the
 Kafka provider's `AwaitMessageTrigger` on the alerts topic, in its own consumer group) **or every
-5 minutes** (sweeps expired leases and due retries even when no alert arrives).
+5 minutes** (`ALDEBARAN_DISPATCH_SWEEP_CRON`; sweeps expired leases and due retries even when no alert
+arrives).
 
 The watcher is only a wake-up signal: one run drains what is waiting, in batches, through the
 channel's own consumer group (`aldebaran-dispatcher-<channel>`), so a burst of 100k alerts means a
@@ -35,9 +36,11 @@ import pendulum
 from airflow.providers.apache.kafka.triggers.await_message import AwaitMessageTrigger
 from airflow.sdk import Asset, AssetOrTimeSchedule, AssetWatcher, CronTriggerTimetable, dag, task
 
+from aldebaran.delivery.settings import WatcherSettings
 from aldebaran.settings import KafkaSettings, load
 
 ALERTS_TOPIC = load(KafkaSettings).alerts_topic
+SWEEP_CRON = load(WatcherSettings).sweep_cron
 
 new_alerts = Asset(
     name="aldebaran_alerts",
@@ -56,7 +59,7 @@ new_alerts = Asset(
 
 
 @dag(
-    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("*/5 * * * *", timezone="UTC"), assets=new_alerts),
+    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable(SWEEP_CRON, timezone="UTC"), assets=new_alerts),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,

@@ -193,7 +193,8 @@ def test_the_alert_watchers_connection_is_derived_from_the_kafka_connection(clea
     assert watcher == {"conn_type": "kafka", "extra": {
         "bootstrap.servers": "sec:9094", "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
         "sasl.username": "u", "sasl.password": SECRET, "group.id": "aldebaran-alert-watcher",
-        "auto.offset.reset": "latest", "enable.auto.commit": False}}
+        "auto.offset.reset": "latest", "enable.auto.commit": False, "session.timeout.ms": 10000,
+        "heartbeat.interval.ms": 2000}}
 
 
 # --- the local broker's secured listener (aldebaran_lab.services.kafka / kafka_tls) --------------------

@@ -140,3 +140,8 @@ class WatcherSettings(BaseSettings):
         5.0, gt=0, le=3600,
         description="ALDEBARAN_DISPATCH_WAKEUP_SECONDS: at most one DAG wake-up per this many seconds, however "
                     "many alerts arrive")
+    sweep_cron: str = Field(
+        "*/5 * * * *", pattern=r"^\s*(@[a-z]+|\S+(\s+\S+){4})\s*$",
+        description="ALDEBARAN_DISPATCH_SWEEP_CRON: alert_dispatch's periodic sweep beside the watcher (UTC cron, "
+                    "5 fields or an @preset; read when the DAG is parsed): expired leases, due retries, alerts the "
+                    "watcher did not wake it for")

@@ -20,6 +20,17 @@ from aldebaran_lab.services.base import Service
 log = logging.getLogger(__name__)
 
 
+# The watcher's consumer (the provider's AwaitMessageTrigger commits each message it reads, so a restarted
+# watcher resumes from the group's committed offset; "latest" only applies to a group that never committed).
+# A SIGKILLed triggerer leaves its consumer in the group until the session times out, and the restarted
+# watcher gets no partition before then: librdkafka's default (45 s) became 10 s.
+WATCHER_CONSUMER = {"group.id": "aldebaran-alert-watcher", "auto.offset.reset": "latest", "enable.auto.commit": False,
+                    "session.timeout.ms": 10000, "heartbeat.interval.ms": 2000}
+# [triggerer] triggerer_health_check_threshold: a killed triggerer's triggers (the alert watcher) move to a live or
+# restarted one only once its last heartbeat is this old (Airflow's default 30 s); triggerers beat every 5 s.
+TRIGGERER_HEALTH_CHECK_THRESHOLD = "15"
+
+
 def connections_env(kafka: KafkaSettings | None = None, spark_master: str | None = None,
                     s3: ObjectStoreSettings | None = None) -> dict[str, str]:
     """AIRFLOW_CONN_* for the Airflow connections the DAGs name, derived from the Aldebaran settings:
@@ -46,8 +57,7 @@ def connections_env(kafka: KafkaSettings | None = None, spark_master: str | None
         # The alert watcher's own group: it only wakes the dispatch DAG, the dispatcher reads alerts itself.
         "AIRFLOW_CONN_KAFKA_ALERTS_WATCHER": {
             "conn_type": "kafka",
-            "extra": {**resolve(kafka).config, "group.id": "aldebaran-alert-watcher",
-                      "auto.offset.reset": "latest", "enable.auto.commit": False},
+            "extra": {**resolve(kafka).config, **WATCHER_CONSUMER},
         },
         "AIRFLOW_CONN_SPARK_DEFAULT": {
             "conn_type": "spark",
@@ -112,6 +122,7 @@ class Airflow(Service):
                 # Its default is 0.0.0.0; every service binds to the loopback address only.
                 "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST": self.host,
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+                "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": TRIGGERER_HEALTH_CHECK_THRESHOLD,
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             }
         )

@@ -21,7 +21,7 @@ from pathlib import Path
 from aldebaran import paths
 from aldebaran.exceptions import ConfigError, ServiceError
 from aldebaran.settings import ObjectStoreSettings
-from aldebaran_lab.services.airflow import connections_env
+from aldebaran_lab.services.airflow import TRIGGERER_HEALTH_CHECK_THRESHOLD, connections_env
 from aldebaran_lab.services.base import Service
 from aldebaran_lab.services.ha.members import kafka_settings
 from aldebaran_lab.services.ha.profile import HOST, Layout
@@ -59,6 +59,7 @@ def airflow_env(layout: Layout, values: dict[str, str], home: Path) -> dict[str,
         "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "True",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST": HOST,
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
+        "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": TRIGGERER_HEALTH_CHECK_THRESHOLD,
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
     }
     # The DAGs' connections point at the HA Kafka, Spark master and MinIO balancer, whatever the caller's
