@@ -135,6 +135,10 @@ def test_airflow_triggerer_killed_idle_and_busy_while_the_asset_watcher_drives_d
     assert [k["mode"] for k in d["kills"]] == ["idle", "busy"] and d["component_starts"] == 3
     for k in d["kills"]:
         assert 0 < k["restart_to_healthy_s"] and k["wave_published_to_all_received_s"] is not None
+    # The campaign's sweep cron is out of its window: the idle kill's wave came through the restarted watcher.
+    idle = d["kills"][0]
+    assert idle["restart_to_watcher_run_s"] is not None
+    assert {t for _, t in idle["dag_runs_after_restart"]} == {"asset_triggered"}
     assert d["dag_runs_by_type"].get("asset_triggered", 0) >= 1
     assert d["webhook"]["accepted"] == 300 and d["webhook"]["lost"] == 0
     assert d["sms"]["texts_sent_twice"] == 0 and d["sms"]["lost"] == 0

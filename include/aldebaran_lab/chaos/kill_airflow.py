@@ -8,15 +8,19 @@ The shared Airflow is never touched. As kill-scheduler (whose private stack this
 triggerer** — on ports found free at start (common.private_ports), with a DAG folder holding only
 dags/alert_dispatch.py. Unlike kill-scheduler, nothing triggers DAG runs through the REST API: the
 DAG's Kafka AssetWatcher (the provider's AwaitMessageTrigger, run by the triggerer, in its own consumer
-group) wakes `alert_dispatch` when alerts arrive, as in production, and its 5-minute schedule is the
-fallback. Channels: `webhook` (deduplicates), `sms` (cannot; IN_DOUBT for an operator after a crash)
+group) wakes `alert_dispatch` when alerts arrive, as in production; kill-api-server keeps its 5-minute
+schedule as the fallback, kill-triggerer moves it out of the campaign's window (below). Channels:
+`webhook` (deduplicates), `sms` (cannot; IN_DOUBT for an operator after a crash)
 and `sms_lookup` (cannot; the provider's lookup settles IN_DOUBT).
 
 kill-triggerer, per kill, alternately:
     idle  once no DAG run is active, the triggerer is SIGKILLed and a wave of alerts is published while
-          it is down: nothing wakes the DAG until it is back (or the 5-minute schedule comes) — measured:
-          restart → its first heartbeat (/api/v2/monitor/health), wave published → first and last alert
-          of the wave received (how long dispatch paused), and which DAG run delivered it;
+          it is down: nothing wakes the DAG until it is back — measured: restart → its first heartbeat
+          (/api/v2/monitor/health), restart → the first asset-triggered run (the watcher resumed), wave
+          published → first and last alert of the wave received (how long dispatch paused), and which DAG
+          run delivered it. The private Airflow's sweep cron (ALDEBARAN_DISPATCH_SWEEP_CRON) is moved out of
+          the campaign's window, so only the watcher can deliver the wave: an idle kill whose wave was not
+          delivered by an asset-triggered run queued after the restart fails the campaign;
     busy  while a `dispatch` task instance delivers a wave being published: the triggerer runs no task,
           so the run in flight should deliver on.
 kill-api-server, per kill: while a `dispatch` task instance delivers a wave being published, the
@@ -53,6 +57,7 @@ from aldebaran_lab.chaos.common import (
 )
 from aldebaran_lab.chaos.kill_dispatch import make_alerts
 from aldebaran_lab.chaos.kill_scheduler import ACTIVE_RUN_STATES, DAG_ID, fate, fate_summary, private_airflow, ti_key
+from aldebaran_lab.chaos.watcher import watcher_assigned, watcher_committed, watcher_failures
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +67,9 @@ IDLE_SECONDS = 15.0
 CHANNELS = ("webhook", "sms", "sms_lookup")
 WANTED = {"webhook": (DELIVERED,), "sms": (DELIVERED, IN_DOUBT), "sms_lookup": (DELIVERED,)}
 COMPONENTS = ("triggerer", "api-server")
+# kill-triggerer's private sweep cron: once a year (its first run, the one catchup=False makes at the start, comes
+# before the warm-up), so that every run during the kills is the watcher's.
+CAMPAIGN_SWEEP_CRON = "0 0 1 1 *"
 # --short (the test suite): one kill of each kind, small waves, short pauses.
 SHORT = {"triggerer": {"pause": (3.0, 6.0), "wave_seconds": 10.0, "settle_timeout": 600.0},
          "api-server": {"pause": ((3.0, 5.0), (25.0, 30.0)), "wave_seconds": 10.0, "settle_timeout": 600.0}}
@@ -80,6 +88,7 @@ class Kill:
     processes: int = 0
     down_s: float = 0.0
     to_healthy_s: float | None = None  # restart → healthy (heartbeat / health endpoint)
+    watcher_resumed_s: float | None = None  # restart → the first asset-triggered run queued after it
     published_wall: float = 0.0
     wave_first_s: float | None = None  # wave published → first of its alerts received at the webhook
     wave_all_s: float | None = None  # → all of them
@@ -156,7 +165,9 @@ def run(component: str, alerts: int = 3000, kills: int = 4, seed: int = 1, mode:
             waves = [stream[len(stream) * i // (kills + 2):len(stream) * (i + 1) // (kills + 2)]
                      for i in range(kills + 2)]
             prefix = f"{ws.prefix}/deliveries"
+            sweep = {"ALDEBARAN_DISPATCH_SWEEP_CRON": CAMPAIGN_SWEEP_CRON} if component == "triggerer" else {}
             env_extra = ws.env(
+                **sweep,
                 ALDEBARAN_CHANNELS=",".join(CHANNELS),
                 **delivery_env(prefix, LEASE_SECONDS, ALDEBARAN_DELIVERY_IDLE_SECONDS=str(IDLE_SECONDS)),
                 **channel_connections(webhook, secret, sms, sms_lookup),
@@ -210,13 +221,9 @@ def run(component: str, alerts: int = 3000, kills: int = 4, seed: int = 1, mode:
                 def idle() -> bool:
                     return not active_runs() and not queued_events()
 
-                def quiet_until_next_schedule(margin: float) -> None:
-                    """Nothing but the watcher may wake the DAG in an idle kill: not its 5-minute schedule either."""
-                    left = 300 - time.time() % 300
-                    if left < margin:
-                        log.info("waiting %.0fs for the DAG's 5-minute schedule to pass", left + 5)
-                        time.sleep(left + 5)
-
+                # The watcher's group must hold the topic's partitions before the warm-up: a group that never
+                # committed starts at the log end ("latest") and would skip a wave published before it joined.
+                wait_for(lambda: watcher_assigned(ws.kafka), 300, 1.0, "the alert watcher's consumer group assigned")
                 t_warm = time.time()
                 publish(waves[0], wave_seconds).join(300)
                 try:
@@ -225,12 +232,13 @@ def run(component: str, alerts: int = 3000, kills: int = 4, seed: int = 1, mode:
                     failures.append(str(exc))
                 warmup_s = (wave_received(waves[0])[1] or t_warm) - t_warm
                 log.info("warm-up wave of %d alerts delivered %.1fs after it began", len(waves[0]), warmup_s)
+                if not watcher_committed(ws.kafka):
+                    failures.append("the alert watcher's group committed no offset during the warm-up")
                 for k in track(kill_plan, campaign, unit="kills", logger=log):
                     wave = waves[k.n]
                     k.wave = len(wave)
                     pub = None
                     if k.mode == "idle":
-                        quiet_until_next_schedule(k.pause + 90)
                         wait_for(idle, 900, 2.0, f"kill {k.n}: no DAG run active or queued")
                     else:
                         pub = publish(wave, wave_seconds)
@@ -277,8 +285,11 @@ def run(component: str, alerts: int = 3000, kills: int = 4, seed: int = 1, mode:
                     restart_wall = k.killed_wall + k.down_s
                     k.received_while_down = {ch: sum(1 for x in t if k.killed_wall <= x < restart_wall)
                                              for ch, t in times.items()}
-                    k.runs_after_restart = [(r["dag_run_id"], r.get("run_type")) for r in api.runs()
-                                            if (_ts(r.get("queued_at") or r.get("run_after")) or KILL_EPOCH) >= restart]
+                    after = [(r, _ts(r.get("queued_at") or r.get("run_after")) or KILL_EPOCH) for r in api.runs()]
+                    k.runs_after_restart = [(r["dag_run_id"], r.get("run_type")) for r, at in after if at >= restart]
+                    woken = sorted(at for r, at in after if at >= restart and r.get("run_type") == "asset_triggered")
+                    k.watcher_resumed_s = round((woken[0] - restart).total_seconds(), 1) if woken else None
+                    failures.extend(watcher_failures(k.n, k.mode, k.runs_after_restart))
                     log.info("kill %d: %s healthy %.1fs after the restart; wave first/all received %s/%s s after "
                              "publishing; next receipt after the kill %s", k.n, target.name, k.to_healthy_s,
                              k.wave_first_s, k.wave_all_s, k.next_receipt_s)
@@ -373,6 +384,7 @@ def _ts(value: str | None) -> dt.datetime | None:
 def _kill_details(k: Kill, fates: list[dict]) -> dict:
     return {"n": k.n, "mode": k.mode, "delay_s": k.delay, "pause_s": k.pause, "down_s": round(k.down_s, 1),
             "processes_killed": k.processes, "wave": k.wave, "restart_to_healthy_s": round(k.to_healthy_s or 0, 1),
+            "restart_to_watcher_run_s": k.watcher_resumed_s,
             "wave_published_to_first_received_s": k.wave_first_s, "wave_published_to_all_received_s": k.wave_all_s,
             "next_receipt_after_kill_s": k.next_receipt_s, "received_while_down": k.received_while_down,
             "dag_runs_after_restart": k.runs_after_restart, "running_at_kill": fates}
@@ -391,7 +403,8 @@ def _recovery(component: str, k: Kill) -> str:
     part = "heartbeat" if component == "triggerer" else "health endpoint answers"
     text = f"restart → {part} {k.to_healthy_s:.1f} s"
     if k.mode == "idle":
-        text += (f"; wave published → first alert at the webhook {k.wave_first_s} s, all {k.wave_all_s} s "
+        text += (f"; restart → the watcher's run {k.watcher_resumed_s} s"
+                 f"; wave published → first alert at the webhook {k.wave_first_s} s, all {k.wave_all_s} s "
                  f"(delivered by {', '.join(sorted({t for _, t in k.runs_after_restart})) or 'no new run'})")
     else:
         text += (f"; next webhook receipt after the kill {k.next_receipt_s.get('webhook')} s, "
