@@ -339,6 +339,10 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
             start_at = max(load_t0 + moment, faults[-1].start + (faults[-1].restored_s or 0.0) + SETTLE_S
                            if faults else 0.0)
             time.sleep(max(0.0, start_at - time.time()))
+            # Every fault starts from a whole platform: a standby replaced after the last fault (a handover,
+            # a death) is waited for, or the next kill would measure a cold start.
+            wait_for(lambda: platform.standby is not None and platform.ready(platform.standby), step_timeout, 0.5,
+                     f"a ready standby before the {component} fault")
             if all(p.poll() is not None for p in load):
                 failures.append(f"the load ended before the {component} fault: a longer slot or load needed")
                 break
