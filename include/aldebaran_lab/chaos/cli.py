@@ -146,7 +146,7 @@ def run_one(name: str, args: argparse.Namespace):
         # Full: the rate is found first (ha_load.find_rate); short: a light fixed load.
         return ha.run(rate=_pick(args.rate, None, 1_000, short), components=components,
                       down_s=_pick(args.down_seconds, 10.0, 5.0, short), warmup_s=45.0, baseline_s=20.0,
-                      producers=2 if short else 3, seed=args.seed, mode=mode)
+                      producers=1, seed=args.seed, mode=mode)
     from aldebaran_lab.chaos import fuzz
 
     return fuzz.run(payloads=_pick(args.payloads, 10_000, 500, short), orders=_pick(args.events, 2_000, 200, short),

@@ -255,7 +255,7 @@ def slots(components, down_s: float) -> list[float]:
 
 
 def run(rate: float | None = None, components=COMPONENTS, down_s: float = 10.0, warmup_s: float = 60.0,
-        baseline_s: float = 30.0, seed: int = 1, mode: str = "full", producers: int = 2,
+        baseline_s: float = 30.0, seed: int = 1, mode: str = "full", producers: int = 1,
         step_timeout: float = 300.0, catch_up_timeout: float = 1200.0) -> CampaignResult:
     with profile_env() as values:
         bad = [s.name for s in ha.status() if not (s.running and s.healthy)]

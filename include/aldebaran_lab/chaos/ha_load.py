@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from aldebaran import kafka_io
 from aldebaran_capacity.bench.harness import percentile
 from aldebaran_lab.chaos.common import ChaosError, Workspace, caught_up, wait_for
-from aldebaran_lab.chaos.under_load import EVENTS_PER_ORDER, expected_keys
+from aldebaran_lab.chaos.under_load import EVENTS_PER_ORDER, ORDERS_PER_CHUNK, expected_keys
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,10 @@ STEP_WARMUP_S = 10.0  # the first seconds of a step are not measured (the rate s
 
 
 def start_load(ws: Workspace, orders: int, seed: int, rate: float, producers: int) -> list[subprocess.Popen]:
-    """under_load's producer processes (`python -m aldebaran_lab.chaos.under_load`), each a share of the mix."""
+    """under_load's producer processes (`python -m aldebaran_lab.chaos.under_load`), each a share of the mix.
+    The mix is shared out by chunks of ORDERS_PER_CHUNK orders: no more producers than chunks (a producer
+    without a chunk would leave its share of the rate unoffered)."""
+    producers = max(1, min(producers, -(-orders // ORDERS_PER_CHUNK)))
     err = open(ws.logs / "producer.log", "ab")  # noqa: SIM115 - the children write it until they exit
     return [subprocess.Popen([sys.executable, "-m", "aldebaran_lab.chaos.under_load", "--orders", str(orders),
                               "--seed", str(seed), "--rate", str(rate / producers), "--part", f"{k}/{producers}"],
@@ -84,7 +87,7 @@ def trade_to_alert(seen: dict[str, dict], where: dict[str, tuple[int, float]]) -
     return out
 
 
-def find_rate(ws: Workspace, rates=LADDER, step_s: float = 40.0, producers: int = 2, seed: int = 1,
+def find_rate(ws: Workspace, rates=LADDER, step_s: float = 40.0, producers: int = 1, seed: int = 1,
               limit_ms: float = P99_LIMIT_MS, drain_timeout: float = 180.0) -> dict:
     """Offer each rate of `rates` (ascending) for `step_s`; {"rate": the highest whose trade → alert p99
     stayed ≤ `limit_ms` (the lowest tried if none did, with "met": False), "steps": each step's figures}."""
