@@ -6,7 +6,7 @@ target: nothing lost, nothing duplicated, processing back within 10 s).
        ledger on the erasure-coded MinIO — every client through the profile's balancer (minio-lb), so
        the MinIO node killed, MINIO_VICTIM, is minio-1: the node a single-endpoint client would have used;
     2. an active auditor and a warm standby (failover.py's flags, s3a:// checkpoint) as applications of the
-       HA Spark master, one executor core each (spark.cores.max=1: each on a worker of its own); a pair of
+       HA Spark master, one executor of two cores each (a whole worker each); a pair of
        streaming dispatchers (channels webhook and bus, one consumer group per channel: they split its
        partitions); a webhook receiver process and a Kafka bus topic;
     3. `producers` processes produce the mix at `rate` trades/s (under_load's producer) for the whole run;
@@ -66,9 +66,14 @@ SLOT_EXTRA = {"auditor": 75.0, "scheduler": 60.0, "triggerer": 60.0, "api-server
 SLOT_DEFAULT = 45.0
 SETTLE_S = 15.0  # at least this long between a member back and the next kill (the schedule slips if need be)
 MARGIN_S = 30.0  # load after the last slot's planned end
+PREFETCHED = "books prefetched"  # a standby's log line after each prefetch (audit.sparkjob.standby)
 MINIO_VICTIM = "minio-1"  # the node that was the clients' endpoint before the balancer (minio-lb)
 CHANNELS = ("webhook", "bus")
-ONE_CORE = "--conf spark.cores.max=1 pyspark-shell"  # each auditor application: one executor core
+# Each auditor application: one executor with two cores, one per shard (with one core the two shards' tasks
+# ran one after the other: 0.8-1 s per micro-batch at 250 trades/s). A worker has two slots, so the active
+# and its standby are on different workers.
+AUDITOR_CORES = 2
+SUBMIT_ARGS = f"--conf spark.cores.max={AUDITOR_CORES} --conf spark.executor.cores={AUDITOR_CORES} pyspark-shell"
 
 
 @contextlib.contextmanager
@@ -108,7 +113,7 @@ class Platform:
 
     def new_auditor(self, standby: bool) -> AuditorProcess:
         extra = ["--lease-seconds", str(LEASE_SECONDS), "--master", self.master, *(STANDBY if standby else [])]
-        proc = AuditorProcess(self.ws.env(PYSPARK_SUBMIT_ARGS=ONE_CORE),
+        proc = AuditorProcess(self.ws.env(PYSPARK_SUBMIT_ARGS=SUBMIT_ARGS),
                               auditor_args(self.ws, max_offsets=self.max_offsets, ttl_seconds=TTL_SECONDS, extra=extra),
                               self.ws.logs / f"auditor-{len(self.auditors) + 1}.log")
         self.auditors.append(proc)
@@ -118,6 +123,11 @@ class Platform:
     @staticmethod
     def ready(proc: AuditorProcess) -> bool:
         return READY_LINE in proc.log_path.read_text(errors="replace")
+
+    @staticmethod
+    def warm(proc: AuditorProcess) -> bool:
+        """A standby that has prefetched the books at least once (a takeover before that loads them cold)."""
+        return PREFETCHED in proc.log_path.read_text(errors="replace")
 
     def watch(self) -> None:
         with self.lock:
@@ -340,9 +350,10 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
                            if faults else 0.0)
             time.sleep(max(0.0, start_at - time.time()))
             # Every fault starts from a whole platform: a standby replaced after the last fault (a handover,
-            # a death) is waited for, or the next kill would measure a cold start.
-            wait_for(lambda: platform.standby is not None and platform.ready(platform.standby), step_timeout, 0.5,
-                     f"a ready standby before the {component} fault")
+            # a death) is waited for until it has prefetched the books, or the next kill would measure a
+            # cold start (12.4 s of book loading in the first batch here).
+            wait_for(lambda: platform.standby is not None and platform.warm(platform.standby), step_timeout, 0.5,
+                     f"a warm standby before the {component} fault")
             if all(p.poll() is not None for p in load):
                 failures.append(f"the load ended before the {component} fault: a longer slot or load needed")
                 break

@@ -23,6 +23,8 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from confluent_kafka import KafkaException
+
 from aldebaran_lab.services import ha
 
 log = logging.getLogger(__name__)
@@ -53,7 +55,7 @@ class Probe:
                 if self.noticed():
                     self.at = t
                     return
-            except (OSError, ValueError, KeyError, RuntimeError) as exc:  # a probe's own failure: try again
+            except (OSError, ValueError, KeyError, RuntimeError, KafkaException) as exc:  # try again
                 self.errors += 1
                 if self.errors == 1:
                     log.warning("chaos ha: probe %s: %s", self.name, exc)
