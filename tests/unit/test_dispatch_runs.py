@@ -319,3 +319,28 @@ def test_deliver_direct_crosses_into_the_ledger_twice_a_claim_and_a_report(tmp_p
         == ["attempt"]  # already delivered: one read after the refused create, nothing sent
     assert results[-1] == "already" and spy.calls == ["create", "get"] and stats.already == {"log": 1}
     assert log_lines(tmp_path / "pages.jsonl") == ["a-7"]
+
+
+# --- a takeover's read of the dedupe window -------------------------------------------------------
+def test_the_window_is_read_in_parallel_bounded_and_in_offset_order(ledger, tmp_path):
+    log = LogChannel("log", tmp_path / "alerts.jsonl")
+    for start in range(0, 40, 2):  # 20 runs of two alerts
+        handle = ledger.open_run(log, TOPIC, 0, 1, "w", [(o, None, alert(o), None) for o in (start, start + 1)], 16)
+        handle.report({o: Outcome.delivered(f"a-{o}", {}) for o in (start, start + 1)})
+    one_by_one = [r.start for r in ledger.runs("log", TOPIC, 0, 10)]
+    assert one_by_one == list(range(10, 40, 2))
+    assert [r.start for r in ledger.runs("log", TOPIC, 0, 10, until=30, readers=8)] == list(range(10, 31, 2))
+    assert [r.start for r in ledger.runs("log", TOPIC, 0, 0, until=-1, readers=8)] == []
+
+
+def test_a_taken_over_partition_skips_what_the_window_recorded(ledger, tmp_path):
+    path = tmp_path / "alerts.jsonl"
+    first = settler(ledger, LogChannel("log", path), "owner-1")
+    first.settle(partition(1, range(40)), threading.Event())
+    sent = log_lines(path)
+    # The new owner's consumer starts again from offset 20 (its commit was lost): nothing is sent twice.
+    second = settler(ledger, LogChannel("log", path), "owner-2")
+    part = Partition(0, 2)
+    part.buffer = [(o, None, alert(o), None) for o in range(20, 40)]
+    second.settle(part, threading.Event())
+    assert log_lines(path) == sent and len(sent) == 40

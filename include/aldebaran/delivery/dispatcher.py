@@ -34,7 +34,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from aldebaran.delivery.exceptions import RetryableError
+from aldebaran.delivery.exceptions import ConsumerFatal, RetryableError
 from aldebaran.delivery.handles import ALREADY, BUSY, DOUBT, SEND
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.settings import DeliverySettings
@@ -123,7 +123,21 @@ class ChannelDispatcher:
     # --- the loop ---------------------------------------------------------------------------------
     def run(self, stop: threading.Event, idle_timeout: float | None, max_alerts: int | None = None,
             heartbeat=None) -> None:
-        """Deliver until `stop`, or (idle_timeout not None) until nothing arrived for that long."""
+        """Deliver until `stop`, or (idle_timeout not None) until nothing arrived for that long. A consumer
+        that hits a fatal error is replaced by a new one, which rejoins the group: a static member can be
+        fenced for good while the group's coordinator moves (a broker lost), and would otherwise poll
+        nothing but that error while its partitions stay assigned to it."""
+        while True:
+            try:
+                return self._consume(stop, idle_timeout, max_alerts, heartbeat)
+            except ConsumerFatal as exc:
+                if stop.is_set():
+                    return None
+                log.warning("%s: %s; a new consumer rejoins the group", self.channel.name, exc)
+                self.partitions.clear()
+
+    def _consume(self, stop: threading.Event, idle_timeout: float | None, max_alerts: int | None,
+                 heartbeat) -> None:
         from confluent_kafka import TopicPartition
 
         from aldebaran.kafka_failover import dispatcher_group
@@ -175,6 +189,8 @@ class ChannelDispatcher:
                     last_data = time.monotonic()
                 for msg in msgs:
                     if msg.error():
+                        if msg.error().fatal():
+                            raise ConsumerFatal(f"consumer error {msg.error()}")
                         log.warning("%s: consumer error %s (retrying)", self.channel.name, msg.error())
                         continue
                     part = self.partitions.get(msg.partition())

@@ -22,3 +22,8 @@ class PermanentError(Exception):
 
 
 __all__ = ["AlertError", "OutcomeUnknown", "PermanentError", "RetryableError"]
+
+
+class ConsumerFatal(Exception):
+    """A channel's Kafka consumer is unusable (librdkafka's fatal error, e.g. a static member fenced while
+    the group's coordinator moved): the dispatcher replaces it with a new one."""

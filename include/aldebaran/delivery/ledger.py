@@ -26,9 +26,11 @@ moved on).
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
 from aldebaran.delivery import handles
@@ -216,16 +218,31 @@ class Ledger(LedgerReports):
             return None
         return Run.from_bytes(obj.body, key), obj.etag
 
-    def runs(self, channel: str, topic: str, partition: int, from_offset: int = 0) -> Iterator[Run]:
-        """The partition's runs whose start is ≥ from_offset, in offset order (StartAfter: no full listing)."""
+    def runs(self, channel: str, topic: str, partition: int, from_offset: int = 0, until: int | None = None,
+             readers: int = 1) -> Iterator[Run]:
+        """The partition's runs whose start is ≥ from_offset (and ≤ `until`, if given), in offset order
+        (StartAfter: no full listing). `readers` > 1 reads that many runs at a time (a bounded range only:
+        a takeover's dedupe window is hundreds of small objects, one round trip each)."""
         prefix = self.run_prefix(channel, topic, partition)
         after = f"{prefix}{from_offset - 1:020d}.json" if from_offset > 0 else None
-        for obj in self.store.list(prefix, start_after=after):
-            try:
-                body = self.store.get(obj["Key"]).body
-            except NotFound:
-                continue
-            yield Run.from_bytes(body, obj["Key"])
+        keys: Iterator[str] = (obj["Key"] for obj in self.store.list(prefix, start_after=after))
+        if until is not None:
+            keys = itertools.takewhile(lambda k: int(k[len(prefix):].split(".", 1)[0]) <= until, keys)
+        if readers <= 1 or until is None:
+            bodies = ((k, self._body(k)) for k in keys)
+            yield from (Run.from_bytes(b, k) for k, b in bodies if b is not None)
+            return
+        names = list(keys)
+        with ThreadPoolExecutor(readers, thread_name_prefix="ledger-runs") as pool:
+            for k, b in zip(names, pool.map(self._body, names)):
+                if b is not None:
+                    yield Run.from_bytes(b, k)
+
+    def _body(self, key: str) -> bytes | None:
+        try:
+            return self.store.get(key).body
+        except NotFound:
+            return None
 
     def run_covering(self, channel: str, topic: str, partition: int, offset: int, max_run: int) -> Run | None:
         """The run whose range holds `offset` (runs are at most max_run offsets long... unless malformed
