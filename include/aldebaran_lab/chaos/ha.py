@@ -66,7 +66,7 @@ SLOT_EXTRA = {"auditor": 75.0, "scheduler": 60.0, "triggerer": 60.0, "api-server
 SLOT_DEFAULT = 45.0
 SETTLE_S = 15.0  # at least this long between a member back and the next kill (the schedule slips if need be)
 MARGIN_S = 30.0  # load after the last slot's planned end
-PREFETCHED = "books prefetched"  # a standby's log line after each prefetch (audit.sparkjob.standby)
+PREFETCHED = "books prefetched ["  # a standby's log line after a prefetch (not its ready line: "… (books prefetched every 2s)")
 MINIO_VICTIM = "minio-1"  # the node that was the clients' endpoint before the balancer (minio-lb)
 CHANNELS = ("webhook", "bus")
 # Each auditor application: one executor with two cores, one per shard (with one core the two shards' tasks
