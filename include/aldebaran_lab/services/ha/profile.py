@@ -127,6 +127,9 @@ def env_values(existing: dict[str, str], layout: Layout = LAYOUT, run_root: Path
         "ALDEBARAN_AIRFLOW_PORT": str(layout.airflow_port),
         "ALDEBARAN_SPARK_MASTER": f"spark://{HOST}:{layout.spark_port}",
         "ALDEBARAN_LOG_CHANNEL_PATH": str(run_root / "alerts.log.jsonl"),
+        # A standby on another host takes over once the dead active's lease expires: 6 s (renewed every
+        # 2 s) instead of the single-machine default 30 s (docs/design.md, "Failover on three hosts").
+        "ALDEBARAN_AUDIT_LEASE_SECONDS": "6",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN":
             f"postgresql+psycopg2://{DB_USER}:{password}@{HOST}:{layout.postgres_port}/{DB_NAME}",
     }
