@@ -116,6 +116,7 @@ def kafka_topics(services_up, unique, monkeypatch):
         "alerts_topic": f"t-{unique}-alerts",
         "dlq_topic": f"t-{unique}-dlq",
         "fast_alerts_topic": f"t-{unique}-fast",  # the low-latency lane's
+        "alerts_dlq_topic": f"t-{unique}-alerts-dlq",  # not created here: its first writer creates it
     }
     for field, topic in names.items():
         monkeypatch.setenv(f"ALDEBARAN_KAFKA_{field.upper()}", topic)
@@ -123,7 +124,7 @@ def kafka_topics(services_up, unique, monkeypatch):
     topics = [*settings.topics(), settings.fast_alerts_topic]
     kafka_admin.ensure_topics(settings, topics)
     yield settings
-    kafka_admin.delete_topics(settings, topics)
+    kafka_admin.delete_topics(settings, [*topics, settings.alerts_dlq_topic])
 
 
 @pytest.fixture

@@ -128,10 +128,7 @@ class Connection:
         if not text:
             raise ConfigError(f"{source}: empty connection")
         if text.startswith(("{", "[")):
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:  # the message has a position, never the text
-                raise ConfigError(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+            data = _json(source, text, "not valid JSON")
             if not isinstance(data, dict):
                 raise ConfigError(f"{source}: the JSON form must be an object")
             return cls.from_fields(source, data)
@@ -148,10 +145,7 @@ class Connection:
                 raise ConfigError(f"{source}: field {name} must be a string")
         extra = data.get("extra") or {}
         if isinstance(extra, str):
-            try:
-                extra = json.loads(extra)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{source}: field extra is not valid JSON ({exc.msg})") from None
+            extra = _json(source, extra, "field extra is not valid JSON")
         if not isinstance(extra, dict):
             raise ConfigError(f"{source}: field extra must be a JSON object")
         conn_type = data.get("conn_type")
@@ -191,10 +185,7 @@ class Connection:
         if parts.query:
             query = dict(parse_qsl(parts.query, keep_blank_values=True))
             if "__extra__" in query:
-                try:
-                    extra = json.loads(query["__extra__"])
-                except json.JSONDecodeError as exc:
-                    raise ConfigError(f"{source}: field extra (__extra__) is not valid JSON ({exc.msg})") from None
+                extra = _json(source, query["__extra__"], "field extra (__extra__) is not valid JSON")
                 if not isinstance(extra, dict):
                     raise ConfigError(f"{source}: field extra (__extra__) must be a JSON object")
             else:
@@ -259,7 +250,7 @@ class Connection:
         value = self.extra.get(key, default)
         try:
             seconds = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an int too large for a float
             raise self.error(f"field extra.{key}", f"must be a number of seconds (0 < s <= {maximum:g})") from None
         if isinstance(value, bool) or not 0 < seconds <= maximum:
             raise self.error(f"field extra.{key}", f"must be a number of seconds (0 < s <= {maximum:g})")
@@ -269,7 +260,7 @@ class Connection:
         value = self.extra.get(key, default)
         try:
             number = int(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: int(Infinity); NaN is a ValueError
             raise self.error(f"field extra.{key}", f"must be a whole number ({minimum}-{maximum})") from None
         if isinstance(value, bool) or (isinstance(value, float) and value != number) or not minimum <= number <= maximum:
             raise self.error(f"field extra.{key}", f"must be a whole number ({minimum}-{maximum})")
@@ -324,12 +315,24 @@ class Connection:
         return out
 
 
+def _json(source: str, text: str, what: str) -> Any:
+    """json.loads, every failure a ConfigError that never echoes the text (it may hold a secret)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:  # the message has a position, never the text
+        raise ConfigError(f"{source}: {what} ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:  # arrays/objects nested deeper than the parser's recursion
+        raise ConfigError(f"{source}: {what} (nested too deeply)") from None
+    except ValueError:  # e.g. an integer of more digits than int() converts; its message would echo them
+        raise ConfigError(f"{source}: {what} (a number too large)") from None
+
+
 def _port(source: str, value: Any) -> int | None:
     if value in (None, ""):
         return None
     try:
         port = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(Infinity); NaN is a ValueError
         raise ConfigError(f"{source}: field port must be a number between 1 and 65535") from None
     if isinstance(value, bool) or not 1 <= port <= 65535 or (isinstance(value, float) and value != port):
         raise ConfigError(f"{source}: field port must be a number between 1 and 65535")

@@ -215,6 +215,7 @@ def scan(kafka, topic: str, partition: int, after: int, before: int, limit: int,
 def explain(alert_id: str, ledger, channels: list[str] | None = None, kafka=None, max_scan: int = MAX_SCAN,
             locate_timeout: float = 30.0, run_max: int = 100_000) -> Explanation:
     """Everything known about one alert. AlertNotFound if neither the alerts topic nor the ledger has it."""
+    from aldebaran.delivery.decode import Rejected, decode
     from aldebaran.delivery.fast import fast_view
     from aldebaran.delivery.tools import find, locate_alert
     from aldebaran.settings import KafkaSettings, load
@@ -227,8 +228,13 @@ def explain(alert_id: str, ledger, channels: list[str] | None = None, kafka=None
     ex.fast = [v for c in channels if (v := fast_view(ledger, c, alert_id, kafka.fast_alerts_topic)) is not None]
     if ex.position is not None:
         msg = read_at(kafka, kafka.alerts_topic, [ex.position]).get(ex.position)
-        if msg is not None:
-            ex.alert = json.loads(msg.value())
+        got = decode(msg) if msg is not None else None
+        if isinstance(got, Rejected):  # its key names the alert, its bytes are none: told, not fatal
+            log.warning("explain %s: the message at %s is not an alert: %s", alert_id, got.where(), got.reason)
+            ex.notes.append(f"the message keyed {alert_id} at {got.where()} is not a valid alert ({got.reason}); "
+                            f"the dispatchers dead-letter it to {kafka.alerts_dlq_topic}")
+        elif got is not None:
+            ex.alert = got.to_dict()
             try:
                 _trades(ex, kafka, provenance.from_headers(msg.headers()), max_scan)
             except ValueError as exc:  # an unreadable header: the rest of the story still stands

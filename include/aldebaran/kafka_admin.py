@@ -39,7 +39,8 @@ def ensure_topics(settings: KafkaSettings, topics: list[str] | None = None, part
             num_partitions=partitions or settings.partitions,
             replication_factor=settings.replication_factor,
             config={"max.message.bytes": str(
-                settings.dlq_record_bytes if t == settings.dlq_topic else settings.max_message_bytes)},
+                settings.dlq_record_bytes if t in (settings.dlq_topic, settings.alerts_dlq_topic)
+                else settings.max_message_bytes)},
         )
         for t in wanted
         if t not in existing

@@ -79,6 +79,23 @@ class AlertSink:
         produce_all(self._producer, self.settings.alerts_topic, alerts)
 
 
+def dlq_headers(reason_code: str, reason: str, topic: str, partition: int, offset: int, kafka_ts: int,
+                consumer: str | None = None) -> list[tuple[str, bytes]]:
+    """A dead-letter record's headers: why it was rejected, where it was read and (alerts.dlq) who rejected it.
+    The same names on trades.dlq and alerts.dlq, so one tool reads both."""
+    headers = [
+        ("aldebaran.reason_code", reason_code.encode()),
+        ("aldebaran.reason", reason.encode()),
+        ("aldebaran.source.topic", topic.encode()),
+        ("aldebaran.source.partition", str(partition).encode()),
+        ("aldebaran.source.offset", str(offset).encode()),
+        ("aldebaran.source.timestamp", str(kafka_ts).encode()),
+    ]
+    if consumer is not None:
+        headers.append(("aldebaran.consumer", consumer.encode()))
+    return headers
+
+
 class DlqSink:
     """The auditor's dead-letter writer: each rejected message's original key and bytes, its reason and
     origin in headers; idempotent producer. Records up to the largest message the topics take plus those
@@ -101,6 +118,27 @@ class DlqSink:
 
     def add_to(self, partition: int, records: Iterable[tuple[bytes | None, bytes, list[tuple[str, bytes]]]]) -> int:
         """`add`, to one partition of the topic (-1: the partitioner's choice)."""
+        n = self._produce(partition, records, self._on_delivery)
+        self.added += n
+        return n
+
+    def deliver(self, records: Iterable[tuple[bytes | None, bytes, list[tuple[str, bytes]]]],
+                timeout: float = 60) -> int:
+        """Produce `records` and wait until each is acknowledged; raise if any was not. Unlike add/flush, the
+        acknowledgements are counted per call: threads sharing the sink never take each other's failures."""
+        errors, acked = [], []
+
+        def on_delivery(err, _msg) -> None:
+            (errors if err is not None else acked).append(err)
+
+        n = self._produce(-1, records, on_delivery)
+        remaining = self._producer.flush(timeout)
+        if errors or len(acked) < n:
+            raise AldebaranError(f"producing to {self.topic}: {n - len(acked)} of {n} not acknowledged "
+                                 f"({remaining} still queued), errors: {errors[:3]}")
+        return n
+
+    def _produce(self, partition: int, records, on_delivery) -> int:
         if self._producer is None:
             self._producer = producer(self.settings, **{"linger.ms": 1,
                                                         "message.max.bytes": self.settings.dlq_record_bytes})
@@ -109,13 +147,12 @@ class DlqSink:
             while True:
                 try:
                     self._producer.produce(self.topic, value=value, key=key, headers=headers, partition=partition,
-                                           on_delivery=self._on_delivery)
+                                           on_delivery=on_delivery)
                     break
                 except BufferError:
                     self._producer.poll(0.05)
             n += 1
         self._producer.poll(0)
-        self.added += n
         return n
 
     def flush(self, timeout: float = 60) -> int:

@@ -149,7 +149,7 @@ def dispatcher_families(heartbeat, ledger_counts: LedgerCounts | None = None, no
                [((d, c), per_channel["retried"].get(c, 0)) for c in channels]),
         family("counter", "aldebaran_dispatcher_alerts_read", "Alerts read from the topic (the busiest channel's "
                "count)", ["dispatcher"], [((d,), alerts)]),
-        family("counter", "aldebaran_dispatcher_malformed_alerts", "Malformed alerts kept as dead letters",
+        family("counter", "aldebaran_dispatcher_malformed_alerts", "Rejected alerts sent to alerts.dlq",
                ["dispatcher"], [((d,), malformed)]),
         family("counter", "aldebaran_dispatcher_runs", "Delivery runs claimed", ["dispatcher"], [((d,), runs)]),
         family("counter", "aldebaran_dispatcher_ledger_writes", "Object writes to the delivery ledger", ["dispatcher"],

@@ -20,6 +20,12 @@ coerces ``"100"`` to 100 (lax) or rejects it (strict) where this one keeps it ve
 (unsorted, not ASCII-escaped) is other bytes than the signed bodies receivers get. The same-run
 comparison is in docs/design.md §9 (trade-off 12). pydantic-core's jiter parses first, the stdlib only
 what jiter rejects (for its exact errors).
+
+Any bytes may arrive where an alert is expected (BRIEF §2), so :meth:`Alert.from_json` is bounded before a
+parser sees them: at most ``MAX_ALERT_BYTES`` and ``MAX_ALERT_DEPTH`` levels of arrays/objects (one array
+nested 5,000 deep made the stdlib's parser raise RecursionError and killed the dispatcher on that offset
+for good). Every failure is an :class:`AlertError` with a reason ``code``; consumers of the alert topics
+go through :mod:`aldebaran.delivery.decode`, which turns it into an ``alerts.dlq`` record.
 """
 
 from __future__ import annotations
@@ -57,7 +63,18 @@ class Event(NamedTuple):
 
 
 class AlertError(ValueError):
-    """An alert that does not follow the contract (not JSON, not an object, a required field missing)."""
+    """An alert that does not follow the contract (not JSON, not an object, a required field missing).
+    ``code``: too_large | too_deep | not_json | not_object | invalid (the ``alerts.dlq`` reason code)."""
+
+    def __init__(self, message: str, code: str = "invalid") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# The bounds of one alert's bytes, checked before any parser runs. An auditor's alert is ~400 bytes
+# and one level deep; a page (AUDITOR_DOWN) a few KB: both limits leave room for extras.
+MAX_ALERT_BYTES = 1024 * 1024
+MAX_ALERT_DEPTH = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,18 +110,25 @@ class Alert:
     # --- reading ---------------------------------------------------------------------------------
     @classmethod
     def from_json(cls, raw: bytes | str | None) -> "Alert":
-        """Parse and validate one alert (a Kafka message value, an archived line)."""
+        """Parse and validate one alert (a Kafka message value, an archived line). AlertError for anything
+        else, whatever the input: nothing larger or deeper than the bounds reaches a parser."""
+        raw = raw or b""
+        if not isinstance(raw, (bytes, bytearray, str)):
+            raise AlertError(f"not JSON: a {type(raw).__name__}, not bytes", "not_json")
+        check_bounds(raw)
         if isinstance(raw, bytes):
             fast = _fast(raw)
             if fast is not None:
                 return fast
         try:
-            data = from_json(raw or b"")
+            data = from_json(raw)
         except ValueError:  # jiter is stricter in corners (lone surrogates, UTF-16): the stdlib decides
             try:
-                data = json.loads(raw or b"")
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise AlertError(f"not JSON: {exc}") from None
+                data = json.loads(raw)
+            # UnicodeDecodeError is a ValueError. RecursionError: the depth bound keeps it out, unless a
+            # thread's stack is far smaller than the interpreter's recursion limit assumes.
+            except (ValueError, RecursionError) as exc:
+                raise AlertError(f"not JSON: {exc}", "not_json") from None
         alert = cls.from_dict(data)
         if isinstance(raw, bytes):
             object.__setattr__(alert, "raw", raw)
@@ -114,7 +138,7 @@ class Alert:
     def from_dict(cls, data: Mapping[str, Any]) -> "Alert":
         """Validate an already decoded alert (e.g. the copy a delivery record keeps)."""
         if not isinstance(data, Mapping):
-            raise AlertError("not a JSON object")
+            raise AlertError("not a JSON object", "not_object")
         for name in cls.REQUIRED:
             value = data.get(name)
             if not isinstance(value, str) or not value:
@@ -181,12 +205,48 @@ _DECODE = msgspec.json.Decoder(_Wire).decode
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=-]{0,254}$")
 
 
+# What the depth scan looks at: brackets, and what opens, escapes or closes a string.
+_STRUCTURE = re.compile(rb'[\[\]{}"\\]')
+
+
+def check_bounds(raw: bytes | bytearray | str) -> None:
+    """AlertError unless `raw` fits MAX_ALERT_BYTES and MAX_ALERT_DEPTH. Two C-speed counts decide for
+    every ordinary alert (its brackets, strings included, bound its depth from above); only a message with
+    more brackets than the depth limit is scanned, in one pass that stops at the limit (linear whatever the
+    bytes: a regex for JSON strings backtracks quadratically on a long unterminated one)."""
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if len(data) > MAX_ALERT_BYTES:
+        raise AlertError(f"too large: {len(data)} bytes (at most {MAX_ALERT_BYTES})", "too_large")
+    if data.count(b"[") + data.count(b"{") <= MAX_ALERT_DEPTH:
+        return
+    depth, in_string, escaped = 0, False, -1
+    for match in _STRUCTURE.finditer(data):
+        pos = match.start()
+        if pos == escaped:
+            continue
+        byte = data[pos]
+        if in_string:
+            if byte == 0x5C:  # backslash: the next byte is escaped
+                escaped = pos + 1
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > MAX_ALERT_DEPTH:
+                raise AlertError(f"too deep: arrays/objects nested more than {MAX_ALERT_DEPTH} levels", "too_deep")
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+
+
 def _fast(raw: bytes) -> Alert | None:
     """from_json's fast path (msgspec, ~5x less time than pydantic_core.from_json + from_dict for the
     auditor's alerts; tests/unit/test_model.py holds both paths to the same results), or None."""
     try:
         w = _DECODE(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    # UnicodeDecodeError: msgspec raises it, not a DecodeError, for invalid UTF-8 inside a string.
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
         return None
     if not (w.alert_id and w.kind and w.order_id) or ".." in w.alert_id or not _SAFE_ID.match(w.alert_id):
         return None  # the slow path raises the exact error
@@ -199,4 +259,4 @@ def _fast(raw: bytes) -> Alert | None:
                   w.trigger_event_id, w.trigger_event_ts, w.detected_at, extra, raw)
     return alert
 
-__all__ = ["Alert", "AlertError", "Event"]
+__all__ = ["MAX_ALERT_BYTES", "MAX_ALERT_DEPTH", "Alert", "AlertError", "Event", "check_bounds"]

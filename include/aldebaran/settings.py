@@ -53,6 +53,12 @@ class KafkaSettings(BaseSettings):
                     "dispatchers do not read it: an alert is delivered once the exact lane raises it",
     )
     dlq_topic: str = Field("trades.dlq", pattern=TOPIC_PATTERN, description="ALDEBARAN_KAFKA_DLQ_TOPIC: rejected input with reason, partition and offset")
+    alerts_dlq_topic: str = Field(
+        "alerts.dlq", pattern=TOPIC_PATTERN,
+        description="ALDEBARAN_KAFKA_ALERTS_DLQ_TOPIC: messages of the alerts topics a consumer rejected (not an "
+                    "alert, too large, too deep): the original bytes, the reason, topic, partition, offset and the "
+                    "rejecting consumer in headers; created by its first writer if missing",
+    )
     max_message_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="ALDEBARAN_KAFKA_MAX_MESSAGE_BYTES: largest message the topics take"
     )
@@ -131,8 +137,8 @@ class KafkaSettings(BaseSettings):
 
     @property
     def dlq_record_bytes(self) -> int:
-        """Largest DLQ record: a rejected message of the largest size the topics take, plus its reason and
-        origin headers. The DLQ topic, the broker and the DLQ producer all allow this much."""
+        """Largest DLQ record (trades.dlq, alerts.dlq): a rejected message of the largest size the topics take,
+        plus its reason and origin headers. The DLQ topics, the broker and the DLQ producer all allow this much."""
         return self.max_message_bytes + DLQ_HEADER_HEADROOM
 
 

@@ -261,9 +261,11 @@ def test_malformed_alerts_are_dead_lettered_and_dispatch_continues(kafka_topics,
                          + [(good[1]["alert_id"], json.dumps(good[1]))])
     stats = dispatcher(ledger, channel_env("webhook"), kafka_topics, f"g-{unique}", settings).run_once(idle_timeout=2.0)
     assert stats.malformed == 4 and stats.sent == {"webhook": 2}
-    letters = [store.get(o["Key"]).json() for o in store.list(f"dead-letters/alerts/{kafka_topics.alerts_topic}/")]
-    assert len(letters) == 4 and all(l["reason"] for l in letters)
-    store.delete_prefix(f"dead-letters/alerts/{kafka_topics.alerts_topic}/")
+    letters = kafka_io.read_topic(kafka_topics, kafka_topics.alerts_dlq_topic)
+    assert sorted(m.value() for m in letters) == sorted(raw)
+    assert all(dict(m.headers())["aldebaran.reason"] for m in letters)
+    assert {dict(m.headers())["aldebaran.consumer"] for m in letters} == {b"dispatcher:webhook"}
+    assert not list(store.list("escape"))  # the unsafe id never became an object key
 
 
 def test_an_unreadable_ledger_object_stops_its_partition_and_sends_nothing(kafka_topics, ledger, settings, channel_env,

@@ -7,7 +7,8 @@ from __future__ import annotations
 import threading
 
 from aldebaran.delivery.channels.log import LogChannel
-from aldebaran.delivery.dispatcher import ChannelDispatcher, DeadLetters, DispatchStats
+from aldebaran.delivery.decode import AlertDeadLetters
+from aldebaran.delivery.dispatcher import ChannelDispatcher, DispatchStats
 from aldebaran.delivery.exceptions import ConsumerFatal
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.settings import DeliverySettings
@@ -34,8 +35,9 @@ class FatalConsumerFake(ChannelDispatcher):
 
 def dispatcher(tmp_path, **kw) -> FatalConsumerFake:
     ledger = Ledger(LocalStore(tmp_path / "ledger"))
+    kafka = load(KafkaSettings)
     return FatalConsumerFake(LogChannel("log", tmp_path / "alerts.jsonl"), ledger, load(DeliverySettings),
-                             load(KafkaSettings), "g", "me", DispatchStats(), DeadLetters(ledger.store), **kw)
+                             kafka, "g", "me", DispatchStats(), AlertDeadLetters(kafka), **kw)
 
 
 def test_a_fatal_consumer_is_replaced_and_its_partitions_are_given_up_first(tmp_path):

@@ -17,7 +17,8 @@ import pytest
 
 from aldebaran.delivery.channels.base import Channel, Outcome
 from aldebaran.delivery.channels.log import LogChannel
-from aldebaran.delivery.dispatcher import DeadLetters, DispatchStats, deliver_direct
+from aldebaran.delivery.decode import AlertDeadLetters
+from aldebaran.delivery.dispatcher import DispatchStats, deliver_direct
 from aldebaran.delivery.handles import NEW
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.records import IN_DOUBT, RetryPolicy
@@ -25,6 +26,7 @@ from aldebaran.delivery.runs import CLAIMED, PENDING, RECORDED, Run
 from aldebaran.delivery.settings import DeliverySettings
 from aldebaran.delivery.settle import Partition, RunSettler
 from aldebaran.model import Alert
+from aldebaran.settings import KafkaSettings
 from aldebaran.storage import LocalStore
 
 TOPIC = "alerts"
@@ -83,7 +85,7 @@ def ledger(tmp_path):
 
 def settler(ledger, channel, owner: str, window: int = 200_000) -> RunSettler:
     settings = DeliverySettings(dedupe_window_offsets=window)
-    return RunSettler(channel, ledger, settings, TOPIC, owner, DispatchStats(), DeadLetters(ledger.store))
+    return RunSettler(channel, ledger, settings, TOPIC, owner, DispatchStats(), AlertDeadLetters(KafkaSettings()))
 
 
 def partition(epoch: int, ids) -> Partition:

@@ -134,7 +134,8 @@ def test_the_heartbeat_is_a_fifth_of_the_session_and_never_below_half_a_second()
 
 def test_a_dispatchers_consumer_is_built_with_the_group_keys(clean, tmp_path):
     from aldebaran.delivery.channels.log import LogChannel
-    from aldebaran.delivery.dispatcher import ChannelDispatcher, DeadLetters, DispatchStats
+    from aldebaran.delivery.decode import AlertDeadLetters
+    from aldebaran.delivery.dispatcher import ChannelDispatcher, DispatchStats
     from aldebaran.delivery.ledger import Ledger
     from aldebaran.storage import LocalStore
 
@@ -142,7 +143,7 @@ def test_a_dispatchers_consumer_is_built_with_the_group_keys(clean, tmp_path):
     seen = capture(clean, kafka_io, "Consumer")
     ledger = Ledger(LocalStore(tmp_path / "ledger"))
     worker = ChannelDispatcher(LogChannel("log", tmp_path / "alerts.jsonl"), ledger, load(DeliverySettings),
-                               load(KafkaSettings), "g", "me", DispatchStats(), DeadLetters(ledger.store))
+                               load(KafkaSettings), "g", "me", DispatchStats(), AlertDeadLetters(load(KafkaSettings)))
     with pytest.raises(Captured):
         worker.run(threading.Event(), idle_timeout=0.1)
     expected = {**LIBRDKAFKA_COMMON, "group.id": "g-log", "session.timeout.ms": 7_000, "heartbeat.interval.ms": 1_400,

@@ -23,9 +23,7 @@ A streaming dispatcher (``aldebaran dispatch --follow``) writes a heartbeat that
 
 from __future__ import annotations
 
-import base64
 import collections
-import json
 import logging
 import os
 import socket
@@ -34,15 +32,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from aldebaran.delivery.decode import AlertDeadLetters, decode
 from aldebaran.delivery.exceptions import ConsumerFatal, RetryableError
 from aldebaran.delivery.handles import ALREADY, BUSY, DOUBT, SEND
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.settings import DeliverySettings
 from aldebaran.delivery.settle import Partition, RunSettler
-from aldebaran.exceptions import AlreadyExists, Fenced, LedgerCorrupt, ObjectStoreError
-from aldebaran.model import Alert, AlertError
+from aldebaran.exceptions import Fenced, LedgerCorrupt, ObjectStoreError
+from aldebaran.model import Alert
 from aldebaran.settings import KafkaSettings, load
-from aldebaran.storage import safe_segment
 
 log = logging.getLogger(__name__)
 
@@ -75,23 +73,6 @@ class DispatchStats:
                 "retried": self.retried, "seconds": round(self.seconds, 2)}
 
 
-class DeadLetters:
-    """Malformed alerts, kept once each in the object store under their topic position."""
-
-    def __init__(self, store, prefix: str = "dead-letters/alerts") -> None:
-        self.store = store
-        self.prefix = prefix
-
-    def add(self, topic: str, partition: int, offset: int, raw: bytes | None, reason: str) -> None:
-        key = f"{self.prefix}/{safe_segment(topic, 'topic')}/{partition:05d}-{offset:020d}.json"
-        body = json.dumps({"topic": topic, "partition": partition, "offset": offset, "reason": reason,
-                           "value_base64": base64.b64encode(raw or b"").decode(), "at": time.time()}).encode()
-        try:
-            self.store.create(key, body)
-        except AlreadyExists:
-            pass  # another channel's dispatcher (or an earlier run) recorded it already
-
-
 class ChannelDispatcher:
     """One channel's queue over the alerts topic (a subclass reads another: aldebaran.delivery.fast)."""
 
@@ -99,7 +80,7 @@ class ChannelDispatcher:
     claim_first = False  # RunSettler: create a new run without looking for one first
 
     def __init__(self, channel, ledger: Ledger, settings: DeliverySettings, kafka: KafkaSettings,
-                 group: str, owner: str, stats: DispatchStats, dead_letters: DeadLetters) -> None:
+                 group: str, owner: str, stats: DispatchStats, dead_letters: AlertDeadLetters) -> None:
         self.channel = channel
         self.ledger = ledger
         self.settings = settings
@@ -227,11 +208,14 @@ class ChannelDispatcher:
                     log.debug("%s: final commit: %s", self.channel.name, exc)
             c.close()
 
-    def _decode(self, msg) -> tuple:
-        try:
-            return (msg.offset(), msg.value(), Alert.from_json(msg.value()), None)
-        except AlertError as exc:
-            return (msg.offset(), msg.value(), None, str(exc))
+    @staticmethod
+    def _decode(msg) -> tuple:
+        """(offset, raw, Alert, None), or (offset, raw, None, Rejected): a rejected message takes its place in
+        a run (MALFORMED) and is dead-lettered before its offset is committed (aldebaran.delivery.settle)."""
+        got = decode(msg)
+        if isinstance(got, Alert):
+            return (msg.offset(), msg.value(), got, None)
+        return (msg.offset(), msg.value(), None, got)
 
     def _settle_partition(self, part: Partition, stop: threading.Event) -> int | None:
         """Settle what is buffered for one partition; the next offset to commit, or None."""
@@ -300,7 +284,7 @@ class Dispatcher:
         self.settings = settings or load(DeliverySettings)
         self.group = group or self.settings.group
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
-        self.dead_letters = DeadLetters(ledger.store)
+        self.dead_letters = AlertDeadLetters(self.kafka)  # alerts.dlq: connects at the first rejected alert
         self.worker = worker  # ChannelDispatcher, or FastChannelDispatcher (the fast lane's topic)
 
     def run(self, stop: threading.Event | None = None, idle_timeout: float | None = None,

@@ -136,7 +136,7 @@ class Ledger(LedgerReports):
             entries, alerts, in_run = [], {}, set()
             for offset, _raw, alert, error in buffer[:max_run]:
                 if alert is None:
-                    entries.append([offset, None, MALFORMED, {"reason": error}])
+                    entries.append([offset, None, MALFORMED, {"reason": str(error)}])  # error: a Rejected
                     continue
                 alerts[offset] = alert
                 if alert.alert_id in seen or alert.alert_id in in_run:

@@ -155,10 +155,12 @@ class RunSettler:
     def _send_run(self, part: Partition, handle: RunHandle, by_offset: dict, known: dict,
                   stop: threading.Event) -> None:
         run = handle.run
-        for e in run.entries:
-            if e[2] == MALFORMED:
-                offset, raw = e[0], by_offset[e[0]][1]
-                self.dead_letters.add(self.topic, part.number, offset, raw, (e[3] or {}).get("reason", "malformed"))
+        # Rejected messages go to alerts.dlq, acknowledged, before the run is recorded and its offsets committed
+        # (RetryableError: the run stays ours and unsent, and the next turn dead-letters them again).
+        # An adopted run's entry of a message this version reads as an alert has no rejection: nothing to send.
+        polled = [by_offset.get(e[0]) for e in run.entries if e[2] == MALFORMED]
+        self.dead_letters.send([p[3] for p in polled if p is not None and p[3] is not None],
+                               f"dispatcher:{self.channel.name}")
         to_send = [e for e in run.pending() if e[0] not in known]
         if self.markers and to_send:
             repeats = self._mark(handle, to_send)

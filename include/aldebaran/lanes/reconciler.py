@@ -12,6 +12,10 @@ Where channels opted in to the fast lane (a :class:`aldebaran.delivery.retractio
 alert: each is sent a retraction before the record is written (the record is what marks the alert judged,
 so a keeper that dies in between judges it again, and the ledger sends a retraction once per channel), and
 a late confirmation sends a reinstatement to each channel that got the retraction.
+
+Messages of either topic that are not alerts (:mod:`aldebaran.delivery.decode`) are skipped and sent to
+``alerts.dlq`` as rejected by ``reconciler:<lane>``, after the step that read them; a failed send is kept
+and tried again at the next step.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import json
 import logging
 import time
 
+from aldebaran.delivery.decode import AlertDeadLetters, Rejected, decode
+from aldebaran.delivery.exceptions import RetryableError
 from aldebaran.exceptions import NotFound
 from aldebaran.lanes.reconcile import Reconciliation
 from aldebaran.storage import safe_segment
@@ -66,7 +72,7 @@ class Reconciler:
     """One lane's reconciliation over Kafka, its records in `store`. Call :meth:`step` in a loop."""
 
     def __init__(self, kafka, store, lane: str, ttl_seconds: float, records_prefix: str,
-                 resume_ms: int | None = None, retractor=None) -> None:
+                 resume_ms: int | None = None, retractor=None, dead_letters: AlertDeadLetters | None = None) -> None:
         self.kafka, self.store, self.lane, self.records_prefix = kafka, store, lane, records_prefix
         self.state = Reconciliation(int(ttl_seconds * 1000))
         self.fast_topic, self.exact_topic = kafka.fast_alerts_topic, kafka.alerts_topic
@@ -81,6 +87,9 @@ class Reconciler:
         self.retractor = retractor  # None: no channel delivers the fast lane
         self._held: dict[str, dict] = {}  # records whose retraction another worker holds under its lease
         self._held_at = 0.0
+        self.dead_letters = dead_letters or AlertDeadLetters(kafka)  # connects at the first rejected message
+        self._rejected: list[Rejected] = []  # read, not yet acknowledged by alerts.dlq
+        self.rejected = 0
 
     # --- Kafka ----------------------------------------------------------------------------------
     def open(self) -> None:
@@ -136,6 +145,7 @@ class Reconciler:
             fast_at=now_ms if self._caught_up(self.fast_topic) else None,
             exact_at=now_ms if self._caught_up(self.exact_topic) else None)
         self._apply(self.state.judge())
+        self._dead_letter()
         return read
 
     def _caught_up(self, topic: str) -> bool:
@@ -143,22 +153,31 @@ class Reconciler:
         return bool(flags) and all(flags)
 
     def _on_alert(self, msg) -> None:
-        try:
-            alert = json.loads(msg.value())
-            alert_id, kind = str(alert["alert_id"]), str(alert.get("kind"))
-        except (TypeError, ValueError, KeyError) as exc:
-            # The dispatcher dead-letters malformed alerts of the exact topic; here they are only skipped.
-            log.warning("reconciler %s: unreadable alert at %s[%d]@%d skipped: %s", self.lane, msg.topic(),
-                        msg.partition(), msg.offset(), exc)
+        alert = decode(msg)
+        if isinstance(alert, Rejected):
+            log.debug("reconciler %s: rejected alert at %s skipped: %s", self.lane, alert.where(), alert.reason)
+            self._rejected.append(alert)
+            self.rejected += 1
             return
+        alert_id, kind = alert.alert_id, alert.kind
         ts = msg.timestamp()[1]
         if msg.topic() == self.fast_topic:
             self.state.fast(alert_id, ts)
             if alert_id in self.state.pending_fast:
-                self._fast_alerts[alert_id] = alert
+                self._fast_alerts[alert_id] = alert.to_dict()
         else:
             self._apply(self.state.exact(alert_id, kind, ts))
             self._fast_alerts.pop(alert_id, None)  # confirmed: no record will need it
+
+    def _dead_letter(self) -> None:
+        if not self._rejected:
+            return
+        try:
+            self.dead_letters.send(self._rejected, f"reconciler:{self.lane}")
+        except RetryableError as exc:  # Kafka is down: the keeper's loop goes on, the next step tries again
+            log.warning("reconciler %s: %s; tried again at the next step", self.lane, exc)
+            return
+        self._rejected = []
 
     # --- records --------------------------------------------------------------------------------------
     def _apply(self, verdicts) -> None:
@@ -198,4 +217,5 @@ class Reconciler:
         log.error("lane %s: alert %s unconfirmed: %s", self.lane, alert_id, body["why"])
 
     def status(self) -> dict:
-        return {**self.state.status(), "fast_topic": self.fast_topic, "exact_topic": self.exact_topic}
+        return {**self.state.status(), "fast_topic": self.fast_topic, "exact_topic": self.exact_topic,
+                "rejected": self.rejected}

@@ -18,7 +18,8 @@ Checks (each independent: one failing probe never hides the others):
   (aldebaran.platform.dispatch_supervisor.plan) has a heartbeat, ``running`` and younger than
   ``ALDEBARAN_HEALTH_MAX_DISPATCHER_HEARTBEAT_AGE_SECONDS``, and no partition ``broken`` in it (fenced,
   or an unreadable ledger object: that partition is not delivered). ``ALDEBARAN_HEALTH_CHECK_DISPATCHERS``
-  turns it off where only the alert_dispatch DAG delivers.
+  turns it off where only the alert_dispatch DAG delivers. Each one's ``rejected`` count (messages it
+  dead-lettered to ``alerts.dlq``) is shown, not failed on; so is the lane reconciler's.
 - **lane** (with ``ALDEBARAN_LANES_ENABLED``) — the low-latency lane's keeper has a heartbeat, ``running``
   and younger than ``ALDEBARAN_LANES_STALE_AFTER_SECONDS``, and no fast-lane alert is unconfirmed: one the
   exact lane did not raise within ``ALDEBARAN_LANES_CONFIRM_TTL_SECONDS`` (held back from delivery; an
@@ -209,8 +210,10 @@ def check_dispatchers(settings: HealthSettings, now: float) -> dict:
             continue
         age = now - float(hb.get("at") or 0)
         broken = processes.broken_partitions(hb)
+        # rejected: alerts it dead-lettered to alerts.dlq since it started (shown, not failed on: each one is
+        # settled, and the DLQ record names why; docs/operations.md "Rejected alerts").
         out["dispatchers"][name] = {"status": hb.get("status"), "age_seconds": round(age, 1), "host": hb.get("host"),
-                                    "pid": hb.get("pid"), "broken": broken}
+                                    "pid": hb.get("pid"), "broken": broken, "rejected": hb.get("malformed", 0)}
         if hb.get("status") != "running":
             problems.append(f"dispatcher {name!r}: {hb.get('status')} {age:.0f}s ago "
                             f"{str(hb.get('error') or '')[:300]}".rstrip())
@@ -236,7 +239,8 @@ def check_lane(now: float, lanes=None, exact: tuple[str, dict | None] | None = N
     lanes = lanes or load(LaneSettings)
     fast = collect(now, lanes, exact)["fast"]
     out = {"ok": True, "lane": fast["lane"], "status": fast.get("status"), "age_seconds": fast.get("age_seconds"),
-           "reconcile": (fast.get("reconcile") or {}).get("counts"), "unconfirmed": len(fast["unconfirmed"])}
+           "reconcile": (fast.get("reconcile") or {}).get("counts"), "unconfirmed": len(fast["unconfirmed"]),
+           "rejected": (fast.get("reconcile") or {}).get("rejected", 0)}  # dead-lettered to alerts.dlq, shown
     problems = []
     stale = lanes.stale_after_seconds
     if not fast["heartbeat"]:

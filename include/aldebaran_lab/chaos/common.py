@@ -32,6 +32,7 @@ TOPIC_ENV = {
     "trades_topic": "ALDEBARAN_KAFKA_TRADES_TOPIC",
     "alerts_topic": "ALDEBARAN_KAFKA_ALERTS_TOPIC",
     "dlq_topic": "ALDEBARAN_KAFKA_DLQ_TOPIC",
+    "alerts_dlq_topic": "ALDEBARAN_KAFKA_ALERTS_DLQ_TOPIC",
 }
 
 
@@ -57,7 +58,7 @@ class Workspace:
         tag = f"{campaign}-{uuid.uuid4().hex[:8]}"
         base = kafka or load(KafkaSettings)
         topics = {"trades_topic": f"chaos-{tag}-trades", "alerts_topic": f"chaos-{tag}-alerts",
-                  "dlq_topic": f"chaos-{tag}-dlq"}
+                  "dlq_topic": f"chaos-{tag}-dlq", "alerts_dlq_topic": f"chaos-{tag}-alerts-dlq"}
         settings = base.model_copy(update=topics)
         kafka_admin.ensure_topics(settings)
         store = store or S3Store()
@@ -82,7 +83,8 @@ class Workspace:
     def cleanup(self) -> None:
         from aldebaran.heartbeat import AUDITOR, key
 
-        kafka_admin.delete_topics(self.kafka, self.kafka.topics())
+        # alerts.dlq is not among topics(): its first writer creates it (aldebaran.delivery.decode).
+        kafka_admin.delete_topics(self.kafka, [*self.kafka.topics(), self.kafka.alerts_dlq_topic])
         self.store.delete_prefix(self.prefix + "/")
         self.store.delete(key(AUDITOR, self.name))
 

@@ -9,7 +9,7 @@
    valid, its 0-share purchases included), and the alerts equal the reference model's on the whole stream.
 2. **Alerts**: malformed alerts (built broken by construction: not JSON, not an object, missing or
    non-string ids, ids that would climb out of their object-store prefix) among good ones, through the
-   dispatcher: each malformed one dead-lettered, each good one delivered once.
+   dispatcher: each malformed one on `alerts.dlq` with its reason, each good one delivered once.
 3. **Settings**: each invalid setting fails at start with a ConfigError naming its variable.
 """
 
@@ -216,7 +216,8 @@ def malformed_alerts() -> list[bytes]:
     """Alerts broken by construction (the dispatcher must dead-letter each one)."""
     base = {"alert_id": "x", "kind": "OVERFILL", "order_id": "o"}
     bad_ids = ["../../escape", "a/b", "/abs", "..", "a\x00b", "a\nb", "-lead", ".hidden", "x" * 300, "é", ""]
-    out = [b"not json", b"\xff\xfe", b"", b"[]", b"42", b"null", b'"alert"', b'{"alert_id": "a"', b"{" * 5000]
+    out = [b"not json", b"\xff\xfe", b"", b"[]", b"42", b"null", b'"alert"', b'{"alert_id": "a"', b"{" * 5000,
+           b"[" * 5000 + b"]" * 5000, b" " * (2 * 1024 * 1024)]  # valid JSON too deep; over the size bound
     out += [json.dumps({**base, "alert_id": i}).encode() for i in bad_ids]
     out += [json.dumps({**base, "alert_id": v}).encode() for v in (7, None, [], {}, True)]
     out += [json.dumps({k: v for k, v in base.items() if k != drop}).encode() for drop in base]
@@ -233,7 +234,6 @@ def run_alerts(good: int = 50) -> dict:
     from aldebaran_lab.chaos.kill_dispatch import make_alerts
 
     ws = Workspace.create("fuzz-alerts", s3a=False)
-    dead_prefix = f"dead-letters/alerts/{ws.kafka.alerts_topic}/"
     try:
         oks = make_alerts(good, ws.name)
         bad = malformed_alerts()
@@ -246,16 +246,15 @@ def run_alerts(good: int = 50) -> dict:
             ledger = Ledger.from_settings(settings, ws.store)
             stats = Dispatcher(ledger, [WebhookChannel("webhook", receiver.url + "/alerts", secret)], kafka=ws.kafka,
                                group=f"chaos-{ws.name}", settings=settings).run_once(idle_timeout=3.0)
-            letters = [ws.store.get(o["Key"]).json() for o in ws.store.list(dead_prefix)]
+            letters = [dict(m.headers() or []) for m in kafka_io.read_topic(ws.kafka, ws.kafka.alerts_dlq_topic)]
             escaped = [o["Key"] for o in ws.store.list(ws.prefix + "/") if "/../" in o["Key"] or "escape" in o["Key"]]
             escaped += [o["Key"] for o in ws.store.list("escape")]
             return {"malformed_sent": len(bad), "malformed_seen": stats.malformed, "dead_letters": len(letters),
-                    "dead_letters_without_reason": sum(not l.get("reason") for l in letters),
+                    "dead_letters_without_reason": sum(not l.get("aldebaran.reason") for l in letters),
                     "good_sent": good, "good_delivered": len(receiver.accepted),
                     "good_delivered_once": all(n == 1 for n in receiver.requests_per_key.values()),
                     "keys_outside_prefix": escaped}
     finally:
-        ws.store.delete_prefix(dead_prefix)
         ws.cleanup()
 
 
