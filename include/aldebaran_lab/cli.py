@@ -15,7 +15,9 @@ USAGE = """\
     aldebaran chaos kill-auditor|failover|kill-dispatch|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|all
                                                        reliability campaigns (make chaos)
     aldebaran docs config [--check]                    the configuration reference in docs/operations.md
-    aldebaran bench deployed [--rates R,...] [--report] the platform as `make demo` leaves it: trade → alert → log, webhook, bus
+    aldebaran bench deployed [--rates R,...] [--runs 3] [--with-lane] [--report]
+                                                       the platform as `make demo` leaves it: at rest, trade → alert →
+                                                       log, webhook, bus beside the hand-rolled loop, its capacity
     aldebaran bench steady [--rates 5000] [--seconds 300] steady load on it: 0 restarts, each alert once in the log
     aldebaran chaos CAMPAIGN --help                    each campaign's options"""
 
@@ -118,10 +120,23 @@ def add_bench_modes(bench) -> None:
     dp = bench.add_parser("deployed", help="the platform as `make demo` leaves it: trade → alert → log, webhook, bus",
                           description="The figure we publish: the running platform (Airflow supervising the auditor "
                                       "and the dispatchers) fed by a plain confluent-kafka producer.")
-    dp.add_argument("--rates", default=None, help="comma-separated paced rates, trades/s (default 1000,5000,20000,50000)")
+    dp.add_argument("--rates", default=None, help="comma-separated paced rates, trades/s (default 1000,5000,10000,20000)")
+    dp.add_argument("--runs", type=int, default=3,
+                    help="runs of every rate, interleaved (run 1: all rates, run 2: all rates, ...); the figure is "
+                         "their median, with the spread of their p99 (default 3)")
     dp.add_argument("--seconds", type=float, default=20.0, help="how long each rate is produced, seconds (default 30)")
     dp.add_argument("--drain-seconds", type=float, default=60.0,
                     help="after each rate, how long to wait for its alerts and deliveries (default 60)")
+    dp.add_argument("--rest-seconds", type=float, default=60.0,
+                    help="the platform at rest: CPU per role over this long with no load (default 60)")
+    dp.add_argument("--no-rest", action="store_true", help="skip the measurement at rest")
+    dp.add_argument("--capacity-rates", default=None,
+                    help="the capacity ladder's offered rates, events/s (default 5000,10000,20000,30000,40000,60000,80000)")
+    dp.add_argument("--rung-seconds", type=float, default=60.0, help="how long each capacity rung lasts (default 60)")
+    dp.add_argument("--no-capacity", action="store_true", help="skip the capacity ladders")
+    dp.add_argument("--with-lane", action="store_true",
+                    help="also with the fast lane switched on (lane_supervisor through Airflow): its rest and the "
+                         "segments reading both lanes; the lane is put back as it was")
     dp.add_argument("--start", action="store_true", help="run `aldebaran demo` first when the platform is not running")
     dp.add_argument("--report", action="store_true",
                     help="write its section of docs/benchmarks.md and its key of docs/img/bench-results.json")

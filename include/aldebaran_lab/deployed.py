@@ -18,6 +18,11 @@ see each alert on the alerts topic, in the log file, at the webhook receiver and
 It also samples the auditor's batches (its heartbeat: batch time and its steps), counts restarts (a new
 pid behind a heartbeat), and records the box (aldebaran_capacity.bench.boxstate): a segment where other
 processes took more than 0.2 core is flagged. A short warm-up segment runs first and is not reported.
+
+The whole bench (:func:`run`), as BRIEF §4 takes a figure: the platform at rest (aldebaran_lab.deployed_rest),
+each rate ``--runs`` times interleaved with the hand-rolled loop after each segment (aldebaran_lab.deployed_runs),
+the capacity ladders (aldebaran_lab.deployed_capacity) and, with ``--with-lane``, the same beside the fast lane
+(aldebaran_lab.deployed_lane). Progress: a log line per segment and rung.
 """
 
 from __future__ import annotations
@@ -33,15 +38,14 @@ import uuid
 
 from aldebaran.exceptions import AldebaranError
 from aldebaran_capacity.bench.boxstate import BoxSampler
-from aldebaran_capacity.taps import LogTap, TopicTap, percentile
+from aldebaran_capacity.taps import LogTap, TopicTap
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RATES = (1000, 5000, 20000, 50000)
+DEFAULT_RATES = (1000, 5000, 10000, 20000)
 CHANNELS = ("log", "webhook", "bus")
 BUS_TOPIC = "alerts.bench-bus"
 CHANNELS_VARIABLE = "aldebaran_channels"
-EVENTS_PER_ORDER = 3
 WARMUP = (200, 5.0)  # events/s, seconds: the first batches after a quiet spell, left out
 
 
@@ -50,12 +54,16 @@ class DeployedError(AldebaranError):
 
 
 # --- the producer (its own process: `python -m aldebaran_lab.deployed produce ...`) ------------------
-def produce(bootstrap: str, topic: str, rate: float, seconds: float, prefix: str) -> dict:
-    """Paced orders from a plain confluent-kafka Producer (defaults); returns what was sent."""
+def produce(bootstrap: str, topic: str, rate: float, seconds: float, prefix: str, mix: str = "one-alert",
+            seed: int = 0) -> dict:
+    """Paced orders of `mix` (aldebaran_lab.deployed_capacity.order_values) from a plain confluent-kafka
+    Producer (defaults), keyed by order id; returns what was sent."""
     from confluent_kafka import Producer
 
+    from aldebaran_lab.deployed_capacity import order_count, orders_of
+
     p = Producer({"bootstrap.servers": bootstrap})
-    orders = max(1, int(rate * seconds / EVENTS_PER_ORDER))
+    orders = order_count(mix, rate, seconds)
     errors = []
 
     def on_delivery(err, _msg) -> None:
@@ -63,13 +71,8 @@ def produce(bootstrap: str, topic: str, rate: float, seconds: float, prefix: str
             errors.append(str(err))
 
     t0, n = time.monotonic(), 0
-    for i in range(orders):
-        oid = f"{prefix}-{i}"
-        for value in (
-            {"id": oid, "#shares": 100, "client": "Bench", "stock": "AAPL"},
-            {"id": f"{oid}-a", "initial_order_id": oid, "#shares": 60, "client": "Bench", "stock": "AAPL"},
-            {"id": f"{oid}-b", "initial_order_id": oid, "#shares": 60, "client": "Bench", "stock": "AAPL"},
-        ):
+    for oid, values in orders_of(mix, prefix, orders, seed):
+        for value in values:
             while True:
                 try:
                     p.produce(topic, key=oid, value=json.dumps(value), on_delivery=on_delivery)
@@ -86,13 +89,17 @@ def produce(bootstrap: str, topic: str, rate: float, seconds: float, prefix: str
     return {"orders": orders, "events": n, "seconds": round(sent_s, 3), "undelivered": left, "errors": errors[:3]}
 
 
-def _produce_in_process(kafka, rate: float, seconds: float, prefix: str) -> dict:
+def produce_in_process(kafka, rate: float, seconds: float, prefix: str, mix: str = "one-alert",
+                       seed: int = 0) -> dict:
     cmd = [sys.executable, "-m", "aldebaran_lab.deployed", "produce", kafka.bootstrap_servers, kafka.trades_topic,
-           str(rate), str(seconds), prefix]
+           str(rate), str(seconds), prefix, mix, str(seed)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 3 + 120)
     if out.returncode != 0:
         raise DeployedError(f"the paced producer failed ({out.returncode}): {out.stderr[-800:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+_produce_in_process = produce_in_process  # the name it had
 
 
 # --- the platform -------------------------------------------------------------------------------------
@@ -213,7 +220,12 @@ class Channels:
 
 
 # --- one segment ----------------------------------------------------------------------------------------
-def segment(kafka, receiver, log_path, query: str, rate: int, seconds: float, drain_s: float) -> dict:
+def segment(kafka, receiver, log_path, query: str, rate: int, seconds: float, drain_s: float,
+            extra_topics: dict[str, str] | None = None) -> dict:
+    """One segment of paced one-alert orders, read by the taps; `extra_topics` ({name: topic}, e.g. the fast
+    lane's) are read as well, their figures under ``extra.<name>`` (deployed_figures.tap_figures)."""
+    from aldebaran_lab.deployed_figures import figures, tap_figures
+
     prefix = f"dep{uuid.uuid4().hex[:6]}r{rate}"
 
     def keep(order_id) -> bool:
@@ -221,34 +233,40 @@ def segment(kafka, receiver, log_path, query: str, rate: int, seconds: float, dr
 
     taps = {"alerts": TopicTap(kafka, kafka.alerts_topic, keep), "log": LogTap(log_path, keep),
             "bus": TopicTap(kafka, BUS_TOPIC, keep)}
+    extra = {name: TopicTap(kafka, topic, keep) for name, topic in (extra_topics or {}).items()}
     watcher, box = Watcher(query, list(CHANNELS)), BoxSampler()
-    for t in (*taps.values(), watcher, box):
+    for t in (*taps.values(), *extra.values(), watcher, box):
         t.start()
     watcher.sample()
     t0 = time.time() * 1000
     try:
-        sent = _produce_in_process(kafka, rate, seconds, prefix)
+        sent = produce_in_process(kafka, rate, seconds, prefix)
         box_state = box.stop()  # the load segment only, not the drain
         want = sent["orders"]
         deadline = time.monotonic() + drain_s
         while time.monotonic() < deadline:
             hook = receiver.stats(summary=True)
-            if all(len(t.seen) >= want for t in taps.values()) and hook.get("received", 0) >= want:
+            if all(len(t.seen) >= want for t in (*taps.values(), *extra.values())) and hook.get("received", 0) >= want:
                 break
             time.sleep(1.0)
     finally:
-        for t in (*taps.values(), watcher):
+        for t in (*taps.values(), *extra.values(), watcher):
             t.stop()
     webhook = {a: at * 1000 for a, at in (receiver.stats(summary=False).get("received_at") or {}).items()}
-    from aldebaran_lab.deployed_figures import figures
+    seg = figures(rate, sent, t0, taps, webhook, keep_ids=set(taps["alerts"].seen), watcher=watcher, box=box_state)
+    if extra:
+        seg["extra"] = {name: tap_figures(tap, sent["orders"]) for name, tap in extra.items()}
+    return seg
 
-    return figures(rate, sent, t0, taps, webhook, keep_ids=set(taps["alerts"].seen), watcher=watcher,
-                   box=box_state)
 
-
-def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start: bool = False) -> dict:
+def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start: bool = False, runs: int = 3,
+        rest_s: float | None = 60.0, capacity_rates=None, rung_s: float = 60.0, with_lane: bool = False) -> dict:
+    """The whole bench: the platform at rest (before the bench's channels: as `make demo` leaves it), the
+    interleaved segments with their hand-rolled anchor, the capacity ladders (`capacity_rates` None: none),
+    and with `with_lane` the same again beside the fast lane (aldebaran_lab.deployed_lane)."""
     from aldebaran.delivery.channels import configured_channels
     from aldebaran.settings import KafkaSettings, load
+    from aldebaran_lab import deployed_capacity, deployed_rest, deployed_runs
     from aldebaran_lab.demo_platform import Platform, api_from_env
 
     platform = Platform.load()
@@ -262,33 +280,54 @@ def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start
     kafka = load(KafkaSettings)
     api = api_from_env()
     log_path = configured_channels(["log"])[0].path
-    out = {"rates": list(rates), "seconds": seconds, "channels": list(CHANNELS), "segments": [],
+    out = {"rates": list(rates), "seconds": seconds, "runs": runs, "channels": list(CHANNELS), "segments": [],
            "producer": "confluent-kafka Producer, default settings (librdkafka consistent_random partitioner)",
-           "order": "request 100 shares, then 2 purchases of 60: one OVERFILL per order"}
-    with Channels(api, kafka) as channels:
-        log.info("deployed: waiting for the log, webhook and bus dispatchers")
-        channels.wait_dispatchers()
-        log.info("deployed: warm-up %d events/s for %.0f s (not reported)", *WARMUP)
-        segment(kafka, channels.receiver, log_path, platform.query, WARMUP[0], WARMUP[1], drain_s)
-        for rate in rates:
-            log.info("deployed: %d events/s for %.0f s", rate, seconds)
-            seg = segment(kafka, channels.receiver, log_path, platform.query, rate, seconds, drain_s)
-            log.info("deployed: %s", json.dumps({k: v for k, v in seg.items() if k not in ("timeline", "batches")}))
-            out["segments"].append(seg)
+           "order": "request 100 shares, then 2 purchases of 60: one OVERFILL per order",
+           "peer": "the hand-rolled confluent-kafka loop (aldebaran_capacity.bench.peer), same box, same run"}
+    if rest_s:
+        out["rest"] = deployed_rest.measure(rest_s)
+    with deployed_runs.peer_topic(kafka):
+        with Channels(api, kafka) as channels:
+            log.info("deployed: waiting for the log, webhook and bus dispatchers")
+            channels.wait_dispatchers()
+            ctx = deployed_runs.Context(kafka, channels.receiver, log_path, platform.query, drain_s)
+            log.info("deployed: warm-up %d events/s for %.0f s (not reported)", *WARMUP)
+            segment(kafka, channels.receiver, log_path, platform.query, WARMUP[0], WARMUP[1], drain_s)
+            out["segments"] = deployed_runs.segments(ctx, rates, runs, seconds)
+            if capacity_rates:
+                out["capacity_rates"], out["rung_seconds"] = list(capacity_rates), rung_s
+                out["capacity"], out["capacity_eps"] = deployed_capacity.run(
+                    ctx, capacity_rates, rung_s, settle=lambda: deployed_runs.settle(ctx))
+        if with_lane:
+            from aldebaran_lab import deployed_lane
+
+            out["with_lane"] = deployed_lane.run(api, kafka, log_path, platform.query, rates, runs, seconds, drain_s,
+                                                 rest_s)
     return out
+
+
+def _ints(text: str | None, default) -> list[int]:
+    return [int(r) for r in text.split(",") if r.strip()] if text else list(default)
 
 
 def main(args) -> int:
     from aldebaran import paths
     from aldebaran_capacity.bench import machine
-    from aldebaran_lab import deployed_report
+    from aldebaran_lab import deployed_capacity, deployed_report
 
-    rates = [int(r) for r in args.rates.split(",") if r] if args.rates else list(DEFAULT_RATES)
+    rates = _ints(args.rates, DEFAULT_RATES)
+    capacity_rates = [] if args.no_capacity else _ints(args.capacity_rates, deployed_capacity.DEFAULT_RATES)
     seconds = args.seconds if args.seconds != 20.0 else 30.0  # the bench parser's shared default is e2e's
+    rest_s = None if args.no_rest else args.rest_seconds
     command = (f"aldebaran bench deployed --rates {','.join(map(str, rates))} --seconds {seconds:g} "
-               f"--drain-seconds {args.drain_seconds:g}")
+               f"--drain-seconds {args.drain_seconds:g} --runs {args.runs}"
+               + (" --no-rest" if args.no_rest else f" --rest-seconds {args.rest_seconds:g}")
+               + (" --no-capacity" if args.no_capacity else
+                  f" --capacity-rates {','.join(map(str, capacity_rates))} --rung-seconds {args.rung_seconds:g}")
+               + (" --with-lane" if args.with_lane else ""))
     result = {"machine": machine.describe(), "command": command}
-    result["deployed"] = run(rates, seconds, args.drain_seconds, start=args.start)
+    result["deployed"] = run(rates, seconds, args.drain_seconds, start=args.start, runs=args.runs, rest_s=rest_s,
+                             capacity_rates=capacity_rates, rung_s=args.rung_seconds, with_lane=args.with_lane)
     print(json.dumps(result, indent=1, default=str))
     if args.report:
         deployed_report.write(result, paths.ROOT / "docs")
@@ -297,4 +336,5 @@ def main(args) -> int:
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "produce":
     bootstrap, topic, rate, secs, pfx = sys.argv[2:7]
-    print(json.dumps(produce(bootstrap, topic, float(rate), float(secs), pfx)))
+    mix_name, mix_seed = (sys.argv[7:9] + ["one-alert", "0"][len(sys.argv[7:9]):])
+    print(json.dumps(produce(bootstrap, topic, float(rate), float(secs), pfx, mix_name, int(mix_seed))))

@@ -100,3 +100,10 @@ def timeline(t0_ms: float, trigger: dict[str, float], arrivals: dict[str, dict[s
                 buckets.setdefault(int((t - t0_ms) // 1000), []).append(at - t)
         out[name] = [[s, _r(percentile(v, 99))] for s, v in sorted(buckets.items())]
     return out
+
+
+def tap_figures(tap, expected: int) -> dict:
+    """One topic's alerts as a tap saw them (the fast lane's, the hand-rolled loop's): latency from the
+    trade's timestamp, and how many of the `expected` arrived."""
+    lat = [s.at_ms - s.trigger_ms for s in tap.seen.values() if s.trigger_ms is not None]
+    return {"expected": expected, "delivered": len(tap.seen), **_lat(lat)}

@@ -26,7 +26,7 @@ def _segment():
     watcher = SimpleNamespace(batches={7: {"batch_ms": 180.0, "steps_ms": {"parse_shards": 120.0}, "misrouted": 0,
                                            "trigger_ms": 260}},
                               restarts=lambda: {})
-    return figures(5000, {"orders": 4, "events": 12, "seconds": 2.0}, t0, taps, webhook, set(alerts),
+    return figures(10000, {"orders": 4, "events": 12, "seconds": 2.0}, t0, taps, webhook, set(alerts),
                    watcher=watcher, box={"quiet": True})
 
 
@@ -62,7 +62,22 @@ def test_percentile_is_nearest_rank():
 def test_targets_name_met_and_missed_with_the_figure():
     s = _segment()
     lines = deployed_report.targets([s])
-    assert lines[0] == "- trade → alert p99 ≤ 1,000 ms at 5,000/s: **met** (300 ms)"
+    assert lines[0] == "- trade → alert at 1,000/s: not measured (no segment at this rate)"
+    assert lines[1] == "- trade → alert p99 ≤ 1,000 ms at 10,000/s: **met** (300 ms)"
     log_line = next(line for line in lines if "trade → log" in line)
-    assert "**missed**" in log_line and "3/4 delivered" in log_line  # on time, but one short
+    assert "**MISSED**" in log_line and "3/4 delivered" in log_line  # on time, but one short
     assert lines[-1].startswith("- 0 supervisor restarts under steady load: **met**")
+
+
+def test_rest_capacity_and_lane_targets_say_met_or_missed():
+    rest = deployed_report.rest_targets({"total_cores": 1.3, "exact_auditor_cores": 0.04})
+    assert rest == ["- the platform at rest ≤ 0.3 core: **MISSED** (1.300 core)",
+                    "- the exact auditor at rest (JVM + driver + Python workers) ≤ 0.05 core: **met** (0.040 core)"]
+    assert "**MISSED** (20,000 events/s)" in deployed_report.capacity_targets({"one-alert": 20000})[0]
+    assert "**met** (40,000 events/s)" in deployed_report.capacity_targets({"one-alert": 40000})[0]
+    assert "**MISSED** (– events/s)" in deployed_report.capacity_targets({"one-alert": None})[0]
+    lane = deployed_report.lane_targets([{"rate": 10000, "fast_p99_ms": 240.0, "peer_p99_ms": 40.0,
+                                          "fast_ratio_to_peer": 6.0, "exact_p99_ms": 2500.0}])
+    assert lane[0].endswith("**met** (240 ms)")
+    assert "**MISSED** (240 vs 40 ms: 6.00×)" in lane[1]  # 240 > 5 × 40
+    assert lane[2].endswith("**MISSED** (2,500 ms)")

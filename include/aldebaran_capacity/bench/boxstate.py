@@ -42,13 +42,113 @@ def role_of(cmdline: list[str], bench_pids: set[int], pid: int, foreign: tuple[s
     return "bench" if pid in bench_pids else "other"
 
 
-class BoxSampler(threading.Thread):
-    """Samples every `period` seconds until :meth:`stop`; :meth:`summary` gives the segment's figures."""
+# --- the finer roles of the platform at rest (aldebaran_lab.deployed_rest) ------------------------------
+# From the code that starts each process: the auditor's spark-submit runs org.apache.spark.deploy.SparkSubmit
+# with spark_apps/auditor.py (aldebaran.platform.spark_submit), whose Python driver is `python .../auditor.py`
+# and whose Python workers are `python -m pyspark.daemon` and the shard hosts (`-m
+# aldebaran.audit.sparkjob.shardhost`, started by a worker); the lane keeper (`aldebaran lanes run`) starts the
+# same for spark_apps/realtime_lane.py (aldebaran.lanes.launch); a dispatcher is `aldebaran dispatch --follow
+# --name NAME --channel C ...` (aldebaran.platform.dispatch_supervisor.launch); `airflow standalone` runs
+# `airflow scheduler|dag-processor|api-server|triggerer`, and LocalExecutor's workers and tasks retitle
+# themselves "airflow worker -- LocalExecutor: ...", "airflow supervisor: ..." and "airflow worker -- <ti id>".
+EXACT_AUDITOR = ("auditor JVM", "auditor driver", "spark python workers")
+NOT_PLATFORM = ("bench", "other")
+AIRFLOW_SUBCOMMANDS = {"scheduler": "airflow scheduler", "dag-processor": "airflow dag-processor",
+                       "dag_processor": "airflow dag-processor", "api-server": "airflow api-server",
+                       "api_server": "airflow api-server", "triggerer": "airflow triggerer",
+                       "standalone": "airflow standalone"}
+PYTHON_WORKERS = ("pyspark.daemon", "pyspark/daemon", "pyspark.worker", "pyspark/worker", "sparkjob.shardhost")
 
-    def __init__(self, period: float = 1.0, foreign: tuple[str, ...] = ()) -> None:
+
+def _airflow_role(words: list[str]) -> str | None:
+    """The Airflow role of a command line or a process title, None if it is not Airflow's."""
+    if words and words[0].startswith("gunicorn"):
+        return "airflow api-server"  # the api-server's gunicorn master retitles itself
+    for i, word in enumerate(words):
+        if word.rsplit("/", 1)[-1] != "airflow":
+            continue
+        sub = words[i + 1] if i + 1 < len(words) else ""
+        if sub in AIRFLOW_SUBCOMMANDS:
+            return AIRFLOW_SUBCOMMANDS[sub]
+        if sub == "worker" and "LocalExecutor:" in words and "<idle>" in words:
+            return "airflow scheduler"  # the scheduler's executor pool, waiting for a task
+        if sub == "serve-logs":
+            return None  # a child of the scheduler or the triggerer: its parent's role
+        return "airflow tasks"  # a task's supervisor or runner, an `airflow ...` command a task runs
+    return None
+
+
+def _own_role(cmdline: list[str]) -> str | None:
+    """The role a command line names by itself, None when only its ancestors can tell."""
+    words = " ".join(cmdline).split()
+    text = " ".join(words)
+    if "org.apache.spark.deploy.SparkSubmit" in text:
+        if "spark_apps/auditor.py" in text:
+            return "auditor JVM"
+        if "realtime_lane.py" in text or "lane_app.py" in text:
+            return "lane JVM"
+        return "spark JVM"
+    if "org.apache.spark.deploy.master" in text or "org.apache.spark.deploy.worker" in text:
+        return "spark cluster"
+    if any(w.endswith("spark_apps/auditor.py") for w in words):
+        return "auditor driver"
+    if any(w.endswith("realtime_lane.py") or w.endswith("lane_app.py") for w in words):
+        return "lane driver"
+    if any(n in text for n in PYTHON_WORKERS):
+        return "python workers"  # whose: its ancestors say (platform_role)
+    if "aldebaran.platform.detached_submit" in text:
+        return "auditor submit"
+    if "dispatch" in words and "--follow" in words:
+        name = words[words.index("--name") + 1] if "--name" in words[:-1] else None
+        channels = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--channel"]
+        return f"dispatcher {name or ','.join(channels) or '?'}"
+    if any(a == "lanes" and b == "run" for a, b in zip(words, words[1:])):
+        return "lane keeper"
+    if " kafka.Kafka " in f" {text} ":
+        return "kafka"
+    if words and words[0].rsplit("/", 1)[-1] == "minio":
+        return "minio"
+    if words and words[0].rsplit("/", 1)[-1] == "alertmanager":
+        return "alertmanager"
+    return _airflow_role(words)
+
+
+def platform_role(cmdline: list[str], ancestors: list[list[str]] = (), bench: bool = False) -> str:
+    """The finer role of one process on the platform's box (the resting cost's breakdown), from its command
+    line and its ancestors' (nearest first): "auditor JVM", "auditor driver", "spark python workers" (the
+    auditor's pyspark daemons and shard hosts), "auditor submit", "dispatcher <name>", "lane keeper",
+    "lane JVM", "lane driver", "lane python workers", "kafka", "minio", "alertmanager", "airflow scheduler",
+    "airflow dag-processor", "airflow api-server", "airflow triggerer", "airflow standalone", "airflow tasks",
+    "spark JVM"/"spark cluster", "bench" (this process and its descendants) or "other". A process that
+    names no role itself (a forked or spawned child) takes its nearest ancestor's."""
+    if bench:
+        return "bench"
+    own = _own_role(cmdline)
+    if own is not None and own != "python workers":
+        return own
+    for i, parent in enumerate(ancestors):
+        role = _own_role(parent)
+        if role is None or role == "python workers":
+            continue
+        if own == "python workers":
+            return "lane python workers" if role.startswith("lane") else "spark python workers"
+        return role
+    # A shard host outlives the worker that started it (its own session): it is only ever the auditor's.
+    return "spark python workers" if own == "python workers" else "other"
+
+
+class BoxSampler(threading.Thread):
+    """Samples every `period` seconds until :meth:`stop`; :meth:`summary` gives the segment's figures.
+
+    `classify`, when given, replaces :func:`role_of`: ``classify(cmdline, ancestors, bench)`` with the
+    process's ancestors' command lines (nearest first) and whether it is this process or a descendant
+    (e.g. :func:`platform_role`, the resting-cost bench's finer roles)."""
+
+    def __init__(self, period: float = 1.0, foreign: tuple[str, ...] = (), classify=None) -> None:
         super().__init__(daemon=True, name="box-sampler")
         self.period = period
         self.foreign = foreign
+        self.classify = classify
         self._done = threading.Event()
         self._cpu: dict[int, float] = {}  # pid → last cpu seconds
         self._cmd: dict[int, tuple[str, str]] = {}  # pid → (role, short name)
@@ -78,7 +178,9 @@ class BoxSampler(threading.Thread):
             if pid not in self._cmd:
                 cmd = info.get("cmdline") or [info.get("name") or "?"]
                 bench = {pid} if self._is_bench(pid) else set()
-                self._cmd[pid] = (role_of(cmd, bench, pid, self.foreign), (info.get("name") or "?")[:32])
+                role = (self.classify(cmd, _ancestors(pid), bool(bench)) if self.classify is not None
+                        else role_of(cmd, bench, pid, self.foreign))
+                self._cmd[pid] = (role, (info.get("name") or "?")[:32])
         return out
 
     def run(self) -> None:
@@ -141,6 +243,21 @@ class BoxSampler(threading.Thread):
             "top_other": [{"name": n, "cores": round(c, 3)} for n, c in top_other if c >= 0.01],
             "quiet": mean.get("other", 0.0) <= OTHER_LIMIT_CORES,
         }
+
+
+def _ancestors(pid: int) -> list[list[str]]:
+    """The command lines of `pid`'s ancestors, nearest first (those gone or unreadable are left out)."""
+    out = []
+    try:
+        parents = psutil.Process(pid).parents()
+    except psutil.Error:
+        return out
+    for parent in parents:
+        try:
+            out.append(parent.cmdline() or [parent.name()])
+        except psutil.Error:
+            continue
+    return out
 
 
 def _run_queue() -> int:

@@ -1,0 +1,116 @@
+"""``bench deployed --with-lane``: the same figures beside the fast lane (``deployed.with_lane``), since users run
+both lanes together (BRIEF §4).
+
+The lane is switched on the way a user does: unpause and trigger the ``lane_supervisor`` DAG through Airflow's
+REST API, then wait until the lane keeper's heartbeat says ``running`` (aldebaran.lanes.status: the keeper
+beats ``running`` once its driver reports an active query). Then the platform at rest once more
+(``with_lane.rest``), and the interleaved segments reading both ``alerts`` (exact) and the fast topic, each
+followed by the hand-rolled loop's (``with_lane.segments[]``: ``fast_p50_ms``, ``fast_p99_ms``,
+``fast_p99_spread_ms``, ``exact_p99_ms``, ``peer_p99_ms``). At the end the DAG's pause is put back and, if
+the lane was not running before, the DAG is paused and the lane stopped (``aldebaran lanes stop``'s step).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from aldebaran_lab.deployed import DeployedError
+
+log = logging.getLogger(__name__)
+
+LANE_SUPERVISOR = "lane_supervisor"
+START_TIMEOUT_S = 360.0
+HEARTBEAT_MAX_AGE_S = 30.0
+SETTLE_S = 20.0  # after `running`: the lane's start (JIT, first fetches) is not its resting cost
+
+
+def lane_running(fast: dict, max_age: float = HEARTBEAT_MAX_AGE_S) -> bool:
+    """Whether the fast lane's state (aldebaran.lanes.status.collect()["fast"]) says it runs now."""
+    return bool(fast.get("heartbeat")) and fast.get("status") == "running" and \
+        (fast.get("age_seconds") if fast.get("age_seconds") is not None else max_age + 1) <= max_age
+
+
+def _fast_state() -> dict:
+    from aldebaran.lanes import status
+
+    return status.collect()["fast"]
+
+
+class LaneOn:
+    """The lane running for the `with` block, as a user switches it on; put back as it was on exit."""
+
+    def __init__(self, api, timeout: float = START_TIMEOUT_S) -> None:
+        self.api, self.timeout = api, timeout
+        self.was_running = False
+        self.was_paused = True
+
+    def __enter__(self) -> "LaneOn":
+        dag = self.api.dag(LANE_SUPERVISOR)
+        if dag is None:
+            raise DeployedError(f"the {LANE_SUPERVISOR} DAG is not registered in Airflow")
+        self.was_paused = bool(dag.get("is_paused"))
+        self.was_running = lane_running(_fast_state())
+        log.info("deployed: switching the lane on: unpause and trigger %s (lane running before: %s)", LANE_SUPERVISOR,
+                 self.was_running)
+        started = False
+        try:
+            self.api.set_paused(LANE_SUPERVISOR, False)
+            self.api.trigger(LANE_SUPERVISOR)
+            self._wait()
+            started = True
+        finally:
+            if not started:  # a `with` whose __enter__ fails never calls __exit__: put things back here
+                self.__exit__()
+        return self
+
+    def _wait(self) -> None:
+        t0 = time.monotonic()
+        said = 0.0
+        while True:
+            fast = _fast_state()
+            if lane_running(fast):
+                log.info("deployed: the lane is running after %.0f s", time.monotonic() - t0)
+                return
+            waited = time.monotonic() - t0
+            if waited > self.timeout:
+                raise DeployedError(f"the lane is not running {self.timeout:.0f} s after {LANE_SUPERVISOR} was "
+                                    f"triggered (status {fast.get('status')!r}, error {str(fast.get('error'))[:300]!r}; "
+                                    "`aldebaran lanes status` and the DAG's task log say why)")
+            if waited - said >= 15:
+                said = waited
+                log.info("deployed: waiting for the lane: %.0f s, heartbeat %s, status %s", waited,
+                         fast.get("heartbeat"), fast.get("status"))
+            time.sleep(2.0)
+
+    def __exit__(self, *exc) -> None:
+        from aldebaran.platform import lane_supervisor
+
+        if self.was_paused or not self.was_running:
+            self.api.set_paused(LANE_SUPERVISOR, True)  # first, or its next run starts the lane again
+        if not self.was_running:
+            stopped = lane_supervisor.stop("bench deployed --with-lane: done")
+            log.info("deployed: the lane stopped again (pids %s)", stopped)
+
+
+def run(api, kafka, log_path, query: str, rates, runs: int, seconds: float, drain_s: float,
+        rest_s: float | None) -> dict:
+    """``deployed.with_lane``: the rest with the lane (before the bench's channels, like ``deployed.rest``) and
+    the interleaved segments with both lanes read."""
+    from aldebaran_lab import deployed_rest, deployed_runs
+    from aldebaran_lab.deployed import WARMUP, Channels, segment
+
+    out: dict = {}
+    with LaneOn(api):
+        time.sleep(SETTLE_S)
+        if rest_s:
+            out["rest"] = deployed_rest.measure(rest_s, "rest with the lane")
+        with Channels(api, kafka) as channels:
+            log.info("deployed: with the lane: waiting for the log, webhook and bus dispatchers")
+            channels.wait_dispatchers()
+            ctx = deployed_runs.Context(kafka, channels.receiver, log_path, query, drain_s)
+            segment(kafka, channels.receiver, log_path, query, WARMUP[0], WARMUP[1], drain_s)
+            done, peers = deployed_runs.measure_runs(ctx, rates, runs, seconds, {"fast": kafka.fast_alerts_topic},
+                                                     "with lane")
+            out["segments"] = [deployed_runs.lane_aggregate(rate, done[rate], peers[rate]) for rate in rates]
+    return out
