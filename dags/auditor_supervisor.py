@@ -7,8 +7,9 @@ longer than `stale_after_seconds`. Then it is restarted on the **same checkpoint
 where it stopped: with exponential backoff between the restarts of one incident, and a page through
 the alert channels (one operational alert per incident) after `page_after_restarts` restarts.
 
-Tasks: `assess` (lease + heartbeat + local driver processes → none / wait / restart) → `page` (only
-when due) and `prepare_restart` (short-circuit: stops what is left of the old auditor, breaks the
+Tasks: `assess` (lease + heartbeat + local driver processes → none / wait / restart; its XCom `decision`
+says which and why; a branch, so the tasks below run only when the decision needs them: a healthy
+auditor without a standby runs `assess` alone) → `page` (only when due) and `prepare_restart` (short-circuit: stops what is left of the old auditor, breaks the
 lease of a dead holder, revokes a remote one) → `submit_auditor` (the Spark provider's
 SparkSubmitOperator, master and deploy mode from the `spark_default` connection; the driver is
 started detached and the task returns once the new auditor holds the lease and its query started).
@@ -68,11 +69,15 @@ from aldebaran.platform.spark_submit import AuditorSubmitOperator, StandbySubmit
     },
 )
 def auditor_supervisor():
-    @task
-    def assess(params=None) -> dict:
-        from aldebaran.platform.supervisor import assess_from_params
+    # A branch: the decision goes to XCom under "decision", and only the tasks it needs run (a healthy
+    # auditor: none). Skipped tasks start no process.
+    @task.branch
+    def assess(params=None, ti=None) -> list[str]:
+        from aldebaran.platform.supervisor import assess_from_params, route
 
-        return assess_from_params(params)
+        decision = assess_from_params(params)
+        ti.xcom_push(key="decision", value=decision)
+        return route(decision)
 
     @task
     def page(decision: dict) -> dict:
@@ -93,7 +98,7 @@ def auditor_supervisor():
 
         return standby_due(decision)
 
-    decision = assess()
+    decision = assess()["decision"]
     page(decision)
     submit = AuditorSubmitOperator(
         task_id="submit_auditor",

@@ -57,7 +57,11 @@ def test_reference_names_the_real_env_vars_with_types_and_defaults():
         "processing-time: run forever; available-now: drain what is there, stop |",
         "| `ALDEBARAN_AUDIT_ENDING_OFFSETS` | str | unset | Kafka endingOffsets (bounded runs only) |",
         "| `ALDEBARAN_AUDIT_IDLE_TICKS` | bool | `true` | "
-        "union a 1 row/s tick stream so an idle stream still runs batches and expires books |",
+        "union an expiry clock (one row per expiry_period_seconds) so an idle topic still runs a batch, and expires "
+        "books, at that cadence |",
+        "| `ALDEBARAN_AUDIT_EXPIRY_PERIOD_SECONDS` | float (≥ 0.5, ≤ 3600) | `10.0` | on an idle topic, one micro-batch "
+        "per this many seconds (it expires the books that are due; with traffic every batch expires them): an idle "
+        "book expires at most this late |",
         "| `ALDEBARAN_SUPERVISOR_STALE_AFTER_SECONDS` | float (> 0) | `120.0` | "
         "a heartbeat older than this = restart (platform_health: unhealthy): the process is frozen or dead |",
         "| `ALDEBARAN_DISPATCH_SUPERVISOR_START_TIMEOUT_SECONDS` | float (> 0) | `60.0` | "

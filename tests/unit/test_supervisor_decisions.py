@@ -231,3 +231,17 @@ def test_a_healthy_active_keeps_its_standby_waiting():
 ])
 def test_a_standby_that_dies_soon_after_its_launch_is_relaunched_after_a_backoff(slot, now, wait):
     assert standby_slot.relaunch_wait(slot, now, backoff=300.0) == wait
+
+
+# --- the DAG's branch after assess: only the tasks a decision needs run (each task is a process) ------------
+@pytest.mark.parametrize("decision, follow", [
+    ({"action": NONE, "page": False, "standby_slot": False}, []),
+    ({"action": WAIT, "page": True, "standby_slot": False}, ["page"]),
+    ({"action": RESTART, "page": False, "standby_slot": False}, ["prepare_restart"]),
+    ({"action": FAILOVER, "page": True, "standby_slot": True}, ["page", "prepare_restart", "prepare_standby"]),
+    ({"action": NONE, "page": False, "standby_slot": True}, ["prepare_standby"]),
+])
+def test_route_runs_only_what_the_decision_needs(decision, follow):
+    from aldebaran.platform.supervisor import route
+
+    assert route(decision) == follow

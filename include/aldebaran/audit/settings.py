@@ -53,8 +53,15 @@ class AuditorSettings(BaseSettings):
         60.0, ge=0, description="idle-stream fallback: also expire ttl+grace after a book was opened (processing time)"
     )
     idle_ticks: bool = Field(
-        True, description="union a 1 row/s tick stream so an idle stream still runs batches and expires books"
-    )
+        True, description="union an expiry clock (one row per expiry_period_seconds) so an idle topic still runs a "
+        "batch, and expires books, at that cadence")
+    expiry_period_seconds: float = Field(
+        10.0, ge=0.5, le=3600, description="on an idle topic, one micro-batch per this many seconds (it expires "
+        "the books that are due; with traffic every batch expires them): an idle book expires at most this late")
+    idle_poll_ms: int = Field(
+        250, ge=10, le=10_000, description="how often an idle query asks its sources for new data "
+        "(spark.sql.streaming.pollingDelay; Spark's 10 ms asks Kafka 100 times a second): at most this much is "
+        "added to the first trade after a quiet spell, nothing under load")
     snapshot_every: int = Field(20, ge=1, description="full state snapshot at most every N batches")
     snapshot_delta_ratio: float = Field(
         1.0, ge=0, description="a snapshot only once the deltas written since the last one reach this × its size "

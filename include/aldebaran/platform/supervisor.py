@@ -183,6 +183,8 @@ def assess(query_name: str | None = None, checkpoint: str | None = None, overrid
         "problems": problems,
         "observed_at": facts["now"],
         "settings": settings.model_dump(),
+        # A standby slot to look after (on, or one recorded that must be stopped): see route().
+        "standby_slot": bool(settings.standby or facts.get("standby")),
         "auditor_args": ["--checkpoint", tgt["checkpoint"], "--query-name", tgt["query_name"],
                          # a revoked remote holder needs up to one ttl to stop: wait for its lease.
                          "--lease-wait-seconds", str(float(tgt["lease_seconds"]) + 10)],
@@ -203,6 +205,20 @@ def assess_from_params(params: dict) -> dict:
     given = {k: v for k, v in dict(params).items() if v not in ("", None)}
     overrides = {k: given[k] for k in SupervisorSettings.model_fields if k in given}
     return assess(given.get("query_name"), given.get("checkpoint"), overrides)
+
+
+def route(decision: dict) -> list[str]:
+    """The DAG's branch after assess: the tasks this decision needs, and no others. Each task is a process of
+    its own (~0.8 CPU-s of Airflow's per run); a healthy auditor without a standby needs none, so the
+    supervisor's minute costs one task instead of four (docs/design.md §5 "The resting cost")."""
+    follow = []
+    if decision.get("page"):
+        follow.append("page")
+    if decision["action"] in (RESTART, standby_slot.FAILOVER):
+        follow.append("prepare_restart")
+    if decision.get("standby_slot", True):
+        follow.append("prepare_standby")
+    return follow
 
 
 # --- 2. page ---------------------------------------------------------------------------------------

@@ -55,11 +55,14 @@ def bounded(source, ending_offsets: str | None, topic: str):
     return source.where(keep)
 
 
-def tick_source(spark, parsed_columns: list[str]):
-    """One row per second, shaped like parsed trades, on a topic no trade uses."""
+def tick_source(spark, parsed_columns: list[str], period_s: float):
+    """One row per expiry period (aldebaran.audit.sparkjob.ticks), shaped like parsed trades, on a topic no
+    trade uses: an idle topic still runs a batch, and so expires books, once per period."""
     from pyspark.sql import functions as F
 
-    ticks = spark.readStream.format("rate").option("rowsPerSecond", 1).load()
+    from aldebaran.audit.sparkjob.ticks import tick_stream
+
+    ticks = tick_stream(spark, period_s)
     typed = {
         "key": "binary", "value": "binary", "topic": "string", "partition": "int", "offset": "long",
         "kafka_ts": "long", "reason_code": "string", "reason": "string", "kind": "string", "event_id": "string",
@@ -109,8 +112,10 @@ def prepare_query(spark, settings: AuditorSettings, on_batch=None, guard=None, k
         from aldebaran.audit.sparkjob.jvmparse import Limits, parse_events
 
         parsed = parse_events(source, Limits(settings.max_message_bytes, settings.max_id_length, settings.max_shares))
+    # Read when the query starts: how long an idle trigger loop sleeps before it asks the sources again.
+    spark.conf.set("spark.sql.streaming.pollingDelay", f"{settings.idle_poll_ms}ms")
     if settings.idle_ticks and settings.trigger == "processing-time":
-        parsed = parsed.unionByName(tick_source(spark, parsed.columns))
+        parsed = parsed.unionByName(tick_source(spark, parsed.columns, settings.expiry_period_seconds))
 
     store = open_store()
     archive = Archive(store, settings.archive_prefix, settings.query_name)
