@@ -49,7 +49,13 @@ def measure(seconds: float, label: str = "rest") -> dict:
     out = summarise(state.get("cores_by_role") or {})
     span = max(1.0, seconds)
     busiest = sorted(box.per_process.items(), key=lambda x: -x[1])[:TOP_PROCESSES]
+    import psutil
+
+    # The whole box from /proc/stat beside the per-process sum: a process born and gone between two samples
+    # (a short Airflow task) is in this figure only.
+    busy = psutil.cpu_count() - (state.get("idle_cores_mean") or 0.0) - (state.get("iowait_cores_mean") or 0.0)
     out.update(seconds=seconds, samples=state.get("samples", 0), load1_mean=state.get("load1_mean"),
+               box_busy_cores=round(busy, 3),
                softirq_cores_mean=state.get("softirq_cores_mean"), top_other=state.get("top_other", []),
                processes=[{"role": r, "name": n, "cores": round(secs / span, 3)} for (r, n), secs in busiest
                           if secs / span >= 0.005])

@@ -81,13 +81,13 @@ def tick_source(spark, parsed_columns: list[str], period_s: float):
 
 
 def build_query(spark, settings: AuditorSettings, on_batch=None, guard=None, kafka: KafkaSettings | None = None):
-    """The auditor's streaming query, started: (query, writer, listener)."""
+    """The auditor's streaming query, started: (query, writer, heartbeat)."""
     return start_query(spark, *prepare_query(spark, settings, on_batch, guard, kafka))
 
 
 def prepare_query(spark, settings: AuditorSettings, on_batch=None, guard=None, kafka: KafkaSettings | None = None):
     """Everything of the query but its start (a standby does this before it holds the lease):
-    (DataStreamWriter, BatchWriter, heartbeat listener)."""
+    (DataStreamWriter, BatchWriter, heartbeat poller)."""
     from aldebaran.audit.sparkjob import plans
     from aldebaran.audit.archive import Archive
     from aldebaran.audit.rules import resolve
@@ -120,9 +120,9 @@ def prepare_query(spark, settings: AuditorSettings, on_batch=None, guard=None, k
     store = open_store()
     archive = Archive(store, settings.archive_prefix, settings.query_name)
     writer = BatchWriter(settings, kafka, archive, on_batch=on_batch, plan=plan, learn=plans.learn_partitioner)
-    from aldebaran.audit.heartbeat import make_listener
+    from aldebaran.audit.heartbeat import HeartbeatPoller
 
-    listener = make_listener(store, settings.query_name, lambda batch_id: writer.recent.get(batch_id))
+    heartbeat = HeartbeatPoller(store, settings.query_name, lambda batch_id: writer.recent.get(batch_id))
     stream = (
         parsed.writeStream.queryName(settings.query_name)
         .option("checkpointLocation", checkpoint.spark)
@@ -132,16 +132,12 @@ def prepare_query(spark, settings: AuditorSettings, on_batch=None, guard=None, k
         stream = stream.trigger(availableNow=True)
     else:
         stream = stream.trigger(processingTime=settings.trigger_interval)
-    return stream, writer, listener
+    return stream, writer, heartbeat
 
 
-def start_query(spark, stream, writer, listener):
-    spark.streams.addListener(listener)
-    try:
-        return stream.start(), writer, listener
-    except Exception:
-        spark.streams.removeListener(listener)
-        raise
+def start_query(spark, stream, writer, heartbeat):
+    query = stream.start()
+    return query, writer, heartbeat.attach(query)
 
 
 def _guarded(writer, guard):
@@ -194,9 +190,9 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
     t_start = time.monotonic()
     try:
         if prepared is not None:
-            query, writer, listener = start_query(spark, *prepared)
+            query, writer, heartbeat = start_query(spark, *prepared)
         else:
-            query, writer, listener = build_query(spark, settings, on_batch=on_batch,
+            query, writer, heartbeat = build_query(spark, settings, on_batch=on_batch,
                                                   guard=lease.check if lease else None, kafka=kafka)
     except BaseException:
         if lease:
@@ -227,9 +223,7 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
             exc = query.exception()
             drained = not interrupted and exc is None and not query.isActive  # available-now ran to its end
             query.stop()
-            # Events are delivered asynchronously: let the listener see the end before detaching it.
-            listener.terminated.wait(10)
-            spark.streams.removeListener(listener)
+            heartbeat.stop(error=str(exc) if exc is not None else None)
             if settings.expire_at_end and drained and not (lease and lease.lost):
                 from aldebaran.audit.sparkjob.endpass import expire_at_end
 
