@@ -25,18 +25,19 @@ Each rung reads ``alerts`` with a TopicTap (latency = seen − the trade's Kafka
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import statistics
 import time
 import uuid
-from typing import Callable, Iterator
+from typing import Callable
+
+from aldebaran_lab.deployed_mixes import (  # noqa: F401 - the mixes, re-exported for the ladder's callers
+    EVENTS_PER_ORDER, MIXES, expected_ids, order_count, order_values, orders_of,
+)
 
 log = logging.getLogger(__name__)
 
-MIXES = ("one-alert", "publisher")
-EVENTS_PER_ORDER = {"one-alert": 3, "publisher": 5}
 DEFAULT_RATES = (5000, 10000, 20000, 30000, 40000, 60000, 80000)
 P99_LIMIT_MS = 2000.0
 GROWTH_LIMIT_MS = 1000.0
@@ -44,47 +45,6 @@ ACHIEVED_FRACTION = 0.95
 
 
 # --- the mixes (also what the producer process sends) -------------------------------------------------------
-def order_values(mix: str, oid: str, rng: random.Random) -> list[dict]:
-    """One order's events, in the order they are sent."""
-    if mix == "one-alert":
-        return [{"id": oid, "#shares": 100, "client": "Bench", "stock": "AAPL"},
-                {"id": f"{oid}-a", "initial_order_id": oid, "#shares": 60, "client": "Bench", "stock": "AAPL"},
-                {"id": f"{oid}-b", "initial_order_id": oid, "#shares": 60, "client": "Bench", "stock": "AAPL"}]
-    if mix == "publisher":
-        # original_mix's draws, in its order (limit, then the four amounts), under a prefixed order id
-        limit = rng.randint(50, 100)
-        amounts = [int(limit / 2 * rng.random()) for _ in range(4)]
-        return [{"id": oid, "#shares": limit, "client": "Goldman", "stock": "AAPL"},
-                *({"id": f"{oid}-{k}", "initial_order_id": oid, "#shares": a, "client": "Goldman", "stock": "AAPL"}
-                  for k, a in enumerate(amounts))]
-    raise ValueError(f"unknown mix {mix!r}; known: {', '.join(MIXES)}")
-
-
-def orders_of(mix: str, prefix: str, orders: int, seed: int) -> Iterator[tuple[str, list[dict]]]:
-    rng = random.Random(seed)
-    for i in range(orders):
-        oid = f"{prefix}-{i}"
-        yield oid, order_values(mix, oid, rng)
-
-
-def order_count(mix: str, rate: float, seconds: float) -> int:
-    return max(1, int(rate * seconds / EVENTS_PER_ORDER[mix]))
-
-
-def expected_ids(mix: str, prefix: str, orders: int, seed: int) -> set[str]:
-    """The alert ids the reference model expects for these orders (sent in order, times increasing)."""
-    from aldebaran import reference
-
-    def pairs():
-        n = 0
-        for oid, values in orders_of(mix, prefix, orders, seed):
-            for v in values:
-                n += 1
-                yield oid.encode(), json.dumps(v).encode(), n
-
-    return {a["alert_id"] for a in reference.expected_grouped(pairs(), ttl_ms=reference.DEFAULT_TTL_MS)}
-
-
 # --- the rule (pure) -----------------------------------------------------------------------------------------
 def backlog(points: list[tuple[float, float]], seconds: float, expected: int, delivered: int,
             limit_ms: float = GROWTH_LIMIT_MS) -> dict:
@@ -136,7 +96,7 @@ def rung(ctx, mix: str, rate: int, seconds: float) -> dict:
     """One rung: `mix` at `rate` for `seconds` on the running platform, read on ``alerts``."""
     from aldebaran_capacity.bench.boxstate import BoxSampler
     from aldebaran_capacity.taps import TopicTap, percentile
-    from aldebaran_lab.deployed import Watcher, produce_in_process
+    from aldebaran_lab.deployed_parts import Watcher, produce_in_process
     from aldebaran_lab.deployed_figures import timeline
 
     prefix = f"cap{uuid.uuid4().hex[:6]}{mix[0]}r{rate}"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 
-from aldebaran_lab.deployed import DeployedError
+from aldebaran_lab.deployed_parts import DeployedError
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def run(api, kafka, log_path, query: str, rates, runs: int, seconds: float, drai
     """``deployed.with_lane``: the rest with the lane (before the bench's channels, like ``deployed.rest``) and
     the interleaved segments with both lanes read."""
     from aldebaran_lab import deployed_rest, deployed_runs
-    from aldebaran_lab.deployed import WARMUP, Channels, segment
+    from aldebaran_lab.deployed_parts import WARMUP, Channels, segment
 
     out: dict = {}
     with LaneOn(api):

@@ -193,7 +193,7 @@ def peer_segment(ctx: Context, rate: int, seconds: float) -> dict:
     """The loop at `rate` for `seconds`, the same paced producer, its alerts read as the platform's are."""
     from aldebaran_capacity.bench.boxstate import BoxSampler
     from aldebaran_capacity.taps import TopicTap
-    from aldebaran_lab.deployed import produce_in_process
+    from aldebaran_lab.deployed_parts import produce_in_process
     from aldebaran_lab.deployed_figures import tap_figures
 
     prefix = f"peer{uuid.uuid4().hex[:6]}r{rate}"
@@ -222,7 +222,7 @@ def measure_runs(ctx: Context, rates, runs: int, seconds: float, extra_topics: d
                  label: str = "exact") -> tuple[dict[int, list], dict[int, list]]:
     """Every (run, rate) of :func:`interleave`: the platform's segment, then the loop's. Returns
     ({rate: the platform's segments}, {rate: the loop's}), in run order."""
-    from aldebaran_lab.deployed import segment
+    from aldebaran_lab.deployed_parts import segment
 
     done: dict[int, list] = {rate: [] for rate in rates}
     peers: dict[int, list] = {rate: [] for rate in rates}
@@ -252,7 +252,7 @@ def segments(ctx: Context, rates, runs: int, seconds: float) -> list[dict]:
 def settle(ctx: Context, max_wait: float = 900.0) -> None:
     """After a rung that overloaded the auditor: short probes until one's p99 is under SETTLED_P99_MS (its
     backlog drained), for up to `max_wait` seconds, so the next measurement does not inherit the queue."""
-    from aldebaran_lab.deployed import WARMUP, segment
+    from aldebaran_lab.deployed_parts import WARMUP, segment
 
     deadline = time.monotonic() + max_wait
     while True:

@@ -94,7 +94,9 @@ def test_bench_modes_show_only_their_own_options(capsys):
     bench = subcommands(subcommands(parser)["bench"])
     assert {"dispatch", "all", "e2e", "low-latency", "deployed", "steady"} <= set(bench)
     deployed = {o for a in bench["deployed"]._actions for o in a.option_strings}
-    assert deployed == {"-h", "--help", "--rates", "--seconds", "--drain-seconds", "--start", "--report"}
+    assert deployed == {"-h", "--help", "--rates", "--seconds", "--drain-seconds", "--start", "--report", "--runs",
+                        "--rest-seconds", "--no-rest", "--capacity-rates", "--rung-seconds", "--no-capacity",
+                        "--with-lane"}
     assert "--quick" in {o for a in bench["all"]._actions for o in a.option_strings}
 
 

@@ -59,7 +59,7 @@ def test_reference_names_the_real_env_vars_with_types_and_defaults():
         "| `ALDEBARAN_AUDIT_IDLE_TICKS` | bool | `true` | "
         "union an expiry clock (one row per expiry_period_seconds) so an idle topic still runs a batch, and expires "
         "books, at that cadence |",
-        "| `ALDEBARAN_AUDIT_EXPIRY_PERIOD_SECONDS` | float (≥ 0.5, ≤ 3600) | `10.0` | on an idle topic, one micro-batch "
+        "| `ALDEBARAN_AUDIT_EXPIRY_PERIOD_SECONDS` | float (≥ 0.5, ≤ 3600) | `30.0` | on an idle topic, one micro-batch "
         "per this many seconds (it expires the books that are due; with traffic every batch expires them): an idle "
         "book expires at most this late |",
         "| `ALDEBARAN_SUPERVISOR_STALE_AFTER_SECONDS` | float (> 0) | `120.0` | "

@@ -56,7 +56,7 @@ class AuditorSettings(BaseSettings):
         True, description="union an expiry clock (one row per expiry_period_seconds) so an idle topic still runs a "
         "batch, and expires books, at that cadence")
     expiry_period_seconds: float = Field(
-        10.0, ge=0.5, le=3600, description="on an idle topic, one micro-batch per this many seconds (it expires "
+        30.0, ge=0.5, le=3600, description="on an idle topic, one micro-batch per this many seconds (it expires "
         "the books that are due; with traffic every batch expires them): an idle book expires at most this late")
     idle_poll_ms: int = Field(
         250, ge=10, le=10_000, description="how often an idle query asks its sources for new data "
