@@ -8,8 +8,8 @@ the normal delivery path: one per configured channel (the Variable `aldebaran_ch
 `ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS` at `heartbeats/dispatcher/<name>.json`. A dispatcher runs outside
 Airflow: it is started with its channels' connections as Airflow resolves them (`aldebaran_<name>`).
 
-Tasks: `dispatchers` (which dispatchers to supervise) → `supervise` (mapped, one per dispatcher):
-unhealthy means no heartbeat, status `failed`/`stopped`, a heartbeat older than
+One task, `supervise`: every dispatcher side by side in one task process (a task per dispatcher cost a
+process each, every minute); its XCom maps each dispatcher to its decision. Unhealthy means no heartbeat, status `failed`/`stopped`, a heartbeat older than
 `ALDEBARAN_DISPATCH_SUPERVISOR_STALE_AFTER_SECONDS` (30), or its process on this host is gone. Then
 what is left of it is stopped (SIGTERM, SIGKILL to its process group after the stop timeout) and
 `aldebaran dispatch --follow --channel … --name <name>` is launched detached, with exponential
@@ -42,18 +42,12 @@ from airflow.sdk import CronTriggerTimetable, dag, task
 )
 def dispatch_supervisor():
     @task
-    def dispatchers() -> list[str]:
-        from aldebaran.platform.dispatch_supervisor import dispatchers as names
+    def supervise() -> dict:
+        from aldebaran.platform.dispatch_supervisor import supervise_all
 
-        return names()
+        return supervise_all()
 
-    @task(map_index_template="{{ task.op_kwargs['name'] }}")
-    def supervise(name: str) -> dict:
-        from aldebaran.platform.dispatch_supervisor import supervise as supervise_one
-
-        return supervise_one(name)
-
-    supervise.expand(name=dispatchers())
+    supervise()
 
 
 dispatch_supervisor()

@@ -136,7 +136,7 @@ def auditor_running(query: str, max_age: float = 60.0) -> bool:
     from aldebaran.storage import open_store
 
     hb = heartbeat.read(open_store(), heartbeat.AUDITOR, query)
-    return bool(hb) and hb.get("status") == "running" and time.time() - hb.get("updated_at_ms", 0) / 1000 < max_age
+    return bool(hb) and hb.get("status") in ("running", "idle") and time.time() - hb.get("updated_at_ms", 0) / 1000 < max_age
 
 
 class Channels:

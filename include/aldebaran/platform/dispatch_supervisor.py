@@ -24,7 +24,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from aldebaran.exceptions import ConfigError
+from aldebaran.exceptions import AldebaranError, ConfigError, DispatcherError
 from aldebaran.platform import processes
 from aldebaran.platform.settings import DispatchSupervisorSettings
 from aldebaran.storage import safe_segment
@@ -154,3 +154,30 @@ def supervise(name: str) -> dict:
         decision["launched"] = processes.restart(store, cfg, name, decision, kind(),
                                                   lambda: launch(name, channels))
     return decision
+
+
+def supervise_all() -> dict[str, dict]:
+    """The DAG's task: every dispatcher supervised side by side, in one task process. It was one task to list
+    them plus one mapped task per dispatcher: each task is a process of its own (~0.8 CPU-s of Airflow's per
+    run), all started on the same minute as the auditor's supervisor, a burst that held the 2-core box for
+    seconds (docs/design.md §5 "The resting cost"). One dispatcher's failed supervision does not hold back the
+    others; the task fails after all were seen, naming each (and Airflow retries it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = dispatchers()
+    if not names:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(8, len(names)), thread_name_prefix="supervise") as pool:
+        futures = {name: pool.submit(supervise, name) for name in names}
+    out, failed = {}, {}
+    for name, future in futures.items():
+        try:
+            out[name] = future.result()
+        except (AldebaranError, OSError, subprocess.SubprocessError) as exc:
+            failed[name] = f"{type(exc).__name__}: {exc}"
+            log.error("dispatcher %s: supervision failed: %s", name, failed[name])
+    if failed:
+        raise DispatcherError("supervision failed for " + "; ".join(f"{n}: {why}" for n, why in failed.items())
+                              + f" (supervised: {', '.join(out) or 'none'})")
+    return out
+
