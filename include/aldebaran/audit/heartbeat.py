@@ -96,6 +96,7 @@ class HeartbeatPoller:
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_batch: int | None = None
+        self._last_record: dict | None = None
         self._last_at = time.monotonic()
 
     def _publish(self, record: dict) -> None:
@@ -132,10 +133,12 @@ class HeartbeatPoller:
         elif time.monotonic() - self._last_at >= self.IDLE_AFTER_S:
             if not json.loads(self._query._jsq.status().json()).get("isTriggerActive"):
                 self._last_at = time.monotonic()
-                self._publish(self._event("idle"))
+                # The last batch's figures stay (health reads the processed offsets from them), fresh.
+                self._publish({**(self._last_record or {}), **self._event("idle")})
 
     def on_progress(self, progress: dict) -> None:
         record = build(progress, self.books_by_batch(progress.get("batchId")), "running")
+        self._last_record = record
         from aldebaran.metrics_roles import auditor_batch
 
         auditor_batch(record)  # once per micro-batch
