@@ -162,7 +162,29 @@ def call(ctx, batch_id: int, partitions: int, shard: int, schema, batches) -> li
         status, payload = pickle.loads(_recv(f))
     if status != "ok":
         raise RuntimeError(f"shard {shard} host ({path}) failed batch {batch_id}:\n{payload}")
+    _freeze_worker_heap()
     return payload
+
+
+_FROZEN = False
+
+
+def _freeze_worker_heap() -> None:
+    """Once per Python worker, after its first shard task imported what every task needs: move every object
+    there is into the collector's permanent generation (gc.freeze).
+
+    Why: a reused pyspark worker runs a full gc.collect() after every task (pyspark/daemon.py). With pyarrow,
+    pandas and the product imported that walks a heap of long-lived objects each time; profiled at 1,000
+    events/s it was ~25 % of a core per busy worker, whatever the batch's size (docs/design.md §5, "The
+    fixed cost of a batch"). Frozen objects are skipped by collections; they are the imports and caches a
+    worker keeps for its whole life anyway."""
+    global _FROZEN
+    if not _FROZEN:
+        import gc
+
+        gc.collect()
+        gc.freeze()
+        _FROZEN = True
 
 
 def _connect(path: str) -> socket.socket | None:
