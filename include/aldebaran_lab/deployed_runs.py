@@ -228,8 +228,10 @@ def measure_runs(ctx: Context, rates, runs: int, seconds: float, extra_topics: d
     peers: dict[int, list] = {rate: [] for rate in rates}
     order = interleave(rates, runs)
     for i, (run, rate) in enumerate(order, 1):
+        waited = quiesce(ctx)
         seg = segment(ctx.kafka, ctx.receiver, ctx.log_path, ctx.query, rate, seconds, ctx.drain_s, extra_topics)
         peer = peer_segment(ctx, rate, seconds)
+        seg["quiesce_s"] = waited
         done[rate].append(seg)
         peers[rate].append(peer)
         fast = (seg.get("extra") or {}).get("fast")
@@ -247,6 +249,29 @@ def segments(ctx: Context, rates, runs: int, seconds: float) -> list[dict]:
     """``deployed.segments``: :func:`aggregate` per rate of :func:`measure_runs`."""
     done, peers = measure_runs(ctx, rates, runs, seconds)
     return [aggregate(rate, done[rate], peers[rate]) for rate in rates]
+
+
+def quiesce(ctx: Context, max_wait: float = 300.0) -> float:
+    """Before a segment: wait until every bench channel's dispatcher group has read the alerts topic to its end,
+    so a segment does not pay for the previous one's backlog (a 10k segment's webhook backlog kept the box busy
+    for minutes and the 1k segment after it measured that: p99 6 → 16 s in the 11-28 run). Returns the
+    seconds waited (the segment's ``quiesce_s``)."""
+    from aldebaran.delivery.settings import DeliverySettings
+    from aldebaran.kafka_admin import consumer_lag
+    from aldebaran.settings import load
+    from aldebaran_lab.deployed_parts import CHANNELS
+
+    group = load(DeliverySettings).group
+    t0 = time.monotonic()
+    while True:
+        lags = {c: consumer_lag(ctx.kafka, f"{group}-{c}", ctx.kafka.alerts_topic)["lag"] for c in CHANNELS}
+        waited = time.monotonic() - t0
+        if not any(lags.values()):
+            return round(waited, 1)
+        if waited > max_wait:
+            log.warning("deployed: the channels still lag after %.0f s (%s); measuring anyway", waited, lags)
+            return round(waited, 1)
+        time.sleep(2.0)
 
 
 def settle(ctx: Context, max_wait: float = 900.0) -> None:
