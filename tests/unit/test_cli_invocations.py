@@ -105,7 +105,7 @@ def test_the_scan_finds_the_documented_commands():
     found = {c for _, c in documented()}
     assert len(found) > 60
     assert {"services up", "bench all --quick", "bench deployed --start --report", "chaos all"} <= found
-    assert "loadgen --rate 5000 --seconds 60 --watch" in found  # README's code block
+    assert "loadgen --rate 1000 --seconds 60 --watch" in found  # README's code block
 
 
 def test_every_documented_command_line_parses(parser, capsys):
