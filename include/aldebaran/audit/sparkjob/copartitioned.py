@@ -29,8 +29,9 @@ import json
 from aldebaran import events
 from aldebaran.model import Event
 from aldebaran.audit.partitioning import owner
+from aldebaran.kafka_io import dlq_headers
 from aldebaran.audit.sparkjob.rows import (
-    BatchContext, alert_sink, dlq_headers, dlq_sink, shard_rows, sources_header, store_for,
+    BatchContext, alert_sink, dlq_sink, shard_rows, sources_header, store_for,
 )
 
 RAW_FIELDS = ("key", "value", "topic", "partition", "offset", "kafka_ts")  # what the JVM hands this plan

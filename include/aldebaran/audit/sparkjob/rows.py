@@ -111,19 +111,6 @@ def shard_rows(out, shard_id: int, topic: str, dlq: int = 0, misrouted: int = 0,
     return records
 
 
-def dlq_headers(reason_code: str, reason: str, topic: str, partition: int, offset: int,
-                kafka_ts: int) -> list[tuple[str, bytes]]:
-    """The DLQ record's headers for an invalid row: its reason and where it came from."""
-    return [
-        ("aldebaran.reason_code", reason_code.encode()),
-        ("aldebaran.reason", reason.encode()),
-        ("aldebaran.source.topic", topic.encode()),
-        ("aldebaran.source.partition", str(partition).encode()),
-        ("aldebaran.source.offset", str(offset).encode()),
-        ("aldebaran.source.timestamp", str(kafka_ts).encode()),
-    ]
-
-
 def sources_header(sources: str | None) -> list[tuple[str, bytes]] | None:
     from aldebaran.audit.provenance import HEADER
 
