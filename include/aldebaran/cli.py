@@ -37,7 +37,7 @@ CORE_USAGE = """\
     aldebaran auditor run|status                       the streaming auditor
     aldebaran dispatch [--channel NAME] [--follow]     deliver alerts to the configured channels (once, or streaming)
     aldebaran dispatch --fast [--follow]               deliver the fast lane's alerts to the channels that opted in
-    aldebaran deliveries stats|list|runs|show|retry|resolve  inspect and settle the delivery ledger
+    aldebaran deliveries channels|stats|list|runs|show|retry|resolve  the channels' promises; the ledger
     aldebaran explain ALERT_ID [--json]                one alert's story: its trades, trigger and deliveries
     aldebaran lanes run|status|stop|resolve            the low-latency lane (real-time mode) and its reconciliation"""
 
@@ -180,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_dispatch)
 
     dl = sub.add_parser("deliveries", help="inspect and settle the delivery ledger",
-                        description="Look into the delivery ledger and settle IN_DOUBT/DEAD deliveries by hand.")
+                        description="The channels and their promises; look into the delivery ledger and settle "
+                                    "IN_DOUBT/DEAD deliveries by hand.")
     from aldebaran.delivery.tools import add_arguments
 
     add_arguments(dl)

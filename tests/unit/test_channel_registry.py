@@ -51,6 +51,7 @@ class ScriptedChannel(Channel):
     """A channel whose send does what `script` says per order id: 'ok', 'retry', 'unknown', 'permanent'."""
 
     can_dedupe: ClassVar[bool] = True
+    delivery_promise: ClassVar[ch.Promise] = ch.Promise.AT_LEAST_ONCE_STABLE_KEY
 
     def __init__(self, name: str = "scripted", script: dict | None = None, **kw) -> None:
         super().__init__(name, **kw)

@@ -80,7 +80,13 @@ def channel_promise(channel: str) -> dict | None:
         conn = None
     kind = CONN_TYPES.get(conn.conn_type) if conn is not None and conn.conn_type else None
     kind = kind or (channel if channel in KINDS else None)
-    return KINDS[kind].promise() if kind else None
+    if not kind:
+        return None
+    try:  # a provider lookup (SMS ``lookup: true``) changes the promise
+        lookup = conn is not None and conn.extra_bool("lookup", False)
+    except ConfigError:
+        lookup = False
+    return KINDS[kind].promise(lookup=lookup)
 
 
 def delivers_fast(ledger, channel: str, fast_topic: str) -> bool:
@@ -214,7 +220,8 @@ def promise_line(promise: dict | None) -> str:
         return "<p class=promise>Kind unknown here (its connection is not in this process's environment).</p>"
     dedupe = f"yes, by {promise['dedupe_key']}" if promise["dedupe"] else "no" + (
         f" ({promise['dedupe_key']})" if promise["dedupe_key"] else "")
-    return (f"<p class=promise>Kind <code>{esc(promise['kind'])}</code> · deduplicates: {esc(dedupe)} · "
+    return (f"<p class=promise>Kind <code>{esc(promise['kind'])}</code> · promise: <strong>{esc(promise['promise'])}"
+            f"</strong> · deduplicates: {esc(dedupe)} · "
             f"in doubt: {esc(promise['in_doubt'])} · provider rate: {esc(promise['provider_rate'] or 'not provider-bound')}</p>")
 
 

@@ -1,6 +1,7 @@
-"""`aldebaran deliveries stats|list|runs|show|retry|resolve`: look into and settle the delivery ledger.
+"""`aldebaran deliveries channels|stats|list|runs|show|retry|resolve`: look into and settle the delivery ledger.
 
-    aldebaran deliveries stats                              per-channel table (backlog from Kafka, exceptions)
+    aldebaran deliveries channels                           the configured channels: kind and promise
+    aldebaran deliveries stats                              per-channel table (promise, backlog from Kafka, exceptions)
     aldebaran deliveries list --channel sms --state IN_DOUBT
     aldebaran deliveries runs --channel webhook --partition 0 [--from-offset N]
     aldebaran deliveries show <alert_id> [--channel webhook]   its outcome and history on every channel
@@ -26,11 +27,16 @@ ENTRY_STATES = {"D": DELIVERED, "S": "REPEAT", "M": "MALFORMED", "R": RETRY, "X"
 
 log = logging.getLogger(__name__)
 
-STAT_COLUMNS = ["channel", "backlog", "committed", "retrying", "dead", "in_doubt", "lease_seconds", "max_attempts"]
+STAT_COLUMNS = ["channel", "promise", "backlog", "committed", "retrying", "dead", "in_doubt", "lease_seconds", "max_attempts"]
+
+
+CHANNEL_COLUMNS = ["channel", "kind", "promise"]
 
 
 ACTIONS = {
-    "stats": "per-channel table: backlog from Kafka, committed runs, exceptions",
+    "channels": "the configured channels, each with its kind and its promise (exactly-once, "
+                "at-most-once+in-doubt or at-least-once-stable-key)",
+    "stats": "per-channel table: promise, backlog from Kafka, committed runs, exceptions",
     "list": "the records that need an operator (RETRY, DEAD, IN_DOUBT)",
     "runs": "a channel's group-committed runs on one alerts-topic partition",
     "show": "one alert's outcome and history on every channel (found without listing the ledger)",
@@ -70,6 +76,27 @@ def with_backlog(stats: dict, group: str | None = None) -> dict:
     except AldebaranError:
         lag = {}
     return {**stats, "backlog": lag.get("lag"), "committed": lag.get("committed")}
+
+
+def channel_rows(names: list[str] | None = None) -> list[dict]:
+    """The configured channels (or `names`) with their kind and promise, from their connections in this
+    process's environment (no ledger, no Kafka)."""
+    from aldebaran.delivery.channels import channel_names
+    from aldebaran.delivery.pages import channel_promise
+
+    rows = []
+    for name in channel_names(names):
+        promise = channel_promise(name)
+        rows.append({"channel": name, "kind": promise["kind"] if promise else None,
+                     "promise": promise["promise"] if promise else "unknown (no connection here)"})
+    return rows
+
+
+def promise_of(channel: str) -> str | None:
+    """A ledger channel's promise word (None when its kind is unknown here)."""
+    from aldebaran.delivery.pages import channel_promise
+
+    return (channel_promise(channel) or {}).get("promise")
 
 
 def format_table(rows: list[dict], columns: list[str]) -> str:
@@ -143,12 +170,15 @@ def main(args: argparse.Namespace) -> int:
     from aldebaran.delivery.settings import DeliverySettings
     from aldebaran.settings import load
 
+    if args.action == "channels":  # the configuration only: answers without the ledger
+        print(format_table(channel_rows([args.channel] if args.channel else None), CHANNEL_COLUMNS))
+        return 0
     settings = load(DeliverySettings, prefix=args.prefix)
     ledger = Ledger.from_settings(settings)
     channels = [args.channel] if args.channel else ledger.channels()
     alert_id = args.alert_id or args.alert
     if args.action == "stats":
-        rows = [with_backlog(ledger.stats(c)) for c in channels]
+        rows = [{**with_backlog(ledger.stats(c)), "promise": promise_of(c)} for c in channels]
         print(format_table(rows, STAT_COLUMNS) if rows else "(nothing in the delivery ledger yet)")
         return 0
     if args.action == "list":
@@ -193,4 +223,4 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["STATES", "add_arguments", "main", "locate_alert", "find"]
+__all__ = ["STATES", "add_arguments", "channel_rows", "main", "locate_alert", "find"]

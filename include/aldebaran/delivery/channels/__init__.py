@@ -34,6 +34,7 @@ from aldebaran.delivery.channels.base import (
     Outcome,
     OutcomeUnknown,
     PermanentError,
+    Promise,
     RetryableError,
     register,
 )
@@ -79,7 +80,7 @@ __all__ = [
     "AlertmanagerChannel", "ApnsChannel", "FcmChannel", "OpsgenieChannel", "PagerDutyChannel",
     "BATCH_HEADER", "CHANNELS_VARIABLE", "CONN_ID_PREFIX", "CONN_TYPES", "DEDUPE_MAX_RUN", "E164", "ENV_PREFIX",
     "KINDS", "NAME_PATTERN", "SECRET_KEY_PATTERN", "USER_AGENT", "Channel", "Connection", "EmailChannel", "KafkaChannel", "LogChannel",
-    "Outcome", "OutcomeUnknown", "PermanentError", "RetryableError", "SmsChannel", "WebhookChannel", "alert_body",
+    "Outcome", "OutcomeUnknown", "PermanentError", "Promise", "RetryableError", "SmsChannel", "WebhookChannel", "alert_body",
     "batch_key", "channel_from_connection", "channel_names", "conn_env_var", "conn_id", "configured_channels",
     "email_subject", "email_text", "env_connection", "in_airflow_task", "register", "signature", "sms_text",
     "utc_iso", "verify_signature",

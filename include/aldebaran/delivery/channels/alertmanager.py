@@ -29,7 +29,7 @@ from typing import ClassVar
 
 from pydantic import SecretStr
 
-from aldebaran.delivery.channels.base import Channel, Outcome, register
+from aldebaran.delivery.channels.base import Channel, Outcome, Promise, register
 from aldebaran.delivery.channels.connection import Connection
 from aldebaran.delivery.channels.http import HttpClient, target
 from aldebaran.delivery.channels.provider import description, post_json, status_error
@@ -78,6 +78,7 @@ class AlertmanagerChannel(Channel):
     dedupe_key: ClassVar[str | None] = "label set (alert_id, kind, order_id, client, stock), while Alertmanager holds the alert"
     in_doubt_policy: ClassVar[str] = "re-sent: the same label set merges into the alert Alertmanager holds"
     provider_rate: ClassVar[str | None] = "none published (your own Alertmanager)"
+    delivery_promise: ClassVar[Promise] = Promise.EXACTLY_ONCE  # while Alertmanager holds the alert (dedupe_key)
 
     def __init__(self, name: str, base_url: str, *, labels: dict[str, str] | None = None, login: str | None = None,
                  password: str | SecretStr | None = None, timeout: float = 10.0, verify: bool | str = True,

@@ -24,6 +24,12 @@ channel declares decides what happens after a crash between a run's send and its
 repeats of an alert id beyond the dedupe window need nothing from the ledger. A channel that can
 neither deduplicate nor remember gets a sent marker per alert in the ledger instead.
 
+`delivery_promise`: what the kind promises about each alert at its recipient, one :class:`Promise`
+(docs/operations.md § Channels: what each one promises). Every registered kind declares it
+(``@register`` refuses one that does not); `lookup_promise` is the promise with an optional provider
+lookup turned on (SMS ``lookup: true``). Derived from the flags above, never wider: ``can_dedupe`` only
+says a resend carries the same key, not that the recipient drops it.
+
 `fast`: the channel opted in to the low-latency lane (``"fast": true`` in its connection's extra, read
 by :func:`aldebaran.delivery.channels.config.channel_from_connection` for every kind): it is also
 delivered from the fast alerts topic (:mod:`aldebaran.delivery.fast`), and both lanes keep sent markers
@@ -35,6 +41,7 @@ on the class; :data:`KINDS` (kind → class) and :data:`CONN_TYPES` (connection 
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +57,17 @@ if TYPE_CHECKING:
 Status = Literal["delivered", "retry", "permanent", "unknown"]
 DEDUPE_MAX_RUN = 5000  # alerts per ledger run where a crash costs no doubt (ALDEBARAN_DELIVERY_RUN_MAX caps it too)
 DEFAULT_CONCURRENCY = 16
+
+
+class Promise(str, enum.Enum):
+    """A channel's delivery promise in one word (the README and docs/operations.md claim no more)."""
+
+    # The recipient deduplicates by our key (a resend is dropped there), or we settle doubt by its lookup.
+    EXACTLY_ONCE = "exactly-once"
+    # A send that may have happened is never repeated automatically: it goes IN_DOUBT for an operator.
+    AT_MOST_ONCE_IN_DOUBT = "at-most-once+in-doubt"
+    # Uncertain sends and a crashed run are sent again under the same key; the recipient may keep both.
+    AT_LEAST_ONCE_STABLE_KEY = "at-least-once-stable-key"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +135,24 @@ class Channel:
     dedupe_key: ClassVar[str | None] = None
     in_doubt_policy: ClassVar[str] = "IN_DOUBT for an operator: never re-sent automatically"
     provider_rate: ClassVar[str | None] = None
+    # Declared by each kind (no default here, so a kind cannot inherit a promise by accident: module docstring).
+    delivery_promise: ClassVar[Promise]
+    lookup_promise: ClassVar[Promise | None] = None
 
     @classmethod
-    def promise(cls) -> dict[str, Any]:
-        """The kind's promise (class attributes above), as the docs and the Deliveries page show it."""
-        return {"kind": cls.kind, "dedupe": cls.can_dedupe, "dedupe_key": cls.dedupe_key,
+    def promise(cls, lookup: bool = False) -> dict[str, Any]:
+        """The kind's promise (class attributes above), as the docs and the Deliveries page show it;
+        `lookup`: with the provider lookup turned on (where the kind has one)."""
+        word = cls.lookup_promise if lookup and cls.lookup_promise else cls.delivery_promise
+        return {"kind": cls.kind, "promise": word.value,
+                "promise_with_lookup": cls.lookup_promise.value if cls.lookup_promise else None,
+                "dedupe": cls.can_dedupe, "dedupe_key": cls.dedupe_key,
                 "in_doubt": cls.in_doubt_policy, "provider_rate": cls.provider_rate}
+
+    @property
+    def delivers(self) -> Promise:
+        """This channel's promise as configured (its lookup on or off)."""
+        return self.lookup_promise if self.has_lookup and self.lookup_promise else self.delivery_promise
 
     def __init__(self, name: str, *, concurrency: int = DEFAULT_CONCURRENCY, max_run: int | None = None) -> None:
         if concurrency < 1:
@@ -199,6 +229,8 @@ def register(kind: str, conn_types: Sequence[str] = ()) -> Callable[[type[Channe
         taken = {t: CONN_TYPES[t] for t in types if CONN_TYPES.get(t, kind) != kind}
         if taken:
             raise ValueError(f"channel kind {kind!r}: conn_type(s) already taken: {taken}")
+        if not isinstance(getattr(cls, "delivery_promise", None), Promise):
+            raise TypeError(f"channel kind {kind!r} ({cls.__name__}) must declare delivery_promise (a Promise)")
         cls.kind = kind
         KINDS[kind] = cls
         CONN_TYPES.update((t, kind) for t in types)
@@ -208,4 +240,4 @@ def register(kind: str, conn_types: Sequence[str] = ()) -> Callable[[type[Channe
 
 
 __all__ = ["CONN_TYPES", "Channel", "DEDUPE_MAX_RUN", "DEFAULT_CONCURRENCY", "KINDS", "Outcome", "OutcomeUnknown",
-           "PermanentError", "RetryableError", "Status", "register"]
+           "PermanentError", "Promise", "RetryableError", "Status", "register"]

@@ -1,8 +1,8 @@
 """Kafka bus channel: forward alerts to a topic (another cluster, or the same one).
 
-Key = the alert id (consumers deduplicate by it), value = the alert JSON (:func:`~.text.alert_body`),
-header ``aldebaran.alert_id``; an idempotent producer (acks=all), so librdkafka's own retries never
-duplicate. ``send_many`` produces a whole run, polling the producer as it goes so that delivery
+Key = the alert id (a consumer that deduplicates by it sees each alert once), value = the alert JSON
+(:func:`~.text.alert_body`), header ``aldebaran.alert_id``; an idempotent producer (acks=all), so
+librdkafka's own retries never duplicate (a resend after a crash does: at least once, same key). ``send_many`` produces a whole run, polling the producer as it goes so that delivery
 reports are served and its queue never fills, then flushes once: each alert's delivery report is its
 Outcome; none within ``flush_timeout`` → unknown (it may yet be written); a full local queue → retry
 for the alerts it could not take.
@@ -15,7 +15,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from aldebaran.delivery.channels.base import Channel, Outcome, register
+from aldebaran.delivery.channels.base import Channel, Outcome, Promise, register
 from aldebaran.delivery.channels.connection import Connection, scrub
 from aldebaran.delivery.channels.text import alert_body
 from aldebaran.delivery.exceptions import OutcomeUnknown, PermanentError, RetryableError
@@ -37,8 +37,11 @@ class KafkaChannel(Channel):
     """Forward to a topic: key = alert id, value = alert JSON, idempotent producer (module docstring)."""
 
     can_dedupe: ClassVar[bool] = True
-    dedupe_key: ClassVar[str | None] = "message key = alert id (consumers dedupe by key; idempotent producer)"
+    dedupe_key: ClassVar[str | None] = ("message key = alert id (if the consumer dedupes by key; "
+                                        "the idempotent producer only within a session)")
     in_doubt_policy: ClassVar[str] = "re-sent with the same key"
+    # The idempotent producer dedupes within one producer session only: a resend after a crash is a second record.
+    delivery_promise: ClassVar[Promise] = Promise.AT_LEAST_ONCE_STABLE_KEY
     OWN_KEYS: ClassVar[tuple[str, ...]] = ("topic", "flush_timeout")
 
     def __init__(self, name: str, topic: str, config: Mapping[str, Any], flush_timeout: float = 10.0,

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from aldebaran import paths
-from aldebaran.delivery.channels.base import DEDUPE_MAX_RUN, Channel, Outcome, register
+from aldebaran.delivery.channels.base import DEDUPE_MAX_RUN, Channel, Outcome, Promise, register
 from aldebaran.delivery.channels.connection import Connection
 from aldebaran.delivery.exceptions import RetryableError
 from aldebaran.delivery.settings import ChannelSettings
@@ -48,6 +48,8 @@ class LogChannel(Channel):
     remembers_sent: ClassVar[bool] = True
     dedupe_key: ClassVar[str | None] = "its own sent-log, by alert id"
     in_doubt_policy: ClassVar[str] = "settled at once by reading the file"
+    # Settled by its own exact lookup, and it refuses a key its file holds.
+    delivery_promise: ClassVar[Promise] = Promise.EXACTLY_ONCE
 
     def __init__(self, name: str = "log", path: str | Path | None = None, *, max_run: int | None = None) -> None:
         # A crash costs no doubt here (lookup), so runs are as long as on a deduplicating channel.

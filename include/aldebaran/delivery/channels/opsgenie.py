@@ -25,7 +25,7 @@ from typing import ClassVar
 
 from pydantic import SecretStr
 
-from aldebaran.delivery.channels.base import register
+from aldebaran.delivery.channels.base import Promise, register
 from aldebaran.delivery.channels.connection import Connection
 from aldebaran.delivery.channels.provider import EventApiChannel, description
 from aldebaran.delivery.channels.text import one_line, sms_text
@@ -53,6 +53,7 @@ class OpsgenieChannel(EventApiChannel):
     dedupe_key: ClassVar[str | None] = "alias = alert id, while Opsgenie's alert is open"
     in_doubt_policy: ClassVar[str] = "re-sent with the same alias: Opsgenie counts it on the open alert"
     provider_rate: ClassVar[str | None] = "per Opsgenie plan's API rate limit (429 above)"
+    delivery_promise: ClassVar[Promise] = Promise.EXACTLY_ONCE  # while Opsgenie's alert is open (dedupe_key)
 
     def __init__(self, name: str, api_key: str | SecretStr, *, base_url: str = DEFAULT_URL, priority: str = "P3",
                  tags: list[str] | None = None, timeout: float = 10.0, verify: bool | str = True,

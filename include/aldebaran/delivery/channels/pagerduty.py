@@ -26,7 +26,7 @@ from typing import ClassVar
 
 from pydantic import SecretStr
 
-from aldebaran.delivery.channels.base import register
+from aldebaran.delivery.channels.base import Promise, register
 from aldebaran.delivery.channels.connection import Connection
 from aldebaran.delivery.channels.provider import EventApiChannel
 from aldebaran.delivery.channels.text import one_line, sms_text, utc_iso
@@ -60,6 +60,7 @@ class PagerDutyChannel(EventApiChannel):
     dedupe_key: ClassVar[str | None] = "dedup_key = alert id, while PagerDuty's alert is open"
     in_doubt_policy: ClassVar[str] = "re-sent with the same dedup_key: PagerDuty adds it to the open alert"
     provider_rate: ClassVar[str | None] = "about 120 events/min per routing key (429 above)"
+    delivery_promise: ClassVar[Promise] = Promise.EXACTLY_ONCE  # while PagerDuty's alert is open (dedupe_key)
 
     def __init__(self, name: str, routing_key: str | SecretStr, *, base_url: str = DEFAULT_URL,
                  source: str = "aldebaran", severity: str = "error", timeout: float = 10.0,

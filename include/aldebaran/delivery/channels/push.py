@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 
 from pydantic import SecretStr
 
-from aldebaran.delivery.channels.base import Channel, register
+from aldebaran.delivery.channels.base import Channel, Promise, register
 from aldebaran.delivery.channels.connection import Connection
 from aldebaran.delivery.channels.http import HttpClient, target
 from aldebaran.delivery.channels.provider import answer_json, is_retryable, post_json, status_error
@@ -81,6 +81,7 @@ class FcmChannel(Channel):
     can_dedupe: ClassVar[bool] = False
     in_doubt_policy: ClassVar[str] = PUSH_IN_DOUBT
     provider_rate: ClassVar[str | None] = "600,000 messages/min per project (FCM's default quota; 429 above)"
+    delivery_promise: ClassVar[Promise] = Promise.AT_MOST_ONCE_IN_DOUBT
 
     def __init__(self, name: str, service_account: Mapping[str, Any], *, token: str | None = None,
                  topic: str | None = None, base_url: str = FCM_URL, project_id: str | None = None,
@@ -196,6 +197,7 @@ class ApnsChannel(Channel):
     can_dedupe: ClassVar[bool] = False
     in_doubt_policy: ClassVar[str] = PUSH_IN_DOUBT
     provider_rate: ClassVar[str | None] = "none published (429 TooManyRequests per device token)"
+    delivery_promise: ClassVar[Promise] = Promise.AT_MOST_ONCE_IN_DOUBT
 
     def __init__(self, name: str, *, key_id: str, team_id: str, signing_key: str | SecretStr, topic: str,
                  device_token: str, base_url: str = APNS_URL, timeout: float = 10.0, verify: bool | str = True,

@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 from pydantic import SecretStr
 
-from aldebaran.delivery.channels.base import DEFAULT_CONCURRENCY, Channel, register
+from aldebaran.delivery.channels.base import DEFAULT_CONCURRENCY, Channel, Promise, register
 from aldebaran.delivery.channels.connection import Connection, scrub
 from aldebaran.delivery.channels.http import HttpClient, Response, elapsed_ms, target
 from aldebaran.delivery.channels.text import one_line, sms_text
@@ -47,6 +47,8 @@ class SmsChannel(Channel):
     in_doubt_policy: ClassVar[str] = ("IN_DOUBT: settled by the provider's lookup (extra lookup: true), "
                                       "else by an operator; never re-sent automatically")
     provider_rate: ClassVar[str | None] = "the provider's (Twilio: about 1 message/s per long-code number)"
+    delivery_promise: ClassVar[Promise] = Promise.AT_MOST_ONCE_IN_DOUBT
+    lookup_promise: ClassVar[Promise | None] = Promise.EXACTLY_ONCE  # doubt settled by the provider's lookup
 
     def __init__(self, name: str, base_url: str, account_sid: str, auth_token: str | SecretStr,
                  sender: str, recipient: str, timeout: float = 10.0, verify: bool | str = True, *,

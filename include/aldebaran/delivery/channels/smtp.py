@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from pydantic import SecretStr
 
-from aldebaran.delivery.channels.base import DEFAULT_CONCURRENCY, Channel, register
+from aldebaran.delivery.channels.base import DEFAULT_CONCURRENCY, Channel, Promise, register
 from aldebaran.delivery.channels.connection import Connection
 from aldebaran.delivery.channels.http import elapsed_ms
 from aldebaran.delivery.channels.text import email_subject, email_text, one_line
@@ -32,8 +32,10 @@ class EmailChannel(Channel):
     """SMTP with ``Message-ID: <alert_id@aldebaran>`` (module docstring)."""
 
     can_dedupe: ClassVar[bool] = True
-    dedupe_key: ClassVar[str | None] = "Message-ID alert_id@domain (mail clients and archives collapse repeats)"
+    dedupe_key: ClassVar[str | None] = "Message-ID alert_id@domain (some mail clients collapse repeats; servers deliver both)"
     in_doubt_policy: ClassVar[str] = "re-sent with the same Message-ID"
+    # Mail servers deliver a second copy with the same Message-ID; only some clients collapse it.
+    delivery_promise: ClassVar[Promise] = Promise.AT_LEAST_ONCE_STABLE_KEY
     domain: ClassVar[str] = "aldebaran"
 
     def __init__(self, name: str, host: str, sender: str, recipients: list[str], port: int | None = None,

@@ -30,7 +30,7 @@ from typing import ClassVar
 
 from pydantic import SecretStr
 
-from aldebaran.delivery.channels.base import Channel, Outcome, register
+from aldebaran.delivery.channels.base import Channel, Outcome, Promise, register
 from aldebaran.delivery.channels.connection import Connection
 from aldebaran.delivery.channels.http import HttpClient, Response, elapsed_ms, target
 from aldebaran.delivery.channels.text import alert_body, signature
@@ -55,7 +55,9 @@ class WebhookChannel(Channel):
 
     can_dedupe: ClassVar[bool] = True
     dedupe_key: ClassVar[str | None] = "Idempotency-Key header = alert id (per alert id in a batch)"
-    in_doubt_policy: ClassVar[str] = "re-sent with the same key: the receiver answers 409"
+    in_doubt_policy: ClassVar[str] = "re-sent with the same key: a receiver that honours it answers 409"
+    # We cannot know that a receiver honours Idempotency-Key (a 409 is its choice): resends are ours to count.
+    delivery_promise: ClassVar[Promise] = Promise.AT_LEAST_ONCE_STABLE_KEY
 
     def __init__(self, name: str, url: str, secret: str | SecretStr, timeout: float = 10.0,
                  verify: bool | str = True, response_id_header: str = "X-Request-Id", *, batch: int = 1,
