@@ -40,7 +40,7 @@ from typing import Callable
 
 from aldebaran.checkpoint import Checkpoint
 from aldebaran.exceptions import AlreadyExists, LeaseHeld, LeaseLost, NotFound, ObjectStoreError, PreconditionFailed
-from aldebaran.storage import Store
+from aldebaran.storage import Store, writer_token
 
 log = logging.getLogger(__name__)
 
@@ -128,15 +128,30 @@ class Lease:
     record: dict
     etag: str
     lost: str | None = None  # why it was lost, once it was
+    unsure: tuple | None = None  # (record, writer token) of a write that failed: it may have landed
 
     @property
     def key(self) -> str:
         return lease_key(self.checkpoint)
 
     def _write(self, changes: dict) -> None:
-        record = {**self.record, **changes}
-        self.etag = self.store.replace(self.key, json.dumps(record).encode(), self.etag)
+        if self.unsure is not None:
+            # Repeat the failed write first, with its token: if it landed, the store says so (it is ours,
+            # not another's takeover) and our etag follows it; only then is the new write made.
+            record, token = self.unsure
+            self.etag, self.record, self.unsure = self._put(record, token), record, None
+        record, token = {**self.record, **changes}, writer_token()
+        try:
+            self.etag = self._put(record, token)
+        except PreconditionFailed:
+            raise
+        except ObjectStoreError:
+            self.unsure = (record, token)
+            raise
         self.record = record
+
+    def _put(self, record: dict, token: str) -> str:
+        return self.store.replace(self.key, json.dumps(record).encode(), self.etag, "application/json", token)
 
     def renew(self) -> None:
         """Extend the lease by one ttl; LeaseLost if anyone else wrote it since our last write."""

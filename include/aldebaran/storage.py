@@ -17,10 +17,11 @@ current ETag is the one given (PreconditionFailed otherwise); ``get`` → Stored
 ``list(prefix, start_after)`` yields {Key, ETag, Size} in key order; ``put``/``delete`` are
 unconditional.
 
-(A hand-written SigV4 client, ``s3lite``, used to carry the ledger's hot path when every delivery
-cost two conditional PUTs. The group-commit ledger writes ≤ 0.02 objects per delivery, so boto3's
-per-call overhead no longer matters and the client is gone: one S3 code path, boto3's retries,
-session tokens and addressing styles included.)
+Writer tokens: a conditional write whose reply was lost (it landed, botocore's retry met it: 412) is
+no lost race, or a dispatcher would think itself fenced and an auditor its lease lost. Each one carries
+a writer token (S3: metadata ``x-amz-meta-aldebaran-writer``; the directory: a hidden ``.<name>.writer``
+set under the object's lock); when one that may have landed (retried by botocore, or repeated by the
+caller with its first token) fails its condition, the object is read back: ours if it has our token.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import json
 import os
 import re
 import threading
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Protocol
@@ -53,6 +55,14 @@ def safe_segment(value: str, what: str = "key segment") -> str:
     if not isinstance(value, str) or not _SAFE_SEGMENT.match(value) or ".." in value:
         raise ValueError(f"unsafe {what} for an object key: {value!r}")
     return value
+
+
+WRITER = "aldebaran-writer"  # the metadata key of a conditional write's writer token
+
+
+def writer_token() -> str:
+    """A fresh writer token: give the same one to every repetition of one write (see the module's doc)."""
+    return uuid.uuid4().hex
 
 
 def read_json(store: "Store", key: str) -> Any | None:
@@ -177,25 +187,45 @@ class S3Store:
             raise self._translate(exc, key) from exc
         return resp["ETag"]
 
-    def create(self, key: str, body: bytes, content_type: str = "application/json") -> str:
-        """Create `key` only if absent (If-None-Match: *). Returns the ETag; AlreadyExists if present."""
+    def create(self, key: str, body: bytes, content_type: str = "application/json", token: str | None = None) -> str:
+        """Create `key` only if absent (If-None-Match: *). Returns the ETag; AlreadyExists if present
+        (unless the object there is this write's own: `token`, or botocore's retry of it)."""
+        return self._conditional(key, body, content_type, "create", token, IfNoneMatch="*")
+
+    def replace(self, key: str, body: bytes, etag: str, content_type: str = "application/json",
+                token: str | None = None) -> str:
+        """Overwrite `key` only if its ETag is still `etag` (If-Match). PreconditionFailed otherwise
+        (unless the object there is this write's own: `token`, or botocore's retry of it)."""
+        return self._conditional(key, body, content_type, "update", token, IfMatch=etag)
+
+    def _conditional(self, key: str, body: bytes, content_type: str, kind: str, token: str | None,
+                     **condition) -> str:
+        mine = token or writer_token()
         try:
-            resp = self.client.put_object(
-                Bucket=self.bucket, Key=key, Body=body, ContentType=content_type, IfNoneMatch="*"
-            )
-        except Exception as exc:  # noqa: BLE001
-            raise self._translate(exc, key, conditional="create") from exc
+            resp = self.client.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type,
+                                          Metadata={WRITER: mine}, **condition)
+        except Exception as exc:  # noqa: BLE001 - translated, not swallowed
+            error = self._translate(exc, key, conditional=kind)
+            # A fresh token sent once cannot be on the object: only a repeated request may have landed.
+            repeated = token is not None or exc_attempts(exc) > 0
+            if isinstance(error, (AlreadyExists, PreconditionFailed)) and repeated:
+                landed = self._written_by(key, mine)
+                if landed is not None:
+                    return landed
+            raise error from exc
         return resp["ETag"]
 
-    def replace(self, key: str, body: bytes, etag: str, content_type: str = "application/json") -> str:
-        """Overwrite `key` only if its ETag is still `etag` (If-Match). PreconditionFailed otherwise."""
+    def _written_by(self, key: str, token: str) -> str | None:
+        """The ETag of `key` if its current version carries `token`; None if not (or it is gone). A store
+        that cannot be asked raises ObjectStoreError: the write's fate is unknown, not a lost race."""
         try:
-            resp = self.client.put_object(
-                Bucket=self.bucket, Key=key, Body=body, ContentType=content_type, IfMatch=etag
-            )
-        except Exception as exc:  # noqa: BLE001
-            raise self._translate(exc, key, conditional="update") from exc
-        return resp["ETag"]
+            head = self.client.head_object(Bucket=self.bucket, Key=key)
+        except Exception as exc:  # noqa: BLE001 - translated, not swallowed
+            error = self._translate(exc, key)
+            if isinstance(error, NotFound):
+                return None
+            raise error from exc
+        return head["ETag"] if head.get("Metadata", {}).get(WRITER) == token else None
 
     def get(self, key: str) -> StoredObject:
         try:
@@ -235,6 +265,12 @@ class S3Store:
 
 
 
+def exc_attempts(exc: Exception) -> int:
+    """How many times botocore retried the request that ended in `exc` (0: it was sent once)."""
+    response = getattr(exc, "response", None) or {}
+    return int(response.get("ResponseMetadata", {}).get("RetryAttempts") or 0)
+
+
 def _etag(body: bytes) -> str:
     return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
 
@@ -253,7 +289,21 @@ class LocalStore:
             raise ValueError(f"key escapes the store's root: {key!r}")
         return path
 
-    def create(self, key: str, body: bytes, content_type: str = "application/json") -> str:
+    @staticmethod
+    def _token_path(path: Path) -> Path:
+        return path.with_name(f".{path.name}.writer")  # hidden: never listed
+
+    def _set_token(self, path: Path, token: str | None) -> None:
+        """Under the object's lock. No token: none may match this version, so a stale one goes."""
+        self._token_path(path).write_text(token) if token else self._token_path(path).unlink(missing_ok=True)
+
+    def _token_matches(self, path: Path, token: str) -> bool:
+        try:
+            return self._token_path(path).read_text() == token
+        except FileNotFoundError:
+            return False
+
+    def create(self, key: str, body: bytes, content_type: str = "application/json", token: str | None = None) -> str:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         # the body is complete before the name exists: a link to a finished temporary file is an atomic
@@ -263,15 +313,29 @@ class LocalStore:
             fh.write(body)
             fh.flush()
             os.fsync(fh.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise AlreadyExists(f"{path} already exists") from None
-        finally:
-            tmp.unlink(missing_ok=True)
+            fcntl.flock(fh, fcntl.LOCK_EX)  # the new object's lock, held until its writer token is set
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                landed = self._written_by(path, token) if token else None
+                if landed is not None:
+                    return landed
+                raise AlreadyExists(f"{path} already exists") from None
+            finally:
+                tmp.unlink(missing_ok=True)
+            self._set_token(path, token)
         return _etag(body)
 
-    def replace(self, key: str, body: bytes, etag: str, content_type: str = "application/json") -> str:
+    def _written_by(self, path: Path, token: str) -> str | None:
+        try:
+            with open(path, "rb") as fh:
+                fcntl.flock(fh, fcntl.LOCK_SH)
+                return _etag(fh.read()) if self._token_matches(path, token) else None
+        except FileNotFoundError:
+            return None
+
+    def replace(self, key: str, body: bytes, etag: str, content_type: str = "application/json",
+                token: str | None = None) -> str:
         path = self._path(key)
         try:
             fh = open(path, "r+b")
@@ -279,13 +343,17 @@ class LocalStore:
             raise NotFound(f"{path} not found") from None
         with fh:
             fcntl.flock(fh, fcntl.LOCK_EX)  # the compare and the swap happen under one lock
-            if _etag(fh.read()) != etag:
+            current = fh.read()
+            if _etag(current) != etag:
+                if token and self._token_matches(path, token):
+                    return _etag(current)  # this write, repeated: it landed the first time
                 raise PreconditionFailed(f"{path} changed since it was read")
             fh.seek(0)
             fh.write(body)
             fh.truncate()
             fh.flush()
             os.fsync(fh.fileno())
+            self._set_token(path, token)
         return _etag(body)
 
     def get(self, key: str) -> StoredObject:
@@ -323,10 +391,13 @@ class LocalStore:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)  # a reader sees the old object or the new one, whole
+        self._token_path(path).unlink(missing_ok=True)  # an unconditional write has no writer token
         return _etag(body)
 
     def delete(self, key: str) -> None:
-        self._path(key).unlink(missing_ok=True)
+        path = self._path(key)
+        path.unlink(missing_ok=True)
+        self._token_path(path).unlink(missing_ok=True)
 
     def delete_prefix(self, prefix: str) -> int:
         keys = [o["Key"] for o in self.list(prefix)]
@@ -353,8 +424,8 @@ class Store(Protocol):
 
     bucket: str
 
-    def create(self, key: str, body: bytes, content_type: str = ...) -> str: ...
-    def replace(self, key: str, body: bytes, etag: str, content_type: str = ...) -> str: ...
+    def create(self, key: str, body: bytes, content_type: str = ..., token: str | None = None) -> str: ...
+    def replace(self, key: str, body: bytes, etag: str, content_type: str = ..., token: str | None = None) -> str: ...
     def get(self, key: str) -> StoredObject: ...
     def list(self, prefix: str, start_after: str | None = None) -> Iterator[dict]: ...
     def put(self, key: str, body: bytes, content_type: str = ...) -> str: ...

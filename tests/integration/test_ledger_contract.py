@@ -75,6 +75,22 @@ class StoreAndLedgerContract:
             store.replace(key, b"3", e1)
         assert store.get(key).body == b"2" and store.get(key).etag == e2
 
+    def test_a_conditional_write_repeated_with_its_token_is_recognised_as_landed(self, store, root):
+        """A write whose reply was lost, repeated with the same writer token, is ours; another's is a race."""
+        from aldebaran.storage import writer_token
+
+        key, t1, t2 = f"{root}/token.json", writer_token(), writer_token()
+        e1 = store.create(key, b"1", token=t1)
+        assert store.create(key, b"1", token=t1) == e1
+        with pytest.raises(AlreadyExists):
+            store.create(key, b"1", token=writer_token())
+        e2 = store.replace(key, b"2", e1, token=t2)
+        assert store.replace(key, b"2", e1, token=t2) == e2
+        store.replace(key, b"3", e2)
+        with pytest.raises(PreconditionFailed):
+            store.replace(key, b"2", e1, token=t2)  # ours landed, then another writer moved on
+        assert store.get(key).body == b"3"
+
     def test_get_missing_raises_not_found(self, store, root):
         with pytest.raises(NotFound):
             store.get(f"{root}/missing.json")
@@ -285,6 +301,37 @@ class TestOnMinio(StoreAndLedgerContract):
     @pytest.fixture
     def root(self, s3_prefix):
         return s3_prefix
+
+    def test_botocore_retry_of_a_landed_put_is_recognised_as_ours(self, store, root):
+        """The real path on MinIO: a conditional PUT lands, its reply is lost (failure injection below the
+        client: the HTTP session raises after sending), botocore retries the same request and gets 412;
+        the storage layer reads the object back, finds its token, and returns its ETag."""
+        from botocore.exceptions import ConnectionClosedError
+
+        session = store.client._endpoint.http_session
+        real_send, lost = session.send, []
+
+        def send_and_lose_reply(request):
+            response = real_send(request)
+            if request.method == "PUT" and not lost:
+                lost.append(response.status_code)
+                raise ConnectionClosedError(endpoint_url=request.url)
+            return response
+
+        session.send = send_and_lose_reply
+        try:
+            key = f"{root}/lost-reply.json"
+            etag = store.create(key, b"1")
+            assert lost == [200] and store.get(key).etag == etag
+            lost.clear()
+            etag2 = store.replace(key, b"2", etag)
+            assert lost == [200] and store.get(key).etag == etag2 and store.get(key).body == b"2"
+            lost.clear()
+            with pytest.raises(PreconditionFailed):  # a lost reply to a write that failed is still a race
+                store.replace(key, b"3", etag)
+            assert lost == [412]
+        finally:
+            del session.send
 
 
 class TestOnLocalDirectory(StoreAndLedgerContract):

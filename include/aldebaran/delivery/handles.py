@@ -13,9 +13,9 @@ delivery to another can never write past it.
 from __future__ import annotations
 
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT, Record
-from aldebaran.delivery.runs import RECORDED, Run
-from aldebaran.exceptions import Fenced, ObjectStoreError
+from aldebaran.delivery.runs import Run
 from aldebaran.model import Alert
+from aldebaran.storage import writer_token
 
 # What a claim sequence found. SEND: the handle holds what to send. ALREADY: settled (for now: a retry
 # not yet due counts too). BUSY: another worker holds it under a live lease, or moved it meanwhile.
@@ -68,7 +68,9 @@ class RunHandle:
         self.previous = previous  # the owner an adopted run was taken from
         self.key = ledger.run_key(run.channel, run.topic, run.partition, run.start)
         self._records: list[Record] | None = None  # exception records not yet stored
-        self._uncertain = False  # a record write failed: it may have landed with its answer lost
+        # The record write's writer token, the same for every try: a try whose reply was lost is then
+        # recognised by the storage layer as ours on the next one, not taken for another owner's adoption.
+        self._token = writer_token()
 
     def claim_sent(self, alert_id: str) -> str | None:
         """The sent marker of one alert, before its first send: None if this run holds it (created now, or
@@ -85,17 +87,4 @@ class RunHandle:
         while self._records:
             ledger.create(self._records[0])  # None: the alert has a record (an earlier run's): it carries on
             self._records.pop(0)
-        try:
-            self.etag = ledger.save_run(run, self.etag)
-        except ObjectStoreError:
-            self._uncertain = True
-            raise
-        except Fenced:
-            if self._uncertain and self._landed():
-                return
-            raise
-
-    def _landed(self) -> bool:
-        found = self.ledger.get_run(self.run.channel, self.run.topic, self.run.partition, self.run.start)
-        return found is not None and found[0].state == RECORDED and \
-            (found[0].owner, found[0].epoch) == (self.run.owner, self.run.epoch)
+        self.etag = ledger.save_run(run, self.etag, self._token)

@@ -293,10 +293,13 @@ class Ledger(LedgerReports):
         except AlreadyExists:
             return None
 
-    def save_run(self, run: Run, etag: str) -> str:
-        """Store the run's new state (adopted, recorded) if nobody changed it since `etag`; else Fenced."""
+    def save_run(self, run: Run, etag: str, token: str | None = None) -> str:
+        """Store the run's new state (adopted, recorded) if nobody changed it since `etag`; else Fenced.
+        `token`: the writer token of a write that may be repeated (aldebaran.storage)."""
         key = self.run_key(run.channel, run.topic, run.partition, run.start)
         try:
+            if token is not None:
+                return self._write(self.store.replace, key, run.to_bytes(), etag, "application/json", token)
             return self._write(self.store.replace, key, run.to_bytes(), etag)
         except PreconditionFailed:
             raise Fenced(f"{key} changed under {run.owner} (epoch {run.epoch}): another owner took this run") from None
