@@ -1,9 +1,13 @@
 """E-mail channel: SMTP, one message per alert, ``Message-ID: <alert_id@aldebaran>``.
 
-Receivers and mail clients deduplicate by Message-ID, so the channel can deduplicate. The body is the
-plain-text report of :func:`~.text.email_text`. SMTP 4xx and connection problems → RetryableError;
-5xx → PermanentError. ``send_many`` is the default: ``send`` over a pool of ``concurrency`` threads,
-one SMTP session per message.
+A resend carries the same Message-ID (some mail clients collapse repeats, servers deliver both): at
+least once under a stable key. The body is the plain-text report of :func:`~.text.email_text`. SMTP
+4xx and connection problems → RetryableError; 5xx → PermanentError; but a timeout or a dropped
+connection once the DATA command has gone out → OutcomeUnknown: the server may have accepted the
+message and its reply been lost, so the ledger records "may have been sent" before the resend. An
+error after the server's 250 to the message (at QUIT) changes nothing: it is delivered.
+``send_many`` is the default: ``send`` over a pool of ``concurrency`` threads, one SMTP session per
+message.
 
 Named smtp.py, not email.py, so that nothing can mistake it for the standard library's ``email``.
 """
@@ -23,8 +27,28 @@ from aldebaran.delivery.channels.base import DEFAULT_CONCURRENCY, Channel, Promi
 from aldebaran.delivery.channels.connection import Connection
 from aldebaran.delivery.channels.http import elapsed_ms
 from aldebaran.delivery.channels.text import email_subject, email_text, one_line
-from aldebaran.delivery.exceptions import PermanentError, RetryableError
+from aldebaran.delivery.exceptions import OutcomeUnknown, PermanentError, RetryableError
 from aldebaran.model import Alert
+
+
+class _DataTracking:
+    """An SMTP session that notes when the DATA command went out: from then on a lost reply leaves the
+    outcome unknown (the server may already hold the message)."""
+
+    data_sent = False
+
+    def putcmd(self, cmd: str, args: str = "") -> None:
+        super().putcmd(cmd, args)
+        if cmd.lower() == "data":
+            self.data_sent = True
+
+
+class _SMTP(_DataTracking, smtplib.SMTP):
+    pass
+
+
+class _SMTP_SSL(_DataTracking, smtplib.SMTP_SSL):
+    pass
 
 
 @register("email", conn_types=("smtp",))
@@ -104,19 +128,20 @@ class EmailChannel(Channel):
         msg = self.message(alert, idempotency_key)
         where = f"email {self.name} ({self.host}:{self.port})"
         t0 = time.monotonic()
+        client: _SMTP | _SMTP_SSL | None = None
         try:
             if self.use_ssl:
-                client = smtplib.SMTP_SSL(self.host, self.port, timeout=self.timeout, context=self._tls_context())
+                client = _SMTP_SSL(self.host, self.port, timeout=self.timeout, context=self._tls_context())
             else:
-                client = smtplib.SMTP(self.host, self.port, timeout=self.timeout)
-            with client:
+                client = _SMTP(self.host, self.port, timeout=self.timeout)
+            client.ehlo()
+            if self.starttls:
+                client.starttls(context=self._tls_context())
                 client.ehlo()
-                if self.starttls:
-                    client.starttls(context=self._tls_context())
-                    client.ehlo()
-                if self.login:
-                    client.login(self.login, self._password.get_secret_value())
-                refused = client.send_message(msg)
+            if self.login:
+                client.login(self.login, self._password.get_secret_value())
+            refused = client.send_message(msg)
+            _quit(client)
         except smtplib.SMTPRecipientsRefused as exc:
             codes = [code for code, _ in exc.recipients.values()]
             kind = RetryableError if codes and all(400 <= c < 500 for c in codes) else PermanentError
@@ -127,11 +152,25 @@ class EmailChannel(Channel):
         except smtplib.SMTPNotSupportedError as exc:
             raise PermanentError(f"{where}: {exc} (check disable_tls / login)") from None
         except (smtplib.SMTPException, OSError) as exc:  # refused, disconnected, timeouts, TLS failures
+            if client is not None and client.data_sent:  # no reply to the message: it may be accepted
+                raise OutcomeUnknown(f"{where}: {type(exc).__name__} after DATA, the server may have accepted "
+                                     f"the message: {one_line(exc, 200)}") from None
             raise RetryableError(f"{where}: {type(exc).__name__}: {one_line(exc, 200)}") from None
+        finally:
+            if client is not None:
+                client.close()  # no QUIT after a failure: a silent server would cost another timeout
         receipt = {"message_id": str(msg["Message-ID"]), "recipients": self.recipients, "elapsed_ms": elapsed_ms(t0)}
         if refused:
             receipt["refused"] = {rcpt: code for rcpt, (code, _) in refused.items()}
         return receipt
+
+
+def _quit(client: smtplib.SMTP) -> None:
+    """End the session; a failed QUIT only closes the socket (whatever was sent stands as answered)."""
+    try:
+        client.quit()
+    except (smtplib.SMTPException, OSError):
+        client.close()
 
 
 def _decode(value: Any) -> str:
