@@ -18,6 +18,10 @@ import pytest
 from aldebaran import envfile
 
 envfile.load_env()
+# An idle auditor runs one micro-batch per expiry period (30 s by default, a deployment's resting cost). A test
+# that waits for a book to expire on an idle topic would wait up to that long, so the suite's auditors tick every
+# 2 s; tests/integration/test_idle_expiry.py sets its own period and checks the rule itself.
+os.environ.setdefault("ALDEBARAN_AUDIT_EXPIRY_PERIOD_SECONDS", "2")
 
 
 def assert_eventually(check, timeout: float = 30.0, interval: float = 0.25, message: str = ""):
