@@ -102,3 +102,25 @@ def consumer_lag(settings: KafkaSettings, group: str, topic: str) -> dict:
         return {"lag": sum(out.values()), "partitions": out, "committed": any_committed}
     finally:
         c.close()
+
+
+def commit_at_end(settings: KafkaSettings, group: str, topic: str) -> dict[int, int]:
+    """Commit `group`'s offsets at the log end of every partition of `topic`: a consumer group that is new to
+    the topic then reads only what comes next (a channel added for a test or a bench, not the topic's history).
+    Returns {partition: offset committed}."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    cluster = resolve(settings)
+    c = Consumer({**kafka_failover.librdkafka(settings, "consumer"), **cluster.client_config(), "group.id": group,
+                  "enable.auto.commit": False, "log_level": 3})
+    try:
+        meta = list_topics(settings, topic, client=c).topics.get(topic)
+        if meta is None or meta.error is not None:
+            raise AldebaranError(f"topic {topic} not found on {cluster.describe()}")
+        ends = [TopicPartition(topic, p, c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1])
+                for p in meta.partitions]
+        c.commit(offsets=ends, asynchronous=False)
+        return {tp.partition: tp.offset for tp in ends}
+    finally:
+        c.close()
+

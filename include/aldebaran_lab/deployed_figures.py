@@ -3,8 +3,10 @@
 A segment's JSON (``deployed.segments[]`` in docs/img/bench-results.json; these keys are stable):
 ``rate``, ``achieved_eps``, ``alert_p50_ms``, ``alert_p99_ms``, ``channels.<name>.{expected, delivered,
 p50_ms, p99_ms}``, ``restarts``, ``stages_ms``; and beside them ``orders``, ``alerts``, ``alert_max_ms``,
-``box`` (aldebaran_capacity.bench.boxstate), ``batches`` (the auditor's, from its heartbeat) and
-``timeline`` (per second of trade time: the alert's and each channel's p99, for the plot).
+``box`` (aldebaran_capacity.bench.boxstate), ``batches`` (the auditor's, from its heartbeat),
+``cpu_us_per_event`` (per role: its CPU over the load window ÷ the events produced then, in CPU-µs per event;
+the cores a rate needs are rate × the sum ÷ 10⁶) and ``timeline`` (per second of trade time: the alert's and
+each channel's p99, for the plot).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ def figures(rate: int, sent: dict, t0_ms: float, taps: dict, webhook: dict[str, 
         for phase in sorted({k for b in batches.values() for k in (b.get("spark_ms") or {})} - {"triggerExecution"}):
             stages[f"spark_{phase}_p50"] = _median([(b.get("spark_ms") or {}).get(phase) for b in batches.values()])
     events = sent.get("events", 0)
+    eps = events / sent["seconds"] if sent.get("seconds") else None
     return {
         "rate": rate,
         "achieved_eps": round(events / sent["seconds"]) if sent.get("seconds") else None,
@@ -84,8 +87,20 @@ def figures(rate: int, sent: dict, t0_ms: float, taps: dict, webhook: dict[str, 
         "batches": len(batches),
         "misrouted": sum(b.get("misrouted") or 0 for b in batches.values()),
         "box": box or {},
+        "cpu_us_per_event": cpu_per_event((box or {}).get("cores_by_role") or {}, eps),
         "timeline": timeline(t0_ms, trigger, {"alert": {a: s.at_ms for a, s in alerts.items()}, **received}),
     }
+
+
+def cpu_per_event(cores_by_role: dict[str, float], eps: float | None) -> dict[str, float]:
+    """CPU-µs per event of each platform role over a load window: its mean cores ÷ the events per second
+    produced then (the bench itself and other processes left out). Empty without a rate."""
+    from aldebaran_capacity.bench.boxstate import NOT_PLATFORM
+
+    if not eps:
+        return {}
+    return {role: round(cores * 1e6 / eps, 1) for role, cores in sorted(cores_by_role.items(), key=lambda x: -x[1])
+            if role not in NOT_PLATFORM and cores >= 0.005}
 
 
 def timeline(t0_ms: float, trigger: dict[str, float], arrivals: dict[str, dict[str, float]]) -> dict:

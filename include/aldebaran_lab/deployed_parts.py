@@ -16,7 +16,7 @@ import time
 import uuid
 
 from aldebaran.exceptions import AldebaranError
-from aldebaran_capacity.bench.boxstate import BoxSampler
+from aldebaran_capacity.bench.boxstate import BoxSampler, platform_role
 from aldebaran_capacity.taps import LogTap, TopicTap
 
 log = logging.getLogger(__name__)
@@ -150,6 +150,15 @@ class Channels:
         from aldebaran import kafka_admin
         from aldebaran_capacity.receivers.process import ReceiverProcess
 
+        from aldebaran.delivery.settings import DeliverySettings
+        from aldebaran.settings import load
+
+        # The bench's webhook and bus channels are new to `alerts`: their dispatchers start at its end, not at
+        # the alerts of earlier runs (a stale group delivered the whole history and left the 11-28 run's
+        # webhook column empty).
+        group = load(DeliverySettings).group
+        for name in ("webhook", "bus"):
+            kafka_admin.commit_at_end(self.kafka, f"{group}-{name}", self.kafka.alerts_topic)
         secret = secrets.token_urlsafe(24)
         self.receiver = ReceiverProcess("webhook", secret=secret).start()
         kafka_admin.ensure_topics(self.kafka, [BUS_TOPIC])
@@ -213,7 +222,7 @@ def segment(kafka, receiver, log_path, query: str, rate: int, seconds: float, dr
     taps = {"alerts": TopicTap(kafka, kafka.alerts_topic, keep), "log": LogTap(log_path, keep),
             "bus": TopicTap(kafka, BUS_TOPIC, keep)}
     extra = {name: TopicTap(kafka, topic, keep) for name, topic in (extra_topics or {}).items()}
-    watcher, box = Watcher(query, list(CHANNELS)), BoxSampler()
+    watcher, box = Watcher(query, list(CHANNELS)), BoxSampler(classify=platform_role)
     for t in (*taps.values(), *extra.values(), watcher, box):
         t.start()
     watcher.sample()

@@ -165,6 +165,25 @@ def _lane_table(w: dict) -> list[str]:
     return lines + ["", "**Targets beside the lane** (BRIEF §4):", *lane_targets(w.get("segments", [])), ""]
 
 
+def _cost_table(segments: list[dict]) -> list[str]:
+    """CPU-µs per event per role (medians of the runs): the cores a rate needs = rate × the total ÷ 10⁶."""
+    roles = sorted({r for s in segments for r in (s.get("cpu_us_per_event") or {})},
+                   key=lambda r: -max((s.get("cpu_us_per_event") or {}).get(r) or 0 for s in segments))
+    if not roles:
+        return []
+    lines = ["", "What each event costs, per role (CPU-µs per event over the load window: the role's cores ÷ the "
+             "events per second; medians of the runs; a fixed per-batch or resting cost shows as a higher figure at a "
+             "lower rate). Cores for a rate = rate × total ÷ 10⁶.", "",
+             "| role | " + " | ".join(f"{s['rate']:,}/s" for s in segments) + " |",
+             "|---|" + "---:|" * len(segments)]
+    for role in roles:
+        lines.append(f"| {role} | " + " | ".join(_n((s.get("cpu_us_per_event") or {}).get(role)) for s in segments)
+                     + " |")
+    lines.append("| **total** | " + " | ".join(_n(sum((s.get("cpu_us_per_event") or {}).values()) or None)
+                                                  for s in segments) + " |")
+    return lines
+
+
 def render(result: dict, plot: str | None) -> str:
     d, m = result["deployed"], result["machine"]
     lines = [BEGIN, "## The deployed path: trade → alert → recipients (the figure we publish)", "",
@@ -202,6 +221,7 @@ def render(result: dict, plot: str | None) -> str:
                 "alert_to_bus", "batch_p50", "batch_trigger_p50", "batch_parse_shards_p50", "batch_alerts_p50",
                 "batch_archive_p50")
         lines.append(f"| {s['rate']:,} | " + " | ".join(_n(st.get(k)) for k in keys) + " |")
+    lines += _cost_table(d["segments"])
     if plot:
         lines += ["", f"![deployed path: p99 per second of trade time, the run nearest the median]({plot})"]
     lines += ["", END]

@@ -94,6 +94,9 @@ def aggregate(rate: int, runs: list[dict], peers: list[dict]) -> dict:
         "ratio_to_peer": _ratio(p99, peer_p99),
         "channels": channels, "restarts": restarts,
         "stages_ms": {k: _median((r.get("stages_ms") or {}).get(k) for r in runs) for k in stage_keys},
+        # CPU-µs per event per role, the median of the runs (deployed_figures.cpu_per_event)
+        "cpu_us_per_event": {k: _median((r.get("cpu_us_per_event") or {}).get(k) for r in runs)
+                             for k in sorted({k for r in runs for k in (r.get("cpu_us_per_event") or {})})},
         "box": {"quiet": all(b.get("quiet") is not False for b in boxes) if boxes else None,
                 "load1_mean": _median(b.get("load1_mean") for b in boxes),
                 "other_cores_mean": _median(b.get("other_cores_mean") for b in boxes),

@@ -81,3 +81,22 @@ def test_rest_capacity_and_lane_targets_say_met_or_missed():
     assert lane[0].endswith("**met** (240 ms)")
     assert "**MISSED** (240 vs 40 ms: 6.00×)" in lane[1]  # 240 > 5 × 40
     assert lane[2].endswith("**MISSED** (2,500 ms)")
+
+
+def test_cpu_per_event_is_each_platform_roles_cores_over_the_events_per_second():
+    from aldebaran_lab.deployed_figures import cpu_per_event
+
+    cores = {"auditor JVM": 0.5, "kafka": 0.1, "bench": 0.9, "other": 0.3, "minio": 0.001}
+    # 0.5 core at 1,000 events/s = 500 CPU-µs per event; the bench, other processes and a role under
+    # 0.005 core are left out
+    assert cpu_per_event(cores, 1000.0) == {"auditor JVM": 500.0, "kafka": 100.0}
+    assert cpu_per_event(cores, None) == {}
+
+
+def test_a_segment_carries_its_cpu_per_event():
+    t0 = 1_000_000.0
+    alerts = {"a0": Seen(t0 + 300, t0, t0 + 200, t0 + 250, "o")}
+    taps = {"alerts": _tap(alerts), "log": _tap({}), "bus": _tap({})}
+    seg = figures(1000, {"orders": 1, "events": 2000, "seconds": 2.0}, t0, taps, {}, set(alerts),
+                  box={"quiet": True, "cores_by_role": {"auditor JVM": 0.25}})
+    assert seg["cpu_us_per_event"] == {"auditor JVM": 250.0}
