@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
@@ -21,7 +22,7 @@ from aldebaran import paths
 from aldebaran.audit.archive import Archive
 from aldebaran.heartbeat import AUDITOR, key as heartbeat_key
 from aldebaran.audit.model import alert_id
-from aldebaran.delivery.channels import alert_body, signature
+from aldebaran.delivery.channels import alert_body, signature, signed_headers
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.envfile import GENERATED
 from aldebaran.exceptions import ConfigError
@@ -81,19 +82,25 @@ def test_webhook_receiver_verifies_the_hmac_signature():
     alert = {"alert_id": alert_id("OVERFILL", "sec-1"), "kind": "OVERFILL", "order_id": "sec-1"}
     body = alert_body(Alert.from_dict(alert))
     with WebhookReceiver(secret) as receiver:
-        def post(data: bytes, sig: str | None) -> int:
-            headers = {"Idempotency-Key": alert["alert_id"], "Content-Type": "application/json"}
+        def post(data: bytes, sig: str | None, stamp: str) -> int:
+            headers = {"Idempotency-Key": alert["alert_id"], "Content-Type": "application/json",
+                       "X-Aldebaran-Timestamp": stamp}
             if sig is not None:
                 headers["X-Aldebaran-Signature"] = sig
             return requests.post(receiver.url + "/alerts", data=data, headers=headers, timeout=5).status_code
 
+        now = str(int(time.time()))
         tampered = body.replace(b"sec-1", b"sec-2")
-        assert post(body, None) == 401  # unsigned
-        assert post(tampered, signature(body, secret)) == 401  # body changed after signing
-        assert post(body, signature(body, "another-" + secret)) == 401  # signed with another key
-        assert post(body, signature(body, secret).upper()) == 401
-        assert receiver.rejected_signatures == 4 and not receiver.accepted
-        assert post(body, signature(body, secret)) == 201
+        assert post(body, None, now) == 401  # unsigned
+        assert post(tampered, signature(body, secret, now), now) == 401  # body changed after signing
+        assert post(body, signature(body, "another-" + secret, now), now) == 401  # signed with another key
+        assert post(body, signature(body, secret, now).upper(), now) == 401
+        assert post(body, signature(body, secret, now), str(int(now) + 1)) == 401  # timestamp changed after signing
+        assert receiver.rejected_signatures == 5 and not receiver.accepted
+        old = signed_headers(body, secret, now=time.time() - 3600)  # signed right, an hour ago: a replay
+        assert post(body, old["X-Aldebaran-Signature"], old["X-Aldebaran-Timestamp"]) == 401
+        assert receiver.rejected_stale == 1 and not receiver.accepted
+        assert post(body, signature(body, secret, now), now) == 201
         assert list(receiver.accepted) == [alert["alert_id"]]
 
 

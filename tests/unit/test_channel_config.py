@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 import os
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -279,10 +280,43 @@ def test_body_is_compact_sorted_json_and_signature_is_hmac_of_those_bytes():
                     b'"trigger_event_ts":null}')
     assert ch.alert_body(Alert.from_json(b'{"alert_id":"a","order_id":"1","kind":"K"}')) == \
         b'{"alert_id":"a","order_id":"1","kind":"K"}'  # the bytes it arrived as, unchanged
-    assert ch.signature(body, "k") == "sha256=" + hmac.new(b"k", body, hashlib.sha256).hexdigest()
-    assert ch.verify_signature(body, ch.signature(body, "k"), "k")
-    assert not ch.verify_signature(body + b" ", ch.signature(body, "k"), "k")
-    assert not ch.verify_signature(body, None, "k")
+    # Stripe-style: the HMAC of "<timestamp>.<body>", so the timestamp cannot be changed either
+    assert ch.signature(body, "k", 1700000000) == \
+        "sha256=" + hmac.new(b"k", b"1700000000." + body, hashlib.sha256).hexdigest()
+    signed = ch.signed_headers(body, "k", now=1700000000.9)
+    assert signed == {"X-Aldebaran-Timestamp": "1700000000", "X-Aldebaran-Signature": ch.signature(body, "k", 1700000000)}
+    sig = signed["X-Aldebaran-Signature"]
+    assert ch.verify_signature(body, sig, "k", "1700000000")
+    assert not ch.verify_signature(body, sig, "k", "1700000001")  # a changed timestamp fails
+    assert not ch.verify_signature(body + b" ", sig, "k", "1700000000")
+    assert not ch.verify_signature(body, sig, "other", "1700000000")
+    assert not any(ch.verify_signature(body, sig, "k", stamp) for stamp in (None, "", "-1", "1e9", "１７"))
+    assert not ch.verify_signature(body, None, "k", "1700000000")
+    assert ch.timestamp_fresh("1700000000", 300, now=1700000299) and ch.timestamp_fresh("1700000000", 300, now=1699999701)
+    assert not ch.timestamp_fresh("1700000000", 300, now=1700000301) and not ch.timestamp_fresh(None, 300)
+
+
+def test_the_operations_verification_snippet_accepts_our_signature_and_nothing_else():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    section = doc.split("## Verifying a webhook's signature", 1)[1].split("\n## ", 1)[0]
+    namespace: dict = {}
+    exec(section.split("```python\n", 1)[1].split("```", 1)[0], namespace)  # the snippet as printed
+    verify, body = namespace["verify"], b'{"alert_id":"a"}'
+    signed = ch.signed_headers(body, "k")
+    assert verify(body, signed, "k")
+    assert not verify(body, {**signed, "X-Aldebaran-Timestamp": str(int(signed["X-Aldebaran-Timestamp"]) - 1)}, "k")
+    assert not verify(body + b" ", signed, "k") and not verify(body, signed, "k2")
+    assert not verify(body, ch.signed_headers(body, "k", now=time.time() - 301), "k")  # a replay
+
+
+def test_the_webhook_stamps_and_signs_each_request(monkeypatch):
+    hook = WebhookChannel("hook", "https://hooks.example.com/x", "k")
+    monkeypatch.setattr("aldebaran.delivery.channels.text.time.time", lambda: 1700000123.5)
+    headers = hook._headers(b"{}", "key-1")
+    assert headers["X-Aldebaran-Timestamp"] == "1700000123" and headers["Idempotency-Key"] == "key-1"
+    assert ch.verify_signature(b"{}", headers["X-Aldebaran-Signature"], "k", "1700000123")
 
 
 def test_email_subject_and_body_read_like_a_report():

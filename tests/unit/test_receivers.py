@@ -10,7 +10,7 @@ import time
 import pytest
 import requests
 
-from aldebaran.delivery.channels import alert_body, signature
+from aldebaran.delivery.channels import alert_body, signed_headers
 from aldebaran.model import Alert
 from aldebaran_capacity.receivers import BATCH_HEADER, ReceiverProcess, SmsProvider, WebhookReceiver
 
@@ -23,16 +23,15 @@ def alert(n: int) -> dict:
 
 def post_batch(url: str, alerts: list[dict], key: str, secret: str = SECRET, count: int | None = None):
     body = json.dumps({"alerts": alerts}).encode()
-    headers = {"Content-Type": "application/json", "Idempotency-Key": key,
-               "X-Aldebaran-Signature": signature(body, secret),
+    headers = {"Content-Type": "application/json", "Idempotency-Key": key, **signed_headers(body, secret),
                BATCH_HEADER: str(len(alerts) if count is None else count)}
     return requests.post(url + "/alerts", data=body, headers=headers, timeout=5)
 
 
-def post_one(url: str, a: dict):
+def post_one(url: str, a: dict, **signing):
     body = alert_body(Alert.from_dict(a))
-    headers = {"Content-Type": "application/json", "Idempotency-Key": a["alert_id"],
-               "X-Aldebaran-Signature": signature(body, SECRET)}
+    headers = {"Content-Type": "application/json", "Idempotency-Key": a["alert_id"], **signed_headers(body, SECRET),
+               **signing}
     return requests.post(url + "/alerts", data=body, headers=headers, timeout=5)
 
 
@@ -84,6 +83,28 @@ def test_a_batch_with_a_bad_signature_is_401_and_accepts_nothing(webhook):
     assert webhook.requests_per_batch_key == {"batch-1": 1} and not webhook.requests_per_key
     # the same batch, signed right, is accepted whole
     assert post_batch(webhook.url, [alert(1), alert(2)], key="batch-1").json()["accepted"] == 2
+
+
+def test_the_signature_covers_the_timestamp(webhook):
+    body = alert_body(Alert.from_dict(alert(1)))
+    signed = signed_headers(body, SECRET)
+    later = str(int(signed["X-Aldebaran-Timestamp"]) + 1)
+    # the same signature with another timestamp (a replay made to look fresh) is refused, as is none
+    assert post_one(webhook.url, alert(1), **{"X-Aldebaran-Timestamp": later,
+                                               "X-Aldebaran-Signature": signed["X-Aldebaran-Signature"]}).status_code == 401
+    no_stamp = requests.post(webhook.url + "/alerts", data=body, timeout=5,
+                             headers={"Idempotency-Key": "alert-1", "X-Aldebaran-Signature": signed["X-Aldebaran-Signature"]})
+    assert no_stamp.status_code == 401
+    assert webhook.rejected_signatures == 2 and not webhook.accepted
+    assert post_one(webhook.url, alert(1), **signed).status_code == 201
+
+
+def test_a_correctly_signed_old_request_is_refused_as_a_replay(webhook):
+    body = alert_body(Alert.from_dict(alert(1)))
+    old = signed_headers(body, SECRET, now=time.time() - webhook.max_age - 60)
+    assert post_one(webhook.url, alert(1), **old).status_code == 401
+    assert webhook.rejected_stale == 1 and webhook.rejected_signatures == 0 and not webhook.accepted
+    assert post_one(webhook.url, alert(1)).status_code == 201  # the channel's resend is stamped anew
 
 
 @pytest.mark.parametrize("count", [1, 3, "two"])
@@ -212,3 +233,19 @@ def test_the_ceiling_benchmark_runs_and_checks_what_the_receiver_got():
     assert result["correct"] is True and result["requests"] > 0 and result["errors"] == 0
     assert result["alerts"] == 10 * result["requests"] and result["statuses"] == {"200": result["requests"]}
     assert {"requests_per_s", "alerts_per_s", "receiver_cpu_s", "requests_per_receiver_cpu_s"} <= set(result)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_the_webhook_channels_signature_passes_the_receivers_check(webhook, batch):
+    from aldebaran.delivery.channels import WebhookChannel
+
+    alerts = [Alert.from_dict(alert(n)) for n in range(3)]
+    channel = WebhookChannel("hook", webhook.url + "/alerts", SECRET, timeout=5, batch=batch, concurrency=2)
+    try:
+        assert [o.status for o in channel.send_many(alerts)] == ["delivered"] * 3
+        channel.close()  # a closed channel starts a new loop, and new request slots on it
+        assert channel.send_many(alerts[:1])[0].receipt["already_delivered"] is True
+    finally:
+        channel.close()
+    assert webhook.rejected_signatures == 0 and webhook.rejected_stale == 0
+    assert sorted(webhook.accepted) == ["alert-0", "alert-1", "alert-2"]

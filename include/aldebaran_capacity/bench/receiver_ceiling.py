@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from urllib.parse import quote_plus
 
-from aldebaran.delivery.channels import signature
+from aldebaran.delivery.channels import signed_headers
 from aldebaran_capacity.receivers import BATCH_HEADER, ReceiverProcess
 from aldebaran_capacity.receivers.base import new_event_loop
 
@@ -66,8 +66,7 @@ def _requests(spec: dict):
             body, key = alerts[0].encode(), aid
         else:
             body, key = ('{"alerts":[' + ",".join(alerts) + "]}").encode(), f"{tag}-batch-{n}"
-        headers = {"Content-Type": "application/json", "Idempotency-Key": key,
-                   "X-Aldebaran-Signature": signature(body, secret)}
+        headers = {"Content-Type": "application/json", "Idempotency-Key": key, **signed_headers(body, secret)}
         if batch > 1:
             headers[BATCH_HEADER] = str(batch)
         yield headers, body, batch

@@ -4,7 +4,7 @@ Each listens on 127.0.0.1 with an ephemeral port in a background thread, has sta
 context manager, records what it received and counts repeats, so a test can assert "exactly once":
 
 - :class:`WebhookReceiver` (:mod:`.webhook`): HTTP(S) endpoint that verifies ``X-Aldebaran-Signature``
-  (401 if wrong); one alert per POST, deduplicated by ``Idempotency-Key`` (201, then 409), or a batch
+  over ``X-Aldebaran-Timestamp`` and the body (401 if wrong, or if the timestamp is older than 5 minutes); one alert per POST, deduplicated by ``Idempotency-Key`` (201, then 409), or a batch
   (``X-Aldebaran-Batch: <n>``, ``{"alerts": [...]}``) deduplicated per alert id (200 with the duplicates).
 - :class:`SmsProvider` (:mod:`.sms`): a Twilio-style Messages API (basic auth, form POST, JSON ``sid``)
   counting sends per (recipient, text) and per ``Reference``, with a lookup ``GET ?Reference=<ref>``.

@@ -10,7 +10,13 @@ from typing import Any
 
 from aiohttp import web
 
-from aldebaran.delivery.channels import verify_signature
+from aldebaran.delivery.channels import (
+    REPLAY_TOLERANCE_SECONDS,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    timestamp_fresh,
+    verify_signature,
+)
 from aldebaran_capacity.receivers.base import LOCALHOST, HttpReceiver, json_response
 
 BATCH_HEADER = "X-Aldebaran-Batch"
@@ -28,9 +34,11 @@ class WebhookDelivery:
 
 
 class WebhookReceiver(HttpReceiver):
-    """An alert webhook endpoint (any path). Every POST must carry ``X-Aldebaran-Signature``, the HMAC
-    of its whole body (401 if missing or wrong, counted in `rejected_signatures`) and an
-    ``Idempotency-Key`` (400 without one). `accepted` holds what it accepted, by alert id; `statuses`
+    """An alert webhook endpoint (any path). Every POST must carry ``X-Aldebaran-Timestamp`` and
+    ``X-Aldebaran-Signature``, the HMAC of ``<timestamp>.<body>`` (401 if missing or wrong, counted in
+    `rejected_signatures`; 401 if the timestamp is more than `max_age` seconds off this clock, a replay,
+    counted in `rejected_stale`; `max_age` None: no age check) and an ``Idempotency-Key`` (400 without
+    one). `accepted` holds what it accepted, by alert id; `statuses`
     counts its answers; `received_at` / `repeats` (see :class:`HttpReceiver`) are keyed by alert id.
 
     - One alert per POST (the body is the alert): the Idempotency-Key is the dedupe key (the channel
@@ -45,9 +53,12 @@ class WebhookReceiver(HttpReceiver):
       `requests_per_key` counts each alert of every signed, well-formed batch."""
 
     def __init__(self, secret: str, host: str = LOCALHOST, port: int = 0,
-                 tls: tuple[str | Path, str | Path] | None = None) -> None:
+                 tls: tuple[str | Path, str | Path] | None = None,
+                 max_age: float | None = REPLAY_TOLERANCE_SECONDS) -> None:
         super().__init__(host, port, tls)
         self._secret = secret
+        self.max_age = max_age
+        self.rejected_stale = 0
         self.accepted: dict[str, WebhookDelivery] = {}
         self.requests_per_key: collections.Counter = collections.Counter()
         self.requests_per_batch_key: collections.Counter = collections.Counter()
@@ -66,10 +77,15 @@ class WebhookReceiver(HttpReceiver):
         status = self._next_failure()
         if status is not None:
             return self._answer(status, {"error": "injected failure"})
-        if not verify_signature(body, headers.get("X-Aldebaran-Signature"), self._secret):
+        stamp = headers.get(TIMESTAMP_HEADER)
+        if not verify_signature(body, headers.get(SIGNATURE_HEADER), self._secret, stamp):
             with self.lock:
                 self.rejected_signatures += 1
             return self._answer(401, {"error": "bad signature"})
+        if self.max_age is not None and not timestamp_fresh(stamp, self.max_age, now):
+            with self.lock:
+                self.rejected_stale += 1
+            return self._answer(401, {"error": "stale timestamp (a replay?)"})
         if not key:
             return self._answer(400, {"error": "Idempotency-Key required"})
         try:

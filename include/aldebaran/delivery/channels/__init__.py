@@ -9,7 +9,7 @@ sources         where the channel list and connections come from: Airflow in a t
 config          the channel list + one connection per channel → channel objects
 text            the machine body and its signature; the e-mail and SMS texts
 http            one aiohttp session per channel on a private event loop; HTTP errors translated
-webhook         ``webhook``  HTTP(S) POST, ``Idempotency-Key`` + HMAC signature; batches optional
+webhook         ``webhook``  HTTP(S) POST, ``Idempotency-Key``, HMAC of timestamp + body; batches optional
 smtp            ``email``    SMTP, ``Message-ID: <alert_id@aldebaran>``, a plain-text report
 kafka           ``kafka``    another topic/cluster, key = alert_id, idempotent producer
 sms             ``sms``      a Twilio-style provider API; cannot deduplicate; optional lookup
@@ -49,11 +49,16 @@ from aldebaran.delivery.channels.connection import (
 )
 from aldebaran.delivery.channels.http import USER_AGENT
 from aldebaran.delivery.channels.text import (
+    REPLAY_TOLERANCE_SECONDS,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
     alert_body,
     email_subject,
     email_text,
     signature,
+    signed_headers,
     sms_text,
+    timestamp_fresh,
     utc_iso,
     verify_signature,
 )
@@ -78,10 +83,10 @@ from aldebaran.delivery.channels.sources import CHANNELS_VARIABLE, env_connectio
 
 __all__ = [
     "AlertmanagerChannel", "ApnsChannel", "FcmChannel", "OpsgenieChannel", "PagerDutyChannel",
-    "BATCH_HEADER", "CHANNELS_VARIABLE", "CONN_ID_PREFIX", "CONN_TYPES", "DEDUPE_MAX_RUN", "E164", "ENV_PREFIX",
+    "BATCH_HEADER", "CHANNELS_VARIABLE", "REPLAY_TOLERANCE_SECONDS", "SIGNATURE_HEADER", "TIMESTAMP_HEADER", "CONN_ID_PREFIX", "CONN_TYPES", "DEDUPE_MAX_RUN", "E164", "ENV_PREFIX",
     "KINDS", "NAME_PATTERN", "SECRET_KEY_PATTERN", "USER_AGENT", "Channel", "Connection", "EmailChannel", "KafkaChannel", "LogChannel",
     "Outcome", "OutcomeUnknown", "PermanentError", "Promise", "RetryableError", "SmsChannel", "WebhookChannel", "alert_body",
     "batch_key", "channel_from_connection", "channel_names", "conn_env_var", "conn_id", "configured_channels",
-    "email_subject", "email_text", "env_connection", "in_airflow_task", "register", "signature", "sms_text",
-    "utc_iso", "verify_signature",
+    "email_subject", "email_text", "env_connection", "in_airflow_task", "register", "signature", "signed_headers",
+    "sms_text", "timestamp_fresh", "utc_iso", "verify_signature",
 ]

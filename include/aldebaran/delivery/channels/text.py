@@ -1,7 +1,9 @@
 """What the channels send: the machine body and its signature, and the texts people read.
 
 Machines (webhook body, Kafka value) get :func:`alert_body`: the alert's compact JSON with sorted
-keys, signed with :func:`signature` (``X-Aldebaran-Signature``). People get an e-mail
+keys; a webhook request is signed with :func:`signature` over its timestamp and body
+(``X-Aldebaran-Timestamp``, ``X-Aldebaran-Signature``: :func:`signed_headers`), so a receiver can
+refuse a replayed request (:func:`verify_signature`, :func:`timestamp_fresh`). People get an e-mail
 (:func:`email_subject`, :func:`email_text`) or one short SMS (:func:`sms_text`). Display text never
 carries control characters (header injection) and is bounded.
 """
@@ -12,6 +14,7 @@ import datetime as dt
 import hashlib
 import hmac
 import re
+import time
 from typing import Any
 
 from pydantic import SecretStr
@@ -25,15 +28,41 @@ def alert_body(alert: Alert) -> bytes:
     return alert.body()
 
 
-def signature(body: bytes, secret: str | SecretStr) -> str:
-    """``X-Aldebaran-Signature``: ``sha256=`` + hex HMAC-SHA256 of the exact body bytes."""
+SIGNATURE_HEADER = "X-Aldebaran-Signature"
+TIMESTAMP_HEADER = "X-Aldebaran-Timestamp"
+REPLAY_TOLERANCE_SECONDS = 300  # what a receiver should accept: clocks drift, requests wait for a connection
+
+
+def signature(body: bytes, secret: str | SecretStr, timestamp: int | str) -> str:
+    """``X-Aldebaran-Signature``: ``sha256=`` + hex HMAC-SHA256 of ``<timestamp>.<body>``: the exact
+    ``X-Aldebaran-Timestamp`` value (epoch seconds), a dot, the exact body bytes. Signing the timestamp
+    is what lets a receiver refuse an old request replayed with a fresh timestamp."""
     key = secret.get_secret_value() if isinstance(secret, SecretStr) else secret
-    return "sha256=" + hmac.new(key.encode(), body, hashlib.sha256).hexdigest()
+    return "sha256=" + hmac.new(key.encode(), str(timestamp).encode() + b"." + body, hashlib.sha256).hexdigest()
 
 
-def verify_signature(body: bytes, header: str | None, secret: str | SecretStr) -> bool:
-    """Receivers: constant-time check of an ``X-Aldebaran-Signature`` header."""
-    return bool(header) and hmac.compare_digest(header.encode(), signature(body, secret).encode())
+def signed_headers(body: bytes, secret: str | SecretStr, now: float | None = None) -> dict[str, str]:
+    """The two headers that sign a request with `body`, stamped `now` (default: the clock)."""
+    stamp = str(int(time.time() if now is None else now))
+    return {TIMESTAMP_HEADER: stamp, SIGNATURE_HEADER: signature(body, secret, stamp)}
+
+
+def verify_signature(body: bytes, header: str | None, secret: str | SecretStr, timestamp: str | None) -> bool:
+    """Receivers: constant-time check of an ``X-Aldebaran-Signature`` header against the request's
+    ``X-Aldebaran-Timestamp`` (both required; the timestamp is digits). Its age is
+    :func:`timestamp_fresh`'s to judge."""
+    if not header or not timestamp or not timestamp.isascii() or not timestamp.isdigit():
+        return False
+    return hmac.compare_digest(header.encode(), signature(body, secret, timestamp).encode())
+
+
+def timestamp_fresh(timestamp: str | None, tolerance: float = REPLAY_TOLERANCE_SECONDS,
+                    now: float | None = None) -> bool:
+    """Whether a (verified) ``X-Aldebaran-Timestamp`` is within `tolerance` seconds of `now`, either
+    side: an older one is a replay (or a request held too long), a later one a wrong clock."""
+    if not timestamp or not timestamp.isascii() or not timestamp.isdigit():
+        return False
+    return abs((time.time() if now is None else now) - int(timestamp)) <= tolerance
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")

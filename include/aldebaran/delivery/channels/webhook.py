@@ -1,23 +1,27 @@
-"""Webhook channel: HTTP(S) POST of alerts, signed with HMAC-SHA256, deduplicated by the receiver.
+"""Webhook channel: HTTP(S) POST of alerts, signed with HMAC-SHA256, keyed for the receiver to deduplicate.
 
 Two modes, chosen by the connection extra ``batch`` (.env.example shows both):
 
 * one alert per request (``batch`` 1, the default). Body: the alert (:func:`~.text.alert_body`);
-  headers ``Idempotency-Key: <alert_id>``, ``X-Aldebaran-Signature: sha256=<hex HMAC of the body>``,
-  ``X-Aldebaran-Timestamp``. 2xx → delivered; 409 → delivered before (the receiver already had the
-  key: receipt ``already_delivered``); 408, 429, 5xx → retry; any other status → permanent.
+  headers ``Idempotency-Key: <alert_id>``, ``X-Aldebaran-Timestamp: <epoch seconds>`` and
+  ``X-Aldebaran-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>">`` (:func:`~.text.signature`;
+  docs/operations.md § Verifying a webhook's signature). 2xx → delivered; 409 → delivered before (the
+  receiver already had the key: receipt ``already_delivered``); 408, 429, 5xx → retry; any other
+  status → permanent.
 * batches (``batch`` n > 1): a run goes out as requests of up to n alerts, body
   ``{"alerts": [<alert>, ...]}``, headers ``X-Aldebaran-Batch: <count>`` and
   ``Idempotency-Key: batch-<first 32 hex of sha256 of the alert ids joined by ",">``, the signature
-  over the whole body. The receiver deduplicates per alert id and answers 200
+  over the timestamp and the whole body. The receiver deduplicates per alert id and answers 200
   ``{"accepted": <new>, "duplicates": [<alert ids it already had>], "id": <request id>}``: every alert
   of a 2xx batch is delivered (a listed duplicate's receipt says ``already_delivered``); a 409 means
   the whole batch was had before; any other status or error applies to each alert of the batch.
 
 Either way, a timeout or a lost connection after the request may have been written is an unknown
-outcome (safe to resend: the receiver deduplicates), before it a plain retry. ``send_many`` sends a
+outcome (resent under the same key: a receiver that deduplicates drops it), before it a plain retry. ``send_many`` sends a
 whole run at once over one keep-alive pool of ``concurrency`` connections (extra, default 64);
-``send`` posts one alert through the same pool.
+``send`` posts one alert through the same pool. A request is stamped and signed once a connection
+slot is free, not when it is queued, so a backlog does not age its timestamp toward a receiver's replay
+window.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from pydantic import SecretStr
 from aldebaran.delivery.channels.base import Channel, Outcome, Promise, register
 from aldebaran.delivery.channels.connection import Connection
 from aldebaran.delivery.channels.http import HttpClient, Response, elapsed_ms, target
-from aldebaran.delivery.channels.text import alert_body, signature
+from aldebaran.delivery.channels.text import alert_body, signed_headers
 from aldebaran.delivery.exceptions import PermanentError, RetryableError
 from aldebaran.delivery.settings import ChannelSettings
 from aldebaran.model import Alert
@@ -75,6 +79,7 @@ class WebhookChannel(Channel):
         self.batch = batch
         self.target = target(url)
         self._http = HttpClient(f"webhook-{name}", limit=concurrency, verify=verify)
+        self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
 
     @classmethod
     def from_connection(cls, name: str, conn: Connection) -> "WebhookChannel":
@@ -118,23 +123,28 @@ class WebhookChannel(Channel):
         return [outcome for chunk in results for outcome in chunk]
 
     def _headers(self, body: bytes, key: str) -> dict[str, str]:
-        return {
-            "Content-Type": "application/json",
-            "Idempotency-Key": key,
-            "X-Aldebaran-Signature": signature(body, self._secret),
-            "X-Aldebaran-Timestamp": str(int(time.time())),
-        }
+        return {"Content-Type": "application/json", "Idempotency-Key": key, **signed_headers(body, self._secret)}
 
-    async def _post(self, body: bytes, headers: dict[str, str]) -> Response:
-        # The connector's limit (concurrency) queues requests beyond it until a connection is free.
-        return await self._http.request(f"webhook {self.name}", "POST", self.url, timeout=self.timeout,
-                                        data=body, headers=headers)
+    def _slot(self) -> asyncio.Semaphore:
+        """`concurrency` request slots on the client's current loop (a closed client starts a new loop)."""
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots[0] is not loop:
+            self._slots = (loop, asyncio.Semaphore(self.concurrency))
+        return self._slots[1]
+
+    async def _post(self, body: bytes, key: str, extra: dict[str, str] | None = None) -> Response:
+        # Wait for a slot (the connector's limit) before stamping: the timestamp is signed, and a receiver
+        # refuses one older than its replay window.
+        async with self._slot():
+            headers = {**self._headers(body, key), **(extra or {})}
+            return await self._http.request(f"webhook {self.name}", "POST", self.url, timeout=self.timeout,
+                                            data=body, headers=headers)
 
     async def _post_one(self, alert: Alert, key: str) -> Outcome:
         body = alert_body(alert)
         t0 = time.monotonic()
         try:
-            resp = await self._post(body, self._headers(body, key))
+            resp = await self._post(body, key)
         except (RetryableError, PermanentError) as exc:
             return Outcome.failed(alert.alert_id, exc)
         receipt = {"status": resp.status, "response_id": resp.headers.get(self.response_id_header),
@@ -150,10 +160,9 @@ class WebhookChannel(Channel):
         ids = [a.alert_id for a in alerts]
         body = b'{"alerts":[' + b",".join(alert_body(a) for a in alerts) + b"]}"
         key = batch_key(ids)
-        headers = {**self._headers(body, key), BATCH_HEADER: str(len(alerts))}
         t0 = time.monotonic()
         try:
-            resp = await self._post(body, headers)
+            resp = await self._post(body, key, {BATCH_HEADER: str(len(alerts))})
         except (RetryableError, PermanentError) as exc:
             return [Outcome.failed(i, exc) for i in ids]
         receipt = {"status": resp.status, "response_id": resp.headers.get(self.response_id_header),
