@@ -20,6 +20,10 @@ Lifetime and identity:
   shards and stop the hosts), so a daemon-named host would be missed by the stop job and started twice.
 - A host that dies (killed, out of memory) fails the task; Spark retries it and a new host loads the
   shard cold (snapshot + deltas). A failure inside the host is sent back and raised in the task.
+- The sockets live in ``<tmp>/aldebaran-shards-<uid>``, one directory that every worker of the user's
+  jobs finds by name. A host unpickles what arrives on its socket, so the directory must be ours alone:
+  created 0700, and if it exists, it must be a real directory (not a symlink) owned by our uid with no
+  group or other permissions, else :class:`UnsafeShardDirectory` (nothing is connected or bound there).
 
 Wire format per task: a length-prefixed pickle of (context, batch id, partitions, shard), then an Arrow
 IPC stream of the batches; the reply is a length-prefixed pickle of ("ok", rows) or ("error", traceback).
@@ -35,12 +39,15 @@ import logging
 import os
 import pickle
 import socket
+import stat
 import struct
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
+
+from aldebaran.exceptions import AuditorError
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +56,36 @@ START_SECONDS = 60.0
 _LEN = struct.Struct("!Q")
 
 
+class UnsafeShardDirectory(AuditorError):
+    """The shard hosts' socket directory could be used by someone else (module docstring)."""
+
+
 def _dir() -> str:
     path = os.path.join(tempfile.gettempdir(), f"aldebaran-shards-{os.getuid()}")
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    with contextlib.suppress(FileExistsError):  # another worker made it first, or it was planted: checked below
+        os.mkdir(path, 0o700)
+    check_private_dir(path)
     return path
+
+
+def check_private_dir(path: str) -> None:
+    """Raise UnsafeShardDirectory unless `path` is a directory (not a symlink to one) owned by this uid
+    with no group or other permissions."""
+    st = os.lstat(path)  # never follow a link: a planted one would lead our sockets elsewhere
+    uid = os.getuid()
+    if stat.S_ISLNK(st.st_mode):
+        problem = "is a symbolic link"
+    elif not stat.S_ISDIR(st.st_mode):
+        problem = "is not a directory"
+    elif st.st_uid != uid:
+        problem = f"is owned by uid {st.st_uid}"
+    elif st.st_mode & 0o077:
+        problem = f"has mode {stat.S_IMODE(st.st_mode):04o} (group or others may use it)"
+    else:
+        return
+    raise UnsafeShardDirectory(
+        f"shard socket directory {path} {problem}: the shard hosts exchange pickles there, so it must be a "
+        f"directory of uid {uid} with mode 0700; remove it (or fix it) and restart the auditor")
 
 
 def executor_pid() -> int:
