@@ -79,7 +79,9 @@ def pick(result: dict, path: tuple[str, ...]):
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    from aldebaran import logs
+
+    logs.setup("ab-trees")
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("rev_a", help="the earlier revision (A)")
     p.add_argument("--repeats", type=int, default=3)

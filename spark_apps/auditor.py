@@ -18,7 +18,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from aldebaran import envfile
+    from aldebaran import envfile, logs
     from aldebaran.audit.sparkjob import job
     from aldebaran.audit.settings import AuditorSettings, add_cli_flags
     from aldebaran.exceptions import AldebaranError
@@ -28,9 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_cli_flags(parser)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     envfile.load_env()
     try:
+        logs.setup("auditor")
         settings = load(AuditorSettings, **{k: v for k, v in vars(args).items() if v is not None})
         with bounded_progress(settings) as on_batch:  # a replay's progress through its range
             job.run(settings, on_batch=on_batch)

@@ -24,6 +24,7 @@ def main(argv: list[str] | None = None, transform=None) -> int:
     variants, aldebaran_capacity.bench.lane_app)."""
     import threading
 
+    from aldebaran import logs
     from aldebaran import spark as sparkmod
     from aldebaran.kafka_conn import spark_kafka_options
     from aldebaran.lanes import driver, realtime
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None, transform=None) -> int:
     parser.add_argument("--status-file", help="write the query's state here every 2 s (aldebaran.lanes.driver; "
                                               "the lane keeper reads it)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup("lane")
     kafka = load(KafkaSettings)
 
     spark = sparkmod.session("aldebaran-realtime-lane", shuffle_partitions=args.shuffle_partitions)

@@ -24,7 +24,7 @@ import logging
 import sys
 from types import ModuleType
 
-from aldebaran import envfile
+from aldebaran import envfile, logs
 from aldebaran.cliparse import Parser, add_modes, load_entry_points, opt
 from aldebaran.exceptions import AldebaranError
 
@@ -49,16 +49,6 @@ Every subcommand loads the git-ignored .env first (generated credentials); real 
 variables win over it. `aldebaran SUBCOMMAND --help` documents each (and `aldebaran bench MODE --help`
 each mode).
 """
-
-
-def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
-    for noisy in ("botocore", "boto3", "urllib3", "py4j", "s3transfer"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 # --- auditor -----------------------------------------------------------------------------
@@ -210,9 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    _setup_logging(args.verbose)
-    envfile.load_env()
+    envfile.load_env()  # first: ALDEBARAN_LOG_FORMAT may be set there
     try:
+        logs.setup(args.command, verbose=args.verbose)  # the role of a JSON line: auditor, dispatch, lanes...
         return args.func(args) or 0
     except AldebaranError as exc:
         log.error("%s", exc)

@@ -198,6 +198,23 @@ class PathSettings(BaseSettings):
     )
 
 
+class LogSettings(BaseSettings):
+    """The platform's own log lines (aldebaran.logs): every process, every line an ISO-8601 UTC time."""
+
+    model_config = SettingsConfigDict(env_prefix="ALDEBARAN_LOG_", extra="ignore")
+
+    format: Literal["text", "json"] = Field(
+        "text",
+        description="ALDEBARAN_LOG_FORMAT: text (one classic line) or json (one JSON object per line: time, "
+                    "level, logger, message, role, and channel, partition, alert_id where known)",
+    )
+
+    @field_validator("format", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+
 SparkLogLevel = Literal["ALL", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"]
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from aldebaran import paths
+from aldebaran.logs import LOG4J2_DATE
 from aldebaran.settings import SparkSettings, load
 
 
@@ -150,6 +151,62 @@ JVM_OPTIONS = "-XX:-DontCompileHugeMethods"
 SUBMIT_CONF = {"spark.driver.extraJavaOptions": JVM_OPTIONS, "spark.executor.extraJavaOptions": JVM_OPTIONS}
 
 
+# Spark's own log lines with the platform's time (ISO-8601 UTC, aldebaran.logs.LOG4J2_DATE) instead of its
+# default ``yy/MM/dd HH:mm:ss`` in local time: Spark's log4j2-defaults.properties with that date, written to
+# the run directory and named by -Dlog4j2.configurationFile (:func:`with_log4j2`).
+SPARK_LOG4J2 = f"""\
+rootLogger.level = info
+rootLogger.appenderRef.stdout.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = {LOG4J2_DATE} %p %c{{1}}: %m%n%ex
+logger.jetty.name = org.sparkproject.jetty
+logger.jetty.level = warn
+logger.jetty2.name = org.sparkproject.jetty.util.component.AbstractLifeCycle
+logger.jetty2.level = error
+logger.parquet.name = org.apache.parquet.CorruptStatistics
+logger.parquet.level = error
+"""
+JAVA_OPTIONS_KEYS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+
+
+def log4j2_file() -> Path | None:
+    """:data:`SPARK_LOG4J2` as a file in the run directory (rewritten when it differs); None where it
+    cannot be written (a read-only tree): Spark then logs with its own defaults."""
+    path = paths.run_dir() / "spark-log4j2.properties"
+    try:
+        if not path.is_file() or path.read_text() != SPARK_LOG4J2:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            tmp.write_text(SPARK_LOG4J2)
+            os.replace(tmp, path)  # atomic: a JVM starting meanwhile reads the old file or the new one
+    except OSError:
+        return None
+    return path
+
+
+def with_log4j2(conf: dict[str, str], user: dict[str, str], master: str | None) -> dict[str, str]:
+    """`conf` with -Dlog4j2.configurationFile=:func:`log4j2_file` added to the driver's JVM options, and to
+    the executors' when they run on this host (the file is on this host only). Unchanged when the user
+    configured Spark's logging (a log4j option of theirs, or a log4j2.properties in SPARK_CONF_DIR)."""
+    # Not configuration of ours: Spark's own variable, where Spark's log4j2 finds the user's file.
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    if any("log4j" in user.get(key, "") for key in JAVA_OPTIONS_KEYS) or (
+            conf_dir and (Path(conf_dir) / "log4j2.properties").is_file()):
+        return conf
+    path = log4j2_file()
+    if path is None or " " in str(path):  # extraJavaOptions are split at spaces
+        return conf
+    option = f"-Dlog4j2.configurationFile={path}"
+    here = bool(master) and (is_local(master) or re.match(r"spark://(127\.0\.0\.1|localhost):", master))
+    out = dict(conf)
+    for key in JAVA_OPTIONS_KEYS[:2 if here else 1]:
+        out[key] = f"{out[key]} {option}" if out.get(key) else option
+    return out
+
+
 S3A_CHECKPOINT_MANAGER = "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager"
 
 
@@ -272,7 +329,8 @@ def submit_conf(conf: dict[str, str] | None = None) -> dict[str, str]:
     """``--conf`` for a spark-submit the platform starts on this host: :data:`SUBMIT_CONF` merged into the
     ``extraJavaOptions`` of this host's ``spark-defaults.conf`` (a ``--conf`` replaces the file's value, so
     without the merge the user's JVM options would be lost), then `conf` (the caller's) over it."""
-    return {**resolve_conf(SUBMIT_CONF, defaults_file(), {}), **(conf or {})}
+    user = defaults_file()
+    return {**resolve_conf(with_log4j2(SUBMIT_CONF, user, None), user, {}), **(conf or {})}
 
 
 def session(app: str = "aldebaran", master: str | None = None, conf: dict[str, str] | None = None,
@@ -300,7 +358,8 @@ def session(app: str = "aldebaran", master: str | None = None, conf: dict[str, s
     else:
         master = user.get("spark.master")
     explicit = {"spark.sql.shuffle.partitions": str(shuffle_partitions), **(conf or {})}
-    for key, value in resolve_conf(base_conf(shuffle_partitions, s3a, master), user, explicit).items():
+    defaults = with_log4j2(base_conf(shuffle_partitions, s3a, master), user, master)
+    for key, value in resolve_conf(defaults, user, explicit).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.log_level)

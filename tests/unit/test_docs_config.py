@@ -31,6 +31,7 @@ def test_every_settings_class_of_the_package_is_found():
         ("aldebaran.settings", "KafkaSettings"),
         ("aldebaran.settings", "ObjectStoreSettings"),
         ("aldebaran.settings", "PathSettings"),
+        ("aldebaran.settings", "LogSettings"),
         ("aldebaran.settings", "SparkSettings"),
         ("aldebaran.audit.settings", "AuditorSettings"),
         ("aldebaran.delivery.settings", "DeliverySettings"),

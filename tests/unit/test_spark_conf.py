@@ -64,11 +64,13 @@ def test_no_spark_defaults_file_means_nothing_set(tmp_path, monkeypatch):
     assert sparkmod.user_conf() == {}
 
 
-def test_a_submit_keeps_the_users_jvm_options_and_adds_the_jit_flag(tmp_path, monkeypatch):
+def test_a_submit_keeps_the_users_jvm_options_and_adds_the_jit_flag_and_the_log_config(tmp_path, monkeypatch):
     (tmp_path / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions -Xss4m -Dsite=1\n")
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
+    monkeypatch.setattr(sparkmod.paths, "run_dir", lambda: tmp_path)
     conf = sparkmod.submit_conf({"spark.sql.shuffle.partitions": "4"})
-    assert conf["spark.driver.extraJavaOptions"] == "-Xss4m -Dsite=1 " + sparkmod.JVM_OPTIONS
+    log4j2 = f"-Dlog4j2.configurationFile={tmp_path / 'spark-log4j2.properties'}"  # aldebaran.logs: ISO-8601 UTC
+    assert conf["spark.driver.extraJavaOptions"] == f"-Xss4m -Dsite=1 {sparkmod.JVM_OPTIONS} {log4j2}"
     assert conf["spark.executor.extraJavaOptions"] == sparkmod.JVM_OPTIONS
     assert conf["spark.sql.shuffle.partitions"] == "4"
 

@@ -32,6 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from aldebaran import logs
 from aldebaran.delivery.decode import AlertDeadLetters, decode
 from aldebaran.delivery.exceptions import ConsumerFatal, RetryableError
 from aldebaran.delivery.handles import ALREADY, BUSY, DOUBT, SEND
@@ -114,7 +115,8 @@ class ChannelDispatcher:
             except ConsumerFatal as exc:
                 if stop.is_set():
                     return None
-                log.warning("%s: %s; a new consumer rejoins the group", self.channel.name, exc)
+                log.warning("%s: %s; a new consumer rejoins the group", self.channel.name, exc,
+                            extra=logs.fields(channel=self.channel.name))
                 self.partitions.clear()
 
     def _consume(self, stop: threading.Event, idle_timeout: float | None, max_alerts: int | None,
@@ -142,7 +144,8 @@ class ChannelDispatcher:
             for tp in tps:
                 epoch = self._retrying(self.ledger.take_partition, self.channel.name, self.topic, tp.partition, self.owner)
                 self.partitions[tp.partition] = Partition(tp.partition, epoch)
-                log.info("%s: partition %d assigned (epoch %d)", self.channel.name, tp.partition, epoch)
+                log.info("%s: partition %d assigned (epoch %d)", self.channel.name, tp.partition, epoch,
+                         extra=logs.fields(channel=self.channel.name, partition=tp.partition))
 
         def on_revoke(_c, tps) -> None:
             for tp in tps:
@@ -172,7 +175,8 @@ class ChannelDispatcher:
                     if msg.error():
                         if msg.error().fatal():
                             raise ConsumerFatal(f"consumer error {msg.error()}")
-                        log.warning("%s: consumer error %s (retrying)", self.channel.name, msg.error())
+                        log.warning("%s: consumer error %s (retrying)", self.channel.name, msg.error(),
+                                    extra=logs.fields(channel=self.channel.name))
                         continue
                     part = self.partitions.get(msg.partition())
                     if part is None or part.broken:
@@ -224,11 +228,13 @@ class ChannelDispatcher:
         except (Fenced, LedgerCorrupt) as exc:
             part.broken = str(exc)
             part.buffer.clear()
-            log.error("%s: partition %d stopped: %s", self.channel.name, part.number, exc)
+            log.error("%s: partition %d stopped: %s", self.channel.name, part.number, exc,
+                      extra=logs.fields(channel=self.channel.name, partition=part.number))
             return None
         except (ObjectStoreError, RetryableError) as exc:
             # Nothing is lost: the buffer stays, and an adopted run stays ours (asked again next turn).
-            log.warning("%s: %s; partition %d retries", self.channel.name, exc, part.number)
+            log.warning("%s: %s; partition %d retries", self.channel.name, exc, part.number,
+                        extra=logs.fields(channel=self.channel.name, partition=part.number))
             stop.wait(1.0)
             return None
 
@@ -256,7 +262,8 @@ class ChannelDispatcher:
             if attempt.report_lookup(found):
                 done += 1
                 log.info("%s/%s: IN_DOUBT settled by the provider's lookup: %s", name, alert_id,
-                         "delivered" if found else "no such message, sending")
+                         "delivered" if found else "no such message, sending",
+                         extra=logs.fields(channel=name, alert_id=alert_id))
         return done
 
     def _retrying(self, fn, *args):
@@ -266,7 +273,8 @@ class ChannelDispatcher:
             try:
                 return fn(*args)
             except (ObjectStoreError, RetryableError) as exc:
-                log.warning("%s: %s; backing off %.0fs", self.channel.name, exc, backoff)
+                log.warning("%s: %s; backing off %.0fs", self.channel.name, exc, backoff,
+                            extra=logs.fields(channel=self.channel.name))
                 time.sleep(backoff)
                 backoff = min(30.0, backoff * 2)
         return fn(*args)
@@ -331,7 +339,8 @@ def deliver(channel, attempts: list, stats: DispatchStats) -> list[str]:
     for attempt, what in zip(attempts, results):
         if what == BUSY:
             log.warning("%s/%s: record changed under us after the send (rescued by another worker)",
-                        channel.name, attempt.record.alert_id)
+                        channel.name, attempt.record.alert_id,
+                        extra=logs.fields(channel=channel.name, alert_id=attempt.record.alert_id))
             continue
         stats.bump(what, channel.name)
         if what == "sent" and isinstance(attempt.alert.detected_at, int):

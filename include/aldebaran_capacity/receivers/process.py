@@ -32,6 +32,7 @@ import urllib.request
 from pathlib import Path
 from typing import Literal
 
+from aldebaran import logs
 from aldebaran_capacity.receivers.base import LOCALHOST, STATS_PATH, HttpReceiver
 from aldebaran_capacity.receivers.sms import SmsProvider
 from aldebaran_capacity.receivers.webhook import WebhookReceiver
@@ -195,8 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tls-key", type=Path, help="webhook: its private key (PEM)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup("receiver", verbose=args.verbose)
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
     if args.kind == "sms" and not args.auth_token_env:

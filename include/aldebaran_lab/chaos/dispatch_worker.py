@@ -49,7 +49,7 @@ class KillAfterSendFaultInjection:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from aldebaran import envfile
+    from aldebaran import envfile, logs
     from aldebaran.delivery import channels as channels_mod
     from aldebaran.delivery import service
 
@@ -60,10 +60,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="probability of SIGKILL after a send_many that delivered something")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("botocore", "boto3", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
     envfile.load_env()
+    logs.setup("chaos-dispatch")
     if args.kill_after_send > 0:
         real = channels_mod.configured_channels
         rng, lock = random.Random(args.seed), threading.Lock()

@@ -198,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "member":
         return member(args.topic, args.group, args.mode, args.name, args.busy_seconds)
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    from aldebaran import logs
+
+    logs.setup("chaos-handover")
     from aldebaran.kafka_admin import delete_topics, ensure_topics
     from aldebaran.settings import KafkaSettings, load
 

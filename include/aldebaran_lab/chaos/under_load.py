@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     """The load of the campaign, in its own process: ``python -m aldebaran_lab.chaos.under_load --orders N --seed S
     --rate R`` produces :func:`mix` to ALDEBARAN_KAFKA_TRADES_TOPIC at R trades/s and prints
     ``{"count", "seconds"}`` as its last line."""
-    from aldebaran import envfile
+    from aldebaran import envfile, logs
     from aldebaran.settings import KafkaSettings, load
 
     p = argparse.ArgumentParser(description=main.__doc__)
@@ -418,8 +418,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--part", default="0/1", help="k/n: this producer's share of the chunks (one of n producers)")
     args = p.parse_args(argv)
     k, n = (int(x) for x in args.part.split("/"))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     envfile.load_env()
+    logs.setup("chaos-producer")
     kafka = load(KafkaSettings)
     recs = (r for chunk in mix(args.orders, args.seed, (k, n)) for r in chunk)
     sent = loadgen.send(recs, kafka.trades_topic, rate=args.rate, progress_every=500_000, settings=kafka)

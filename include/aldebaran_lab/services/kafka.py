@@ -10,18 +10,21 @@ from pathlib import Path
 
 from aldebaran import paths
 from aldebaran.exceptions import ServiceError
+from aldebaran.logs import LOG4J2_DATE
 from aldebaran.settings import KafkaSettings, load
 from aldebaran_lab.services import kafka_tls
 from aldebaran_lab.services.base import Service
 
 log = logging.getLogger(__name__)
 
+# The brokers' log lines with the platform's time (ISO-8601 UTC: aldebaran.logs.LOG4J2_DATE), so they join
+# with the platform's own and Spark's.
 LOG4J2 = """\
 status = warn
 appender.console.type = Console
 appender.console.name = STDOUT
 appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = [%d] %p %m (%c)%n
+appender.console.layout.pattern = [{date}] %p %m (%c)%n
 rootLogger.level = info
 rootLogger.appenderRef.stdout.ref = STDOUT
 logger.state.name = state.change.logger
@@ -32,7 +35,7 @@ logger.storage.name = org.apache.kafka.storage
 logger.storage.level = warn
 logger.log.name = kafka.log
 logger.log.level = warn
-"""
+""".replace("{date}", LOG4J2_DATE)
 
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from aldebaran.spark import spark_env
+from aldebaran.spark import log4j2_file, spark_env
 from aldebaran_lab.services.base import Service, port_open
 
 
@@ -26,7 +26,7 @@ class SparkMaster(Service):
         self.address = f"spark://{self.host}:{self.port}"
 
     def environment(self) -> dict[str, str]:
-        return {**spark_env(), **self.daemon_env}
+        return daemon_logging({**spark_env(), **self.daemon_env})
 
     def command(self) -> list[str]:
         return [
@@ -56,7 +56,7 @@ class SparkWorker(Service):
     def environment(self) -> dict[str, str]:
         env = {**spark_env(), **self.daemon_env}
         env["SPARK_WORKER_DIR"] = str(self.home / "work")
-        return env
+        return daemon_logging(env)
 
     def command(self) -> list[str]:
         return [
@@ -69,6 +69,16 @@ class SparkWorker(Service):
 
     def healthy(self) -> bool:
         return self.running() and port_open("127.0.0.1", self.ui_port)
+
+
+def daemon_logging(env: dict[str, str]) -> dict[str, str]:
+    """`env` with the daemons' log lines in the platform's time (aldebaran.spark.SPARK_LOG4J2), through
+    SPARK_DAEMON_JAVA_OPTS, unless a log4j option is there already."""
+    path = log4j2_file()
+    opts = env.get("SPARK_DAEMON_JAVA_OPTS", "")
+    if path is not None and "log4j" not in opts:
+        env["SPARK_DAEMON_JAVA_OPTS"] = f"{opts} -Dlog4j2.configurationFile={path}".strip()
+    return env
 
 
 def spark_class() -> str:

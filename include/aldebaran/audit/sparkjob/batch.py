@@ -17,6 +17,7 @@ import json
 import logging
 import time
 
+from aldebaran import logs
 from aldebaran.audit.sparkjob.plans import Plan
 from aldebaran.audit.sparkjob.rows import OUTPUT_SCHEMA, batch_context, sources_header
 
@@ -163,7 +164,8 @@ class BatchWriter:
         seen = sum(f["applied"] + f["duplicates"] + f["misrouted"] for f in self.recent.values())
         self.last["misrouted_share_recent"] = (
             round(sum(f["misrouted"] for f in self.recent.values()) / seen, 4) if seen else None)
-        log.log(batch_log_level(self.last), "batch %d: %s", batch_id, json.dumps(self.last))
+        log.log(batch_log_level(self.last), "batch %d: %s", batch_id, json.dumps(self.last),
+                extra=logs.fields(batch_id=batch_id, batch=self.last))
         if self.on_batch:
             self.on_batch(self.last)
 

@@ -385,5 +385,7 @@ def _alive(pid: int) -> bool:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from aldebaran import logs
+
+    logs.setup("shardhost")
     serve(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))
