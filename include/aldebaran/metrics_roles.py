@@ -154,6 +154,10 @@ def dispatcher_families(heartbeat, ledger_counts: LedgerCounts | None = None, no
         family("counter", "aldebaran_dispatcher_runs", "Delivery runs claimed", ["dispatcher"], [((d,), runs)]),
         family("counter", "aldebaran_dispatcher_ledger_writes", "Object writes to the delivery ledger", ["dispatcher"],
                [((d,), heartbeat.ledger.writes if heartbeat.ledger is not None else None)]),
+        family("counter", "aldebaran_dispatcher_quarantined", "Corrupt ledger objects (or odd index keys) moved to "
+               "the ledger's quarantine, by channel", ["dispatcher", "channel"],
+               [((d, c), (getattr(heartbeat.ledger, "quarantined", None) or {}).get(c, 0))
+                for c in channels]),
     ]
     body = getattr(heartbeat, "last", None) or {}
     now = time.time() if now is None else now

@@ -46,6 +46,7 @@ from aldebaran.settings import KafkaSettings, load
 log = logging.getLogger(__name__)
 
 GROUP = "aldebaran-dispatcher"  # the default of ALDEBARAN_DELIVERY_GROUP
+SWEEP_BACKOFF_MAX = 30.0  # seconds between tries of a failing sweep, or of taking a partition
 
 
 @dataclass
@@ -93,6 +94,7 @@ class ChannelDispatcher:
         self.dead_letters = dead_letters
         self.runs = RunSettler(channel, ledger, settings, self.topic, owner, stats, dead_letters, self.claim_first)
         self.partitions: dict[int, Partition] = {}
+        self._sweep_backoff = 0.0
 
     @staticmethod
     def topic_of(kafka: KafkaSettings) -> str:
@@ -142,7 +144,10 @@ class ChannelDispatcher:
             nonlocal last_data
             last_data = time.monotonic()  # the idle clock starts once there is something to read
             for tp in tps:
-                epoch = self._retrying(self.ledger.take_partition, self.channel.name, self.topic, tp.partition, self.owner)
+                epoch = self._retrying(stop, self.ledger.take_partition, self.channel.name, self.topic, tp.partition,
+                                       self.owner)
+                if epoch is None:
+                    return  # stopping: a partition not taken is neither read nor committed
                 self.partitions[tp.partition] = Partition(tp.partition, epoch)
                 log.info("%s: partition %d assigned (epoch %d)", self.channel.name, tp.partition, epoch,
                          extra=logs.fields(channel=self.channel.name, partition=tp.partition))
@@ -154,14 +159,12 @@ class ChannelDispatcher:
 
         c.subscribe([self.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
         seen = 0
-        last_sweep = 0.0
+        next_sweep = 0.0
         pool = ThreadPoolExecutor(8, thread_name_prefix=f"partitions-{self.channel.name}")
         try:
             while not stop.is_set() and (max_alerts is None or seen < max_alerts):
-                now = time.monotonic()
-                if now - last_sweep >= self.settings.sweep_seconds:
-                    self._retrying(self.sweep)
-                    last_sweep = time.monotonic()
+                if time.monotonic() >= next_sweep:
+                    next_sweep = time.monotonic() + self._sweep_once()
                 if heartbeat is not None:
                     heartbeat.progress(self, c, settled_upto)  # a report; its own thread writes the beat
                 msgs = self.fetch(c)
@@ -198,7 +201,7 @@ class ChannelDispatcher:
                     c.commit(offsets=commits, asynchronous=True)
                     for tp in commits:
                         settled_upto[tp.partition] = tp.offset
-            self._retrying(self.sweep)
+            self._sweep_once()
         finally:
             pool.shutdown(wait=True)
             self.runs.close()
@@ -239,11 +242,35 @@ class ChannelDispatcher:
             return None
 
     # --- the sweep: per-alert records --------------------------------------------------------------
+    def _sweep_once(self) -> float:
+        """One sweep; the seconds until the next. A transient failure (store or provider down) is logged and
+        the sweep tried again after a capped backoff, for as long as the dispatcher runs: the loop goes on
+        delivering new alerts meanwhile, on every partition."""
+        try:
+            self.sweep()
+        except (ObjectStoreError, RetryableError) as exc:
+            self._sweep_backoff = min(SWEEP_BACKOFF_MAX, max(1.0, 2 * self._sweep_backoff))
+            log.warning("%s: sweep failed (%s); again in %.0fs", self.channel.name, exc, self._sweep_backoff,
+                        extra=logs.fields(channel=self.channel.name))
+            return self._sweep_backoff
+        self._sweep_backoff = 0.0
+        return self.settings.sweep_seconds
+
+    def _readable(self, claim, *args):
+        """One index entry's record through `claim` (Ledger.retry / doubted); a corrupt record or an odd
+        index key is quarantined and skipped (None): one bad object must not stop the sweep, nor the next
+        process that meets it (the ledger logs the key and the reason; the dispatcher counts it)."""
+        try:
+            return claim(self.channel, *args)
+        except LedgerCorrupt as exc:
+            self.ledger.quarantine(exc.key, exc.reason, self.owner, self.channel.name)
+            return None
+
     def sweep(self) -> int:
         """Retry what is due in the retry index; ask providers about IN_DOUBT deliveries (with a lookup)."""
         name, done = self.channel.name, 0
         due = [a for alert_id in self.ledger.indexed("retry", name)
-               if (a := self.ledger.retry(self.channel, alert_id, self.owner)) is not None and a.status == SEND]
+               if (a := self._readable(self.ledger.retry, alert_id, self.owner)) is not None and a.status == SEND]
         if due:
             self.stats.bump("retried", name, len(due))
             done += len(deliver(self.channel, due, self.stats))
@@ -254,7 +281,7 @@ class ChannelDispatcher:
     def _settle_doubts(self, now: float) -> int:
         name, done = self.channel.name, 0
         for alert_id in self.ledger.indexed("in_doubt", name):
-            attempt = self.ledger.doubted(self.channel, alert_id)
+            attempt = self._readable(self.ledger.doubted, alert_id)
             if attempt is None or (attempt.record.doubted_at or attempt.record.updated_at) \
                     + self.settings.lookup_grace_seconds > now:
                 continue
@@ -266,18 +293,19 @@ class ChannelDispatcher:
                          extra=logs.fields(channel=name, alert_id=alert_id))
         return done
 
-    def _retrying(self, fn, *args):
-        """Object-store calls outside a partition's settle loop: back off while the store is down."""
+    def _retrying(self, stop: threading.Event, fn, *args):
+        """An object-store call outside a partition's settle loop (taking a partition): back off while the
+        store is down, for as long as it takes; None once `stop` is set."""
         backoff = 1.0
-        for _ in range(8):
+        while not stop.is_set():
             try:
                 return fn(*args)
             except (ObjectStoreError, RetryableError) as exc:
                 log.warning("%s: %s; backing off %.0fs", self.channel.name, exc, backoff,
                             extra=logs.fields(channel=self.channel.name))
-                time.sleep(backoff)
-                backoff = min(30.0, backoff * 2)
-        return fn(*args)
+                stop.wait(backoff)
+                backoff = min(SWEEP_BACKOFF_MAX, backoff * 2)
+        return None
 
 
 class Dispatcher:

@@ -41,6 +41,7 @@ from aldebaran.delivery.runs import MALFORMED, PENDING, RECORDED, REPEAT, Run
 from aldebaran.delivery.settings import DeliverySettings
 from aldebaran.exceptions import AlreadyExists, Fenced, LedgerCorrupt, NotFound, PreconditionFailed
 from aldebaran.model import Alert
+from aldebaran.quarantine import quarantine
 from aldebaran.storage import Store, safe_segment
 
 INDEXED = {RETRY: "retry", DEAD: "dead", IN_DOUBT: "in_doubt"}
@@ -55,6 +56,7 @@ class Ledger(LedgerReports):
         self.policy = policy or RetryPolicy()
         self.clock = clock
         self.writes = 0  # object write requests made through this ledger (benchmarks: writes per delivery)
+        self.quarantined: dict[str, int] = {}  # channel → corrupt objects moved to the quarantine
         self._count = threading.Lock()
 
     @classmethod
@@ -105,15 +107,40 @@ class Ledger(LedgerReports):
                 except AlreadyExists:
                     continue
             try:
-                epoch = int(json.loads(obj.body)["epoch"]) + 1
-            except (ValueError, KeyError, TypeError) as exc:
-                raise LedgerCorrupt(f"partition owner {key} cannot be read: {exc}") from None
+                epoch = json.loads(obj.body)["epoch"] + 1
+                if type(epoch) is not int or epoch < 2:
+                    raise TypeError(f"epoch {epoch - 1!r} is not a whole number ≥ 1")
+            except (ValueError, KeyError, TypeError, IndexError) as exc:
+                # Quarantined, then overwritten under its ETag below (a racing taker's write wins, and we
+                # read again), with an epoch above any handed out: see fresh_epoch.
+                self.quarantine(key, f"partition owner cannot be read: {exc}", owner, channel, obj.body, remove=False)
+                epoch = self.fresh_epoch()
             body = {"epoch": epoch, "owner": owner, "since": self.clock()}
             try:
                 self._write(self.store.replace, key, json.dumps(body).encode(), obj.etag)
                 return epoch
             except PreconditionFailed:
                 continue  # someone else took it meanwhile: read again and go one higher
+
+    def fresh_epoch(self) -> int:
+        """The epoch after an unreadable owner object: the clock in milliseconds. Epochs otherwise grow by
+        one per assignment, so they stay far below it (and below any later one: clocks within NTP's bounds,
+        the lease's assumption too). Safety never rests on it: every run write is If-Match on the run's
+        ETag; the epoch only decides who may adopt a claimed run, and a stale owner with a higher one has
+        lost the partition in Kafka, so it adopts nothing more."""
+        return int(self.clock() * 1000)
+
+    def quarantine(self, key: str, reason: str, reader: str, channel: str, body: bytes | None = None,
+                   remove: bool = True) -> str | None:
+        """Move a corrupt ledger object (or an odd index key) to ``<prefix>-quarantine/<key>`` with its
+        reason (aldebaran.quarantine), counted per channel in `quarantined`."""
+        where = quarantine(self.store, key, reason, reader, body, self.quarantine_prefix(), remove)
+        with self._count:
+            self.quarantined[channel] = self.quarantined.get(channel, 0) + 1
+        return where
+
+    def quarantine_prefix(self) -> str:
+        return f"{self.prefix}-quarantine/"
 
     def owner_epoch(self, channel: str, topic: str, partition: int) -> int:
         try:
@@ -170,7 +197,7 @@ class Ledger(LedgerReports):
 
     def retry(self, channel, alert_id: str, owner: str) -> Attempt | None:
         """The sweep's claim of a record in the retry index; None if it left that state (marker removed)."""
-        got = self.get(channel.name, alert_id)
+        got = self.get(channel.name, self._indexed_id("retry", channel.name, alert_id))
         if got is None or got[0].state not in (RETRY, CLAIMED):
             self.unmark("retry", channel.name, alert_id)
             return None
@@ -192,7 +219,7 @@ class Ledger(LedgerReports):
 
     def doubted(self, channel, alert_id: str) -> Attempt | None:
         """A record in the in_doubt index, for the provider's lookup; None if it left IN_DOUBT (marker removed)."""
-        got = self.get(channel.name, alert_id)
+        got = self.get(channel.name, self._indexed_id("in_doubt", channel.name, alert_id))
         if got is None or got[0].state != IN_DOUBT:
             self.unmark("in_doubt", channel.name, alert_id)
             return None
@@ -280,6 +307,14 @@ class Ledger(LedgerReports):
         """Alert ids listed in one index (retry, dead, in_doubt) of a channel."""
         prefix = f"{self.prefix}-index/{kind}/{safe_segment(channel, 'channel')}/"
         return [o["Key"][len(prefix):] for o in self.store.list(prefix)]
+
+    def _indexed_id(self, kind: str, channel: str, alert_id: str) -> str:
+        """An id listed in an index, checked: an odd one (a key no ledger writes) is LedgerCorrupt."""
+        try:
+            return safe_segment(alert_id, "alert id")
+        except ValueError as exc:
+            key = f"{self.prefix}-index/{kind}/{channel}/{alert_id}"
+            raise LedgerCorrupt(f"index key {key} is odd: {exc}", key, f"odd index key: {exc}") from None
 
     def unmark(self, kind: str, channel: str, alert_id: str) -> None:
         self.store.delete(self.index_key(kind, channel, alert_id))

@@ -75,11 +75,24 @@ class Record:
     def from_bytes(cls, body: bytes, key: str = "?") -> "Record":
         try:
             data = json.loads(body)
+            if not isinstance(data, dict):
+                raise TypeError(f"JSON {type(data).__name__}, not an object")
             data.pop("indexed", None)  # written by older ledgers
             data["alert"] = Alert.from_dict(data.get("alert"))
-            return cls(**data)
+            record = cls(**data)
+            record._check()
+            return record
         except (ValueError, TypeError) as exc:  # AlertError is a ValueError
-            raise LedgerCorrupt(f"delivery record {key} cannot be read: {exc}") from None
+            raise LedgerCorrupt(f"delivery record {key} cannot be read: {exc}", key, str(exc)) from None
+
+    def _check(self) -> None:
+        """Every field of the type its transitions compare and add (a wrong one would fail later, mid-sweep)."""
+        for name, kinds in _TYPES.items():
+            value = getattr(self, name)
+            if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+                raise TypeError(f"field {name!r} is {type(value).__name__}")
+        if self.state not in STATES:
+            raise ValueError(f"unknown state {self.state!r}")
 
     def _note(self, now: float, text: str | None = None) -> None:
         self.updated_at = now
@@ -195,6 +208,11 @@ class Record:
 
 
 _FIELDS = tuple(f.name for f in fields(Record))
+_NUM, _OPT_NUM = (int, float), (int, float, type(None))
+_TYPES = {"alert_id": str, "channel": str, "state": str, "attempt": int, "created_at": _NUM, "updated_at": _NUM,
+          "lease_until": _OPT_NUM, "next_at": _OPT_NUM, "owner": (str, type(None)), "receipt": (dict, type(None)),
+          "delivered_at": _OPT_NUM, "error": (str, type(None)), "doubted_at": _OPT_NUM, "run": (str, type(None)),
+          "history": list}
 
 
 @dataclass(frozen=True)

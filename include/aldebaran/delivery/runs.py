@@ -78,9 +78,25 @@ class Run:
     @classmethod
     def from_bytes(cls, body: bytes, key: str = "?") -> "Run":
         try:
-            return cls(**_DECODE(body))
+            data = _DECODE(body)
+            if not isinstance(data, dict):
+                raise TypeError(f"JSON {type(data).__name__}, not an object")
+            run = cls(**data)
+            run._check()
+            return run
         except (ValueError, TypeError) as exc:  # msgspec.DecodeError is a ValueError
-            raise LedgerCorrupt(f"delivery run {key} cannot be read: {exc}") from None
+            raise LedgerCorrupt(f"delivery run {key} cannot be read: {exc}", key, str(exc)) from None
+
+    def _check(self) -> None:
+        """The fields the settle step does arithmetic and comparisons on (a wrong type fails there, later)."""
+        for name in ("partition", "start", "end", "epoch"):
+            if type(getattr(self, name)) is not int:
+                raise TypeError(f"field {name!r} is {type(getattr(self, name)).__name__}")
+        if self.state not in (CLAIMED, RECORDED) or not isinstance(self.owner, str):
+            raise ValueError(f"state {self.state!r} / owner {self.owner!r}")
+        if not isinstance(self.entries, list) or not all(isinstance(e, list) and len(e) == 4 and type(e[0]) is int
+                                                         for e in self.entries):
+            raise TypeError("entries are not [offset, alert_id, status, receipt] lists")
 
     # --- creation -------------------------------------------------------------------------------
     @classmethod

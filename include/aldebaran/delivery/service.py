@@ -7,7 +7,7 @@ loops are; the loops only report their progress to it:
 
     {"status": "running"|"stopped"|"failed", "name", "channels", "fast", "owner", "host", "pid", "metrics", "started_at",
      "at", "period", "alerts", "runs", "sent", "failed", "in_doubt", "already_recorded", "retried",
-     "ledger_writes", "error",
+     "ledger_writes", "quarantined", "error",
      "partitions": {channel: {partition: {"epoch", "broken", "settled", "position", "high", "buffered", "advanced_at"}}},
      "progress": {channel: {"loop_at", "progress_at", "pending", "outcomes"}}}
 
@@ -131,6 +131,7 @@ class Heartbeat:
                      **identity(), "started_at": self.started_at, "at": self.clock(), "period": self.period,
                      **summary, "error": error,
                      "ledger_writes": self.ledger.writes if self.ledger is not None else None,
+                     "quarantined": dict(getattr(self.ledger, "quarantined", None) or {}),
                      "partitions": partitions, "progress": progress}
         return self.last  # also what /metrics reports between beats (aldebaran.metrics_roles)
 

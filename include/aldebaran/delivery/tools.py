@@ -1,4 +1,4 @@
-"""`aldebaran deliveries channels|stats|list|runs|show|retry|resolve`: look into and settle the delivery ledger.
+"""`aldebaran deliveries channels|stats|list|runs|show|retry|resolve|quarantine`: look into and settle the ledger.
 
     aldebaran deliveries channels                           the configured channels: kind and promise
     aldebaran deliveries stats                              per-channel table (promise, backlog from Kafka, exceptions)
@@ -7,6 +7,7 @@
     aldebaran deliveries show <alert_id> [--channel webhook]   its outcome and history on every channel
     aldebaran deliveries resolve --channel sms --alert-id <id> --outcome DELIVERED --reason "provider log shows SM123"
     aldebaran deliveries retry --channel webhook --alert-id <id> --reason "endpoint fixed"
+    aldebaran deliveries quarantine                         corrupt ledger objects set aside: key, reason, copy
 
 `show` finds an alert without listing the ledger: its own record (failures, SMS) is one GET; a
 delivered alert is found in its run: the alert's partition and offset come from the alerts topic
@@ -42,6 +43,7 @@ ACTIONS = {
     "show": "one alert's outcome and history on every channel (found without listing the ledger)",
     "retry": "send a DEAD or IN_DOUBT delivery again, with a reason",
     "resolve": "settle an IN_DOUBT or DEAD delivery as DELIVERED or DEAD, with a reason",
+    "quarantine": "the corrupt ledger objects a dispatcher set aside: original key, reason, reader, copy",
 }
 
 
@@ -56,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         opt("--state", modes="list", choices=[RETRY, DEAD, IN_DOUBT], help="records in this state (default: all three)"),
         opt("--partition", modes="runs", type=int, default=0, help="the alerts-topic partition"),
         opt("--from-offset", modes="runs", type=int, default=0, help="first offset"),
-        opt("--limit", modes="list,runs", type=int, default=50, help="at most this many rows"),
+        opt("--limit", modes="list,runs,quarantine", type=int, default=50, help="at most this many rows"),
         opt("--outcome", modes="resolve", choices=[DELIVERED, DEAD], help="what really happened"),
         opt("--reason", modes="retry,resolve", help="why (recorded in the record's history)"),
         opt("--prefix", help="ledger key prefix (default ALDEBARAN_DELIVERY_PREFIX)"),
@@ -175,6 +177,14 @@ def main(args: argparse.Namespace) -> int:
         return 0
     settings = load(DeliverySettings, prefix=args.prefix)
     ledger = Ledger.from_settings(settings)
+    if args.action == "quarantine":
+        from aldebaran.quarantine import listed
+
+        rows = listed(ledger.store, ledger.quarantine_prefix())[: args.limit]
+        for w in rows:
+            print(f"{w.get('key')}  reason={w.get('reason')!r}  reader={w.get('reader')}  copy={w['copy']}")
+        print(f"({len(rows)} in {ledger.store.uri(ledger.quarantine_prefix())})")
+        return 0
     channels = [args.channel] if args.channel else ledger.channels()
     alert_id = args.alert_id or args.alert
     if args.action == "stats":
