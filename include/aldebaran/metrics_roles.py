@@ -233,6 +233,7 @@ def lane_families(keeper, now: float | None = None) -> list:
     counts = rec.get("counts") or {}
     oldest = rec.get("oldest_pending_fast_ms")
     status = body.get("status")
+    gaps = body.get("gaps") or {}
     return [
         family("gauge", "aldebaran_lane_status", "1 for the keeper's current status", ["lane", "status"],
                [((lane, s), int(s == status)) for s in LANE_STATUSES] if status else []),
@@ -246,6 +247,11 @@ def lane_families(keeper, now: float | None = None) -> list:
                [((lane,), max(0.0, now - float(generation["started_at"])) if generation.get("started_at") else None)]),
         family("counter", "aldebaran_lane_launches", "Lane processes started by this keeper (rotations included)",
                ["lane"], [((lane,), getattr(keeper, "launches", None))]),
+        family("counter", "aldebaran_lane_checkpoint_gaps", "Times the trades the lane's checkpoint resumed from were "
+               "gone (topic recreated, retention): checkpoint moved aside, lane restarted fresh", ["lane"],
+               [((lane,), gaps.get("count"))]),
+        family("counter", "aldebaran_lane_gap_skipped_trades", "Trades the lane skipped at its checkpoint gaps (a "
+               "recreated topic's old trades not counted)", ["lane"], [((lane,), gaps.get("skipped"))]),
         family("counter", "aldebaran_lane_alerts", "Distinct alert ids seen by the reconciliation, by lane "
                "(fast: the lane's topic; exact: the auditor's, of the fast lane's kinds)", ["lane", "source"],
                [((lane, s), counts.get(s)) for s in ("fast", "exact")]),

@@ -151,16 +151,44 @@ def reset(platform: Platform) -> dict:
 
     platform.require_local()
     kafka = platform.kafka
-    kafka_admin.delete_topics(kafka, kafka.topics())
+    # The low-latency lane's topic too: its old alerts would be judged unconfirmed against a fresh exact lane.
+    topics = [*kafka.topics(), kafka.fast_alerts_topic]
+    kafka_admin.delete_topics(kafka, topics)
     groups = [f"{platform.group_prefix}-{c}" for c in platform.channels]
     _delete_groups(kafka, groups)
-    _wait_gone(kafka, kafka.topics())
-    kafka_admin.ensure_topics(kafka)
+    _wait_gone(kafka, topics)
+    kafka_admin.ensure_topics(kafka, topics)
     store = open_store()
     removed = sum(store.delete_prefix(p) for p in platform.state_prefixes())
+    removed += _reset_lane()
     if urlsplit(platform.checkpoint).scheme in ("", "file"):
         shutil.rmtree(urlsplit(platform.checkpoint).path, ignore_errors=True)
-    return {"topics": kafka.topics(), "groups": groups, "objects_removed": removed}
+    return {"topics": topics, "groups": groups, "objects_removed": removed}
+
+
+def _reset_lane() -> int:
+    """The low-latency lane's state: its checkpoint generations (abandoned ones too: they name the old
+    topic's offsets), its keeper's heartbeat (which names the generation to resume and where the reconciler
+    resumes), its supervisor's state and the reconciler's records. Returns the objects removed."""
+    from aldebaran.heartbeat import LANE, key
+    from aldebaran.lanes import keeper
+    from aldebaran.lanes.settings import LaneSettings
+    from aldebaran.storage import open_prefix
+
+    lanes = load(LaneSettings)
+    store = keeper.lane_store()
+    removed = sum(store.delete_prefix(p) for p in (
+        key(LANE, lanes.name), lanes.state_prefix.strip("/") + "/",
+        f"{lanes.records_prefix.strip('/')}/{lanes.name}/"))
+    root = keeper.checkpoint_root(lanes)
+    if urlsplit(root).scheme in ("", "file"):
+        shutil.rmtree(urlsplit(root).path, ignore_errors=True)
+    else:
+        cstore, prefix = open_prefix(root)
+        if not prefix:
+            raise DemoError(f"ALDEBARAN_LANES_CHECKPOINT {root} is a whole bucket: the demo will not empty it")
+        removed += cstore.delete_prefix(prefix)
+    return removed
 
 
 def _wait_gone(kafka: KafkaSettings, topics: list[str], timeout: float = 30.0) -> None:

@@ -12,13 +12,16 @@ It runs in the control venv and
 
        {"status": "starting"|"running"|"rotating"|"failed"|"stopped", "name", "host", "pid", "metrics", "started_at", "at",
         "lane": {"pid", "log", "query": <driver status>, "generation": {"name", "started_at", "checkpoint"}},
-        "reconcile": <Reconciler.status()>, "error"}
+        "reconcile": <Reconciler.status()>, "gaps": {"count", "skipped", "last"}, "error"}
 
 The lane is ``running`` once its driver reports an active query. Its checkpoint is one *generation* under
 the checkpoint root (``<root>/gen-<start time>``): every ``ALDEBARAN_LANES_ROTATE_SECONDS`` the keeper stops
 the lane and starts it on a fresh generation from the latest trades, which bounds the lane's state (its
 books never expire; design.md); a restarted keeper resumes the generation its last heartbeat names while
-it is younger than that. The keeper exits failed (code 1, the
+it is younger than that, unless the trades that checkpoint resumes from are gone (the topic recreated, or
+retention): then the checkpoint is moved under ``<root>/abandoned/`` and a fresh generation starts at
+``ALDEBARAN_LANES_GAP_STARTING_OFFSETS``, checked before the resume and again when the lane fails, so a
+gap never crash-loops (:mod:`aldebaran.lanes.gap`). The keeper exits failed (code 1, the
 lane's log tail in the heartbeat) when the lane exits, when its query stops, or when its driver goes
 silent for ``ALDEBARAN_LANES_QUERY_STALE_SECONDS`` after it started; the ``lane_supervisor`` DAG
 restarts it. SIGTERM/SIGINT stop the lane, then the keeper (0); SIGUSR1
@@ -55,6 +58,11 @@ def lane_dir(settings) -> Path:
     from aldebaran import paths
 
     return paths.run_dir() / "lanes" / settings.name
+
+
+def checkpoint_root(settings) -> str:
+    """Where the lane's checkpoint generations live (ALDEBARAN_LANES_CHECKPOINT, else under the run dir)."""
+    return (settings.checkpoint or str(lane_dir(settings) / "checkpoint")).rstrip("/")
 
 
 def _die_with_parent() -> None:
@@ -99,6 +107,9 @@ class Keeper:
         self.rotating = False  # a new generation is starting
         self.rotate_now = threading.Event()  # SIGUSR1
         self.last_body: dict | None = None  # the last heartbeat, also what /metrics reports (aldebaran.metrics_roles)
+        # Checkpoint gaps (aldebaran.lanes.gap): how many, the trades known skipped, the last one (carried
+        # over from the previous keeper's heartbeat).
+        self.gaps: dict = {"count": 0, "skipped": 0, "last": None}
 
     # --- heartbeat ---------------------------------------------------------------------------------
     def beat(self, status: str, error: str | None = None) -> None:
@@ -112,13 +123,13 @@ class Keeper:
                          "generation": self.generation},
                 "topics": {"trades": self.kafka.trades_topic, "fast": self.kafka.fast_alerts_topic,
                            "exact": self.kafka.alerts_topic},
-                "reconcile": self.reconciler.status() if self.reconciler else None}
+                "reconcile": self.reconciler.status() if self.reconciler else None, "gaps": self.gaps}
         self.last_body = body
         publish(self.store, LANE, self.name, body)
 
     # --- the lane process ---------------------------------------------------------------------------------
     def checkpoint_root(self) -> str:
-        return (self.settings.checkpoint or str(lane_dir(self.settings) / "checkpoint")).rstrip("/")
+        return checkpoint_root(self.settings)
 
     def pick_generation(self, previous: dict | None, now: float, rotate: bool = False) -> tuple[dict, str]:
         """The generation to run: the previous one while it is young enough (and not `rotate`), else a new one
@@ -173,6 +184,37 @@ class Keeper:
             log.info("lane %s: the old checkpoint %s is left in place (remove it, or expire it with a bucket "
                      "lifecycle rule)", self.name, old["checkpoint"])
 
+    def after_gap(self, error: str | None = None) -> str | None:
+        """Before the keeper resumes a generation, and when the lane failed: are the trades its checkpoint
+        resumes from gone (aldebaran.lanes.gap)? If so, move that checkpoint aside, take a fresh generation and
+        return where it starts (Spark's startingOffsets); None: no gap, the checkpoint stands."""
+        from confluent_kafka import KafkaException
+
+        from aldebaran.exceptions import ObjectStoreError
+        from aldebaran.lanes import gap
+
+        s, topic = self.settings, self.kafka.trades_topic
+        try:
+            found = gap.check(self.generation["checkpoint"], self.kafka, s.gap_starting_offsets)
+            if found is None and gap.out_of_range(error):
+                found = gap.after_failure(topic, gap.watermarks(self.kafka, topic), s.gap_starting_offsets, error)
+        except (KafkaException, ObjectStoreError, OSError) as exc:
+            # Not knowable now: resume; a lane that then fails on the gap is caught here again.
+            log.warning("lane %s: could not check the checkpoint for a gap (%s: %s)", self.name,
+                        type(exc).__name__, exc)
+            return None
+        if found is None:
+            return None
+        old = self.generation
+        moved = gap.abandon(old["checkpoint"])
+        self.generation, _ = self.pick_generation({"generation": old}, time.time(), rotate=True)
+        self.gaps = {"count": int(self.gaps.get("count") or 0) + 1,
+                     "skipped": int(self.gaps.get("skipped") or 0) + found.skipped,
+                     "last": {**found.to_dict(), "at": time.time(), "generation": old["name"], "abandoned": moved}}
+        log.error("lane %s: checkpoint gap: %s. Generation %s moved to %s; a new generation starts at %s",
+                  self.name, found.describe(), old["name"], moved, found.starting_offsets)
+        return found.starting_offsets
+
     def lane_problem(self) -> str | None:
         """Why the lane is not healthy any more (None: it is, or still starting)."""
         if self.proc.poll() is not None:
@@ -224,7 +266,10 @@ class Keeper:
         retractor = lane_retractor(self.name)
         self.reconciler = Reconciler(self.kafka, self.store, self.name, s.confirm_ttl_seconds, s.records_prefix,
                                      resume_ms=resume, retractor=retractor)
+        self.gaps = {**self.gaps, **(previous.get("gaps") or {})}
         self.generation, offsets = self.pick_generation(previous.get("lane"), time.time())
+        if not self.generation.get("fresh"):
+            offsets = self.after_gap() or offsets
         from aldebaran import metrics
         from aldebaran.metrics_roles import watch_lane
 
@@ -240,6 +285,12 @@ class Keeper:
                     continue
                 last_beat = time.monotonic()
                 problem = self.lane_problem()
+                restart = problem and self.after_gap(problem)
+                if restart:  # the trades were gone: a fresh generation, not a crash loop
+                    self.stop_lane()
+                    self.start_lane(restart)
+                    self.beat("starting")
+                    continue
                 if problem:
                     log.error("lane %s: %s", self.name, problem)
                     self.stop_lane()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
@@ -39,6 +40,14 @@ class LaneSettings(SupervisionSettings):
     starting_offsets: str = Field(
         "latest", pattern=r"^(earliest|latest)$",
         description="ALDEBARAN_LANES_STARTING_OFFSETS: where a lane with a new checkpoint starts reading trades",
+    )
+    gap_starting_offsets: Literal["earliest", "latest"] = Field(
+        "earliest",
+        description="ALDEBARAN_LANES_GAP_STARTING_OFFSETS: where the lane starts again when the trades its checkpoint "
+                    "would resume from are gone (the topic recreated, or retention deleted them before the lane "
+                    "read them): earliest = the first trade still there, latest = only new trades. The old "
+                    "checkpoint is moved under <checkpoint>/abandoned/ and the gap logged, counted and shown by "
+                    "`aldebaran lanes status` (aldebaran.lanes.gap)",
     )
     master: str = Field(
         "local[4]", min_length=1,

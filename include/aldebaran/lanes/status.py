@@ -44,7 +44,7 @@ def collect(now: float | None = None, lanes=None, exact: tuple[str, dict | None]
     if fast_hb:
         fast.update(status=fast_hb.get("status"), age_seconds=round(max(0.0, now - float(fast_hb.get("at") or 0)), 1),
                     host=fast_hb.get("host"), pid=fast_hb.get("pid"), process=fast_hb.get("lane"),
-                    reconcile=fast_hb.get("reconcile"), error=fast_hb.get("error"))
+                    reconcile=fast_hb.get("reconcile"), error=fast_hb.get("error"), gaps=fast_hb.get("gaps"))
     return {"at": now, "exact": exact, "fast": fast}
 
 
@@ -71,6 +71,13 @@ def render(state: dict) -> str:
             lines.append("reconcile    " + ", ".join(f"{k} {v}" for k, v in counts.items())
                          + f"; pending {rec.get('pending_fast')} fast / {rec.get('pending_exact')} exact "
                          f"(ttl {rec.get('ttl_ms', 0) / 1000:.0f}s)")
+        gaps = fast.get("gaps") or {}
+        if gaps.get("count"):
+            last = gaps.get("last") or {}
+            when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(last.get("at") or 0)))
+            lines.append(f"gaps         {gaps['count']} checkpoint gap(s), {gaps.get('skipped') or 0} trade(s) known "
+                         f"skipped; last at {when}: {last.get('describe')}; old checkpoint kept at "
+                         f"{last.get('abandoned')}")
         if fast.get("error"):
             lines.append(f"error        {str(fast['error'])[:800]}")
     unconfirmed = fast["unconfirmed"]
