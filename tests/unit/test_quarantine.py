@@ -67,10 +67,12 @@ def test_the_sweep_quarantines_each_corrupt_object_and_delivers_the_rest(tmp_pat
     good = retry_record(ledger, 1)
     wrong_type = json.loads(retry_record(ledger, 5).to_bytes())
     wrong_type["attempt"] = "three"
+    elsewhere = {**json.loads(retry_record(ledger, 7).to_bytes()), "alert_id": "../../escape"}
     bodies = {f"{2:032x}": (b"{not json", "Expecting property name"),
               f"{3:032x}": (b"[1, 2, 3]", "JSON list, not an object"),
               f"{5:032x}": (json.dumps(wrong_type).encode(), "field 'attempt' is str"),
-              f"{6:032x}": (b"\xff\xfe binary", "")}
+              f"{6:032x}": (b"\xff\xfe binary", ""),
+              f"{7:032x}": (json.dumps(elsewhere).encode(), "names log/'../../escape'")}
     corrupt = {plant(ledger, "in_doubt" if i == f"{6:032x}" else "retry", i, body): (body, reason)
                for i, (body, reason) in bodies.items()}
     odd = {f"{ledger.prefix}-index/retry/log/bad..id": (b"", "odd index key"),

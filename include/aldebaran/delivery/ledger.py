@@ -294,7 +294,11 @@ class Ledger(LedgerReports):
             obj = self.store.get(key)
         except NotFound:
             return None
-        return Record.from_bytes(obj.body, key), obj.etag
+        record = Record.from_bytes(obj.body, key)
+        if (record.channel, record.alert_id) != (channel, alert_id):  # its next write would go elsewhere
+            why = f"names {record.channel}/{record.alert_id!r}, not {channel}/{alert_id}"
+            raise LedgerCorrupt(f"delivery record {key} {why}", key, why)
+        return record, obj.etag
 
     def sent_by(self, channel: str, alert_id: str) -> str | None:
         """The run key an alert's sent marker names, or None (no marker: never marked on this channel)."""
