@@ -97,3 +97,6 @@ ENV ALDEBARAN_CACHE=/opt/aldebaran/cache
 COPY --from=connector-jars --chown=astro:0 /jars/ /opt/aldebaran/cache/jars/
 
 USER astro
+# The platform's own checkpoint file manager (include/aldebaran/jvm), compiled beside the connector jars now
+# rather than by the first spark-submit.
+RUN python -c "from aldebaran import spark; spark.connector_jars(s3a=True)"

@@ -180,6 +180,12 @@ maven_jars() {
   done
 }
 
+platform_jar() {
+  # The platform's own JVM classes (include/aldebaran/jvm: the checkpoint file manager), compiled against
+  # pyspark's and the s3a jars into $CACHE/jars/aldebaran-jvm-<hash of the sources>/.
+  echo "    $("$ROOT/.venv/bin/python" -c 'from aldebaran import spark; print(spark.connector_jars(s3a=True)[-1])')"
+}
+
 minio_server() {
   local dir="$CACHE/minio/$MINIO_VERSION/bin"
   if [ -x "$dir/minio" ]; then
@@ -250,6 +256,7 @@ step "tools" check_tools
 step "python venv" python_venv
 step "spark runtimes" spark_runtimes
 step "maven jars" maven_jars
+step "platform jar" platform_jar
 step "minio" minio_server
 step "alertmanager" alertmanager_server
 if [ "$HA" -eq 1 ]; then step "ha extras: psycopg2, asyncpg, postgresql, haproxy" ha_extras; fi

@@ -68,10 +68,15 @@ def apply_spark_env() -> None:
 
 
 def connector_jars(s3a: bool = False) -> list[str]:
-    """Jars for the Kafka source/sink (and s3a:// checkpoints when asked)."""
+    """Jars for the Kafka source/sink (and s3a:// checkpoints when asked: the s3a set and the platform's own
+    checkpoint file manager, aldebaran.jvm)."""
     out = [str(p) for p in paths.jars("spark-kafka")]
     if s3a:
-        out += [str(p) for p in paths.jars("spark-s3a")]
+        from aldebaran import jvm
+
+        s3a_jars = paths.jars("spark-s3a")
+        out += [str(p) for p in s3a_jars]
+        out.append(str(jvm.platform_jar([Path(spark_home()) / "jars" / "*", *s3a_jars])))
     return out
 
 
@@ -207,7 +212,9 @@ def with_log4j2(conf: dict[str, str], user: dict[str, str], master: str | None) 
     return out
 
 
-S3A_CHECKPOINT_MANAGER = "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager"
+# spark-hadoop-cloud's manager with the probes around each write left out and a conditional create
+# (aldebaran/jvm/ObjectStoreCheckpointFileManager.java; same-run figures: `aldebaran bench checkpoint-files`).
+S3A_CHECKPOINT_MANAGER = "io.aldebaran.spark.ObjectStoreCheckpointFileManager"  # = aldebaran.jvm.CHECKPOINT_MANAGER
 
 
 # What the platform's code relies on: applied whatever else is set, and a user value that differs fails at

@@ -22,7 +22,7 @@ USAGE = """\
     aldebaran bench parse-cost                         Kafka read vs parse vs aggregate, batch jobs → docs/benchmarks.md
     aldebaran bench low-latency [--rates R,...]        the real-time-mode lane (Spark 4.3): trade→alert p50/p99, floor, box state
     aldebaran bench lane-tuning [--variants V,...]     the lane's settings A/B, interleaved rounds → docs/benchmarks.md
-    aldebaran bench checkpoint-files [--repeats N]     checkpoint writes: rename vs abortable stream, per batch
+    aldebaran bench checkpoint-files [--repeats N]     checkpoint writes per batch: rename, abortable, ours
     aldebaran bench alerts-from [--rates R] [--repeats N] alerts produced by the shard tasks vs the driver, A/B
     aldebaran bench metrics-cost [--updates N]         metric update cost: Prometheus client vs StatsD UDP
     aldebaran bench MODE --help                        each mode's options"""
@@ -38,7 +38,7 @@ BENCH_MODES = {
     "e2e": "trades → auditor → dispatchers → recipients: the sustained rate",
     "low-latency": "the real-time-mode lane (Spark 4.3): trade → alert p50/p99 against the same-run floor",
     "lane-tuning": "the lane's settings A/B against the shipped lane, interleaved rounds → docs/benchmarks.md",
-    "checkpoint-files": "checkpoint writes: rename vs abortable stream, per batch",
+    "checkpoint-files": "checkpoint writes per batch: rename, abortable, ours",
     "alerts-from": "alerts produced by the shard tasks vs the driver, A/B on one box",
     "metrics-cost": "per-update cost of a Prometheus counter/gauge/histogram vs a StatsD UDP send, and one scrape",
 }

@@ -338,5 +338,7 @@ def test_dockerfile_never_copies_the_whole_context():
 
 def test_dockerfile_installs_java_from_packages_txt():
     packages = [p.split("#")[0].strip() for p in (ROOT / "packages.txt").read_text().splitlines()]
-    assert any(re.fullmatch(r"(default|openjdk-\d+)-jre-headless", p) for p in packages if p)
+    # a JDK: the image compiles include/aldebaran/jvm's classes (javac) at build time
+    assert any(re.fullmatch(r"(default|openjdk-\d+)-jdk-headless", p) for p in packages if p)
+    assert "connector_jars(s3a=True)" in DOCKERFILE.read_text()
     assert "packages.txt" in DOCKERFILE.read_text()
