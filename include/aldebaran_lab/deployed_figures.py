@@ -65,6 +65,9 @@ def figures(rate: int, sent: dict, t0_ms: float, taps: dict, webhook: dict[str, 
     if batches:
         stages["batch_p50"] = _median([b.get("batch_ms") for b in batches.values()])
         stages["batch_trigger_p50"] = _median([b.get("trigger_ms") for b in batches.values()])
+        # a shard task's input (Kafka read, JVM → Python) and its host round trip, the slowest shard's
+        stages["batch_task_input_p50"] = _median([b.get("task_input_ms") for b in batches.values()])
+        stages["batch_task_host_p50"] = _median([b.get("task_host_ms") for b in batches.values()])
         for step in sorted({k for b in batches.values() for k in (b.get("steps_ms") or {})}):
             stages[f"batch_{step}_p50"] = _median([(b.get("steps_ms") or {}).get(step) for b in batches.values()])
         # Spark's own phases of a trigger (walCommit: the offsets log, commitOffsets: the commit log, both in

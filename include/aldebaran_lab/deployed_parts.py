@@ -112,6 +112,8 @@ class Watcher(threading.Thread):
             spark = hb.get("duration_ms") or {}
             self.batches[books["batch_id"]] = {"batch_ms": books.get("batch_ms"), "steps_ms": books.get("steps_ms"),
                                                "applied": books.get("applied"), "misrouted": books.get("misrouted"),
+                                               "task_input_ms": books.get("task_input_ms_max"),
+                                               "task_host_ms": books.get("task_host_ms_max"),
                                                "trigger_ms": spark.get("triggerExecution"), "spark_ms": spark}
         for name in self.dispatchers:
             self._pid(f"dispatcher {name}", heartbeat.read(self.dstore, heartbeat.DISPATCHER, name))

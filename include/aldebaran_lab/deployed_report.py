@@ -213,13 +213,13 @@ def render(result: dict, plot: str | None) -> str:
               "seen by a consumer; `alerts` → each recipient; and the auditor's batches during the segment "
               "(from its heartbeat).", "",
               "| rate | trade→detected | detected→produced | produced→seen | alerts→log | alerts→webhook | alerts→bus "
-              "| batch | batch trigger | parse+shards | alerts produce | archive |",
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| batch | batch trigger | parse+shards | task input | task host | alerts produce | archive |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in d["segments"]:
         st = s["stages_ms"]
         keys = ("trade_to_detected", "detected_to_produced", "produced_to_seen", "alert_to_log", "alert_to_webhook",
-                "alert_to_bus", "batch_p50", "batch_trigger_p50", "batch_parse_shards_p50", "batch_alerts_p50",
-                "batch_archive_p50")
+                "alert_to_bus", "batch_p50", "batch_trigger_p50", "batch_parse_shards_p50", "batch_task_input_p50",
+                "batch_task_host_p50", "batch_alerts_p50", "batch_archive_p50")
         lines.append(f"| {s['rate']:,} | " + " | ".join(_n(st.get(k)) for k in keys) + " |")
     lines += _cost_table(d["segments"])
     if plot:

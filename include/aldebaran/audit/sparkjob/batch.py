@@ -146,6 +146,10 @@ class BatchWriter:
             "parsed_fast": sum(s.parsed_fast or 0 for s in stats),
             "parsed_slow": sum(s.parsed_slow or 0 for s in stats),
             "state_ms_max": max((s.state_ms for s in stats), default=0.0),
+            # A shard task's two halves (co-partitioned plan): its input (the Kafka read and the JVM → Python
+            # transfer) and the host's round trip; the rest of parse_shards is the Spark job's own cost.
+            "task_input_ms_max": max((s.input_ms or 0.0 for s in stats), default=0.0),
+            "task_host_ms_max": max((s.host_ms or 0.0 for s in stats), default=0.0),
             # How each shard task found its books: in its Python worker's cache, caught up there from
             # the deltas another worker wrote, or loaded cold (snapshot + deltas).
             "shard_loads": _count(s.loaded for s in stats),

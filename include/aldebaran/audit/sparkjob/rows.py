@@ -18,7 +18,8 @@ from aldebaran.checkpoint import Checkpoint
 OUTPUT_SCHEMA = (
     "row_type string, alert_id string, kind string, order_id string, alert_json string, sources string, "
     "shard int, open_books long, opened long, expired long, applied long, duplicates long, dlq long, "
-    "state_ms double, loaded string, worker_rss_mib double, misrouted long, parsed_fast long, parsed_slow long"
+    "state_ms double, loaded string, worker_rss_mib double, misrouted long, parsed_fast long, parsed_slow long, "
+    "input_ms double, host_ms double"
 )
 
 # A valid event's fields as the JVM parse gives them (the shuffle plan), in aldebaran.model.Event order.
