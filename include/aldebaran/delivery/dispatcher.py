@@ -142,7 +142,6 @@ class ChannelDispatcher:
 
         def on_assign(_c, tps) -> None:
             nonlocal last_data
-            last_data = time.monotonic()  # the idle clock starts once there is something to read
             for tp in tps:
                 epoch = self._retrying(stop, self.ledger.take_partition, self.channel.name, self.topic, tp.partition,
                                        self.owner)
@@ -151,6 +150,9 @@ class ChannelDispatcher:
                 self.partitions[tp.partition] = Partition(tp.partition, epoch)
                 log.info("%s: partition %d assigned (epoch %d)", self.channel.name, tp.partition, epoch,
                          extra=logs.fields(channel=self.channel.name, partition=tp.partition))
+            # The idle clock starts once there is something to read: after the partitions are taken, which
+            # waits out an object-store outage (a one-pass run must not end idle before its first fetch).
+            last_data = time.monotonic()
 
         def on_revoke(_c, tps) -> None:
             for tp in tps:
