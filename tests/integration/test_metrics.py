@@ -147,11 +147,14 @@ def test_the_auditor_counts_batches_rows_and_alerts_as_trades_arrive(spark, kafk
             samples = scrape(metrics.address())
             assert samples.get(f"aldebaran_auditor_events_total{{outcome=applied,{q}}}", 0) >= 4
             assert samples.get(f"aldebaran_auditor_alerts_total{{kind=OVERFILL,{q}}}") == 1
+            # Batch and row counts come from the query's progress event, which Spark posts to the listener
+            # after the batch's own counters (events, alerts) are set: wait for them too, not only the first.
+            assert samples[f"aldebaran_auditor_batches_total{{{q}}}"] > before[f"aldebaran_auditor_batches_total{{{q}}}"]
+            rows = f"aldebaran_auditor_input_rows_total{{{q}}}"
+            assert samples.get(rows, 0) >= before.get(rows, 0) + 4
             return samples
 
         after = assert_eventually(audited, timeout=45, interval=0.5, message="the trades on /metrics")
-        assert after[f"aldebaran_auditor_batches_total{{{q}}}"] > before[f"aldebaran_auditor_batches_total{{{q}}}"]
-        assert after[f"aldebaran_auditor_input_rows_total{{{q}}}"] >= before[f"aldebaran_auditor_input_rows_total{{{q}}}"] + 4
         assert after[f"aldebaran_auditor_open_books{{{q}}}"] >= 2
         assert after[f"aldebaran_auditor_batch_duration_seconds_count{{{q}}}"] >= 2
         assert after[f"aldebaran_auditor_consumer_lag{{{q}}}"] >= 0
