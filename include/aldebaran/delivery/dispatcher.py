@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from aldebaran import logs
+from aldebaran.delivery.corrupt import set_aside
 from aldebaran.delivery.decode import AlertDeadLetters, decode
 from aldebaran.delivery.exceptions import ConsumerFatal, RetryableError
 from aldebaran.delivery.handles import ALREADY, BUSY, DOUBT, SEND
@@ -230,9 +231,8 @@ class ChannelDispatcher:
         """Settle what is buffered for one partition; the next offset to commit, or None."""
         try:
             return self.runs.settle(part, stop)
-        except (Fenced, LedgerCorrupt) as exc:
-            part.broken = str(exc)
-            part.buffer.clear()
+        except (Fenced, LedgerCorrupt) as exc:  # a corrupt run is marked in the quarantine (corrupt.set_aside)
+            part.broken, part.buffer = set_aside(self.ledger, exc, self.owner, self.channel.name), []
             log.error("%s: partition %d stopped: %s", self.channel.name, part.number, exc,
                       extra=logs.fields(channel=self.channel.name, partition=part.number))
             return None

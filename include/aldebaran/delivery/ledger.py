@@ -35,6 +35,7 @@ from typing import Callable, Iterator
 
 from aldebaran.delivery import handles
 from aldebaran.delivery.handles import Attempt, RunHandle
+from aldebaran.delivery.owners import LedgerOwners
 from aldebaran.delivery.records import CLAIMED, DEAD, IN_DOUBT, RETRY, SETTLED, Record, RetryPolicy
 from aldebaran.delivery.reports import LedgerReports
 from aldebaran.delivery.runs import MALFORMED, PENDING, RECORDED, REPEAT, Run
@@ -47,7 +48,7 @@ from aldebaran.storage import Store, safe_segment
 INDEXED = {RETRY: "retry", DEAD: "dead", IN_DOUBT: "in_doubt"}
 
 
-class Ledger(LedgerReports):
+class Ledger(LedgerOwners, LedgerReports):
     def __init__(self, store: Store, prefix: str = "deliveries", lease_seconds: float = 60.0,
                  policy: RetryPolicy | None = None, clock: Callable[[], float] = time.time) -> None:
         self.store = store
@@ -92,44 +93,6 @@ class Ledger(LedgerReports):
     def index_key(self, kind: str, channel: str, alert_id: str) -> str:
         return f"{self.prefix}-index/{kind}/{safe_segment(channel, 'channel')}/{safe_segment(alert_id, 'alert id')}"
 
-    # --- partition owners -----------------------------------------------------------------------
-    def take_partition(self, channel: str, topic: str, partition: int, owner: str) -> int:
-        """Become the owner of (channel, topic, partition): returns the new epoch (previous + 1)."""
-        key = self.owner_key(channel, topic, partition)
-        while True:
-            try:
-                obj = self.store.get(key)
-            except NotFound:
-                body = {"epoch": 1, "owner": owner, "since": self.clock()}
-                try:
-                    self._write(self.store.create, key, json.dumps(body).encode())
-                    return 1
-                except AlreadyExists:
-                    continue
-            try:
-                epoch = json.loads(obj.body)["epoch"] + 1
-                if type(epoch) is not int or epoch < 2:
-                    raise TypeError(f"epoch {epoch - 1!r} is not a whole number ≥ 1")
-            except (ValueError, KeyError, TypeError, IndexError) as exc:
-                # Quarantined, then overwritten under its ETag below (a racing taker's write wins, and we
-                # read again), with an epoch above any handed out: see fresh_epoch.
-                self.quarantine(key, f"partition owner cannot be read: {exc}", owner, channel, obj.body, remove=False)
-                epoch = self.fresh_epoch()
-            body = {"epoch": epoch, "owner": owner, "since": self.clock()}
-            try:
-                self._write(self.store.replace, key, json.dumps(body).encode(), obj.etag)
-                return epoch
-            except PreconditionFailed:
-                continue  # someone else took it meanwhile: read again and go one higher
-
-    def fresh_epoch(self) -> int:
-        """The epoch after an unreadable owner object: the clock in milliseconds. Epochs otherwise grow by
-        one per assignment, so they stay far below it (and below any later one: clocks within NTP's bounds,
-        the lease's assumption too). Safety never rests on it: every run write is If-Match on the run's
-        ETag; the epoch only decides who may adopt a claimed run, and a stale owner with a higher one has
-        lost the partition in Kafka, so it adopts nothing more."""
-        return int(self.clock() * 1000)
-
     def quarantine(self, key: str, reason: str, reader: str, channel: str, body: bytes | None = None,
                    remove: bool = True) -> str | None:
         """Move a corrupt ledger object (or an odd index key) to ``<prefix>-quarantine/<key>`` with its
@@ -141,12 +104,6 @@ class Ledger(LedgerReports):
 
     def quarantine_prefix(self) -> str:
         return f"{self.prefix}-quarantine/"
-
-    def owner_epoch(self, channel: str, topic: str, partition: int) -> int:
-        try:
-            return int(json.loads(self.store.get(self.owner_key(channel, topic, partition)).body)["epoch"])
-        except NotFound:
-            return 0
 
     # --- the claim sequences: each hands out a handle ---------------------------------------------
     def open_run(self, channel, topic: str, partition: int, epoch: int, owner: str, buffer: list, max_run: int,
@@ -246,24 +203,34 @@ class Ledger(LedgerReports):
         return Run.from_bytes(obj.body, key), obj.etag
 
     def runs(self, channel: str, topic: str, partition: int, from_offset: int = 0, until: int | None = None,
-             readers: int = 1) -> Iterator[Run]:
+             readers: int = 1, corrupt: list | None = None) -> Iterator[Run]:
         """The partition's runs whose start is ≥ from_offset (and ≤ `until`, if given), in offset order
         (StartAfter: no full listing). `readers` > 1 reads that many runs at a time (a bounded range only:
-        a takeover's dedupe window is hundreds of small objects, one round trip each)."""
+        a takeover's dedupe window is hundreds of small objects, one round trip each). A corrupt run raises
+        LedgerCorrupt, unless `corrupt` is given (a reader that only looks): then it is skipped and noted there."""
         prefix = self.run_prefix(channel, topic, partition)
         after = f"{prefix}{from_offset - 1:020d}.json" if from_offset > 0 else None
         keys: Iterator[str] = (obj["Key"] for obj in self.store.list(prefix, start_after=after))
         if until is not None:
-            keys = itertools.takewhile(lambda k: int(k[len(prefix):].split(".", 1)[0]) <= until, keys)
+            keys = itertools.takewhile(lambda k: _start(k[len(prefix):]) <= until, keys)
         if readers <= 1 or until is None:
-            bodies = ((k, self._body(k)) for k in keys)
-            yield from (Run.from_bytes(b, k) for k, b in bodies if b is not None)
-            return
-        names = list(keys)
-        with ThreadPoolExecutor(readers, thread_name_prefix="ledger-runs") as pool:
-            for k, b in zip(names, pool.map(self._body, names)):
-                if b is not None:
-                    yield Run.from_bytes(b, k)
+            bodies: Iterator = ((k, self._body(k)) for k in keys)
+        else:
+            pool = ThreadPoolExecutor(readers, thread_name_prefix="ledger-runs")
+            names = list(keys)
+            bodies = zip(names, pool.map(self._body, names))
+            pool.shutdown(wait=False)  # map() has submitted every read; the pool's threads end with them
+        for k, b in bodies:
+            if b is None:
+                continue
+            try:
+                yield Run.from_bytes(b, k)
+            except LedgerCorrupt as exc:
+                if corrupt is None:
+                    raise
+                from aldebaran.delivery.corrupt import noted
+
+                noted(exc, corrupt, "ledger runs")
 
     def _body(self, key: str) -> bytes | None:
         try:
@@ -271,10 +238,11 @@ class Ledger(LedgerReports):
         except NotFound:
             return None
 
-    def run_covering(self, channel: str, topic: str, partition: int, offset: int, max_run: int) -> Run | None:
+    def run_covering(self, channel: str, topic: str, partition: int, offset: int, max_run: int,
+                     corrupt: list | None = None) -> Run | None:
         """The run whose range holds `offset` (runs are at most max_run offsets long... unless malformed
-        alerts or gaps stretched one; then a longer look back is needed: see `runs`)."""
-        for run in self.runs(channel, topic, partition, max(0, offset - max_run)):
+        alerts or gaps stretched one; then a longer look back is needed: see `runs`, and its `corrupt`)."""
+        for run in self.runs(channel, topic, partition, max(0, offset - max_run), corrupt=corrupt):
             if run.start > offset:
                 return None
             if run.start <= offset <= run.end:
@@ -396,3 +364,9 @@ class Ledger(LedgerReports):
         with self._count:
             self.writes += 1
         return fn(*args)
+
+
+def _start(name: str) -> int:
+    """A run key's start offset (``<start:020d>.json``); a name no ledger writes sorts last (not a run)."""
+    head = name.split(".", 1)[0]
+    return int(head) if head.isdigit() else 1 << 62
