@@ -306,32 +306,19 @@ class TestOnMinio(StoreAndLedgerContract):
         """The real path on MinIO: a conditional PUT lands, its reply is lost (failure injection below the
         client: the HTTP session raises after sending), botocore retries the same request and gets 412;
         the storage layer reads the object back, finds its token, and returns its ETag."""
-        from botocore.exceptions import ConnectionClosedError
+        from tests.integration.fault_s3 import LostReplyFaultInjection
 
-        session = store.client._endpoint.http_session
-        real_send, lost = session.send, []
-
-        def send_and_lose_reply(request):
-            response = real_send(request)
-            if request.method == "PUT" and not lost:
-                lost.append(response.status_code)
-                raise ConnectionClosedError(endpoint_url=request.url)
-            return response
-
-        session.send = send_and_lose_reply
-        try:
+        with LostReplyFaultInjection(store) as fault:
             key = f"{root}/lost-reply.json"
             etag = store.create(key, b"1")
-            assert lost == [200] and store.get(key).etag == etag
-            lost.clear()
+            assert fault.lost == [200] and fault.retried == [412] and store.get(key).etag == etag
+            fault.arm()
             etag2 = store.replace(key, b"2", etag)
-            assert lost == [200] and store.get(key).etag == etag2 and store.get(key).body == b"2"
-            lost.clear()
+            assert fault.lost == [200] and store.get(key).etag == etag2 and store.get(key).body == b"2"
+            fault.arm()
             with pytest.raises(PreconditionFailed):  # a lost reply to a write that failed is still a race
                 store.replace(key, b"3", etag)
-            assert lost == [412]
-        finally:
-            del session.send
+            assert fault.lost == [412]
 
 
 class TestOnLocalDirectory(StoreAndLedgerContract):
