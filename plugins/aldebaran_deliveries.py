@@ -125,8 +125,8 @@ def create_app():
     """The plugin's FastAPI app: routes relative to its mount point (URL_PREFIX)."""
     from typing import Annotated
 
-    from aldebaran.delivery import pages
-    from aldebaran.exceptions import ConfigError, ObjectStoreError
+    from aldebaran.delivery import corrupt, pages
+    from aldebaran.exceptions import ConfigError, LedgerCorrupt, ObjectStoreError
     from aldebaran.storage import safe_segment
     from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
     from fastapi.exception_handlers import http_exception_handler
@@ -166,6 +166,14 @@ def create_app():
         return await login_or_error(request, HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
                                                            f"delivery ledger unavailable: {exc}"))
 
+    @app.exception_handler(LedgerCorrupt)
+    async def ledger_object_corrupt(request: Request, exc: LedgerCorrupt):
+        # One record asked for by its key cannot be read (the lists skip such objects and name them):
+        # say which and why; the dispatcher's sweep quarantines it, nothing here moves it.
+        log.warning("deliveries page: corrupt ledger object %s: %s", exc.key, exc.reason)
+        return await login_or_error(request, HTTPException(status.HTTP_409_CONFLICT,
+                                                           f"corrupt ledger object {exc.key}: {exc.reason}"))
+
     def open_or_400(backend, prefix: str | None):
         try:
             return open_ledger(backend, prefix)
@@ -182,7 +190,8 @@ def create_app():
     def deliveries_page(user: User, backend: Backend, ledger: LedgerPrefix = None, limit: Limit = pages.DEFAULT_LIMIT):
         book = open_or_400(backend, ledger)
         default = open_ledger(backend, None).prefix
-        body = pages.render_overview(book, pages.overview(book, limit), default, limit, user.get_name())
+        body = pages.render_overview(book, pages.overview(book, limit), default, limit, user.get_name(),
+                                     corrupt.quarantined(book), pages.rejected(backend))
         return HTMLResponse(body, headers=SECURITY_HEADERS)
 
     @app.get("/deliveries/find", response_class=HTMLResponse)
@@ -194,7 +203,7 @@ def create_app():
         checked_id(alert_id)
         book = open_or_400(backend, ledger)
         channels = book.channels()
-        records = {c: book.get(c, alert_id) for c in channels}
+        records = {c: corrupt.record(book, c, alert_id, None, "deliveries page") for c in channels}
         # A key scan of the alerts topic only when some channel has no record of its own.
         position = None if all(records.values()) else locate_alert(alert_id, timeout=10.0)
         views = [find(book, c, alert_id, position) for c in channels]
@@ -239,7 +248,8 @@ def create_app():
     def deliveries_stats(user: User, backend: Backend, ledger: LedgerPrefix = None) -> dict:
         book = open_or_400(backend, ledger)
         rows = [book.stats(channel) for channel in book.channels()]
-        return {"ledger": book.prefix, "store": book.store.uri(), "generated_at": book.clock(), "channels": rows}
+        return {"ledger": book.prefix, "store": book.store.uri(), "generated_at": book.clock(), "channels": rows,
+                "quarantine": corrupt.quarantined(book), "alerts_dlq_rejected": pages.rejected(backend)}
 
     return app
 

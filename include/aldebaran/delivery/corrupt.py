@@ -14,6 +14,7 @@ import logging
 
 from aldebaran.exceptions import LedgerCorrupt, ObjectStoreError
 from aldebaran.quarantine import WHY
+from aldebaran.storage import safe_segment
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +32,17 @@ def noted(exc: LedgerCorrupt, corrupt: list | None, reader: str) -> None:
 
 
 def record(ledger, channel: str, alert_id: str, corrupt: list | None, reader: str):
-    """``ledger.get``, with a corrupt record skipped (None) and noted in `corrupt`."""
+    """``ledger.get``, with a corrupt record (or an alert id no ledger writes, listed under its prefix)
+    skipped (None) and noted in `corrupt`."""
     try:
+        safe_segment(alert_id, "alert id")
         return ledger.get(channel, alert_id)
     except LedgerCorrupt as exc:
         noted(exc, corrupt, reader)
-        return None
+    except ValueError as exc:  # the id itself: its key cannot even be built
+        key = f"{ledger.prefix}/{channel}/alerts/{alert_id}.json"
+        noted(LedgerCorrupt(f"odd record key {key}: {exc}", key, f"odd record key: {exc}"), corrupt, reader)
+    return None
 
 
 def quarantined(ledger, cap: int = SCAN_CAP) -> dict:

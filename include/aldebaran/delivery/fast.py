@@ -126,18 +126,25 @@ def fast_view(ledger, channel: str, alert_id: str, fast_topic: str) -> dict | No
     """One channel's fast-lane story of an alert, or None if it has none: which lane's run holds its sent
     marker (``lane`` fast|exact, the run and the alert's entry in it), its retraction and reinstatement
     records (aldebaran.delivery.retraction). Three reads, no listing."""
+    from aldebaran.delivery.corrupt import noted, record
     from aldebaran.delivery.retraction import reinstatement_id, retraction_id
+    from aldebaran.exceptions import LedgerCorrupt
 
     holder = ledger.sent_by(channel, alert_id)
-    retracted = ledger.get(channel, retraction_id(alert_id))
-    reinstated = ledger.get(channel, reinstatement_id(alert_id))
+    # A reader that only looks: a corrupt record or run is skipped (logged with its key), never fatal.
+    retracted = record(ledger, channel, retraction_id(alert_id), None, "explain")
+    reinstated = record(ledger, channel, reinstatement_id(alert_id), None, "explain")
     if holder is None and retracted is None:
         return None
     view: dict = {"channel": channel, "sent_by": holder, "lane": None, "state": None, "run": None,
                   "retraction": _record_view(retracted), "reinstatement": _record_view(reinstated)}
     if holder is not None:
         view["lane"] = "fast" if run_topic(holder) == fast_topic else "exact"
-        run = ledger.run_at(holder)
+        try:
+            run = ledger.run_at(holder)
+        except LedgerCorrupt as exc:
+            noted(exc, None, "explain")
+            run, view["state"] = None, "CORRUPT"
         if run is not None:
             from aldebaran.delivery.tools import ENTRY_STATES
 

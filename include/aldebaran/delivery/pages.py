@@ -13,101 +13,17 @@ import json
 from datetime import datetime, timezone
 from urllib.parse import quote, urlencode
 
+# The page's reads, named here as before (the plugin and the tools call pages.overview, pages.channel_promise).
+from aldebaran.delivery.page_data import (ATTENTION, attention, channel_promise, delivers_fast,  # noqa: F401
+                                          latest_records, overview, rejected, retractions)
+
 DEFAULT_LIMIT, MAX_LIMIT = 20, 200  # records per list
-ATTENTION = (("in_doubt", "In doubt"), ("dead", "Dead"), ("retry", "Retrying / in flight"))
 # Counts from the ledger's small index (what needs attention); delivered alerts live in group-commit runs
 # and are not counted here (`aldebaran deliveries stats` adds each channel's Kafka backlog).
 STAT_COLUMNS = (
     ("fast", "fast lane"), ("retrying", "retrying"), ("dead", "dead"), ("in_doubt", "in doubt"),
     ("lease_seconds", "lease"), ("max_attempts", "max attempts"),
 )
-
-
-# --- reading the ledger --------------------------------------------------------------------------
-def latest_records(ledger, channel: str, limit: int) -> list:
-    """The `limit` most recently written per-alert records of a channel, newest first (failures, doubts,
-    pages: alerts delivered inside a run have no record of their own; find them by id). The listing's
-    LastModified picks them, so only `limit` records are read."""
-    from aldebaran.storage import safe_segment
-
-    prefix = f"{ledger.prefix}/{safe_segment(channel, 'channel')}/alerts/"
-    newest = sorted(ledger.store.list(prefix), key=lambda o: o["LastModified"], reverse=True)
-    ids = [o["Key"][len(prefix):-len(".json")] for o in newest if o["Key"].endswith(".json")]
-    records = [got[0] for alert_id in ids[:limit] if "/" not in alert_id and (got := ledger.get(channel, alert_id))]
-    return sorted(records, key=lambda r: r.updated_at, reverse=True)[:limit]
-
-
-def attention(ledger, channel: str, limit: int) -> list[tuple[str, str, int, list]]:
-    """(kind, title, how many are indexed, up to `limit` of their records) per index of the channel.
-
-    A marker can outlive its record's stay in that state (the ledger writes markers first and removes
-    them last); such records are left out, so the count is an upper bound."""
-    from aldebaran.delivery.records import DELIVERED
-
-    sections = []
-    for kind, title in ATTENTION:
-        ids = ledger.indexed(kind, channel)
-        records = [got[0] for alert_id in ids[:limit] if (got := ledger.get(channel, alert_id))]
-        sections.append((kind, title, len(ids), [r for r in records if r.state != DELIVERED]))
-    return sections
-
-
-def overview(ledger, limit: int, fast_topic: str | None = None) -> list[dict]:
-    """Per channel in the ledger: its figures (and whether the fast lane delivers it: `fast_topic`, default
-    ALDEBARAN_KAFKA_FAST_ALERTS_TOPIC), what needs attention, its latest records, its retractions."""
-    if fast_topic is None:
-        from aldebaran.settings import KafkaSettings, load
-
-        fast_topic = load(KafkaSettings).fast_alerts_topic
-    return [
-        {"stats": {**ledger.stats(channel), "fast": delivers_fast(ledger, channel, fast_topic)},
-         "attention": attention(ledger, channel, limit), "latest": latest_records(ledger, channel, limit),
-         "retractions": retractions(ledger, channel, limit), "promise": channel_promise(channel)}
-        for channel in ledger.channels()
-    ]
-
-
-def channel_promise(channel: str) -> dict | None:
-    """What the channel's kind promises (``Channel.promise``: its deduplication key, in-doubt policy and
-    provider rate), the kind found as dispatch finds it outside Airflow: its connection's conn_type, else its
-    name. None when neither names a kind (the page then says so)."""
-    from aldebaran.delivery.channels import CONN_TYPES, KINDS, env_connection
-    from aldebaran.exceptions import ConfigError
-
-    try:
-        conn = env_connection(channel)
-    except ConfigError:  # a malformed connection: its dispatcher says so; the page shows no promise
-        conn = None
-    kind = CONN_TYPES.get(conn.conn_type) if conn is not None and conn.conn_type else None
-    kind = kind or (channel if channel in KINDS else None)
-    if not kind:
-        return None
-    try:  # a provider lookup (SMS ``lookup: true``) changes the promise
-        lookup = conn is not None and conn.extra_bool("lookup", False)
-    except ConfigError:
-        lookup = False
-    return KINDS[kind].promise(lookup=lookup)
-
-
-def delivers_fast(ledger, channel: str, fast_topic: str) -> bool:
-    """Whether the channel is delivered from the fast lane: a fast dispatcher has owned a partition of the
-    fast topic for it (what the ledger shows, whatever the configuration says now)."""
-    from aldebaran.storage import safe_segment
-
-    prefix = f"{ledger.prefix}/{safe_segment(channel, 'channel')}/owners/{safe_segment(fast_topic, 'topic')}/"
-    return any(True for _ in ledger.store.list(prefix))
-
-
-def retractions(ledger, channel: str, limit: int) -> list:
-    """The channel's retractions and reinstatements of fast-lane alerts (aldebaran.delivery.retraction),
-    newest first: per-alert records whose id starts ``retract-`` / ``reinstate-``."""
-    from aldebaran.storage import safe_segment
-
-    base = f"{ledger.prefix}/{safe_segment(channel, 'channel')}/alerts/"
-    found = [o for start in ("retract-", "reinstate-") for o in ledger.store.list(base + start)]
-    newest = sorted(found, key=lambda o: o["LastModified"], reverse=True)[:limit]
-    ids = [o["Key"][len(base):-len(".json")] for o in newest if o["Key"].endswith(".json")]
-    return [got[0] for alert_id in ids if (got := ledger.get(channel, alert_id))]
 
 
 # --- HTML (every value goes through esc()) ------------------------------------------------------
@@ -225,7 +141,30 @@ def promise_line(promise: dict | None) -> str:
             f"in doubt: {esc(promise['in_doubt'])} · provider rate: {esc(promise['provider_rate'] or 'not provider-bound')}</p>")
 
 
-def render_overview(ledger, channels: list[dict], default_prefix: str, limit: int, user_name: str) -> str:
+def set_aside_line(quarantine: dict | None, dlq: int | None) -> str:
+    """The quarantine's size (corrupt objects the dispatchers set aside) and the alerts dead-lettered to
+    alerts.dlq, in one line: both are kept, not lost, and an operator reads them with the CLI."""
+    parts = []
+    if quarantine is not None:
+        count = f"{'≥ ' if quarantine['capped'] else ''}{quarantine['count']}"
+        parts.append(f'Quarantine: <strong id=quarantine-count>{esc(count)}</strong> corrupt object(s) set aside in '
+                     f"<code>{esc(quarantine['where'])}</code> (<code>aldebaran deliveries quarantine</code>)")
+    if dlq is not None:
+        parts.append(f"alerts.dlq: <strong id=dlq-count>{esc(dlq)}</strong> rejected alert(s) dead-lettered by "
+                     "the running dispatchers since each started")
+    return f"<p class=meta id=set-aside>{' · '.join(parts)}</p>" if parts else ""
+
+
+def corrupt_table(corrupt: list[dict], channel: str) -> str:
+    """Objects this page could not read: skipped, not moved (the dispatcher's sweep quarantines them)."""
+    rows = "".join(f"<tr><td><code>{esc(c['key'])}</code></td><td class=err>{esc(c['reason'])}</td></tr>"
+                   for c in corrupt)
+    return (f'<h3 class="corrupt">Corrupt, skipped: {esc(len(corrupt))}</h3><table id="corrupt-{esc(channel)}"><thead><tr>'
+            f"<th>key</th><th>reason</th></tr></thead><tbody>{rows}</tbody></table>")
+
+
+def render_overview(ledger, channels: list[dict], default_prefix: str, limit: int, user_name: str,
+                    quarantine: dict | None = None, dlq: int | None = None) -> str:
     qs = query(ledger.prefix, default_prefix, limit)
     parts = [
         "<h1>Alert deliveries</h1>",
@@ -236,6 +175,7 @@ def render_overview(ledger, channels: list[dict], default_prefix: str, limit: in
         f'pattern="[A-Za-z0-9][A-Za-z0-9._=-]*" required></label>'
         + (f'<input type=hidden name=ledger value="{esc(ledger.prefix)}">' if ledger.prefix != default_prefix else "")
         + " <button>show</button></form>",
+        set_aside_line(quarantine, dlq),
     ]
     if not channels:
         parts.append("<p class=empty>No delivery records yet.</p>")
@@ -245,6 +185,8 @@ def render_overview(ledger, channels: list[dict], default_prefix: str, limit: in
         name = c["stats"]["channel"]
         parts.append(f'<section id="channel-{esc(name)}"><h2>Channel {esc(name)}</h2>')
         parts.append(promise_line(c.get("promise")))
+        if c.get("corrupt"):
+            parts.append(corrupt_table(c["corrupt"], name))
         for kind, title, count, records in c["attention"]:
             more = f" (showing {len(records)})" if count > len(records) else ""
             parts.append(f'<h3 class="attention-{esc(kind)}">{esc(title)}: {esc(count)}{esc(more)}</h3>')

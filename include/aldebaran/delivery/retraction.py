@@ -34,6 +34,7 @@ from aldebaran.storage import safe_segment
 log = logging.getLogger(__name__)
 
 RETRACTION, REINSTATEMENT = "RETRACTION", "REINSTATEMENT"
+CORRUPT = "corrupt"  # a channel's outcome when its ledger record cannot be read (skipped, logged)
 _ORDER_FIELDS = ("client", "stock", "requested", "purchased", "purchase_count", "trigger_event_id",
                  "trigger_event_ts")
 
@@ -86,26 +87,45 @@ class Retractor:
 
     def retract(self, record: dict) -> dict[str, str]:
         """Send `record`'s retraction to every fast channel: channel → "sent" | "already" | "failed" |
-        "in_doubt" | "busy" (another worker holds it under a live lease: ask again later)."""
+        "in_doubt" | "busy" (another worker holds it under a live lease: ask again later) | "corrupt"."""
         return self._deliver(retraction(record), self.channels)
 
     def reinstate(self, alert_id: str, confirmed_at: float) -> dict[str, str]:
         """Send a reinstatement to each fast channel that has a retraction of `alert_id` on record."""
+        from aldebaran.delivery.corrupt import record
+
         out: dict[str, str] = {}
         for channel in self.channels:
-            got = self.ledger.get(channel.name, retraction_id(alert_id))
+            corrupt: list = []
+            got = record(self.ledger, channel.name, retraction_id(alert_id), corrupt, "retractions")
             if got is not None:
                 out.update(self._deliver(reinstatement(got[0].alert, confirmed_at), [channel]))
+            elif corrupt:
+                out[channel.name] = CORRUPT
         return out
 
     def _deliver(self, message: Alert, channels: list) -> dict[str, str]:
-        from aldebaran.delivery.dispatcher import DispatchStats, deliver_direct
+        from aldebaran.delivery.dispatcher import DispatchStats
 
         stats = DispatchStats()
-        out = {c.name: deliver_direct(self.ledger, c, message, self.owner, stats) for c in channels}
+        out = {c.name: self._direct(c, message, stats) for c in channels}
         log.warning("%s %s of alert %s: %s", message.kind.lower(), message.alert_id,
                     message.extra.get("retracts") or message.extra.get("reinstates"), out)
         return out
+
+    def _direct(self, channel, message: Alert, stats) -> str:
+        """deliver_direct, or CORRUPT when the message's record on this channel cannot be read: skipped and
+        logged with its key (the channel's dispatcher sweep quarantines it if it is in an index), so the other
+        channels, and the reconciler, go on. Not re-created here: it may have been sent already."""
+        from aldebaran.delivery.corrupt import noted
+        from aldebaran.delivery.dispatcher import deliver_direct
+        from aldebaran.exceptions import LedgerCorrupt
+
+        try:
+            return deliver_direct(self.ledger, channel, message, self.owner, stats)
+        except LedgerCorrupt as exc:
+            noted(exc, None, f"retractions ({channel.name})")
+            return CORRUPT
 
     def close(self) -> None:
         for channel in self.channels:

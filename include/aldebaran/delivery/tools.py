@@ -145,17 +145,26 @@ def locate_alert(alert_id: str, timeout: float = 30.0) -> tuple[int, int] | None
 
 
 def find(ledger, channel: str, alert_id: str, position: tuple[int, int] | None, max_run: int = 100_000) -> dict:
-    """One channel's view of an alert: its own record if it has one, else its entry in the run."""
-    got = ledger.get(channel, alert_id)
+    """One channel's view of an alert: its own record if it has one, else its entry in the run. A corrupt
+    record or run is skipped, never fatal: the view says CORRUPT with its key and reason (`corrupt`)."""
+    from aldebaran.delivery.corrupt import record
+
+    corrupt: list = []
+    got = record(ledger, channel, alert_id, corrupt, "deliveries show")
     if got is not None:
         return {"channel": channel, "source": "record", **got[0].to_dict()}
     if position is None:
+        if corrupt:
+            return {"channel": channel, "state": "CORRUPT", "corrupt": corrupt, "note": _unreadable(corrupt)}
         return {"channel": channel, "state": "UNKNOWN", "note": "no record, and the alerts topic no longer holds it"}
     from aldebaran.settings import KafkaSettings, load
 
     topic = load(KafkaSettings).alerts_topic
     partition, offset = position
-    run = ledger.run_covering(channel, topic, partition, offset, max_run)
+    run = ledger.run_covering(channel, topic, partition, offset, max_run, corrupt=corrupt)
+    if run is None and corrupt:  # the record, or a run that may hold the alert, cannot be read
+        return {"channel": channel, "state": "CORRUPT", "partition": partition, "offset": offset, "corrupt": corrupt,
+                "note": _unreadable(corrupt)}
     if run is None:
         return {"channel": channel, "state": "PENDING", "partition": partition, "offset": offset,
                 "note": "not yet in a run on this channel"}
@@ -165,6 +174,16 @@ def find(ledger, channel: str, alert_id: str, position: tuple[int, int] | None, 
             "run": {"partition": run.partition, "start": run.start, "end": run.end, "state": run.state,
                     "owner": run.owner, "epoch": run.epoch, "claimed_at": run.claimed_at,
                     "recorded_at": run.recorded_at, "history": run.history}}
+
+
+def _unreadable(corrupt: list[dict]) -> str:
+    return "skipped, cannot be read: " + "; ".join(f"{c['key']} ({c['reason']})" for c in corrupt)
+
+
+def print_corrupt(corrupt: list[dict]) -> None:
+    """The corrupt objects a listing skipped (not moved: a dispatcher's sweep quarantines a record)."""
+    for c in corrupt:
+        print(f"CORRUPT, skipped: {c['key']}  reason={c['reason']!r}")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -188,30 +207,41 @@ def main(args: argparse.Namespace) -> int:
     channels = [args.channel] if args.channel else ledger.channels()
     alert_id = args.alert_id or args.alert
     if args.action == "stats":
+        from aldebaran.delivery.corrupt import quarantined
+
         rows = [{**with_backlog(ledger.stats(c)), "promise": promise_of(c)} for c in channels]
         print(format_table(rows, STAT_COLUMNS) if rows else "(nothing in the delivery ledger yet)")
+        q = quarantined(ledger)
+        if q["count"]:
+            print(f"quarantine: {'≥ ' if q['capped'] else ''}{q['count']} corrupt object(s) set aside in {q['where']} "
+                  "(aldebaran deliveries quarantine)")
         return 0
     if args.action == "list":
-        states = [args.state] if args.state else [RETRY, DEAD, IN_DOUBT]
+        from aldebaran.delivery.corrupt import record
+
+        states, corrupt = [args.state] if args.state else [RETRY, DEAD, IN_DOUBT], []
         for c in channels:
             for state in states:
                 for i in ledger.indexed(state.lower(), c)[: args.limit]:
-                    got = ledger.get(c, i)
+                    got = record(ledger, c, i, corrupt, "deliveries list")
                     if got is not None:
                         r = got[0]
                         print(f"{c:<12} {r.alert_id}  {r.state:<9} attempt={r.attempt:<2} {r.alert.kind:<9} "
                               f"order={r.alert.order_id} {('error=' + r.error) if r.error else ''}")
+        print_corrupt(corrupt)
         return 0
     if args.action == "runs":
         from aldebaran.settings import KafkaSettings
 
         topic = load(KafkaSettings).alerts_topic
+        corrupt = []
         for c in channels:
-            for n, run in enumerate(ledger.runs(c, topic, args.partition, args.from_offset)):
+            for n, run in enumerate(ledger.runs(c, topic, args.partition, args.from_offset, corrupt=corrupt)):
                 if n >= args.limit:
                     break
                 print(f"{c:<12} p{run.partition} {run.start}-{run.end} {run.state:<8} epoch={run.epoch} "
                       f"owner={run.owner} {json.dumps(run.counts())}")
+        print_corrupt(corrupt)
         return 0
     if not alert_id:
         raise SystemExit(f"{args.action} needs an alert id (--alert-id)")

@@ -20,6 +20,9 @@ Checks (each independent: one failing probe never hides the others):
   or an unreadable ledger object: that partition is not delivered). ``ALDEBARAN_HEALTH_CHECK_DISPATCHERS``
   turns it off where only the alert_dispatch DAG delivers. Each one's ``rejected`` count (messages it
   dead-lettered to ``alerts.dlq``) is shown, not failed on; so is the lane reconciler's.
+- **quarantine** — corrupt delivery-ledger objects set aside (a bounded count of
+  ``<ALDEBARAN_DELIVERY_PREFIX>-quarantine/``) and the alerts dead-lettered to ``alerts.dlq`` (the
+  ``rejected`` above, summed): a warning, never a failure.
 - **lane** (with ``ALDEBARAN_LANES_ENABLED``) — the low-latency lane's keeper has a heartbeat, ``running``
   and younger than ``ALDEBARAN_LANES_STALE_AFTER_SECONDS``, and no fast-lane alert is unconfirmed: one the
   exact lane did not raise within ``ALDEBARAN_LANES_CONFIRM_TTL_SECONDS`` (held back from delivery; an
@@ -189,6 +192,27 @@ def check_deliveries(channels: list[str], settings: HealthSettings) -> dict:
     return out
 
 
+def check_quarantine(ledger, rejected: list[int | None]) -> dict:
+    """The delivery ledger's quarantine (corrupt objects set aside, aldebaran.delivery.corrupt: a bounded
+    listing) and the alerts dead-lettered to alerts.dlq (the dispatchers' and the lane reconciler's
+    `rejected`, read by the other checks). A warning, never a failure: each one is kept, not lost, and
+    the processes went on; a partition a corrupt run stopped fails under "dispatchers" (broken)."""
+    from aldebaran.delivery.corrupt import quarantined
+    from aldebaran.exceptions import ObjectStoreError
+
+    known = [n for n in rejected if n is not None]
+    out: dict = {"ok": True, "alerts_dlq_rejected": sum(known) if known else None}
+    try:
+        out.update(quarantined(ledger))
+    except ObjectStoreError as exc:  # object_store says whether the store is down; this is a count
+        out["warning"] = f"delivery quarantine not counted: {exc}"
+        return out
+    if out["count"]:
+        out["warning"] = (f"{'≥ ' if out['capped'] else ''}{out['count']} corrupt ledger object(s) in the quarantine "
+                          f"{out['where']}: see `aldebaran deliveries quarantine` (docs/operations.md, Quarantine)")
+    return out
+
+
 def check_dispatchers(settings: HealthSettings, now: float) -> dict:
     from aldebaran.exceptions import ObjectStoreError
     from aldebaran.heartbeat import DISPATCHER, key, read
@@ -300,6 +324,10 @@ def check(run_id: str, query_name: str | None = None, overrides: dict | None = N
         lanes = load(LaneSettings)
         if lanes.enabled:
             checks["lane"] = check_lane(now, lanes, (query, heartbeat))
+        from aldebaran.delivery.dispatcher import default_ledger
+
+        rejected = [d.get("rejected") for d in checks.get("dispatchers", {}).get("dispatchers", {}).values()]
+        checks["quarantine"] = check_quarantine(default_ledger(), [*rejected, checks.get("lane", {}).get("rejected")])
 
     problems = [c["problem"] for c in checks.values() if not c["ok"]]
     warnings = [c["warning"] for c in checks.values() if c.get("warning")]
