@@ -200,3 +200,24 @@ def test_deliveries_show_names_a_corrupt_run_that_holds_the_alert(kafka_topics, 
     [view] = json.loads(out[out.index("{"):])["channels"]
     assert view["state"] == "CORRUPT" and view["corrupt"][0]["key"] == run, view
     store.get(run)  # shown, not moved
+
+
+def test_platform_health_shows_the_quarantine_as_a_warning(kafka_topics, store, s3_prefix, unique, tmp_path,
+                                                           monkeypatch):
+    from aldebaran.platform import health
+
+    monkeypatch.setenv("ALDEBARAN_CHANNELS", "log")
+    monkeypatch.setenv("AIRFLOW_CONN_ALDEBARAN_LOG", json.dumps({"conn_type": "log",
+                                                                 "extra": {"path": str(tmp_path / "a.jsonl")}}))
+    monkeypatch.setenv("ALDEBARAN_DELIVERY_PREFIX", f"{s3_prefix}/deliveries")
+    monkeypatch.setenv("ALDEBARAN_HEALTH_PREFIX", f"{s3_prefix}/health")
+    monkeypatch.setenv("ALDEBARAN_HEALTH_CHECK_DISPATCHERS", "false")
+    ledger = Ledger(store, prefix=f"{s3_prefix}/deliveries")
+    key = ledger.key("log", f"{unique}-bad")
+    ledger.quarantine(key, "JSON list, not an object", "test", "log", b"[]")  # as a dispatcher's sweep does
+
+    record = health.check(f"quarantine-{unique}", f"ghost-{unique}")
+    q = record["checks"]["quarantine"]
+    assert q["ok"] and q["count"] == 1 and q["alerts_dlq_rejected"] is None, q
+    assert any("1 corrupt ledger object(s)" in w and "deliveries quarantine" in w for w in record["warnings"])
+    assert not any("quarantine" in p for p in record["problems"])  # the ghost auditor fails it, not this
