@@ -210,7 +210,8 @@ def test_a_killed_dispatcher_is_not_restarted_and_the_other_takes_its_partitions
     than the session: the broker expels it, the other takes its partitions with a higher owner epoch, and the
     resumed one must not write past it), then one is SIGKILLed and not restarted: the survivor delivers the dead
     one's partitions. Every alert reaches each recipient once. Marked `campaign` (~45-90 s with the dispatcher
-    starts); the gaps are the campaign's measurement, not asserted here."""
+    starts); the gaps are the campaign's measurement, not asserted here. The fence itself stays in `make test`:
+    tests/integration/test_dispatch_fencing.py (a frozen dispatcher's record refused, nothing received twice)."""
     from aldebaran_lab.chaos import dispatch_failover
 
     result = dispatch_failover.run(timeouts_ms=[6000], kills=1, stalls_s=[8.0], rate=50.0, seed=4, mode="short")

@@ -120,27 +120,66 @@ def test_two_dispatchers_of_one_group_deliver_each_alert_once(kafka_topics, ledg
     assert states.count("D") == 40 and states.count("S") == 40  # the repeats are recognised, not sent
 
 
+class HoldAfterSendFaultInjection:
+    """Failure injection: wraps a real channel; each send goes out, then the sender waits for `release`
+    before the dispatcher may record it (a stall between send and record), and `sent` is set."""
+
+    def __init__(self, inner, sent: threading.Event, release: threading.Event) -> None:
+        self.inner, self.sent, self.release = inner, sent, release
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def send_many(self, alerts):
+        outcomes = self.inner.send_many(alerts)
+        self.sent.set()
+        self.release.wait(60)
+        return outcomes
+
+
 def test_a_stale_owner_is_fenced_and_recipients_see_each_alert_once(kafka_topics, ledger, settings, channel_env,
-                                                                    webhook, sms, unique):
-    """Two consumer groups on one channel (a misconfiguration, or a zombie from before a rebalance):
-    each takes the partition's epoch in turn; the older one is fenced at its next ledger write."""
+                                                                    webhook, sms, unique, caplog):
+    """Two consumer groups on one channel (a misconfiguration, or a zombie from before a rebalance): each takes
+    the partition's epoch in turn; the older one is fenced at its next ledger write. The zombie is held between
+    its send and its record until the current group has run to the end: left to race, the two groups often
+    ran one after the other, the second finding every run recorded, and the test passed with no fence at all."""
     alerts = [make_alert(f"z{i}") for i in range(30)]
     publish(kafka_topics, alerts)
-    channels = channel_env("webhook", "sms")
-    results = []
-
-    def run(group):
-        results.append(dispatcher(ledger, channels, kafka_topics, group, settings, owner=group)
-                       .run_once(idle_timeout=3.0))
-
-    threads = [threading.Thread(target=run, args=(f"{n}-{unique}",)) for n in ("zombie", "current")]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(webhook.accepted) == 30  # at most a repeated request, which the receiver answers 409
+    zombie = f"zombie-{unique}"
+    sent = {"webhook": threading.Event(), "sms": threading.Event()}
+    release = threading.Event()
+    held = [HoldAfterSendFaultInjection(c, sent[c.name], release) for c in channel_env("webhook", "sms")]
+    thread = threading.Thread(target=lambda: dispatcher(ledger, held, kafka_topics, zombie, settings, owner=zombie)
+                              .run_once(idle_timeout=3.0))
+    try:
+        with caplog.at_level(logging.ERROR, logger="aldebaran.delivery.dispatcher"):
+            thread.start()
+            assert all(e.wait(60) for e in sent.values()), "the zombie sent nothing on a channel"
+            # The zombie holds epoch 1 and a claimed, sent, unrecorded run per busy partition: the current group
+            # takes epoch 2, adopts those runs and records them.
+            current = f"current-{unique}"
+            dispatcher(ledger, channel_env("webhook", "sms"), kafka_topics, current, settings, owner=current
+                       ).run_once(idle_timeout=3.0)
+            release.set()
+            thread.join(60)
+    finally:
+        release.set()
+    assert not thread.is_alive()
+    # Fencing happened: on each channel the current group adopted the zombie's runs, and the zombie's record
+    # write of each (If-Match on the ETag it claimed with) was refused; its partition stopped.
+    topic = kafka_topics.alerts_topic
+    refusals = [r.getMessage() for r in caplog.records]
+    for name in ("webhook", "sms"):
+        adopted = [r for p in (0, 1) for r in ledger.runs(name, topic, p)
+                   if any(h["note"] == f"adopted from {zombie} (epoch 1)" for h in r.history)]
+        assert adopted and all(r.owner == current and r.state == RECORDED for r in adopted), name
+        for r in adopted:
+            line = (f"{name}: partition {r.partition} stopped: {ledger.run_key(name, topic, r.partition, r.start)} "
+                    f"changed under {zombie} (epoch 1): another owner took this run")
+            assert line in refusals, (line, refusals)
+    assert len(webhook.accepted) == 30  # the adopted runs' resends had the same keys: the receiver answered 409
     assert set(sms.sends.values()) == {1} and len(sms.messages) == 30  # SMS: fenced runs + sent markers, at most once
-    runs = [r for p in (0, 1) for r in ledger.runs("webhook", kafka_topics.alerts_topic, p)]
+    runs = [r for p in (0, 1) for r in ledger.runs("webhook", topic, p)]
     assert all(r.state == RECORDED for r in runs)
     delivered = [e[1] for r in runs for e in r.entries if e[2] == "D"]
     assert sorted(set(delivered)) == sorted(a["alert_id"] for a in alerts)

@@ -638,9 +638,9 @@ def lookup_settled(ledger, channel: str, ids: Iterable[str]) -> dict[str, int]:
 class DispatcherProcess:
     """A streaming dispatcher — `aldebaran dispatch --follow --name NAME [--channel C ...]`, as the
     dispatch_supervisor DAG starts it — in its own process group, killable as a whole. With
-    `kill_after_send` > 0 it is the same dispatcher wrapped in a failure injection
-    (``python -m aldebaran_lab.chaos.dispatch_worker``) that SIGKILLs itself right after a send, before the
-    ledger records it."""
+    `kill_after_send` > 0 (or `stop_after_send`) it is the same dispatcher wrapped in a failure injection
+    (``python -m aldebaran_lab.chaos.dispatch_worker``) that SIGKILLs itself (or freezes itself with SIGSTOP,
+    once) right after a send, before the ledger records it."""
 
     def __init__(self, name: str, env: dict[str, str], log_path: Path, channels: Sequence[str] = (),
                  store: S3Store | None = None) -> None:
@@ -653,14 +653,15 @@ class DispatcherProcess:
         self.starts = 0
         self.started_at = 0.0
 
-    def start(self, kill_after_send: float = 0.0, seed: int = 0) -> "DispatcherProcess":
+    def start(self, kill_after_send: float = 0.0, seed: int = 0, stop_after_send: bool = False) -> "DispatcherProcess":
         self.starts += 1
         chan = [a for c in self.channels for a in ("--channel", c)]
-        if kill_after_send > 0:
+        if kill_after_send > 0 or stop_after_send:
             import sys
 
             cmd = [sys.executable, "-m", "aldebaran_lab.chaos.dispatch_worker", "--name", self.name, *chan,
-                   "--kill-after-send", str(kill_after_send), "--seed", str(seed)]
+                   "--kill-after-send", str(kill_after_send), "--seed", str(seed),
+                   *(["--stop-after-send"] if stop_after_send else [])]
         else:
             cmd = [str(paths.venv_bin("aldebaran")), "dispatch", "--follow", "--name", self.name, *chan]
         with open(self.log_path, "ab") as out:
@@ -714,6 +715,16 @@ class DispatcherProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(30)
         _reap_group(self.proc.pid)
+
+    def frozen(self) -> bool:
+        """Stopped by SIGSTOP (its own, or pause()): the state letter T of /proc/<pid>/stat (Linux)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        try:
+            stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat.rpartition(")")[2].split()[0] == "T"
 
     def pause(self) -> None:
         """SIGSTOP its process group: a frozen process (a VM pause, swapping, a starved host), heartbeats included."""
