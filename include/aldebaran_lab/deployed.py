@@ -31,6 +31,7 @@ import json
 import logging
 import subprocess
 import sys
+import time
 
 from aldebaran_lab.deployed_parts import (  # noqa: F401 - re-exported: the bench's names as before
     CHANNELS, DEFAULT_RATES, WARMUP, Channels, DeployedError, Watcher, auditor_running, produce, produce_in_process,
@@ -38,6 +39,8 @@ from aldebaran_lab.deployed_parts import (  # noqa: F401 - re-exported: the benc
 )
 
 log = logging.getLogger(__name__)
+
+REST_QUIET_S = 60.0  # after the last load, before the steady rest sample: the dispatchers' and Kafka's tails end
 
 
 def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start: bool = False, runs: int = 3,
@@ -79,6 +82,12 @@ def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start
                 out["capacity_rates"], out["rung_seconds"] = list(capacity_rates), rung_s
                 out["capacity"], out["capacity_eps"] = deployed_capacity.run(
                     ctx, capacity_rates, rung_s, settle=lambda: deployed_runs.settle(ctx))
+        if rest_s:
+            # The same platform at rest again once it has run for a while: the first sample, right after the
+            # demo, includes the JVMs' warm-up (the JIT compiles the idle loop for minutes); this one does not.
+            log.info("deployed: quiet for %.0f s before the steady rest sample", REST_QUIET_S)
+            time.sleep(REST_QUIET_S)
+            out["rest_steady"] = deployed_rest.measure(rest_s, label="rest, steady")
         if with_lane:
             from aldebaran_lab import deployed_lane
 

@@ -197,8 +197,11 @@ def render(result: dict, plot: str | None) -> str:
              "load on the same box, the platform beside it: our p99 ÷ its p99. Latency = seen − the trade's Kafka "
              "timestamp, same clock (`aldebaran_lab.deployed`).", ""]
     if d.get("rest"):
-        lines += _rest_table(d["rest"], "At rest")
-        lines += ["**Targets at rest** (BRIEF §4):", *rest_targets(d["rest"]), ""]
+        lines += _rest_table(d["rest"], "At rest, right after the demo")
+        lines += ["**Targets at rest, right after the demo** (BRIEF §4):", *rest_targets(d["rest"]), ""]
+    if d.get("rest_steady"):
+        lines += _rest_table(d["rest_steady"], "At rest, steady (after the segments, the JVMs warm)")
+        lines += ["**Targets at rest, steady** (BRIEF §4):", *rest_targets(d["rest_steady"]), ""]
     lines += _segments_table(d["segments"])
     lines += ["", "**Targets** (BRIEF §4):", *targets(d["segments"]), ""]
     if d.get("capacity") is not None:
