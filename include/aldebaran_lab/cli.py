@@ -115,6 +115,9 @@ def cmd_bench_steady(args: argparse.Namespace) -> int:
     return steady.main(args)
 
 
+WEBHOOK_BATCH = 100  # the bench's webhook: the batch mode, the one that keeps up at 10k alerts/s on this box
+
+
 def add_bench_modes(bench) -> None:
     """Add `deployed` and `steady` to the subparsers of `aldebaran bench` (the capacity package's)."""
     dp = bench.add_parser("deployed", help="the platform as `make demo` leaves it: trade → alert → log, webhook, bus",
@@ -134,6 +137,9 @@ def add_bench_modes(bench) -> None:
                     help="the capacity ladder's offered rates, events/s (default 5000,10000,20000,30000,40000,60000,80000)")
     dp.add_argument("--rung-seconds", type=float, default=60.0, help="how long each capacity rung lasts (default 60)")
     dp.add_argument("--no-capacity", action="store_true", help="skip the capacity ladders")
+    dp.add_argument("--webhook-batch", type=int, default=WEBHOOK_BATCH,
+                    help=f"alerts per webhook POST (the connection extra `batch`; 1: one alert per request, which "
+                         f"peaks near 600 deliveries/s on 2 cores: docs/benchmarks.md, dispatch; default {WEBHOOK_BATCH})")
     dp.add_argument("--with-lane", action="store_true",
                     help="also with the fast lane switched on (lane_supervisor through Airflow): its rest and the "
                          "segments reading both lanes; the lane is put back as it was")

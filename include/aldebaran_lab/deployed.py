@@ -44,7 +44,8 @@ REST_QUIET_S = 60.0  # after the last load, before the steady rest sample: the d
 
 
 def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start: bool = False, runs: int = 3,
-        rest_s: float | None = 60.0, capacity_rates=None, rung_s: float = 60.0, with_lane: bool = False) -> dict:
+        rest_s: float | None = 60.0, capacity_rates=None, rung_s: float = 60.0, with_lane: bool = False,
+        webhook_batch: int = 1) -> dict:
     """The whole bench: the platform at rest (before the bench's channels: as `make demo` leaves it), the
     interleaved segments with their hand-rolled anchor, the capacity ladders (`capacity_rates` None: none),
     and with `with_lane` the same again beside the fast lane (aldebaran_lab.deployed_lane)."""
@@ -67,11 +68,12 @@ def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start
     out = {"rates": list(rates), "seconds": seconds, "runs": runs, "channels": list(CHANNELS), "segments": [],
            "producer": "confluent-kafka Producer, default settings (librdkafka consistent_random partitioner)",
            "order": "request 100 shares, then 2 purchases of 60: one OVERFILL per order",
-           "peer": "the hand-rolled confluent-kafka loop (aldebaran_capacity.bench.peer), same box, same run"}
+           "peer": "the hand-rolled confluent-kafka loop (aldebaran_capacity.bench.peer), same box, same run",
+           "webhook_batch": webhook_batch}
     if rest_s:
         out["rest"] = deployed_rest.measure(rest_s)
     with deployed_runs.peer_topic(kafka):
-        with Channels(api, kafka) as channels:
+        with Channels(api, kafka, webhook_batch) as channels:
             log.info("deployed: waiting for the log, webhook and bus dispatchers")
             channels.wait_dispatchers()
             ctx = deployed_runs.Context(kafka, channels.receiver, log_path, platform.query, drain_s)
@@ -92,7 +94,7 @@ def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start
             from aldebaran_lab import deployed_lane
 
             out["with_lane"] = deployed_lane.run(api, kafka, log_path, platform.query, rates, runs, seconds, drain_s,
-                                                 rest_s)
+                                                 rest_s, webhook_batch)
     return out
 
 
@@ -114,10 +116,11 @@ def main(args) -> int:
                + (" --no-rest" if args.no_rest else f" --rest-seconds {args.rest_seconds:g}")
                + (" --no-capacity" if args.no_capacity else
                   f" --capacity-rates {','.join(map(str, capacity_rates))} --rung-seconds {args.rung_seconds:g}")
-               + (" --with-lane" if args.with_lane else ""))
+               + f" --webhook-batch {args.webhook_batch}" + (" --with-lane" if args.with_lane else ""))
     result = {"machine": machine.describe(), "command": command}
     result["deployed"] = run(rates, seconds, args.drain_seconds, start=args.start, runs=args.runs, rest_s=rest_s,
-                             capacity_rates=capacity_rates, rung_s=args.rung_seconds, with_lane=args.with_lane)
+                             capacity_rates=capacity_rates, rung_s=args.rung_seconds, with_lane=args.with_lane,
+                             webhook_batch=args.webhook_batch)
     print(json.dumps(result, indent=1, default=str))
     if args.report:
         deployed_report.write(result, paths.ROOT / "docs")

@@ -94,7 +94,7 @@ class LaneOn:
 
 
 def run(api, kafka, log_path, query: str, rates, runs: int, seconds: float, drain_s: float,
-        rest_s: float | None) -> dict:
+        rest_s: float | None, webhook_batch: int = 1) -> dict:
     """``deployed.with_lane``: the rest with the lane (before the bench's channels, like ``deployed.rest``) and
     the interleaved segments with both lanes read."""
     from aldebaran_lab import deployed_rest, deployed_runs
@@ -105,7 +105,7 @@ def run(api, kafka, log_path, query: str, rates, runs: int, seconds: float, drai
         time.sleep(SETTLE_S)
         if rest_s:
             out["rest"] = deployed_rest.measure(rest_s, "rest with the lane")
-        with Channels(api, kafka) as channels:
+        with Channels(api, kafka, webhook_batch) as channels:
             log.info("deployed: with the lane: waiting for the log, webhook and bus dispatchers")
             channels.wait_dispatchers()
             ctx = deployed_runs.Context(kafka, channels.receiver, log_path, query, drain_s)

@@ -144,8 +144,9 @@ def auditor_running(query: str, max_age: float = 60.0) -> bool:
 class Channels:
     """log, webhook and bus on the running platform, configured through Airflow, and taken away after."""
 
-    def __init__(self, api, kafka) -> None:
+    def __init__(self, api, kafka, webhook_batch: int = 1) -> None:
         self.api, self.kafka = api, kafka
+        self.webhook_batch = webhook_batch
         self.receiver = None
 
     def __enter__(self) -> "Channels":
@@ -165,7 +166,8 @@ class Channels:
         self.receiver = ReceiverProcess("webhook", secret=secret).start()
         kafka_admin.ensure_topics(self.kafka, [BUS_TOPIC])
         # host with a scheme is the base URL (the HTTP provider's rule, connection.base_url)
-        self.api.set_connection("aldebaran_webhook", "http", host=self.receiver.url, password=secret)
+        self.api.set_connection("aldebaran_webhook", "http", host=self.receiver.url, password=secret,
+                                extra={"batch": self.webhook_batch} if self.webhook_batch > 1 else None)
         self.api.set_connection("aldebaran_bus", "kafka", extra={"topic": BUS_TOPIC,
                                                                  "bootstrap.servers": self.kafka.bootstrap_servers})
         self.api.set_variable(CHANNELS_VARIABLE, ",".join(CHANNELS))

@@ -190,7 +190,7 @@ def render(result: dict, plot: str | None) -> str:
              f"`{result['command']}` — {m['date']}, {m['cores']} cores, {m['memory_gib']} GiB; load average "
              f"{m['load_avg_at_start']:.2f} at start. The platform as `make demo` leaves it: Airflow supervising the "
              f"auditor (s3a checkpoint in MinIO) and the streaming dispatchers; channels log, webhook (a receiver "
-             f"process) and bus (a Kafka topic), configured through Airflow. Producer: {d['producer']}; {d['order']}; "
+             f"process, {d.get('webhook_batch', 1)} alert(s) per signed POST) and bus (a Kafka topic), configured through Airflow. Producer: {d['producer']}; {d['order']}; "
              f"{d['seconds']:g} s per rate after an unreported warm-up, each rate {d.get('runs', 1)} times, interleaved "
              "(run 1: every rate, run 2: every rate, ...): the medians of the runs, the spread = min–max of their p99. "
              "After each segment the hand-rolled confluent-kafka loop (`aldebaran_capacity.bench.peer`) runs the same "
