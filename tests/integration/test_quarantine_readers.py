@@ -177,6 +177,16 @@ def test_the_dispatcher_quarantines_what_it_meets_and_goes_on(planted, store, tm
     assert "id=quarantine-count>4<" in html and "id=dlq-count>3<" in html
 
 
+def test_deliveries_stats_counts_the_quarantine(planted, store, capsys):
+    from aldebaran import cli
+
+    ledger = planted.ledger
+    ledger.quarantine(planted.record, "Expecting property name", "test", CHANNEL)
+    assert cli.main(["deliveries", "stats", "--prefix", ledger.prefix]) == 0
+    out = capsys.readouterr().out
+    assert f"quarantine: 1 corrupt object(s) set aside in {store.uri(ledger.quarantine_prefix())}" in out
+
+
 def test_deliveries_show_names_a_corrupt_run_that_holds_the_alert(kafka_topics, store, s3_prefix, unique, capsys):
     from aldebaran import cli
     from aldebaran.delivery.tools import locate_alert
@@ -221,3 +231,26 @@ def test_platform_health_shows_the_quarantine_as_a_warning(kafka_topics, store, 
     assert q["ok"] and q["count"] == 1 and q["alerts_dlq_rejected"] is None, q
     assert any("1 corrupt ledger object(s)" in w and "deliveries quarantine" in w for w in record["warnings"])
     assert not any("quarantine" in p for p in record["problems"])  # the ghost auditor fails it, not this
+
+
+def test_the_supervisor_pages_the_other_channels_past_a_corrupt_page_record(store, s3_prefix, tmp_path, monkeypatch,
+                                                                             unique):
+    from aldebaran.platform import supervisor
+
+    for name in ("log", "log2"):
+        monkeypatch.setenv(f"AIRFLOW_CONN_ALDEBARAN_{name.upper()}", json.dumps(
+            {"conn_type": "log", "extra": {"path": str(tmp_path / f"{name}.jsonl")}}))
+    monkeypatch.setenv("ALDEBARAN_CHANNELS", "log,log2")
+    monkeypatch.setenv("ALDEBARAN_DELIVERY_PREFIX", f"{s3_prefix}/deliveries")
+    monkeypatch.setenv("ALDEBARAN_SUPERVISOR_STATE_PREFIX", f"{s3_prefix}/supervisor")
+    monkeypatch.setenv("ALDEBARAN_AUDIT_QUERY_NAME", f"never-{unique}")
+    monkeypatch.setenv("ALDEBARAN_AUDIT_CHECKPOINT", f"s3a://aldebaran/{s3_prefix}/checkpoint")
+    first = supervisor.assess()
+    decision = {**first, "page": True, "incident": {**first["incident"], "restarts": 3}}
+    bad = Ledger(store, prefix=f"{s3_prefix}/deliveries").key("log", supervisor.page_alert(decision).alert_id)
+    store.put(bad, b"{not json")
+
+    result = supervisor.page_if_needed(decision)
+    assert result["paged"] and result["sent"] == {"log2": 1}  # log's record is corrupt: skipped, not re-sent
+    assert not (tmp_path / "log.jsonl").exists() and len((tmp_path / "log2.jsonl").read_text().splitlines()) == 1
+    store.get(bad)  # named in the log, left for the operator

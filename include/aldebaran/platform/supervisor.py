@@ -250,14 +250,19 @@ def page_if_needed(decision: dict) -> dict:
     if not decision.get("page"):
         return {"paged": False}
     from aldebaran.delivery.channels import configured_channels
+    from aldebaran.delivery.corrupt import noted
     from aldebaran.delivery.dispatcher import DispatchStats, default_ledger, deliver_direct
+    from aldebaran.exceptions import LedgerCorrupt
 
     alert = page_alert(decision)
     ledger = default_ledger()
     stats = DispatchStats()
     owner = f"{socket.gethostname()}:{os.getpid()}:supervisor"
     for channel in configured_channels():
-        deliver_direct(ledger, channel, alert, owner, stats)
+        try:
+            deliver_direct(ledger, channel, alert, owner, stats)
+        except LedgerCorrupt as exc:  # this channel's page record cannot be read: named; the others are paged
+            noted(exc, None, f"supervisor page ({channel.name})")
         channel.close()
     log.error("PAGED: %s (sent %s, already sent %s, failed %s)", alert.extra["message"], stats.sent, stats.already,
               stats.failed)
