@@ -36,10 +36,12 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import CronTriggerTimetable, Param, dag, task
 
+from aldebaran.platform.oncall_notifier import oncall_callbacks
 from aldebaran.platform.spark_submit import AuditorSubmitOperator, StandbySubmitOperator
 
 
 @dag(
+    **oncall_callbacks(),  # pages the on-call target when a run fails, resolves when it succeeds
     schedule=CronTriggerTimetable("* * * * *", timezone="UTC"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,

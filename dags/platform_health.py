@@ -21,8 +21,11 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import CronTriggerTimetable, Param, dag, task
 
+from aldebaran.platform.oncall_notifier import oncall_callbacks
+
 
 @dag(
+    **oncall_callbacks(),  # pages the on-call target when a run fails, resolves when it succeeds
     schedule=CronTriggerTimetable("*/5 * * * *", timezone="UTC"),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,

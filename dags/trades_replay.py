@@ -25,12 +25,14 @@ import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Param, dag, task
 
+from aldebaran.platform.oncall_notifier import oncall_callbacks
 from aldebaran.platform.replay import export_kafka_connection
 from aldebaran.platform.spark_submit import AUDITOR_APP
 from aldebaran.spark import SUBMIT_CONF
 
 
 @dag(
+    **oncall_callbacks(),  # pages the on-call target when a run fails, resolves when it succeeds
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,

@@ -41,6 +41,7 @@ def test_every_settings_class_of_the_package_is_found():
         ("aldebaran.platform.settings", "SupervisorSettings"),
         ("aldebaran.platform.settings", "DispatchSupervisorSettings"),
         ("aldebaran.platform.settings", "HealthSettings"),
+        ("aldebaran.platform.settings", "OnCallSettings"),
         ("aldebaran.platform.settings", "ReplaySettings"),
     ]
 

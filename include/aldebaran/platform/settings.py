@@ -101,6 +101,25 @@ class HealthSettings(BaseSettings):
     timeout_seconds: float = Field(5.0, gt=0, description="ALDEBARAN_HEALTH_TIMEOUT_SECONDS: per reachability probe")
 
 
+class OnCallSettings(BaseSettings):
+    """The platform DAGs' on-call page (aldebaran.platform.oncall): where it goes, what it remembers."""
+
+    model_config = SettingsConfigDict(env_prefix="ALDEBARAN_ONCALL_", extra="ignore")
+
+    connection: str | None = Field(
+        None,
+        description="ALDEBARAN_ONCALL_CONNECTION: Airflow connection id of the on-call target the platform DAGs "
+                    "page on failure and resolve on recovery (conn_type alertmanager, pagerduty, opsgenie, "
+                    "http (webhook) or smtp (email)); unset: nobody is paged")
+    state_prefix: str = Field(
+        "oncall", min_length=1,
+        description="ALDEBARAN_ONCALL_STATE_PREFIX: where each DAG's open findings are kept (object store)")
+    hold_seconds: float = Field(
+        1800.0, ge=60,
+        description="ALDEBARAN_ONCALL_HOLD_SECONDS: how long Alertmanager keeps a page firing after its last post "
+                    "(endsAt); longer than the DAGs' cadence, so a failure every 5 minutes stays one alert")
+
+
 class ReplaySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ALDEBARAN_REPLAY_", extra="ignore")
 

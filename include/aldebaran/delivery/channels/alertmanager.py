@@ -61,12 +61,15 @@ def labels(alert: Alert, extra: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def payload(alert: Alert, extra_labels: dict[str, str], channel: str) -> dict:
-    """One alert as Alertmanager's API takes it (module docstring)."""
+def payload(alert: Alert, extra_labels: dict[str, str], channel: str, ends_at: float | None = None) -> dict:
+    """One alert as Alertmanager's API takes it (module docstring); `ends_at` (epoch seconds) a resolve when
+    past, or how long a firing alert is held without a repost (the platform's on-call page)."""
     item = {"labels": labels(alert, extra_labels),
             "annotations": {"summary": sms_text(alert), "description": description(alert, channel)}}
     if alert.detected_at is not None:
         item["startsAt"] = utc_iso(alert.detected_at)
+    if ends_at is not None:
+        item["endsAt"] = utc_iso(int(ends_at * 1000))
     return item
 
 
@@ -122,23 +125,24 @@ class AlertmanagerChannel(Channel):
     def send(self, alert: Alert, idempotency_key: str) -> dict:
         return self.send_many([alert])[0].result()
 
-    def send_many(self, alerts: Sequence[Alert]) -> list[Outcome]:
+    def send_many(self, alerts: Sequence[Alert], ends_at: float | None = None) -> list[Outcome]:
+        """`ends_at`: see :func:`payload` (the same label set with a past ``endsAt`` resolves the alert)."""
         batch = list(alerts)
-        return self._http.run(self._post_all(batch)) if batch else []
+        return self._http.run(self._post_all(batch, ends_at)) if batch else []
 
-    async def _post_all(self, alerts: list[Alert]) -> list[Outcome]:
+    async def _post_all(self, alerts: list[Alert], ends_at: float | None = None) -> list[Outcome]:
         chunks = [alerts[i:i + self.batch] for i in range(0, len(alerts), self.batch)]
-        results = await asyncio.gather(*(self._post(chunk) for chunk in chunks))
+        results = await asyncio.gather(*(self._post(chunk, ends_at) for chunk in chunks))
         return [outcome for chunk in results for outcome in chunk]
 
-    async def _post(self, alerts: list[Alert]) -> list[Outcome]:
+    async def _post(self, alerts: list[Alert], ends_at: float | None = None) -> list[Outcome]:
         import aiohttp
 
         where = f"alertmanager {self.name} ({self.target})"
         auth = None
         if self.login and self._password is not None:
             auth = aiohttp.BasicAuth(self.login, self._password.get_secret_value())
-        body = [payload(a, self.extra_labels, self.name) for a in alerts]
+        body = [payload(a, self.extra_labels, self.name, ends_at) for a in alerts]
         try:
             resp, elapsed = await post_json(self._http, where, self.url, body, timeout=self.timeout, auth=auth)
         except (RetryableError, PermanentError) as exc:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from typing import ClassVar
+from urllib.parse import quote
 
 from pydantic import SecretStr
 
@@ -82,6 +83,12 @@ class OpsgenieChannel(EventApiChannel):
     def request(self, alert: Alert) -> tuple[dict, dict[str, str]]:
         body = create_request(alert, self.name, priority=self.priority, tags=self.tags)
         return body, {"Authorization": f"GenieKey {self._key.get_secret_value()}"}
+
+    def resolve_request(self, alert: Alert) -> tuple[str, dict, dict[str, str]]:
+        """Close the open alert whose ``alias`` is the alert id (``POST /v2/alerts/<alias>/close``)."""
+        return (f"{self.url}/{quote(alert.alert_id, safe='')}/close?identifierType=alias",
+                {"source": "aldebaran", "note": one_line(sms_text(alert), 500)},
+                {"Authorization": f"GenieKey {self._key.get_secret_value()}"})
 
     def receipt(self, answer: dict) -> dict:
         return {"request_id": answer.get("requestId"), "result": answer.get("result")}

@@ -89,5 +89,10 @@ class PagerDutyChannel(EventApiChannel):
     def request(self, alert: Alert) -> tuple[dict, dict[str, str]]:
         return event(alert, self._key.get_secret_value(), source=self.source, severity=self.severity), {}
 
+    def resolve_request(self, alert: Alert) -> tuple[str, dict, dict[str, str]]:
+        """A resolve event for the alert keyed ``dedup_key`` = alert id."""
+        return self.url, {"routing_key": self._key.get_secret_value(), "event_action": "resolve",
+                          "dedup_key": alert.alert_id}, {}
+
     def receipt(self, answer: dict) -> dict:
         return {"dedup_key": answer.get("dedup_key"), "message": answer.get("message")}

@@ -102,8 +102,18 @@ class EventApiChannel(Channel):
         """What the delivery record keeps of a 2xx answer (no secrets)."""
         return {}
 
+    def resolve_request(self, alert: Alert) -> tuple[str, dict, dict[str, str]]:
+        """(URL, JSON payload, headers) of the request that resolves the provider's alert keyed by `alert`'s
+        id (the platform's on-call page, aldebaran.platform.oncall); a kind without one does not override it."""
+        raise NotImplementedError(f"{self.kind} channel {self.name} cannot resolve")
+
     def send(self, alert: Alert, idempotency_key: str) -> dict:
         return self._http.run(self._post(alert)).result()
+
+    def resolve(self, alert: Alert) -> dict:
+        """Resolve (close) the provider's open alert keyed by `alert`'s id; the receipt, or the channel error."""
+        url, body, headers = self.resolve_request(alert)
+        return self._http.run(self._post(alert, (url, body, headers))).result()
 
     def send_many(self, alerts: Sequence[Alert]) -> list[Outcome]:
         batch = list(alerts)
@@ -112,11 +122,11 @@ class EventApiChannel(Channel):
     async def _post_all(self, alerts: list[Alert]) -> list[Outcome]:
         return list(await asyncio.gather(*(self._post(a) for a in alerts)))
 
-    async def _post(self, alert: Alert) -> Outcome:
+    async def _post(self, alert: Alert, request: tuple[str, dict, dict[str, str]] | None = None) -> Outcome:
         where = f"{self.kind} {self.name} ({self.target})"
-        body, headers = self.request(alert)
+        url, body, headers = request or (self.url, *self.request(alert))
         try:
-            resp, elapsed = await post_json(self._http, where, self.url, body, timeout=self.timeout, headers=headers)
+            resp, elapsed = await post_json(self._http, where, url, body, timeout=self.timeout, headers=headers)
         except (RetryableError, PermanentError) as exc:
             return Outcome.failed(alert.alert_id, exc)
         if 200 <= resp.status < 300:

@@ -132,6 +132,9 @@ def sms_text(alert: Alert) -> str:
         return f"Aldebaran {kind} order {order}: alert {one_line(alert.extra['retracts'], 40)} withdrawn (not confirmed)"
     if alert.extra.get("reinstates"):
         return f"Aldebaran {kind} order {order}: alert {one_line(alert.extra['reinstates'], 40)} stands (confirmed late)"
+    # The platform's on-call page (aldebaran.platform.oncall) is about a health finding, not an order.
+    if alert.extra.get("finding") and alert.extra.get("message"):
+        return f"Aldebaran {kind} {order}: {one_line(alert.extra['message'], 300)}"
     stock = f" {one_line(alert.stock, 20)}" if alert.stock else ""
     if alert.requested is None:
         return f"Aldebaran {kind} order {order}: bought {alert.purchased}{stock} without a request"
