@@ -6,7 +6,8 @@ A :class:`Beater` writes the heartbeat from a thread of its own, every period, w
 work loop is doing: a busy loop still beats, so a heartbeat that goes stale means the process is frozen
 or gone, never merely busy. Whether the work advances is a separate question, answered by what the body
 carries (:class:`Progress`: when the loop last turned, whether work is pending, when its marks last
-moved) and judged by the supervisors (aldebaran.platform.processes).
+moved) and judged by one rule (aldebaran.probes.stalled): the supervisors (aldebaran.platform.processes)
+apply it to the stored heartbeat, each process's own ``/readyz`` to the body it holds in memory.
 
 Every heartbeat is one JSON object at ``heartbeats/<role>/<name>.json`` (:func:`key`) in the store of its
 role: ``auditor`` (per query, the books' store), ``dispatcher`` and ``lane`` (the delivery ledger's store).

@@ -1,5 +1,6 @@
 """Prometheus / OpenMetrics endpoints of the long-running processes: the auditor's driver, the streaming
-dispatchers and the lane keeper each serve ``/metrics`` over HTTP (prometheus_client), bound to
+dispatchers and the lane keeper each serve ``/metrics`` over HTTP (prometheus_client), with ``/healthz`` and
+``/readyz`` beside it (aldebaran.probes), bound to
 ``ALDEBARAN_METRICS_BIND`` (127.0.0.1) on a port from ``ALDEBARAN_METRICS_<ROLE>_PORT``.
 
 Port 0 (the default) is an ephemeral port the kernel picks, so any number of dispatchers share a host
@@ -191,6 +192,10 @@ def serve(role: Role, name: str, settings: MetricsSettings | None = None) -> str
             log.warning("%s %s: metrics port %s:%d not available (%s); serving on an ephemeral port instead",
                         role, name, settings.bind, port, exc)
             _server = start_http_server(0, addr=settings.bind, registry=registry())
+        from aldebaran import probes
+
+        # /healthz and /readyz on the same server and port (aldebaran.probes); /metrics goes on as before.
+        _server[0].set_app(probes.wsgi(_server[0].get_app()))
         bound = _server[0].server_address[1]
         host = settings.bind if settings.bind not in ("0.0.0.0", "::", "") else socket.gethostname()
         _address = f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"

@@ -98,8 +98,10 @@ class HeartbeatPoller:
         self._last_batch: int | None = None
         self._last_record: dict | None = None
         self._last_at = time.monotonic()
+        self.last: dict | None = None  # the last record published: what /readyz judges (aldebaran.probes)
 
     def _publish(self, record: dict) -> None:
+        self.last = record
         publish(self.store, AUDITOR, self.query_name, record)  # a failure is logged: it must not stop the query
 
     def _event(self, status: str, **extra) -> dict:
@@ -113,6 +115,9 @@ class HeartbeatPoller:
         self._publish(self._event("started"))
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{self.query_name}", daemon=True)
         self._thread.start()
+        from aldebaran import probes
+
+        probes.watch_auditor(self, self._thread)  # /healthz, /readyz: this thread is the loop that reads the query
         return self
 
     def _run(self) -> None:
@@ -162,3 +167,6 @@ class HeartbeatPoller:
         except (Py4JError, ConnectionError, OSError) as exc:  # best effort: the end record matters more
             log.debug("heartbeat: last poll: %s", exc)
         self._publish(self._event("failed" if error else "stopped", error=(error or "")[:2000]))
+        from aldebaran import probes
+
+        probes.unwatch(f"auditor/{self.query_name}")  # the query ended: a driver run in a test's process goes on

@@ -169,11 +169,12 @@ def follow(channel_names: list[str] | None = None, name: str | None = None, fast
     signal.signal(signal.SIGINT, on_signal)
     heartbeat = Heartbeat(ledger.store, name, [c.name for c in channels], dispatcher.owner, stats,
                           dispatcher.settings.heartbeat_seconds, ledger, fast=fast)
-    from aldebaran import metrics
+    from aldebaran import metrics, probes
     from aldebaran.metrics_roles import watch_dispatcher
 
     metrics.serve("dispatcher", name)  # before the first beat, which names the address
     watch_dispatcher(heartbeat)
+    probe = probes.watch_dispatcher(heartbeat)  # /healthz, /readyz: this thread runs the channel loops
     heartbeat.start()
     log.info("dispatcher %s: following %s for %s (ledger %s)", name,
              dispatcher.worker.topic_of(dispatcher.kafka), ", ".join(c.name for c in channels),
@@ -183,6 +184,8 @@ def follow(channel_names: list[str] | None = None, name: str | None = None, fast
     except BaseException as exc:
         heartbeat.finish("failed", error=f"{type(exc).__name__}: {exc}")
         raise
+    finally:
+        probes.unwatch(probe)  # a dispatcher run in a test's process must not outlive its run on the probes
     heartbeat.finish("stopped")
     log.info("dispatcher %s stopped: %s", name, json.dumps(stats.summary()))
     return 0

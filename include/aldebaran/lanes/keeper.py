@@ -270,11 +270,12 @@ class Keeper:
         self.generation, offsets = self.pick_generation(previous.get("lane"), time.time())
         if not self.generation.get("fresh"):
             offsets = self.after_gap() or offsets
-        from aldebaran import metrics
+        from aldebaran import metrics, probes
         from aldebaran.metrics_roles import watch_lane
 
         metrics.serve("lane", self.name)  # before the first beat, which names the address
         watch_lane(self)
+        probes.watch_lane(self)  # /healthz, /readyz: this thread is the keeper's loop
         self.beat("starting")
         self.start_lane(offsets)
         last_beat = 0.0

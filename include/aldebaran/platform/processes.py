@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from aldebaran import heartbeat
+from aldebaran.probes import stalled  # noqa: F401  (one rule for the supervisors and /readyz; imported from here too)
 from aldebaran.exceptions import AlreadyExists, DispatcherError, PreconditionFailed
 from aldebaran.lease import pid_alive, start_ticks
 from aldebaran.platform.supervisor import _wait_gone, backoff_seconds, load_state
@@ -94,30 +95,6 @@ def observe(store, name: str, channels: list[str], state: dict, now: float, kind
         "launch_alive": (pid_alive(launch.get("pid"), launch.get("start_ticks"))
                          if launch.get("pid") and launch.get("host") == host else None),
     }
-
-
-def stalled(progress: dict | None, now: float, limit: float) -> dict[str, str]:
-    """{unit: why} for each unit of a heartbeat's ``progress`` that has lost progress: its marks (settled
-    offsets, settled deliveries) have not moved for more than `limit` seconds while it has work pending,
-    or while its loop has not turned either (stuck outside its work, e.g. in a hung call). Pure.
-
-    A unit without pending work whose loop turns is idle, not stalled; a unit whose marks move is
-    healthy however slowly they move and however long one turn of its loop takes."""
-    out: dict[str, str] = {}
-    for unit, p in sorted((progress or {}).items()):
-        p = p or {}
-        quiet = now - float(p.get("progress_at") or 0)
-        if quiet <= limit:
-            continue
-        loop_at = p.get("loop_at")
-        loop_age = None if loop_at is None else now - float(loop_at)
-        if p.get("pending"):
-            out[unit] = f"work pending and no progress for {quiet:.0f}s"
-        elif loop_age is None:
-            out[unit] = f"its loop has not started in {quiet:.0f}s"
-        elif loop_age > limit:
-            out[unit] = f"its loop has not turned for {loop_age:.0f}s and no progress for {quiet:.0f}s"
-    return out
 
 
 def diagnose(facts: dict, cfg) -> list[str]:
