@@ -174,3 +174,25 @@ def test_the_providers_resolve_by_the_same_key():
         "Aldebaran PLATFORM_UNHEALTHY platform:platform_health: no heartbeat")
     pd.close()
     og.close()
+
+
+def test_the_notifier_pages_a_failed_supervisor_run_and_resolves_on_success(env, monkeypatch):
+    from aldebaran.platform.oncall_notifier import OnCallNotifier, oncall_callbacks
+
+    monkeypatch.setenv("ALDEBARAN_ONCALL_CONNECTION", "aldebaran_oncall")
+    monkeypatch.setenv("ALDEBARAN_ONCALL_STATE_PREFIX", "oncall")
+    pd = use(monkeypatch, Recording("pagerduty"))
+
+    class Dag:
+        dag_id = "auditor_supervisor"
+
+    class Ti:
+        task_id = "assess"
+
+    callbacks = oncall_callbacks()
+    assert isinstance(callbacks["on_failure_callback"], OnCallNotifier) and callbacks["on_success_callback"].resolve
+    callbacks["on_failure_callback"]({"dag": Dag(), "run_id": "r1", "ti": Ti(), "reason": "task_failure"})
+    (alert, _), = pd.sent
+    assert alert.alert_id == "aldebaran.auditor-supervisor" and "failed in task assess" in alert.extra["message"]
+    callbacks["on_success_callback"]({"dag": Dag(), "run_id": "r2"})
+    assert [a.alert_id for a in pd.resolved] == ["aldebaran.auditor-supervisor"]

@@ -210,10 +210,17 @@ def page(dag_id: str, run_id: str, findings: dict[str, dict], settings: OnCallSe
 
 def page_from_context(context, failed: bool) -> dict:
     """The notifier's entry: the DAG run's findings (none when it succeeded), paged and resolved."""
+    from aldebaran.settings import load
+
     dag = context.get("dag")
     dag_id = getattr(dag, "dag_id", None) or context.get("dag_id") or "unknown"
     run_id = context.get("run_id") or getattr(context.get("dag_run"), "run_id", None) or "unknown"
-    if not failed:
-        return page(dag_id, run_id, {})
-    ti = context.get("ti") or context.get("task_instance")
-    return page(dag_id, run_id, run_findings(dag_id, run_id, getattr(ti, "task_id", None), context.get("reason")))
+    settings = load(OnCallSettings)
+    if failed and not settings.connection:  # no target: the run's findings are not even read
+        log.warning("on-call: %s failed but ALDEBARAN_ONCALL_CONNECTION is not set: nobody is paged", dag_id)
+        return {"paged": [], "resolved": [], "target": None}
+    findings = {}
+    if failed:
+        ti = context.get("ti") or context.get("task_instance")
+        findings = run_findings(dag_id, run_id, getattr(ti, "task_id", None), context.get("reason"))
+    return page(dag_id, run_id, findings, settings)
