@@ -168,3 +168,68 @@ def test_healthz_follows_the_main_loop_thread_and_readyz_the_rule(watched):
     loop.join()
     assert call(app, "/healthz") == ("503 Service Unavailable",
                                       {"status": "dead", "reason": "lane x: its main loop thread loop has ended"})
+
+
+# --- the roles, on the real /metrics server ----------------------------------------------------------
+@pytest.fixture
+def served(tmp_path, monkeypatch):
+    """This process's /metrics server (process-global), stopped afterwards."""
+    from aldebaran import metrics
+
+    metrics.stop()
+    monkeypatch.setenv("ALDEBARAN_METRICS_TARGETS_DIR", str(tmp_path / "targets"))
+    yield metrics.serve("dispatcher", "log")
+    metrics.stop()
+
+
+def get(address: str, path: str) -> tuple[int, dict | str]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{address}{path}", timeout=5) as resp:
+            text = resp.read().decode()
+            return resp.status, json.loads(text) if path != "/metrics" else text
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_a_dispatchers_heartbeat_is_judged_on_its_metrics_port(served, monkeypatch):
+    from aldebaran.delivery.dispatcher import DispatchStats
+    from aldebaran.delivery.service import Heartbeat
+
+    monkeypatch.setenv("ALDEBARAN_DISPATCH_SUPERVISOR_STALE_AFTER_SECONDS", "30")
+    hb = Heartbeat(None, "log", ["log"], "me", DispatchStats(), period=5)
+    key = probes.watch_dispatcher(hb)
+    try:
+        assert get(served, "/readyz") == (503, {"status": "starting",
+                                                "reason": "dispatcher log: no heartbeat computed yet"})
+        hb.body()  # what the heartbeat's thread computes every period
+        assert get(served, "/readyz") == (503, {"status": "starting",
+                                                "reason": "dispatcher log: channel(s) log not consuming yet"})
+        hb._units["log"].progress.turned()  # its channel loop polled
+        hb.body()
+        assert get(served, "/readyz") == (200, {"status": "ok", "reason": "dispatcher log: 1 channel(s) consuming"})
+        assert get(served, "/healthz")[0] == 200
+        hb.body("stopped")
+        assert get(served, "/healthz") == (503, {"status": "stopped", "reason": "dispatcher log stopped"})
+        code, text = get(served, "/metrics")
+        assert code == 200 and "process_resident_memory_bytes" in text  # /metrics as before, same port
+    finally:
+        probes.unwatch(key)
+
+
+def test_the_lane_keepers_last_beat_is_judged_with_its_stale_limit(served):
+    import time
+    from types import SimpleNamespace
+
+    keeper = SimpleNamespace(name="realtime", settings=SimpleNamespace(stale_after_seconds=30), last_body=None)
+    key = probes.watch_lane(keeper)
+    try:
+        keeper.last_body = {"status": "starting", "at": time.time()}
+        assert get(served, "/readyz")[1] == {"status": "starting",
+                                             "reason": "lane realtime: lane starting: its query is not active yet"}
+        keeper.last_body = {"status": "running", "at": time.time()}
+        assert get(served, "/readyz") == (200, {"status": "ok", "reason": "lane realtime: lane query active"})
+    finally:
+        probes.unwatch(key)
