@@ -231,3 +231,23 @@ def session(access: S3Access):
     core._credentials = DeferredRefreshableCredentials(refresh_using=fetcher.fetch_credentials, method="assume-role")
     core.set_config_variable("region", access.region)
     return boto3.session.Session(botocore_session=core)
+
+
+# What the platform does in its bucket, and nothing else: objects under any key (checkpoints, books,
+# ledger, leases, heartbeats, archive, quarantine), listing, conditional writes (no extra permission: a
+# precondition is part of PutObject) and the multipart uploads s3a and boto3 use for large objects. No
+# bucket creation or deletion, no other bucket: create the bucket once with an admin identity.
+OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload",
+                  "s3:ListMultipartUploadParts")
+BUCKET_ACTIONS = ("s3:ListBucket", "s3:GetBucketLocation", "s3:ListBucketMultipartUploads")
+
+
+def platform_policy(bucket: str) -> dict[str, Any]:
+    """The least-privilege IAM policy of the platform's S3 identity for `bucket` (AWS IAM, or MinIO's
+    ``mc admin policy create``; docs/operations.md § The platform's S3 identity, template docs/s3-policy.json)."""
+    return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "AldebaranObjects", "Effect": "Allow", "Action": list(OBJECT_ACTIONS),
+         "Resource": [f"arn:aws:s3:::{bucket}/*"]},
+        {"Sid": "AldebaranBucket", "Effect": "Allow", "Action": list(BUCKET_ACTIONS),
+         "Resource": [f"arn:aws:s3:::{bucket}"]},
+    ]}
