@@ -26,7 +26,11 @@ def launch(command: list[str], env: dict[str, str], query: str) -> tuple[subproc
     for its book state and, through s3a, its checkpoint."""
     from aldebaran import paths
     from aldebaran.s3access import connection_env
+    from aldebaran.settings import load
 
+    nice = load(SupervisorSettings).nice
+    if nice:  # inherited by everything spark-submit starts: the JVM, its Python workers, the shard hosts
+        command = ["nice", "-n", str(nice), *command]
     logs = paths.run_dir() / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"auditor-{safe_segment(query, 'query name')}-{time.strftime('%Y%m%dT%H%M%S')}.log"

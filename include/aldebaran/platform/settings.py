@@ -27,6 +27,13 @@ class SupervisorSettings(SupervisionSettings):
                     "one; an unhealthy auditor is then stopped and the standby takes over instead of a cold restart "
                     "(client deploy mode only: the standby runs on the supervisor's host)",
     )
+    nice: int = Field(
+        0, ge=0, le=19,
+        description="ALDEBARAN_SUPERVISOR_NICE: the auditor's CPU priority on its host (client deploy mode): its "
+                    "spark-submit, JVM, Python workers and shard hosts start at this nice level, so that on a shared "
+                    "box the fast lane, Kafka and the dispatchers are served first when the cores are all busy "
+                    "(measured: docs/benchmarks.md, the deployed path beside the lane); 0: no change",
+    )
 
 
 class DispatchSupervisorSettings(SupervisionSettings):
