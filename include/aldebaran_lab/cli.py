@@ -143,6 +143,13 @@ def add_bench_modes(bench) -> None:
     dp.add_argument("--with-lane", action="store_true",
                     help="also with the fast lane switched on (lane_supervisor through Airflow): its rest and the "
                          "segments reading both lanes; the lane is put back as it was")
+    dp.add_argument("--lane-only", action="store_true",
+                    help="only the figures beside the lane (`deployed.with_lane`): the exact-lane figures already in "
+                         "docs/img/bench-results.json are kept, marked with the run they came from")
+    dp.add_argument("--exact-nice", default=None,
+                    help="with the lane: comma-separated nice levels of the exact auditor (e.g. 0,10), each run measures "
+                         "every rate at each in turn (`with_lane.exact_nice_ab`); the headline is the shipped "
+                         "ALDEBARAN_SUPERVISOR_NICE's")
     dp.add_argument("--start", action="store_true", help="run `aldebaran demo` first when the platform is not running")
     dp.add_argument("--report", action="store_true",
                     help="write its section of docs/benchmarks.md and its key of docs/img/bench-results.json")

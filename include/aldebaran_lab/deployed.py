@@ -45,7 +45,7 @@ REST_QUIET_S = 60.0  # after the last load, before the steady rest sample: the d
 
 def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start: bool = False, runs: int = 3,
         rest_s: float | None = 60.0, capacity_rates=None, rung_s: float = 60.0, with_lane: bool = False,
-        webhook_batch: int = 1) -> dict:
+        webhook_batch: int = 1, lane_only: bool = False, exact_nice: list[int] | None = None) -> dict:
     """The whole bench: the platform at rest (before the bench's channels: as `make demo` leaves it), the
     interleaved segments with their hand-rolled anchor, the capacity ladders (`capacity_rates` None: none),
     and with `with_lane` the same again beside the fast lane (aldebaran_lab.deployed_lane)."""
@@ -70,9 +70,15 @@ def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start
            "order": "request 100 shares, then 2 purchases of 60: one OVERFILL per order",
            "peer": "the hand-rolled confluent-kafka loop (aldebaran_capacity.bench.peer), same box, same run",
            "webhook_batch": webhook_batch}
-    if rest_s:
+    if rest_s and not lane_only:
         out["rest"] = deployed_rest.measure(rest_s)
     with deployed_runs.peer_topic(kafka):
+        if lane_only:
+            from aldebaran_lab import deployed_lane
+
+            out["with_lane"] = deployed_lane.run(api, kafka, log_path, platform.query, rates, runs, seconds, drain_s,
+                                                 rest_s, webhook_batch, exact_nice)
+            return out
         with Channels(api, kafka, webhook_batch) as channels:
             log.info("deployed: waiting for the log, webhook and bus dispatchers")
             channels.wait_dispatchers()
@@ -94,7 +100,7 @@ def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start
             from aldebaran_lab import deployed_lane
 
             out["with_lane"] = deployed_lane.run(api, kafka, log_path, platform.query, rates, runs, seconds, drain_s,
-                                                 rest_s, webhook_batch)
+                                                 rest_s, webhook_batch, exact_nice)
     return out
 
 
@@ -116,12 +122,15 @@ def main(args) -> int:
                + (" --no-rest" if args.no_rest else f" --rest-seconds {args.rest_seconds:g}")
                + (" --no-capacity" if args.no_capacity else
                   f" --capacity-rates {','.join(map(str, capacity_rates))} --rung-seconds {args.rung_seconds:g}")
-               + f" --webhook-batch {args.webhook_batch}" + (" --with-lane" if args.with_lane else ""))
+               + f" --webhook-batch {args.webhook_batch}" + (" --with-lane" if args.with_lane else "")
+               + (" --lane-only" if args.lane_only else "")
+               + (f" --exact-nice {args.exact_nice}" if args.exact_nice else ""))
     result = {"machine": machine.describe(), "command": command}
     result["deployed"] = run(rates, seconds, args.drain_seconds, start=args.start, runs=args.runs, rest_s=rest_s,
                              capacity_rates=capacity_rates, rung_s=args.rung_seconds, with_lane=args.with_lane,
-                             webhook_batch=args.webhook_batch)
+                             webhook_batch=args.webhook_batch, lane_only=args.lane_only,
+                             exact_nice=_ints(args.exact_nice, []) or None)
     print(json.dumps(result, indent=1, default=str))
     if args.report:
-        deployed_report.write(result, paths.ROOT / "docs")
+        deployed_report.write(result, paths.ROOT / "docs", lane_only=args.lane_only)
     return 0

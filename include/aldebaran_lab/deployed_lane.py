@@ -93,10 +93,38 @@ class LaneOn:
             log.info("deployed: the lane stopped again (pids %s)", stopped)
 
 
+def renice_exact_auditor(value: int) -> int:
+    """Set every thread of the running exact auditor's processes (spark-submit, the JVM, the driver, its Python
+    workers and shard hosts: aldebaran_capacity.bench.boxstate's roles) to nice `value`, as
+    ALDEBARAN_SUPERVISOR_NICE starts them; the processes they start later inherit it. Returns the processes
+    changed. Lowering a nice level needs CAP_SYS_NICE (root here)."""
+    import os
+
+    import psutil
+
+    from aldebaran_capacity.bench.boxstate import EXACT_AUDITOR, platform_role
+
+    changed = 0
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            ancestors = [p.cmdline() for p in proc.parents()]
+            if platform_role(proc.info["cmdline"] or [], ancestors) not in (*EXACT_AUDITOR, "auditor submit"):
+                continue
+            for tid in os.listdir(f"/proc/{proc.pid}/task"):  # nice is per thread on Linux
+                os.setpriority(os.PRIO_PROCESS, int(tid), value)
+            changed += 1
+        except (psutil.Error, ProcessLookupError, FileNotFoundError):
+            continue  # gone meanwhile
+    log.info("deployed: the exact auditor's %d processes now at nice %d", changed, value)
+    return changed
+
+
 def run(api, kafka, log_path, query: str, rates, runs: int, seconds: float, drain_s: float,
-        rest_s: float | None, webhook_batch: int = 1) -> dict:
+        rest_s: float | None, webhook_batch: int = 1, exact_nice: list[int] | None = None) -> dict:
     """``deployed.with_lane``: the rest with the lane (before the bench's channels, like ``deployed.rest``) and
-    the interleaved segments with both lanes read."""
+    the interleaved segments with both lanes read. With `exact_nice` (several nice levels), each run measures
+    every rate at each level in turn, the exact auditor reniced between them (``with_lane.exact_nice_ab``); the
+    headline segments are the level ALDEBARAN_SUPERVISOR_NICE ships with."""
     from aldebaran_lab import deployed_rest, deployed_runs
     from aldebaran_lab.deployed_parts import WARMUP, Channels, segment
 
@@ -110,7 +138,37 @@ def run(api, kafka, log_path, query: str, rates, runs: int, seconds: float, drai
             channels.wait_dispatchers()
             ctx = deployed_runs.Context(kafka, channels.receiver, log_path, query, drain_s)
             segment(kafka, channels.receiver, log_path, query, WARMUP[0], WARMUP[1], drain_s)
-            done, peers = deployed_runs.measure_runs(ctx, rates, runs, seconds, {"fast": kafka.fast_alerts_topic},
-                                                     "with lane")
-            out["segments"] = [deployed_runs.lane_aggregate(rate, done[rate], peers[rate]) for rate in rates]
+            topics = {"fast": kafka.fast_alerts_topic}
+            if not exact_nice:
+                done, peers = deployed_runs.measure_runs(ctx, rates, runs, seconds, topics, "with lane")
+                out["segments"] = [deployed_runs.lane_aggregate(rate, done[rate], peers[rate]) for rate in rates]
+                return out
+            out.update(_nice_ab(ctx, rates, runs, seconds, topics, exact_nice))
     return out
+
+
+def _nice_ab(ctx, rates, runs: int, seconds: float, topics: dict, levels: list[int]) -> dict:
+    """Run after run, every level in turn (interleaved, so the box's drift falls on both): the segments per
+    level, and the shipped level's as the headline."""
+    from aldebaran.platform.settings import SupervisorSettings
+    from aldebaran.settings import load
+    from aldebaran_lab import deployed_runs
+
+    shipped = load(SupervisorSettings).nice
+    done = {v: {rate: [] for rate in rates} for v in levels}
+    peers = {v: {rate: [] for rate in rates} for v in levels}
+    try:
+        for run_no in range(1, runs + 1):
+            for v in levels:
+                renice_exact_auditor(v)
+                d, p = deployed_runs.measure_runs(ctx, rates, 1, seconds, topics,
+                                                  f"with lane, exact at nice {v}, run {run_no}/{runs}")
+                for rate in rates:
+                    done[v][rate] += d[rate]
+                    peers[v][rate] += p[rate]
+    finally:
+        renice_exact_auditor(shipped)
+    ab = [{"nice": v, "segments": [deployed_runs.lane_aggregate(rate, done[v][rate], peers[v][rate])
+                                   for rate in rates]} for v in levels]
+    head = next((a for a in ab if a["nice"] == shipped), ab[0])
+    return {"segments": head["segments"], "exact_nice": head["nice"], "exact_nice_ab": ab}

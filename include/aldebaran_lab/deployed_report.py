@@ -151,18 +151,29 @@ def _segments_table(segments: list[dict]) -> list[str]:
 
 
 def _lane_table(w: dict) -> list[str]:
+    own = (f" `{w['command']}` — {w['machine']['date']}, load average {w['machine']['load_avg_at_start']:.2f} at "
+           "start; the exact-lane figures above are the earlier run's." if w.get("command") else "")
+    nice = f" The exact auditor at nice {w['exact_nice']} (ALDEBARAN_SUPERVISOR_NICE)." if "exact_nice" in w else ""
     lines = ["**Beside the fast lane** (`--with-lane`: `lane_supervisor` unpaused and triggered through Airflow; "
-             "both topics read by consumers, medians of the runs):", "",
-             "| rate | runs | fast p50 / p99 ms | fast p99 spread ms | fast delivered | exact p50 / p99 ms | "
+             f"both topics read by consumers, medians of the runs).{own}{nice}", ""]
+    lines += _lane_rows(w.get("segments", []))
+    for ab in w.get("exact_nice_ab") or []:
+        lines += ["", f"The same run, the exact auditor reniced to **{ab['nice']}** between segments (interleaved: each "
+                  "run measured every level in turn):", ""] + _lane_rows(ab["segments"])
+    return lines + ["", "**Targets beside the lane** (BRIEF §4):", *lane_targets(w.get("segments", [])), ""]
+
+
+def _lane_rows(segments: list[dict]) -> list[str]:
+    lines = ["| rate | runs | fast p50 / p99 ms | fast p99 spread ms | fast delivered | exact p50 / p99 ms | "
              "exact p99 spread ms | peer p99 ms | fast ÷ peer | quiet |", "|---:|---:|---|---|---|---|---|---:|---:|---|"]
-    for s in w.get("segments", []):
+    for s in segments:
         fs, es = s.get("fast_p99_spread_ms"), s.get("exact_p99_spread_ms")
         lines.append(f"| {s['rate']:,} | {s['runs']} | {_n(s['fast_p50_ms'])} / {_n(s['fast_p99_ms'])} | "
                      f"{f'{_n(fs[0])}–{_n(fs[1])}' if fs else '–'} | {s['fast_delivered']:,}/{s['fast_expected']:,} | "
                      f"{_n(s['exact_p50_ms'])} / {_n(s['exact_p99_ms'])} | {f'{_n(es[0])}–{_n(es[1])}' if es else '–'} "
                      f"| {_n(s['peer_p99_ms'])} | {_n(s.get('fast_ratio_to_peer'), 1)}× | "
                      f"{'yes' if s.get('quiet') else '**no**'} |")
-    return lines + ["", "**Targets beside the lane** (BRIEF §4):", *lane_targets(w.get("segments", [])), ""]
+    return lines
 
 
 def _cost_table(segments: list[dict]) -> list[str]:
@@ -254,15 +265,24 @@ def splice_first(existing: str, section: str) -> str:
     return "\n".join(lines[:cut]).rstrip("\n") + "\n\n" + section + "\n\n" + "\n".join(lines[cut:])
 
 
-def write(result: dict, docs: Path) -> None:
+def write(result: dict, docs: Path, lane_only: bool = False) -> None:
+    """The section and the JSON key. `lane_only`: only ``deployed.with_lane`` is new (with its own command and
+    machine); the rest of ``deployed`` is the earlier run's, kept as it was, and the section says so."""
     img = docs / "img"
     img.mkdir(parents=True, exist_ok=True)
+    raw = img / "bench-results.json"
+    data = json.loads(raw.read_text()) if raw.exists() else {}
+    if lane_only:
+        earlier = data.get("deployed") or {}
+        if not earlier.get("segments"):
+            raise ValueError("--lane-only needs the exact-lane figures of an earlier `bench deployed --report` run")
+        lane = {**result["deployed"]["with_lane"], "command": result["command"], "machine": result["machine"]}
+        result = {"deployed": {**earlier, "with_lane": lane}, "command": earlier["command"],
+                  "machine": earlier["machine"]}
     has_plot = plot(result["deployed"]["segments"], img / PLOT)
     doc = docs / "benchmarks.md"
     text = doc.read_text() if doc.exists() else "# Benchmarks\n\nFigures from `make bench`; each section names its command.\n"
     doc.write_text(splice_first(text, render(result, f"img/{PLOT}" if has_plot else None)))
-    raw = img / "bench-results.json"
-    data = json.loads(raw.read_text()) if raw.exists() else {}
     data["deployed"] = {**result["deployed"], "command": result["command"], "machine": result["machine"]}
     raw.write_text(json.dumps(data, indent=1, default=str))
     log.info("deployed: section written to %s, results to %s", doc, raw)

@@ -100,3 +100,32 @@ def test_a_segment_carries_its_cpu_per_event():
     seg = figures(1000, {"orders": 1, "events": 2000, "seconds": 2.0}, t0, taps, {}, set(alerts),
                   box={"quiet": True, "cores_by_role": {"auditor JVM": 0.25}})
     assert seg["cpu_us_per_event"] == {"auditor JVM": 250.0}
+
+
+def test_a_lane_only_run_keeps_the_earlier_exact_figures_and_adds_its_nice_levels(tmp_path):
+    import json
+
+    from aldebaran import paths
+
+    earlier = json.loads((paths.ROOT / "docs" / "img" / "bench-results.json").read_text())["deployed"]
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "bench-results.json").write_text(json.dumps({"deployed": earlier, "other": 1}))
+
+    def lane(p99: float) -> dict:
+        return {"rate": 1000, "runs": 3, "fast_p50_ms": 20.0, "fast_p99_ms": p99, "fast_p99_spread_ms": [p99, p99],
+                "fast_delivered": 3, "fast_expected": 3, "exact_p50_ms": 900.0, "exact_p99_ms": 2000.0,
+                "exact_p99_spread_ms": [1900.0, 2100.0], "peer_p99_ms": 100.0, "fast_ratio_to_peer": p99 / 100.0,
+                "quiet": True}
+
+    machine = {"date": "2026-11-28 10:00 UTC", "cores": 2, "memory_gib": 23.5, "load_avg_at_start": 0.5}
+    with_lane = {"segments": [lane(400.0)], "exact_nice": 0,
+                 "exact_nice_ab": [{"nice": 0, "segments": [lane(400.0)]}, {"nice": 10, "segments": [lane(90.0)]}]}
+    deployed_report.write({"deployed": {"with_lane": with_lane}, "command": "bench deployed --lane-only",
+                           "machine": machine}, tmp_path, lane_only=True)
+    data = json.loads((tmp_path / "img" / "bench-results.json").read_text())
+    assert data["other"] == 1 and data["deployed"]["segments"] == earlier["segments"]
+    assert data["deployed"]["command"] == earlier["command"]
+    assert data["deployed"]["with_lane"]["command"] == "bench deployed --lane-only"
+    assert [ab["nice"] for ab in data["deployed"]["with_lane"]["exact_nice_ab"]] == [0, 10]
+    text = (tmp_path / "benchmarks.md").read_text()
+    assert "reniced to **10**" in text and "`bench deployed --lane-only`" in text
