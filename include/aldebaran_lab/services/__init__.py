@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from aldebaran_lab.services.base import Service, Status
+from aldebaran_lab.services.base import Service, Status, Stopped
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +46,13 @@ def up(names: tuple[str, ...] = CORE) -> None:
         get(name).start()
 
 
-def down(names: tuple[str, ...] = CORE + CLUSTER + OPTIONAL) -> None:
-    # Reverse order: consumers of a service stop before it.
-    for name in reversed(names):
-        get(name).stop()
+def down(names: tuple[str, ...] = CORE + CLUSTER + OPTIONAL) -> list[Stopped]:
+    """Stop them, consumers of a service before it (reverse order); how each one stopped (logged as well)."""
+    return [r for name in reversed(names) if (r := get(name).stop()) is not None]
 
 
 def status(names: tuple[str, ...] = CORE + CLUSTER) -> list[Status]:
     return [get(n).status() for n in names]
 
 
-__all__ = ["CORE", "CLUSTER", "OPTIONAL", "optional", "Service", "Status", "get", "up", "down", "status"]
+__all__ = ["CORE", "CLUSTER", "OPTIONAL", "optional", "Service", "Status", "Stopped", "get", "up", "down", "status"]

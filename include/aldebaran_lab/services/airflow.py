@@ -2,20 +2,23 @@
 
 `airflow standalone` stops its components only on KeyboardInterrupt: SIGTERM kills the parent and
 orphans the scheduler, api-server, dag-processor and triggerer. So it is started in its own session
-with SIGINT restored (services.base) and stopped with SIGINT to the whole process group.
+with SIGINT restored (services.base) and stopped with SIGINT (Airflow.send_stop: after the running
+tasks, to its process group except the scheduler).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import signal
+import time
 
 from aldebaran import paths
 from aldebaran.exceptions import ConfigError
 from aldebaran.settings import KafkaSettings, ObjectStoreSettings, load
-from aldebaran_lab.services.base import Service
+from aldebaran_lab.services.base import Service, describe, processes, session
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +77,12 @@ class Airflow(Service):
     name = "airflow"
     address = "127.0.0.1:8080"
     start_timeout = 300.0
-    stop_timeout = 60.0
     stop_signal = signal.SIGINT
+    task_grace = 5.0  # how long the running tasks get to end before the components are asked to stop
+    # Then SIGTERM to each process left (a third signal ends a triggerer or api-server still winding down),
+    # and SIGKILL 15 s after the request.
+    stop_grace = 6.0
+    stop_timeout = 15.0
 
     def __init__(self) -> None:
         super().__init__()
@@ -138,6 +145,62 @@ class Airflow(Service):
 
     def command(self) -> list[str]:
         return [str(paths.venv_bin("airflow")), "standalone"]
+
+    def send_stop(self, pid: int) -> None:
+        """Stop the running tasks, then SIGINT to the process group except the scheduler.
+
+        The standalone answers SIGINT by SIGTERMing each component, so SIGINT to the whole group gave the
+        scheduler two signals. Its handler raises SystemExit for each: the second one landed inside
+        LocalExecutor.end() before the idle workers got their poison pill, and at exit multiprocessing
+        joined those workers for ever (the stop waited for SIGKILL). The scheduler now gets the
+        standalone's SIGTERM alone. Its end() still waits for running tasks (the workers ignore SIGINT),
+        so they go first, while the api-server is up to take their final state (a supervisor whose
+        api-server is gone retries for minutes): SIGTERM runs the operator's on_kill (a BashOperator stops
+        its command, which would hold the supervisor's socket open), SIGINT a second later interrupts
+        Python code (a @task ignores SIGTERM). The others take SIGINT + SIGTERM well (the triggerer's
+        second signal force-stops its trigger runner)."""
+        tasks = self._task_processes(pid)
+        if tasks:
+            log.info("%s: stopping %d task process(es) first: %s", self.name, len(tasks),
+                     ", ".join(f"{p} {describe(p)}" for p in sorted(tasks)))
+            t0 = time.monotonic()
+            for sig, after in ((signal.SIGTERM, 0.0), (signal.SIGINT, 1.0)):
+                while time.monotonic() - t0 < after and tasks & session(pid):
+                    time.sleep(0.1)
+                for p in tasks & session(pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(p, sig)
+            while time.monotonic() - t0 < self.task_grace and (tasks & session(pid) or self._busy_workers(pid)):
+                time.sleep(0.1)
+            log.info("%s: after %.1fs %d task process(es) left, %d LocalExecutor worker(s) busy", self.name,
+                     time.monotonic() - t0, len(tasks & session(pid)), len(self._busy_workers(pid)))
+        procs = processes()
+        for p in session(pid) - self._scheduler(pid):
+            if procs.get(p, (0, 0, 0))[1] == pid:  # the group: not a task left behind (the later stages)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, signal.SIGINT)
+
+    def spared_from_sigterm(self, pid: int) -> set[int]:
+        # A second signal raises SystemExit in the scheduler's LocalExecutor.end(): the cause of the hang.
+        return self._scheduler(pid)
+
+    @staticmethod
+    def _scheduler(pid: int) -> set[int]:
+        """The scheduler's main process (its forked helpers have the same command line, not the same parent)."""
+        return {p for p, (ppid, _, _) in processes().items() if ppid == pid
+                and describe(p, 4096).endswith("airflow scheduler")}
+
+    @staticmethod
+    def _task_processes(pid: int) -> set[int]:
+        """The task processes and what they started: Airflow 3 puts each task in a process group of its own."""
+        procs = processes()
+        return {p for p in session(pid) if p in procs and procs[p][1] != pid}
+
+    @staticmethod
+    def _busy_workers(pid: int) -> set[int]:
+        """LocalExecutor workers still supervising a task (their title names it; an idle one says <idle>)."""
+        return {p for p in session(pid) if (t := describe(p, 4096)).startswith("airflow worker -- LocalExecutor")
+                and not t.endswith("<idle>")}
 
     def healthy(self) -> bool:
         import urllib.request

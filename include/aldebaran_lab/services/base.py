@@ -3,6 +3,7 @@ stopped by PID (never by name). Subclasses say how to prepare, run and probe one
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -16,6 +17,23 @@ from aldebaran import paths
 from aldebaran.exceptions import ServiceError
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """How a service stopped: seconds from the stop request until its last process was gone, and the signals
+    sent on the way (the stop signal first; SIGTERM, SIGKILL when the previous one did not do)."""
+
+    name: str
+    seconds: float
+    signals: tuple[str, ...]
+
+    @property
+    def killed(self) -> bool:
+        return "SIGKILL" in self.signals
+
+    def __str__(self) -> str:
+        return f"{self.name}: stopped in {self.seconds:.1f}s ({' → '.join(self.signals)})"
 
 
 @dataclass
@@ -70,12 +88,45 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def processes() -> dict[int, tuple[int, int, int]]:
+    """pid -> (ppid, pgid, session id) of every live process (zombies left out)."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+                if fields[0] != "Z":
+                    out[int(entry)] = (int(fields[1]), int(fields[2]), int(fields[3]))
+            except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                continue
+    return out
+
+
+def session(pid: int) -> set[int]:
+    """The live processes of the session a service leads (started with start_new_session): its process group,
+    and the groups of their own that Airflow 3 gives its task processes, which an orphan keeps. What a task
+    launches in a session of its own (an auditor, a streaming dispatcher) is meant to outlive it: not counted."""
+    return {p for p, (_, _, sid) in processes().items() if sid == pid}
+
+
+def describe(pid: int, limit: int = 100) -> str:
+    """The command line of a process (the title Airflow's workers set), cut at `limit` characters."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:limit]
+    except OSError:
+        return "?"
+
+
 class Service:
     name: str = "service"
     address: str = ""
     start_timeout: float = 120.0
-    stop_timeout: float = 30.0
+    stop_timeout: float = 30.0  # from the stop request to SIGKILL of what is left
     stop_signal: int = signal.SIGTERM
+    stop_grace: float | None = None  # with another stop_signal: SIGTERM to what is left this long after it
+    _stopping: tuple = (None, 0.0, 0.0)  # (pid, stop requested, stop signal sent): monotonic
 
     def __init__(self, root: Path | None = None) -> None:
         # root: the run-dir subtree of a profile (the HA profile keeps its members under <run dir>/ha).
@@ -165,34 +216,70 @@ class Service:
             f"{tail(self.logfile)}"
         )
 
-    def stop(self, timeout: float | None = None) -> None:
+    def stop(self, timeout: float | None = None) -> Stopped | None:
+        """Stop the service and wait for every process of it; None: it was not running."""
         pid = self.request_stop()
-        if pid is not None:
-            self.wait_stopped(pid, timeout)
+        return self.wait_stopped(pid, timeout) if pid is not None else None
 
     def request_stop(self) -> int | None:
-        """Send the stop signal to the process group; returns its pid (None: was not running). Members of a
-        quorum are all asked at once, then waited for: stopped one by one, the last Kafka broker waits for
-        controllers that are already gone."""
+        """Send the stop signal; returns the leader's pid (None: was not running). Members of a quorum are all
+        asked at once, then waited for: stopped one by one, the last Kafka broker waits for controllers that
+        are already gone."""
         pid = self.pid()
         if pid is None:
             self.pidfile.unlink(missing_ok=True)
             log.info("%s: not running", self.name)
             return None
         log.info("%s: stopping pid %s", self.name, pid)
-        self._signal_group(pid, self.stop_signal)
+        started = time.monotonic()
+        self.send_stop(pid)
+        self._stopping = (pid, started, time.monotonic())
         return pid
 
-    def wait_stopped(self, pid: int, timeout: float | None = None) -> None:
+    def send_stop(self, pid: int) -> None:
+        """The first stage of a stop: `stop_signal` to the process group."""
+        self._signal_group(pid, self.stop_signal)
+
+    def spared_from_sigterm(self, pid: int) -> set[int]:
+        """Processes the SIGTERM stage leaves alone (a second signal would break their own shutdown)."""
+        return set()
+
+    def wait_stopped(self, pid: int, timeout: float | None = None) -> Stopped:
+        """Wait until every process of its session is gone: SIGTERM to each one left `stop_grace` after the stop
+        signal (when that is another one), SIGKILL to what is still left `timeout` (the service's stop_timeout)
+        after the stop request. Logs and returns how long it took and the signals it needed."""
         timeout = timeout or self.stop_timeout
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout and self._group_alive(pid):
-            time.sleep(0.2)
-        if self._group_alive(pid):
-            log.warning("%s: still running after %.0fs, sending SIGKILL to its process group", self.name, timeout)
-            self._signal_group(pid, signal.SIGKILL)
-            time.sleep(0.5)
+        started, signalled = self._stopping[1:] if self._stopping[0] == pid else (time.monotonic(),) * 2
+        signals = [signal.Signals(self.stop_signal).name]
+        stages = [(min(signalled + self.stop_grace, started + timeout), signal.SIGTERM)] \
+            if self.stop_grace and self.stop_signal != signal.SIGTERM else []
+        stages.append((started + timeout, signal.SIGKILL))
+        left: set[int] = set()
+        for deadline, sig in stages:
+            while (left := session(pid)) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if not left:
+                break
+            what = ", ".join(f"{p} {describe(p)}" for p in sorted(left))
+            log.log(logging.WARNING if sig == signal.SIGKILL else logging.INFO,
+                    "%s: %d process(es) left after %.1fs, sending %s: %s", self.name, len(left),
+                    time.monotonic() - started, sig.name, what)
+            signals.append(sig.name)
+            for p in left - (self.spared_from_sigterm(pid) if sig == signal.SIGTERM else set()):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p, sig)
+            if sig == signal.SIGKILL:
+                self._signal_group(pid, sig)
+                t0 = time.monotonic()
+                while session(pid) and time.monotonic() - t0 < 5:
+                    time.sleep(0.1)
+        result = Stopped(self.name, time.monotonic() - started, tuple(signals))
+        log.log(logging.WARNING if result.killed else logging.INFO, "%s", result)
+        with contextlib.suppress(OSError), open(self.logfile, "a") as fh:
+            fh.write(f"aldebaran services: {result}\n")
         self.pidfile.unlink(missing_ok=True)
+        self._stopping = (None, 0.0, 0.0)
+        return result
 
     def kill(self) -> None:
         """SIGKILL the whole process group (failure injection)."""

@@ -1,0 +1,119 @@
+"""`aldebaran services down` on a private set of the core services (own run dir and ports; the shared ones are
+not touched): each stops within 15 s without SIGKILL, Airflow while tasks run (in CI the stop comes after
+the whole suite, when dispatch tasks may be running), and no process of theirs is left."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+
+import pytest
+
+from aldebaran_lab.airflow_api import AirflowApi
+from aldebaran_lab.chaos.common import private_ports
+from aldebaran_lab.services.airflow import Airflow
+from aldebaran_lab.services.base import session
+from aldebaran_lab.services.kafka import Kafka
+from aldebaran_lab.services.minio import MinIO
+
+log = logging.getLogger(__name__)
+
+# A Python task (stopped by SIGINT: a @task ignores SIGTERM) and a BashOperator (SIGTERM runs its on_kill),
+# both running far longer than the test.
+DAG = '''
+import time, pendulum
+from airflow.providers.standard.operators.bash import BashOperator
+from airflow.sdk import dag, task
+
+@dag(schedule=None, start_date=pendulum.datetime(2026, 1, 1, tz="UTC"), catchup=False, is_paused_upon_creation=False)
+def stop_probe():
+    @task
+    def python_sleep():
+        time.sleep(600)
+
+    python_sleep()
+    BashOperator(task_id="bash_sleep", bash_command="sleep 600")
+
+stop_probe()
+'''
+
+
+class PrivateAirflow(Airflow):
+    """The shared service's configuration with its own DAG folder and ports (its log servers and scheduler
+    health check too: the shared instance holds the defaults)."""
+
+    def __init__(self, dags) -> None:
+        super().__init__()
+        self.dags = dags
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        env.update({
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(self.dags.parent / "plugins"),
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.port + 713),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(self.port + 714),
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT": str(self.port + 715),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        })
+        return env
+
+
+@pytest.fixture
+def private_core(tmp_path, monkeypatch):
+    """MinIO, Kafka and Airflow of our own, started side by side; stopped (SIGKILL) by the test's end at the
+    latest."""
+    ports = private_ports()
+    run_dir = tmp_path / "run"
+    # Never the shared instance's (or the DAG tests') Airflow home, database or secrets.
+    for key in [k for k in os.environ if k.startswith("AIRFLOW__") or k in ("AIRFLOW_HOME", "AIRFLOW_CONFIG")]:
+        monkeypatch.delenv(key)
+    for key, value in {
+        "ALDEBARAN_RUN_DIR": str(run_dir),
+        "ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{ports['kafka']}",
+        "ALDEBARAN_S3_ENDPOINT_URL": f"http://127.0.0.1:{ports['minio']}",
+        "ALDEBARAN_KAFKA_HEAP": "-Xmx512m",
+        "ALDEBARAN_KAFKA_SECURE_PORT": "0",  # the shared broker's SASL_SSL listener holds its port
+        "ALDEBARAN_AIRFLOW_PORT": str(ports["airflow_api"]),
+        "ALDEBARAN_AIRFLOW_ADMIN_PASSWORD": secrets.token_urlsafe(16),
+    }.items():
+        monkeypatch.setenv(key, value)
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "stop_probe.py").write_text(DAG)
+    kafka = Kafka()
+    kafka.controller_port = ports["kafka_controller"]
+    svcs = {"minio": MinIO(), "kafka": kafka, "airflow": PrivateAirflow(dags)}
+    try:
+        for svc in svcs.values():
+            svc.launch()
+        for svc in svcs.values():
+            svc.wait_healthy(svc.start_timeout)
+        yield svcs
+    finally:
+        for svc in svcs.values():
+            svc.kill()
+
+
+def test_each_service_stops_within_15_s_without_sigkill_airflow_with_tasks_running(private_core):
+    airflow = private_core["airflow"]
+    api = AirflowApi(f"http://{airflow.address}", os.environ["ALDEBARAN_AIRFLOW_ADMIN_PASSWORD"])
+    api.wait_registered(["stop_probe"], 120)
+    run_id = api.trigger("stop_probe")
+    deadline = time.monotonic() + 120
+    while (states := api.task_states("stop_probe", run_id)) != {"python_sleep": "running", "bash_sleep": "running"}:
+        assert time.monotonic() < deadline, f"tasks not running after 120 s: {states}"
+        time.sleep(1)
+    pids = {name: svc.pid() for name, svc in private_core.items()}
+    assert len(Airflow._task_processes(pids["airflow"])) >= 2  # the task processes, in groups of their own
+
+    results = {name: private_core[name].stop() for name in ("airflow", "kafka", "minio")}  # services.down's order
+    log.info("stopped: %s", "; ".join(map(str, results.values())))
+    for name, result in results.items():
+        assert result is not None and not result.killed, result
+        assert result.seconds <= 15.0, result
+        assert session(pids[name]) == set(), f"{name}: processes left: {session(pids[name])}"
+    assert (airflow.logfile.read_text().splitlines()[-1]
+            == f"aldebaran services: {results['airflow']}")
