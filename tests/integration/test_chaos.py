@@ -38,6 +38,12 @@ def test_streaming_dispatchers_killed_mid_run_and_between_send_and_record(servic
     # Idempotent channel: every alert accepted exactly once, nothing missing.
     assert d["webhook"]["accepted"] == 300 and d["webhook"]["statuses"].get(201) == 300
     assert d["webhook"]["lost"] == 0 and d["webhook"]["bad_signatures"] == 0
+    # Receipts, held to the webhook's promise (at least once under a stable key): a run a killed dispatcher sent
+    # but did not record is sent again under the same keys (answered 409), reported as resent_same_key, not
+    # duplicated; the SMS channels allow no resend (a second text would be duplicated).
+    assert d["webhook"]["duplicated"] == 0 and d["webhook"]["receipts"] == 300 + d["webhook"]["resent_same_key"]
+    assert d["webhook"]["resent_same_key"] == d["webhook"]["statuses"].get(409, 0) == result.resent_same_key
+    assert d["sms"]["resent_same_key"] is None and d["sms_lookup"]["receipts"] == 300
     # SMS: never a text twice; each alert DELIVERED or IN_DOUBT (for an operator), none lost.
     assert d["sms"]["texts_sent_twice"] == 0 and d["sms"]["lost"] == 0
     assert d["sms"]["delivered"] + d["sms"]["in_doubt"] == 300

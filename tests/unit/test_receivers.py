@@ -191,6 +191,7 @@ def test_stats_endpoint(webhook):
     after = time.time()
     full = requests.get(webhook.url + "/_stats", timeout=5).json()
     received_at = full.pop("received_at")
+    assert full.pop("repeats") == {"alert-2": 1}  # the receipts after the first, per alert id
     assert full == {"received": 2, "duplicates": 1, "requests": 2, "incomplete_requests": 0}
     assert sorted(received_at) == ["alert-1", "alert-2"]
     assert all(before <= t <= after for t in received_at.values())
@@ -220,7 +221,7 @@ def test_a_receiver_in_its_own_process(kind):
                 assert requests.post(receiver.url + receiver.path, data=form, auth=auth, timeout=5).status_code == 201
         stats = receiver.stats(summary=False)
         assert (stats["received"], stats["duplicates"], stats["requests"]) == (1, 1, 2)
-        assert list(stats["received_at"]) == ["alert-1"]
+        assert list(stats["received_at"]) == ["alert-1"] and stats["repeats"] == {"alert-1": 1}
         pid = receiver.pid
     with pytest.raises(ProcessLookupError):  # stopped and reaped
         os.kill(pid, 0)

@@ -230,12 +230,14 @@ class HttpReceiver(FailureInjection):
 
     def stats(self, summary: bool = False) -> dict:
         """``received`` (unique alert ids), ``duplicates`` (repeats), ``requests``, and unless `summary`,
-        ``received_at`` (alert id → epoch seconds of its first receipt)."""
+        ``received_at`` (alert id → epoch seconds of its first receipt) and ``repeats`` (alert id → receipts
+        after the first, those with any: a verdict counts receipts per key, chaos.receipts)."""
         with self.lock:
             out: dict[str, Any] = {"received": len(self.received_at), "duplicates": sum(self.repeats.values()),
                                    "requests": self.requests, "incomplete_requests": self.incomplete_requests}
             if not summary:
                 out["received_at"] = dict(self.received_at)
+                out["repeats"] = dict(self.repeats)
         return out
 
     # --- request handling ---

@@ -10,7 +10,8 @@ Command line (the secrets come from environment variables, never argv, which ``p
 Once listening it writes one JSON line to stdout, ``{"kind", "url", "pid"}`` (+ ``"path"``: the SMS
 Messages path; with ``--port 0`` the only way to learn the port) and serves until SIGTERM or SIGINT.
 ``GET <url>/_stats`` answers ``{"received", "duplicates", "requests", "incomplete_requests",
-"received_at": {alert id: epoch s}}``; ``GET <url>/_stats?summary=1`` leaves out `received_at`.
+"received_at": {alert id: epoch s}, "repeats": {alert id: n}}``; ``GET <url>/_stats?summary=1`` leaves
+out `received_at` and `repeats`.
 From Python, :class:`ReceiverProcess` does all of this:
 ``with ReceiverProcess("webhook", secret=s) as rp: ... rp.stats()``.
 """

@@ -25,6 +25,7 @@ from aldebaran.exceptions import AldebaranError, NotFound, ObjectStoreError
 from aldebaran.model import Alert
 from aldebaran.settings import KafkaSettings, load
 from aldebaran.storage import S3Store
+from aldebaran_lab.chaos import receipts
 
 log = logging.getLogger(__name__)
 
@@ -339,7 +340,8 @@ class CampaignResult:
     runs: int  # processes started (auditor or dispatch workers)
     faults: int  # faults injected
     lost: int
-    duplicated: int
+    duplicated: int  # alerts received more than once against the channel's promise (chaos.receipts)
+    resent_same_key: int | None = None  # same-key resends its promise allows (None: no such channel)
     recovery_s: list[float] = field(default_factory=list)
     details: dict = field(default_factory=dict)
     rows: list[dict] = field(default_factory=list)  # per scenario, for campaigns with several
@@ -380,17 +382,19 @@ def markdown(result: CampaignResult, command: str) -> str:
     """The campaign's section of docs/reliability.md."""
     rows = result.rows or [{"scenario": result.campaign, "runs": result.runs, "faults": result.faults,
                             "lost": result.lost, "duplicated": result.duplicated,
-                            "recovery": recovery_text(result.recovery_s)}]
+                            "resent_same_key": result.resent_same_key, "recovery": recovery_text(result.recovery_s)}]
     out = [
         f"Command: `{command}` — {result.mode} mode, started {result.started}, took {result.seconds:.0f} s; "
         f"load average (1/5/15 min) before {result.load_before}, after {result.load_after} "
         "(2-core machine shared with other work: times are indicative).",
         "",
-        "| scenario | runs | faults injected | lost | duplicated | recovery time |",
-        "|---|---|---|---|---|---|",
+        "| scenario | runs | faults injected | lost | duplicated | resent, same key | recovery time |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        out.append(f"| {r['scenario']} | {r['runs']} | {r['faults']} | {r['lost']} | {r['duplicated']} | {r['recovery']} |")
+        resent = receipts.cell(r.get("resent_same_key"))
+        out.append(f"| {r['scenario']} | {r['runs']} | {r['faults']} | {r['lost']} | {r['duplicated']} | {resent} "
+                   f"| {r['recovery']} |")
     out += ["", "<details><summary>details</summary>", "", "```json",
             json.dumps(result.details, indent=2, default=str), "```", "</details>", ""]
     return "\n".join(out)
@@ -434,27 +438,32 @@ def channel_connections(webhook, secret: str, sms=None, sms_lookup=None) -> dict
 # --- delivery verdict (kill-dispatch, kill-scheduler, kill-triggerer, kill-api-server) -----------------
 @dataclass(frozen=True)
 class SmsVerdict:
-    """One SMS channel (its provider cannot deduplicate): a text sent more than once is a duplicate; an
-    alert is lost unless its record is IN_DOUBT (for an operator, or for the provider's lookup) or
-    DELIVERED with its text received by the provider."""
+    """One SMS channel (its provider cannot deduplicate; its promise allows no resend, lookup or not): a
+    text sent more than once is a duplicate; an alert is lost unless its record is IN_DOUBT (for an
+    operator, or for the provider's lookup) or DELIVERED with its text received by the provider."""
 
     channel: str
     lost: frozenset[str]
-    sent_twice: int  # texts (recipient, body) the provider got more than once
+    receipts: receipts.Receipts  # per text (recipient, body): one alert's
     messages: int
     delivered: int  # records DELIVERED
     in_doubt: frozenset[str]  # records IN_DOUBT
     in_doubt_actually_sent: int  # of those, the provider did receive the text
 
+    @property
+    def sent_twice(self) -> int:
+        """Texts the provider got more than once."""
+        return self.receipts.duplicated
+
     def details(self) -> dict:
         return {"messages": self.messages, "texts_sent_twice": self.sent_twice, "delivered": self.delivered,
                 "in_doubt": len(self.in_doubt), "in_doubt_actually_sent": self.in_doubt_actually_sent,
-                "lost": len(self.lost)}
+                "lost": len(self.lost), **self.receipts.figures()}
 
     def row(self, runs: int, faults: int, recovery: str, label: str | None = None) -> dict:
         label = label or f"{self.channel} (cannot dedupe; {len(self.in_doubt)} IN_DOUBT)"
         return {"scenario": label, "runs": runs, "faults": faults, "lost": len(self.lost),
-                "duplicated": self.sent_twice, "recovery": recovery}
+                "duplicated": self.sent_twice, "resent_same_key": self.receipts.resent_same_key, "recovery": recovery}
 
 
 def sms_verdict(alerts: Sequence[Mapping], bodies: Iterable[str], sends: Mapping[Hashable, int],
@@ -471,7 +480,7 @@ def sms_verdict(alerts: Sequence[Mapping], bodies: Iterable[str], sends: Mapping
         channel=channel,
         lost=frozenset(i for i, s in sms_states.items()
                        if s not in (DELIVERED, IN_DOUBT) or (s == DELIVERED and i not in received)),
-        sent_twice=sum(1 for n in sends.values() if n > 1),
+        receipts=receipts.count(sends, receipts.promise_of(channel)),
         messages=len(bodies),
         delivered=sum(s == DELIVERED for s in sms_states.values()),
         in_doubt=in_doubt,
@@ -489,7 +498,9 @@ class DeliveryVerdict:
     """What the webhook receiver and the SMS provider got, against the alerts and their delivery states.
 
     Webhook (deduplicates by Idempotency-Key): an alert is lost if the receiver never accepted it or its
-    state is not DELIVERED (counted once if both); every 201 beyond one per accepted key is a duplicate.
+    state is not DELIVERED (counted once if both); its promise (at least once under a stable key) makes
+    every request beyond the first per key a same-key resend, not a duplicate; a 201 beyond one per
+    accepted key would be one (a copy under another key is an unexpected key, a failure).
     SMS (cannot deduplicate): a text sent more than once is a duplicate; an alert is lost unless its
     record is IN_DOUBT (for an operator) or DELIVERED with its text received by the provider."""
 
@@ -498,7 +509,7 @@ class DeliveryVerdict:
     unexpected_webhook: tuple[str, ...]  # accepted keys that are no alert of the batch, sorted
     webhook_accepted: int
     webhook_statuses: tuple[tuple[int, int], ...]  # (HTTP status, count) in the receiver's order
-    webhook_resent_deduplicated: int  # requests beyond the first per Idempotency-Key
+    webhook_receipts: receipts.Receipts  # requests per Idempotency-Key (a batch's alerts each by its id)
     webhook_bad_signatures: int
     webhook_incomplete_requests: int
     sms: SmsVerdict
@@ -520,8 +531,21 @@ class DeliveryVerdict:
         return len(self.lost_webhook) + len(self.sms.lost)
 
     @property
+    def webhook_resent_deduplicated(self) -> int:
+        return self.webhook_receipts.resent_same_key
+
+    @property
+    def webhook_duplicated(self) -> int:
+        return self.webhook_delivered_twice + self.webhook_receipts.duplicated
+
+    @property
     def duplicated(self) -> int:
-        return self.sms.sent_twice + self.webhook_delivered_twice
+        return self.sms.sent_twice + self.webhook_duplicated
+
+    @property
+    def resent_same_key(self) -> int:
+        """Same-key resends at the webhook (SMS allows none: a second text is a duplicate)."""
+        return self.webhook_receipts.resent_same_key
 
     def failures(self) -> list[str]:
         return [f"{len(self.unexpected_webhook)} unexpected webhook deliveries"] if self.unexpected_webhook else []
@@ -532,15 +556,17 @@ class DeliveryVerdict:
             "webhook": {"accepted": self.webhook_accepted, "statuses": dict(self.webhook_statuses),
                         "resent_same_key_deduplicated": self.webhook_resent_deduplicated,
                         "lost": len(self.lost_webhook), "bad_signatures": self.webhook_bad_signatures,
-                        "incomplete_requests_dropped": self.webhook_incomplete_requests},
+                        "incomplete_requests_dropped": self.webhook_incomplete_requests,
+                        **self.webhook_receipts.figures(), "duplicated": self.webhook_duplicated},
             "sms": self.sms.details(),
         }
 
     def rows(self, runs: int, faults: int, recovery: str) -> list[dict]:
         """The results table's webhook and SMS rows."""
         return [
-            {"scenario": "webhook (idempotent)", "runs": runs, "faults": faults,
-             "lost": len(self.lost_webhook), "duplicated": self.webhook_delivered_twice, "recovery": recovery},
+            {"scenario": "webhook (idempotent)", "runs": runs, "faults": faults, "lost": len(self.lost_webhook),
+             "duplicated": self.webhook_duplicated, "resent_same_key": self.resent_same_key,
+             "recovery": recovery},
             self.sms.row(runs, faults, recovery, f"sms (cannot dedupe; {len(self.sms.in_doubt)} IN_DOUBT)"),
         ]
 
@@ -574,7 +600,7 @@ def delivery_verdict(alerts: Sequence[Mapping], *, webhook_accepted: Iterable[st
         unexpected_webhook=tuple(sorted(accepted - ids)),
         webhook_accepted=len(accepted),
         webhook_statuses=tuple(dict(webhook_statuses).items()),
-        webhook_resent_deduplicated=sum(n - 1 for n in webhook_requests_per_key.values() if n > 1),
+        webhook_receipts=receipts.count(webhook_requests_per_key, receipts.promise_of("webhook")),
         webhook_bad_signatures=webhook_bad_signatures,
         webhook_incomplete_requests=webhook_incomplete_requests,
         sms=sms_verdict(alerts, sms_bodies, sms_sends, ledger_states["sms"]),
@@ -789,8 +815,9 @@ def bus_connection(bootstrap_servers: str, topic: str) -> dict:
 
 
 def bus_verdict(kafka: KafkaSettings, topic: str, ids: set[str]) -> tuple[dict, dict[str, float]]:
-    """The bus topic as its consumers see it (they deduplicate by the key): copies per key, keys that are not
-    the alert's id (real duplicates); and each key's first copy (its produce time, epoch seconds)."""
+    """The bus topic as its consumers see it (they deduplicate by the key): its receipts are the messages,
+    counted per key under the bus's promise (chaos.receipts: copies under the same key are resends, a copy
+    whose key is not its alert's id a duplicate); and each key's first copy (its produce time, epoch s)."""
     copies: dict[str, int] = {}
     first: dict[str, float] = {}
     mismatched = 0
@@ -803,9 +830,10 @@ def bus_verdict(kafka: KafkaSettings, topic: str, ids: set[str]) -> tuple[dict, 
         at = m.timestamp()[1] / 1000
         first[key] = min(at, first.get(key, at))
     got = set(copies)
-    return ({"expected": len(ids), "received": len(got & ids), "lost": len(ids - got), "duplicated": mismatched,
-             "resent_same_key_deduplicated": sum(n - 1 for n in copies.values()), "unexpected": len(got - ids)},
-            first)
+    r = receipts.count(copies, receipts.promise_of("bus"), other_key=mismatched)
+    return ({"expected": len(ids), "received": len(got & ids), "lost": len(ids - got), "duplicated": r.duplicated,
+             "resent_same_key_deduplicated": r.resent_same_key, "unexpected": len(got - ids),
+             "receipts": r.receipts, "resent_same_key": r.resent_same_key}, first)
 
 
 def campaign_ledger(store: S3Store, prefix: str, lease_seconds: float):

@@ -24,8 +24,8 @@ The same kill is measured at several consumer session timeouts in one run.
        recipient in between; with the run objects stored at the kill (what the window reads back);
     5. verdict per recipient over the whole run: the webhook receiver (deduplicates by Idempotency-Key,
        counts requests) accepted each published alert exactly once and nothing else; the bus topic holds
-       each alert under its own key (copies under the same key are deduplicated resends); every ledger
-       record DELIVERED.
+       each alert under its own key; on both, copies under the same key are resends their promise allows,
+       reported as `resent_same_key` (chaos.receipts); every ledger record DELIVERED.
 """
 
 from __future__ import annotations
@@ -282,8 +282,10 @@ def run(timeouts_ms: Iterable[int] = TIMEOUTS_MS, kills: int = 3, stalls_s: Iter
                             for m in kafka_io.read_topic(ws.kafka, ws.kafka.alerts_topic, timeout=300)}
             lost = {"webhook": len(web.lost_webhook),
                     "bus": len((ids - set(received["bus"])) | {i for i in ids if states["bus"].get(i) != DELIVERED})}
-            duplicated = {"webhook": web.webhook_delivered_twice, "bus": bus["duplicated"]}
+            duplicated = {"webhook": web.webhook_duplicated, "bus": bus["duplicated"]}
+            resent = {"webhook": web.resent_same_key, "bus": bus["resent_same_key"]}
             result.lost, result.duplicated = sum(lost.values()), sum(duplicated.values())
+            result.resent_same_key = sum(resent.values())
             result.faults = len(state.events)
             result.runs = state.starts
             result.details = details(state.events, received, partition_of, wall0, timeouts_ms, stalls_s, CHANNELS)
@@ -294,7 +296,7 @@ def run(timeouts_ms: Iterable[int] = TIMEOUTS_MS, kills: int = 3, stalls_s: Iter
                 "bus": {**bus, "ledger_not_delivered": bus_open, "lost": lost["bus"]},
                 "failures": failures,
             })
-            result.rows = rows(result.details, lost, duplicated, state.starts, CHANNELS)
+            result.rows = rows(result.details, lost, duplicated, state.starts, CHANNELS, resent)
             return result.finish(t0)
     except ChaosError as exc:
         return result.aborted(failures, exc, t0)

@@ -120,21 +120,23 @@ def details(events: list[dict], received: dict, partition_of: dict, wall0: float
     return {"timeouts_ms": timeouts_ms, "stalls_s": stalls_s, "per_timeout_ms": out}
 
 
-def rows(details: dict, lost: dict, duplicated: dict, starts: int, channels: Sequence[str]) -> list[dict]:
-    """The results table: per session timeout and channel the failover figures, then the verdict per recipient."""
+def rows(details: dict, lost: dict, duplicated: dict, starts: int, channels: Sequence[str],
+         resent: dict | None = None) -> list[dict]:
+    """The results table: per session timeout and channel the failover figures, then the verdict per recipient
+    (`resent`: its same-key resends, chaos.receipts)."""
     rows = []
     for t, s in details["per_timeout_ms"].items():
         n = len(s["kills"])
         stalls = "; ".join(f"{k} freeze: {v}" for k, v in s["stalls"].items())
         for ch in channels:
             rows.append({"scenario": f"session {int(t) / 1000:g} s, SIGKILL without restart — {ch}", "runs": starts,
-                         "faults": n, "lost": "(below)", "duplicated": "(below)",
+                         "faults": n, "lost": "(below)", "duplicated": "(below)", "resent_same_key": "(below)",
                          "recovery": f"kill → first receipt from the dead one's partitions {s[f'kill → first receipt from them ({ch})']}; "
                                      f"longest gap at the recipient {s[f'longest gap at the recipient ({ch})']}"
                                      + (f"; {stalls}" if stalls and ch == channels[0] else "")})
     for ch, label in (("webhook", "webhook (idempotent), whole run"), ("bus", "Kafka bus (key = alert id), whole run")):
         rows.append({"scenario": label, "runs": starts, "faults": sum(len(s["kills"]) + len(s["stall_events"])
                                                                       for s in details["per_timeout_ms"].values()),
-                     "lost": lost[ch], "duplicated": duplicated[ch],
+                     "lost": lost[ch], "duplicated": duplicated[ch], "resent_same_key": (resent or {}).get(ch),
                      "recovery": f"all settled {details['settled_after_s']} s after the last fault"})
     return rows

@@ -48,6 +48,7 @@ from aldebaran_lab.chaos.ha_load import (
 )
 from aldebaran_lab.chaos.ha_measure import Fault, commit_times, fault_figures, misses, phases, row, section
 from aldebaran_lab.chaos.ha_platform import CHANNELS, Platform, profile_env
+from aldebaran_lab.chaos.receipts import promise_of, recipient
 from aldebaran_lab.chaos.under_load import EVENTS_PER_ORDER
 from aldebaran_lab.services import ha
 
@@ -302,13 +303,13 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
                        "bus": {i: t for i, t in bus_first.items() if i in ids}}
         missing = {r: ids - at.keys() for r, at in received_at.items()}
         recipients = {
-            "webhook": {"expected": len(ids), "received": len(received_at["webhook"]), "lost": len(missing["webhook"]),
-                        "duplicated": 0, "resent_same_key_deduplicated": web["duplicates"],
+            "webhook": {**recipient(web, ids, promise_of("webhook")), "resent_same_key_deduplicated": web["duplicates"],
                         "unexpected": len(set(web["received_at"]) - ids - probe_ids)},
             "bus": bus,
         }
         result.lost = sum(r["lost"] for r in recipients.values())
         result.duplicated = sum(r["duplicated"] for r in recipients.values())
+        result.resent_same_key = sum(r["resent_same_key"] for r in recipients.values())
         commits = commit_times(samples)
         # The paths a kill can stop: the auditor's commits, each recipient's receipts per alerts partition.
         paths: dict[str, list[float]] = {"auditor batches": commits}
@@ -333,6 +334,7 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
             {**row(base, 0), "scenario": "none (the baseline slot's middle, no fault)", "faults": 0}] + [
             {"scenario": f"whole run at the {name} recipient: {r['received']:,} of {r['expected']:,} alerts",
              "runs": result.runs, "faults": result.faults, "lost": r["lost"], "duplicated": r["duplicated"],
+             "resent_same_key": r["resent_same_key"],
              "recovery": f"everything settled {settled_s:.0f} s after the load ended"}
             for name, r in recipients.items()]
         about = {"command": "", "mode": mode, "started": result.started, "rate_ladder": ladder,

@@ -332,6 +332,7 @@ def run(component: str, alerts: int = 3000, kills: int = 4, seed: int = 1, mode:
             # verdict is about the alerts, which the next runs deliver (the ledger makes a re-run safe).
             result.lost = verdict.lost + len(lookup.lost)
             result.duplicated = verdict.duplicated + lookup.sent_twice
+            result.resent_same_key = verdict.resent_same_key
             run_types: dict[str, int] = {}
             for r in runs:
                 run_types[r.get("run_type") or "?"] = run_types.get(r.get("run_type") or "?", 0) + 1

@@ -247,6 +247,7 @@ def run(alerts: int = 5000, kills: int = 20, seed: int = 1, mode: str = "full", 
             failures.extend(verdict.failures())
             result.lost = verdict.lost + len(lookup.lost)
             result.duplicated = verdict.duplicated + lookup.sent_twice
+            result.resent_same_key = verdict.resent_same_key
             received = {"webhook": _times(webhook), "sms": _times(sms), "sms_lookup": _times(sms_lookup)}
             for e in events:
                 e["next_receipt_s"] = {ch: first_receipt_after(t, e["at"]) for ch, t in received.items()}

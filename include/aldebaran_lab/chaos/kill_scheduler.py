@@ -532,6 +532,7 @@ def run(alerts: int = 3000, kills: int = 3, seed: int = 1, mode: str = "full",
                 failures.append(f"{len(unfinished)} task instance(s) running at a kill did not end in success")
             result.lost = verdict.lost
             result.duplicated = verdict.duplicated
+            result.resent_same_key = verdict.resent_same_key
             result.details = {
                 "alerts": alerts, "repeats_on_topic": len(repeats), "waves": [len(w) for w in waves],
                 "scheduler_starts": result.runs, "dag_runs_triggered": len(triggered),
