@@ -188,7 +188,7 @@ class Airflow(Service):
     def _scheduler(pid: int) -> set[int]:
         """The scheduler's main process (its forked helpers have the same command line, not the same parent)."""
         return {p for p, (ppid, _, _) in processes().items() if ppid == pid
-                and describe(p, 4096).endswith("airflow scheduler")}
+                and describe(p, 4096) == "airflow scheduler"}
 
     @staticmethod
     def _task_processes(pid: int) -> set[int]:

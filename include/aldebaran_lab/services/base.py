@@ -114,9 +114,12 @@ def describe(pid: int, limit: int = 100) -> str:
     """The command line of a process (the title Airflow's workers set), cut at `limit` characters."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:limit]
+            args = fh.read().decode("utf-8", "replace").split("\0")
     except OSError:
         return "?"
+    if len(args) > 1 and os.path.basename(args[0]).startswith("python"):  # `python3 /venv/bin/airflow x`: `airflow x`
+        args = [os.path.basename(args[1]), *args[2:]]
+    return " ".join(args).strip()[:limit]
 
 
 class Service:
