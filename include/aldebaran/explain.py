@@ -5,7 +5,8 @@ the history. :func:`explain` builds it; the CLI and the deliveries plugin's page
 How it is found, without listing anything:
 
 1. the alert: its message on the alerts topic, found by the deliveries' own lookup
-   (:func:`aldebaran.delivery.tools.locate_alert`, a scan of the topic's keys), read once with its headers;
+   (:func:`aldebaran.delivery.tools.locate_alert`: the topic's keys read newest first, its own partition
+   first, a bounded number of messages; ``--scan`` reads the whole topic, slowly), read once with its headers;
 2. the trades: the alert's ``aldebaran.sources`` header (aldebaran.audit.provenance) names the trades
    topic, how many events the book had applied and the coordinates it kept (its first ``KEPT`` events and
    its latest). Those messages are read exactly (assign + seek). A book with more events than it kept
@@ -213,7 +214,7 @@ def scan(kafka, topic: str, partition: int, after: int, before: int, limit: int,
 
 # --- the explanation -------------------------------------------------------------------------------------
 def explain(alert_id: str, ledger, channels: list[str] | None = None, kafka=None, max_scan: int = MAX_SCAN,
-            locate_timeout: float = 30.0, run_max: int = 100_000) -> Explanation:
+            locate_timeout: float = 30.0, run_max: int = 100_000, scan: bool = False) -> Explanation:
     """Everything known about one alert. AlertNotFound if neither the alerts topic nor the ledger has it."""
     from aldebaran.delivery.decode import Rejected, decode
     from aldebaran.delivery.fast import fast_view
@@ -223,7 +224,7 @@ def explain(alert_id: str, ledger, channels: list[str] | None = None, kafka=None
     kafka = kafka or load(KafkaSettings)
     ex = Explanation(alert_id)
     channels = channels if channels else ledger.channels()
-    ex.position = locate_alert(alert_id, timeout=locate_timeout)
+    ex.position = locate_alert(alert_id, timeout=locate_timeout, scan=scan)
     ex.deliveries = [find(ledger, c, alert_id, ex.position, run_max) for c in channels]
     ex.fast = [v for c in channels if (v := fast_view(ledger, c, alert_id, kafka.fast_alerts_topic)) is not None]
     if ex.position is not None:
@@ -251,8 +252,9 @@ def explain(alert_id: str, ledger, channels: list[str] | None = None, kafka=None
             ex.notes.append("the exact lane never raised this alert (it is not on the alerts topic): the fast lane "
                             "did, and it was retracted; shown from its retraction")
         else:
-            raise AlertNotFound(f"no alert {alert_id!r} on the alerts topic {kafka.alerts_topic} nor in the "
-                                f"delivery ledger {ledger.prefix} ({', '.join(channels) or 'no channels'})")
+            raise AlertNotFound(f"no alert {alert_id!r} on the alerts topic {kafka.alerts_topic} "
+                                f"({'every message read' if scan else 'its newest messages read; --scan reads all'}) "
+                                f"nor in the delivery ledger {ledger.prefix} ({', '.join(channels) or 'no channels'})")
     check(ex)
     return ex
 
@@ -368,6 +370,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-scan", type=int, default=MAX_SCAN,
                    help=f"messages a scan between kept coordinates reads at most (default {MAX_SCAN:,})")
     p.add_argument("--prefix", help="ledger key prefix (default ALDEBARAN_DELIVERY_PREFIX)")
+    p.add_argument("--scan", action="store_true",
+                   help="find the alert by reading the whole alerts topic from its beginning (slow on a long "
+                        "topic; default: its newest messages, bounded: aldebaran.delivery.locate)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -378,7 +383,7 @@ def main(args: argparse.Namespace) -> int:
     settings = load(DeliverySettings, prefix=args.prefix)
     try:
         ex = explain(args.alert_id, Ledger.from_settings(settings), args.channel, max_scan=args.max_scan,
-                     run_max=settings.run_max)
+                     run_max=settings.run_max, scan=args.scan)
     except AlertNotFound as exc:
         log.error("%s", exc)
         return 1

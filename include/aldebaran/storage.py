@@ -227,10 +227,14 @@ class S3Store:
         except Exception as exc:  # noqa: BLE001
             raise self._translate(exc, key) from exc
 
-    def list(self, prefix: str, start_after: str | None = None) -> Iterator[dict]:
-        """Yield {Key, ETag, Size, LastModified} under `prefix`, in key order (after `start_after`)."""
+    def list(self, prefix: str, start_after: str | None = None, page_size: int | None = None) -> Iterator[dict]:
+        """Yield {Key, ETag, Size, LastModified} under `prefix`, in key order (after `start_after`).
+        `page_size`: keys per request, for a reader that wants the first few only (a full page of 1000
+        keys costs a parse of its XML that dwarfs the request)."""
         paginator = self.client.get_paginator("list_objects_v2")
-        kwargs = {"StartAfter": start_after} if start_after else {}
+        kwargs: dict = {"StartAfter": start_after} if start_after else {}
+        if page_size:
+            kwargs["PaginationConfig"] = {"PageSize": page_size}
         try:
             for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, **kwargs):
                 yield from page.get("Contents", [])
@@ -265,7 +269,7 @@ class Store(Protocol):
     def create(self, key: str, body: bytes, content_type: str = ..., token: str | None = None) -> str: ...
     def replace(self, key: str, body: bytes, etag: str, content_type: str = ..., token: str | None = None) -> str: ...
     def get(self, key: str) -> StoredObject: ...
-    def list(self, prefix: str, start_after: str | None = None) -> Iterator[dict]: ...
+    def list(self, prefix: str, start_after: str | None = None, page_size: int | None = None) -> Iterator[dict]: ...
     def put(self, key: str, body: bytes, content_type: str = ...) -> str: ...
     def delete(self, key: str) -> None: ...
     def delete_prefix(self, prefix: str) -> int: ...

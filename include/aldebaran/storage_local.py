@@ -127,7 +127,8 @@ class LocalStore:
             raise NotFound(f"{path} not found") from None
         return StoredObject(key, body, _etag(body))
 
-    def list(self, prefix: str, start_after: str | None = None) -> Iterator[dict]:
+    def list(self, prefix: str, start_after: str | None = None, page_size: int | None = None) -> Iterator[dict]:
+        # page_size is the S3 store's request size: a directory walk has none
         base = self.root / prefix
         directory = base if prefix in ("", ".") or prefix.endswith("/") else base.parent
         if not directory.exists():

@@ -25,6 +25,7 @@ USAGE = """\
     aldebaran bench checkpoint-files [--repeats N]     checkpoint writes per batch: rename, abortable, ours
     aldebaran bench alerts-from [--rates R] [--repeats N] alerts produced by the shard tasks vs the driver, A/B
     aldebaran bench metrics-cost [--updates N]         metric update cost: Prometheus client vs StatsD UDP
+    aldebaran bench status-commands [--quick]          status commands and health on a long synthetic history
     aldebaran bench MODE --help                        each mode's options"""
 
 # The entry-point group of the packages that add bench modes: each a function(bench_subparsers).
@@ -41,10 +42,19 @@ BENCH_MODES = {
     "checkpoint-files": "checkpoint writes per batch: rename, abortable, ours",
     "alerts-from": "alerts produced by the shard tasks vs the driver, A/B on one box",
     "metrics-cost": "per-update cost of a Prometheus counter/gauge/histogram vs a StatsD UDP send, and one scrape",
+    "status-commands": "lanes status, deliveries stats/show, explain and health timed on a long synthetic history "
+                       "(a day at 5k events/s by default)",
 }
 
 BENCH_OPTIONS = [
-    opt("--quick", modes="all", action="store_true", help="everything small (< 5 min), correctness only"),
+    opt("--quick", modes="all,status-commands", action="store_true",
+        help={"*": "everything small (< 5 min), correctness only",
+              "status-commands": "a small history (seconds to build): proves the mode works, not a figure"}),
+    opt("--messages", modes="status-commands", type=int, default=None,
+        help="messages on the synthetic alerts topic (default 4000000, --quick 20000)"),
+    opt("--run-size", modes="status-commands", type=int, default=None, help="offsets per ledger run (default 100)"),
+    opt("--unconfirmed", modes="status-commands", type=int, default=None,
+        help="unconfirmed fast-lane records (default 15000, --quick 200)"),
     opt("--out", modes="all,state-designs,parse-cost,low-latency", default=None,
         help={"all": "report directory (default docs/, or .run/bench/quick with --quick)",
               "low-latency": "also write the result to this JSON file", "*": "report directory (default docs/)"}),
@@ -61,7 +71,8 @@ BENCH_OPTIONS = [
     opt("--channels", modes="dispatch", default=None,
         help="comma-separated subset of webhook,webhook_batch,bus,sms,log,alertmanager,pagerduty,opsgenie,fcm,apns "
              "(default all)"),
-    opt("--repeats", modes="dispatch,parse-cost,checkpoint-files,lane-tuning,alerts-from,metrics-cost", type=int,
+    opt("--repeats", modes="dispatch,parse-cost,checkpoint-files,lane-tuning,alerts-from,metrics-cost,status-commands",
+        type=int,
         default=3,
         help={"*": "runs; the median is reported (default 3)", "checkpoint-files": "rounds (default 3)",
               "lane-tuning": "rounds, each variant once per round (default 3)",
@@ -90,7 +101,7 @@ BENCH_OPTIONS = [
         help="the Spark runtime (control: the control venv's pyspark 4.2, micro-batch only)"),
     opt("--conf", modes="low-latency", action="append", default=None, metavar="KEY=VALUE",
         help="a Spark setting of the lane's spark-submit (repeatable)"),
-    opt("--report", modes="low-latency,lane-tuning,alerts-from", action="store_true",
+    opt("--report", modes="low-latency,lane-tuning,alerts-from,status-commands", action="store_true",
         help="write its section of docs/benchmarks.md and its key of docs/img/bench-results.json"),
     opt("--warmup-seconds", modes="low-latency,lane-tuning", type=float, default=10.0,
         help="a warm-up segment after the lane starts, left out of the figures (default 10)"),
@@ -150,6 +161,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from aldebaran_capacity.bench import metrics_cost
 
         return metrics_cost.main(["--updates", str(args.updates), "--repeats", str(args.repeats)])
+    if args.which == "status-commands":
+        from aldebaran_capacity.bench import status_commands
+
+        return status_commands.main(args)
     if args.which == "e2e":
         from aldebaran_capacity.bench import e2e
 

@@ -158,7 +158,7 @@ def test_a_delivery_inside_a_group_commit_run_shows_the_runs_history():
 
 def test_an_unknown_alert_is_a_clear_message_and_exit_code_1(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("ALDEBARAN_DELIVERY_STORE", str(tmp_path / "ledger"))
-    monkeypatch.setattr("aldebaran.delivery.tools.locate_alert", lambda alert_id, timeout=30.0: None)
+    monkeypatch.setattr("aldebaran.delivery.tools.locate_alert", lambda alert_id, timeout=30.0, scan=False: None)
     assert cli.main(["explain", "0123456789abcdef"]) == 1
     assert "no alert '0123456789abcdef' on the alerts topic" in caplog.text
     assert "Traceback" not in caplog.text

@@ -191,7 +191,7 @@ def test_importing_the_plugin_does_no_work():
 class UnreachableBackend:
     """Failure-path fake: an object store that cannot be reached."""
 
-    def list(self, prefix):
+    def list(self, prefix, start_after=None, page_size=None):
         from aldebaran.exceptions import ObjectStoreError
 
         raise ObjectStoreError(f"object store http://127.0.0.1:9 unreachable for s3://aldebaran/{prefix}")

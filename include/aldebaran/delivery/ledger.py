@@ -46,6 +46,9 @@ from aldebaran.quarantine import quarantine
 from aldebaran.storage import Store, safe_segment
 
 INDEXED = {RETRY: "retry", DEAD: "dead", IN_DOUBT: "in_doubt"}
+# How far before an offset run_covering looks for its run's key, in turn (offsets): a recent alert's run
+# starts close before it, so the first listing nearly always finds it and reads a page at most.
+COVER_WINDOWS = (64, 4096)
 
 
 class Ledger(LedgerOwners, LedgerReports):
@@ -240,13 +243,25 @@ class Ledger(LedgerOwners, LedgerReports):
 
     def run_covering(self, channel: str, topic: str, partition: int, offset: int, max_run: int,
                      corrupt: list | None = None) -> Run | None:
-        """The run whose range holds `offset` (runs are at most max_run offsets long... unless malformed
-        alerts or gaps stretched one; then a longer look back is needed: see `runs`, and its `corrupt`)."""
-        for run in self.runs(channel, topic, partition, max(0, offset - max_run), corrupt=corrupt):
-            if run.start > offset:
+        """The run whose range holds `offset`: the run with the last start ≤ offset, found from its key
+        alone (runs do not overlap), then read — one GET, whatever the partition's history. Its key is
+        looked for in windows before `offset` that grow (:data:`COVER_WINDOWS`, then `max_run`, the longest
+        a run is... unless malformed alerts or gaps stretched one), each a StartAfter listing of keys only.
+        A corrupt run raises LedgerCorrupt, unless `corrupt` is given: then it is noted there, None returned."""
+        prefix = self.run_prefix(channel, topic, partition)
+        for back in [*(w for w in COVER_WINDOWS if w < max_run), max_run]:
+            first = max(0, offset - back)
+            after = f"{prefix}{first - 1:020d}.json" if first > 0 else None
+            keys = (o["Key"] for o in self.store.list(prefix, start_after=after, page_size=min(back + 2, 1000)))
+            last = None
+            for key in itertools.takewhile(lambda k: _start(k[len(prefix):]) <= offset, keys):
+                last = key
+            if last is not None:
+                start = _start(last[len(prefix):])
+                run = next(self.runs(channel, topic, partition, start, until=start, corrupt=corrupt), None)
+                return run if run is not None and run.start <= offset <= run.end else None
+            if first == 0:
                 return None
-            if run.start <= offset <= run.end:
-                return run
         return None
 
     def run_at(self, key: str) -> Run | None:

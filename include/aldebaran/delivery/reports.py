@@ -11,14 +11,19 @@ from aldebaran.delivery.runs import DELIVERED, PENDING, Run
 
 class LedgerReports:
     def channels(self) -> list[str]:
-        """Channels with anything in the ledger (one delimiter listing per channel would be cheaper on
-        S3; the store contract has no delimiter, so this lists the owners and records it finds)."""
+        """Channels with anything in the ledger: one short listing per channel, whatever its history. The
+        store contract has no delimiter, so each listing takes the first key after the previous channel's
+        keys (``StartAfter <prefix>/<channel>0``: '0' sorts just after '/', and a channel name is a safe
+        segment, so no other channel's keys lie between) and reads no further."""
         seen: list[str] = []
-        for obj in self.store.list(self.prefix + "/"):
-            name = obj["Key"][len(self.prefix) + 1:].split("/", 1)[0]
-            if name not in seen:
-                seen.append(name)
-        return seen
+        after = None
+        while True:
+            first = next(iter(self.store.list(self.prefix + "/", start_after=after, page_size=1)), None)
+            if first is None:
+                return seen
+            name = first["Key"][len(self.prefix) + 1:].split("/", 1)[0]
+            seen.append(name)
+            after = f"{self.prefix}/{name}0"
 
     def states(self, channel: str) -> dict[str, str]:
         """alert id → its delivery state on this channel (DELIVERED from a run's entry; a per-alert

@@ -11,7 +11,11 @@
 
 `show` finds an alert without listing the ledger: its own record (failures, SMS) is one GET; a
 delivered alert is found in its run: the alert's partition and offset come from the alerts topic
-(a key scan of the topic, bounded by its retention), then one StartAfter listing finds the run.
+(its keys read newest first, bounded: aldebaran.delivery.locate; ``--scan`` reads the whole topic,
+slowly), then a StartAfter listing of run keys finds the run (Ledger.run_covering).
+
+`stats` reads the small index, the consumer groups' offsets and a capped quarantine count; the channels
+come from one short listing per channel (Ledger.channels): none of it grows with the ledger's history.
 """
 
 from __future__ import annotations
@@ -62,6 +66,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         opt("--outcome", modes="resolve", choices=[DELIVERED, DEAD], help="what really happened"),
         opt("--reason", modes="retry,resolve", help="why (recorded in the record's history)"),
         opt("--prefix", help="ledger key prefix (default ALDEBARAN_DELIVERY_PREFIX)"),
+        opt("--scan", modes="show", action="store_true",
+            help="find the alert by reading the whole alerts topic from its beginning (slow on a long topic; "
+                 "default: its newest messages, bounded)"),
     ], title="actions")
 
 
@@ -112,36 +119,14 @@ def _cell(value) -> str:
     return "-" if value is None else str(value)
 
 
-def locate_alert(alert_id: str, timeout: float = 30.0) -> tuple[int, int] | None:
-    """(partition, offset) of the alert's first message on the alerts topic: a scan of the keys (values
-    are not decoded), every partition at once; None if the topic no longer holds it."""
-    from aldebaran.kafka_io import consumer, end_offsets
+def locate_alert(alert_id: str, timeout: float = 30.0, scan: bool = False) -> tuple[int, int] | None:
+    """(partition, offset) of the alert's first message on the alerts topic: newest first, bounded
+    (aldebaran.delivery.locate); `scan` reads every partition from its beginning (slow on a long topic).
+    None when not found."""
+    from aldebaran.delivery.locate import locate
     from aldebaran.settings import KafkaSettings, load
 
-    kafka = load(KafkaSettings)
-    ends = {p: e for p, e in end_offsets(kafka, kafka.alerts_topic).items() if e > 0}
-    if not ends:
-        return None
-    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
-    c = consumer(kafka, f"aldebaran-locate-{getpass.getuser()}", **{"enable.auto.commit": False})
-    try:
-        c.assign([TopicPartition(kafka.alerts_topic, p, OFFSET_BEGINNING) for p in ends])
-        key, done = alert_id.encode(), set()
-        import time
-
-        deadline = time.monotonic() + timeout
-        while len(done) < len(ends) and time.monotonic() < deadline:
-            for msg in c.consume(num_messages=10_000, timeout=0.5):
-                if msg.error():
-                    continue
-                if msg.key() == key:
-                    return msg.partition(), msg.offset()
-                if msg.offset() + 1 >= ends[msg.partition()]:
-                    done.add(msg.partition())
-    finally:
-        c.close()
-    return None
+    return locate(load(KafkaSettings), alert_id, timeout=timeout, scan=scan)
 
 
 def find(ledger, channel: str, alert_id: str, position: tuple[int, int] | None, max_run: int = 100_000) -> dict:
@@ -156,7 +141,9 @@ def find(ledger, channel: str, alert_id: str, position: tuple[int, int] | None, 
     if position is None:
         if corrupt:
             return {"channel": channel, "state": "CORRUPT", "corrupt": corrupt, "note": _unreadable(corrupt)}
-        return {"channel": channel, "state": "UNKNOWN", "note": "no record, and the alerts topic no longer holds it"}
+        return {"channel": channel, "state": "UNKNOWN",
+                "note": "no record, and not found on the alerts topic (the look-up reads its newest messages: "
+                        "--scan reads it all, slowly; or the topic no longer holds it)"}
     from aldebaran.settings import KafkaSettings, load
 
     topic = load(KafkaSettings).alerts_topic
@@ -246,7 +233,7 @@ def main(args: argparse.Namespace) -> int:
     if not alert_id:
         raise SystemExit(f"{args.action} needs an alert id (--alert-id)")
     if args.action == "show":
-        position = locate_alert(alert_id)
+        position = locate_alert(alert_id, scan=args.scan)
         views = [find(ledger, c, alert_id, position, settings.run_max) for c in channels]
         print(json.dumps({"alert_id": alert_id, "position": position, "channels": views}, indent=2, default=str))
         return 0

@@ -153,6 +153,8 @@ class Reconciliation:
     def status(self) -> dict:
         oldest = min(self.pending_fast.values(), default=None)
         return {
+            # The oldest alert still unconfirmed (its fast copy's time): what `lanes status` shows as its age.
+            "oldest_unconfirmed_ms": min(self.unconfirmed.values(), default=None),
             "counts": vars(self.counts).copy(),
             "pending_fast": len(self.pending_fast),
             "pending_exact": len(self.pending_exact),

@@ -6,7 +6,13 @@ resume comes from the lane keeper's last heartbeat, :meth:`Reconciliation.resume
 exact topic from ``ttl`` earlier, since its copy may come first). Each alert judged unconfirmed gets a
 record, ``<records prefix>/<lane>/unconfirmed/<alert_id>.json`` (the fast alert, its time, why), which
 ``platform_health`` fails on and ``aldebaran lanes status`` lists; a late confirmation deletes it, and an
-operator settles one with ``aldebaran lanes resolve`` (moved under ``resolved/`` with a reason).
+operator settles one with ``aldebaran lanes resolve`` (moved under ``resolved/`` with a reason, and a
+marker under ``resolving/`` that the running reconciler takes within seconds: it drops the id from its
+counts, so the heartbeat's ``reconcile`` block stays the whole truth).
+
+The status commands and ``platform_health`` read that heartbeat block (counts, the oldest unconfirmed
+alert, the first ids), never the records' listing: that listing grows with what is unconfirmed and
+costs one GET per record (:func:`list_records`, kept for ``aldebaran lanes status --full``).
 
 Where channels opted in to the fast lane (a :class:`aldebaran.delivery.retraction.Retractor`), they had the
 alert: each is sent a retraction before the record is written (the record is what marks the alert judged,
@@ -32,7 +38,8 @@ from aldebaran.storage import safe_segment
 
 log = logging.getLogger(__name__)
 
-UNCONFIRMED, RESOLVED = "unconfirmed", "resolved"
+UNCONFIRMED, RESOLVED, RESOLVING = "unconfirmed", "resolved", "resolving"
+INBOX_SECONDS = 5.0  # how often the running reconciler looks for resolutions (a small listing)
 
 
 def record_prefix(records_prefix: str, lane: str, state: str = UNCONFIRMED) -> str:
@@ -64,6 +71,9 @@ def resolve(store, records_prefix: str, lane: str, alert_id: str, reason: str, b
         raise AldebaranError(f"no unconfirmed record for alert {alert_id} on lane {lane} ({store.uri(key)})") from None
     record.update(resolved_at=time.time(), resolved_by=by, resolution=reason)
     store.put(record_key(records_prefix, lane, alert_id, RESOLVED), json.dumps(record).encode())
+    # Before the delete: a crash in between leaves a marker for an open record, which the reconciler
+    # ignores (it only drops ids whose record is gone), never an open count nobody will lower.
+    store.put(record_key(records_prefix, lane, alert_id, RESOLVING), b"{}")
     store.delete(key)
     return record
 
@@ -90,6 +100,8 @@ class Reconciler:
         self.dead_letters = dead_letters or AlertDeadLetters(kafka)  # connects at the first rejected message
         self._rejected: list[Rejected] = []  # read, not yet acknowledged by alerts.dlq
         self.rejected = 0
+        self.resolved = 0  # settled by an operator while this reconciler ran (the `resolving/` inbox)
+        self._inbox_at = 0.0
 
     # --- Kafka ----------------------------------------------------------------------------------
     def open(self) -> None:
@@ -146,7 +158,29 @@ class Reconciler:
             exact_at=now_ms if self._caught_up(self.exact_topic) else None)
         self._apply(self.state.judge())
         self._dead_letter()
+        if time.monotonic() - self._inbox_at >= INBOX_SECONDS:
+            self._inbox_at = time.monotonic()
+            self.take_resolutions()
         return read
+
+    def take_resolutions(self) -> int:
+        """Drop the ids an operator resolved (``aldebaran lanes resolve``) from the open count. The inbox
+        holds only resolutions not taken yet, so this listing stays small whatever the history."""
+        taken = 0
+        for item in self.store.list(record_prefix(self.records_prefix, self.lane, RESOLVING)):
+            alert_id = item["Key"].rsplit("/", 1)[1][: -len(".json")]
+            try:
+                self.store.get(record_key(self.records_prefix, self.lane, alert_id))
+                continue  # the resolve is half done (its delete is still to come): next time
+            except NotFound:
+                pass
+            if self.state.unconfirmed.pop(alert_id, None) is not None:
+                self.state.counts.unconfirmed -= 1
+                self.resolved += 1
+                taken += 1
+            self._held.pop(alert_id, None)
+            self.store.delete(item["Key"])
+        return taken
 
     def _caught_up(self, topic: str) -> bool:
         flags = [eof for (t, _), eof in self._eof.items() if t == topic]
@@ -218,4 +252,4 @@ class Reconciler:
 
     def status(self) -> dict:
         return {**self.state.status(), "fast_topic": self.fast_topic, "exact_topic": self.exact_topic,
-                "rejected": self.rejected}
+                "rejected": self.rejected, "resolved": self.resolved}

@@ -3,6 +3,12 @@
 ``status`` shows the exact lane (the micro-batch auditor's heartbeat: status, last batch, age) and the
 low-latency lane (its keeper's heartbeat: status, the query, reconciliation counts, the alerts the exact
 lane never confirmed). ``--json`` prints the same as one object (what ``platform_health`` reads too).
+
+It reads bounded state only: the two heartbeats, and the records of the first :data:`SHOWN` unconfirmed
+ids the keeper's heartbeat names (one GET each). The count and the oldest one's age come from the
+reconciler's own counts in that heartbeat, so the answer takes the same time at ten unconfirmed alerts
+as at ten thousand. ``--full`` lists every unconfirmed record instead (one GET per record: slow on a
+platform with many; for an operator who wants them all, not for health).
 """
 
 from __future__ import annotations
@@ -11,10 +17,14 @@ import argparse
 import json
 import time
 
+SHOWN = 20  # unconfirmed records read and shown (by id, from the heartbeat)
 
-def collect(now: float | None = None, lanes=None, exact: tuple[str, dict | None] | None = None) -> dict:
+
+def collect(now: float | None = None, lanes=None, exact: tuple[str, dict | None] | None = None,
+            full: bool = False) -> dict:
     """Both lanes' state, as plain JSON. A caller that has them already passes `lanes` (the LaneSettings)
-    and `exact` (the auditor's query name and its heartbeat, None when it has none); else they are read here."""
+    and `exact` (the auditor's query name and its heartbeat, None when it has none); else they are read here.
+    `full`: every unconfirmed record, listed (slow); else the heartbeat's count and its first ids' records."""
     from aldebaran import heartbeat
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.lanes import keeper, reconciler
@@ -37,15 +47,39 @@ def collect(now: float | None = None, lanes=None, exact: tuple[str, dict | None]
                      processed_rows_per_second=exact_hb.get("processed_rows_per_second"))
     store = keeper.lane_store()
     fast_hb = heartbeat.read(store, heartbeat.LANE, lanes.name)
-    records = reconciler.list_records(store, lanes.records_prefix, lanes.name)
+    rec = (fast_hb or {}).get("reconcile") or {}
+    if full:
+        records = reconciler.list_records(store, lanes.records_prefix, lanes.name)
+        count = len(records)
+    else:
+        records = _records(store, lanes, rec.get("unconfirmed_ids") or [])
+        count = (rec.get("counts") or {}).get("unconfirmed")  # None: no reconciler has reported yet
+    oldest = min((r.get("fast_ts") or 0 for r in records), default=None) if full else rec.get("oldest_unconfirmed_ms")
     fast = {"lane": lanes.name, "enabled": lanes.enabled, "topic": kafka.fast_alerts_topic,
             "heartbeat_uri": store.uri(heartbeat.key(heartbeat.LANE, lanes.name)), "heartbeat": fast_hb is not None,
+            "source": "records (full listing)" if full else "heartbeat",
+            "unconfirmed_count": count,
+            "oldest_unconfirmed_age_seconds": round(max(0.0, now - oldest / 1000), 1) if oldest else None,
             "unconfirmed": sorted(records, key=lambda r: r.get("fast_ts") or 0)}
     if fast_hb:
         fast.update(status=fast_hb.get("status"), age_seconds=round(max(0.0, now - float(fast_hb.get("at") or 0)), 1),
                     host=fast_hb.get("host"), pid=fast_hb.get("pid"), process=fast_hb.get("lane"),
                     reconcile=fast_hb.get("reconcile"), error=fast_hb.get("error"), gaps=fast_hb.get("gaps"))
     return {"at": now, "exact": exact, "fast": fast}
+
+
+def _records(store, lanes, ids: list[str]) -> list[dict]:
+    """The records of the first :data:`SHOWN` ids (one GET each); an id confirmed or resolved since the
+    heartbeat has no record any more and is left out."""
+    from aldebaran.lanes import reconciler
+    from aldebaran.storage import read_json
+
+    out = []
+    for alert_id in ids[:SHOWN]:
+        got = read_json(store, reconciler.record_key(lanes.records_prefix, lanes.name, alert_id))
+        if got is not None:
+            out.append(got)
+    return out
 
 
 def render(state: dict) -> str:
@@ -81,9 +115,14 @@ def render(state: dict) -> str:
         if fast.get("error"):
             lines.append(f"error        {str(fast['error'])[:800]}")
     unconfirmed = fast["unconfirmed"]
-    lines.append(f"unconfirmed  {len(unconfirmed)} fast-lane alert(s) the exact lane never confirmed (not delivered)"
+    count = fast.get("unconfirmed_count", len(unconfirmed))
+    age = fast.get("oldest_unconfirmed_age_seconds")
+    lines.append(f"unconfirmed  {'unknown (no reconciler counts yet)' if count is None else count} fast-lane alert(s) "
+                 "the exact lane never confirmed (not delivered)"
+                 + (f"; oldest {age:.0f}s ago" if age is not None else "")
+                 + (f"; first {len(unconfirmed)} shown (all: --full, slow)" if count and count > len(unconfirmed) else "")
                  + "".join(f"\n  {r['alert_id']}  order {(r.get('alert') or {}).get('order_id')}  {r.get('why')}"
-                           for r in unconfirmed[:20]))
+                           for r in unconfirmed[:SHOWN]))
     return "\n".join(lines)
 
 
@@ -102,6 +141,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         opt("alert_id", modes="resolve", nargs="?", help="the unconfirmed alert's id"),
         opt("--reason", modes="resolve", help="why it is settled (kept in its record)"),
         opt("--json", modes="status", action="store_true", help="one JSON object"),
+        opt("--full", modes="status", action="store_true",
+            help="list and read every unconfirmed record (slow: one GET per record) instead of the heartbeat's "
+                 "counts and first ids"),
     ], title="actions")
 
 
@@ -127,6 +169,6 @@ def main(args: argparse.Namespace) -> int:
                                     by=getpass.getuser())
         print(json.dumps(record, default=str))
         return 0
-    state = collect()
+    state = collect(full=args.full)
     print(json.dumps(state, default=str, indent=1) if args.json else render(state))
     return 0

@@ -592,9 +592,9 @@ def write(results: dict, out_dir: Path, doc_name: str = "benchmarks.md") -> dict
     existing = doc.read_text() if doc.exists() else "# Benchmarks\n\nFigures from `make bench`; each section names its command.\n\n"
     doc.write_text(splice(existing, markdown(results, images)))
     raw = out_dir / "img" / "bench-results.json"
-    # Keys other benchmarks own (`aldebaran bench low-latency --report`) stay as they were.
+    # Keys other benchmarks own (`aldebaran bench low-latency --report`, `status-commands --report`) stay as they were.
     kept = json.loads(raw.read_text()) if raw.exists() else {}
-    results = {**{k: kept[k] for k in ("low_latency",) if k in kept}, **results}
+    results = {**{k: kept[k] for k in ("low_latency", "status_commands") if k in kept}, **results}
     raw.write_text(json.dumps(results, indent=1, default=str))
     log.info("report written to %s (%d plots)", doc, len(images))
     return {"markdown": doc, "results": raw, **images}
