@@ -4,9 +4,11 @@ the whole suite, when dispatch tasks may be running), and no process of theirs i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
+import signal
 import time
 
 import pytest
@@ -86,15 +88,20 @@ def private_core(tmp_path, monkeypatch):
     kafka = Kafka()
     kafka.controller_port = ports["kafka_controller"]
     svcs = {"minio": MinIO(), "kafka": kafka, "airflow": PrivateAirflow(dags)}
+    leaders = []
     try:
         for svc in svcs.values():
             svc.launch()
+            leaders.append(svc.pid())
         for svc in svcs.values():
             svc.wait_healthy(svc.start_timeout)
         yield svcs
     finally:
         for svc in svcs.values():
             svc.kill()
+        for p in {p for leader in leaders if leader for p in session(leader)}:  # a task in a group of its own
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
 
 
 def test_each_service_stops_within_15_s_without_sigkill_airflow_with_tasks_running(private_core):
