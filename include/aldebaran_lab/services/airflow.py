@@ -79,8 +79,8 @@ class Airflow(Service):
     start_timeout = 300.0
     stop_signal = signal.SIGINT
     task_grace = 5.0  # how long the running tasks get to end before the components are asked to stop
-    # Then SIGTERM to each process left (a third signal ends a triggerer or api-server still winding down),
-    # and SIGKILL 15 s after the request.
+    # Then SIGTERM to each process left but the scheduler (a third signal ends a triggerer or api-server still
+    # winding down), and SIGKILL 15 s after the request.
     stop_grace = 6.0
     stop_timeout = 15.0
 
@@ -155,10 +155,11 @@ class Airflow(Service):
         joined those workers for ever (the stop waited for SIGKILL). The scheduler now gets the
         standalone's SIGTERM alone. Its end() still waits for running tasks (the workers ignore SIGINT),
         so they go first, while the api-server is up to take their final state (a supervisor whose
-        api-server is gone retries for minutes): SIGTERM runs the operator's on_kill (a BashOperator stops
-        its command, which would hold the supervisor's socket open), SIGINT a second later interrupts
-        Python code (a @task ignores SIGTERM). The others take SIGINT + SIGTERM well (the triggerer's
-        second signal force-stops its trigger runner)."""
+        api-server is gone keeps retrying it): SIGTERM runs the operator's on_kill (a BashOperator stops its
+        command, which would hold the supervisor's socket open), SIGINT a second later interrupts Python
+        code (a @task ignores SIGTERM). The other components get SIGINT and the standalone's SIGTERM; one
+        still winding down `stop_grace` later (the api-server, the triggerer waiting for its trigger runner)
+        ends at the SIGTERM stage, which spares the scheduler."""
         tasks = self._task_processes(pid)
         if tasks:
             log.info("%s: stopping %d task process(es) first: %s", self.name, len(tasks),
