@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import threading
 import time
 from typing import Callable
 
-from aldebaran.exceptions import ObjectStoreError
-from aldebaran.storage import read_json, safe_segment
+from aldebaran.exceptions import NotFound, ObjectStoreError
+from aldebaran.storage import safe_segment
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +54,60 @@ def key(role: str, name: str) -> str:
     return f"{prefix(role)}{safe_segment(name, f'{role} name')}.json"
 
 
+# The fields every reader compares or does arithmetic on, and the types it may hold (None: absent).
+_TYPES = {"host": (str,), "pid": (int,), "status": (str,), "name": (str,), "error": (str,), "at": (int, float),
+          "started_at": (int, float), "updated_at_ms": (int, float), "channels": (list,), "progress": (dict,)}
+
+
 def read(store, role: str, name: str) -> dict | None:
-    """The last heartbeat of `name`; None when it never wrote one (or it was removed)."""
-    return read_json(store, key(role, name))
+    """The last heartbeat of `name`; None when it never wrote one (or it was removed), or when what is
+    stored cannot be a heartbeat (logged with its key and reason: see :func:`_checked`)."""
+    return _load(store, key(role, name))
 
 
 def read_all(store, role: str) -> list[dict]:
-    """Every heartbeat of `role` present (one listing, then one read each)."""
-    return [read_json(store, o["Key"]) or {} for o in store.list(prefix(role))]
+    """Every heartbeat of `role` present (one listing, then one read each); an unreadable one reads as {}."""
+    return [_load(store, o["Key"]) or {} for o in store.list(prefix(role))]
+
+
+def _load(store, where: str) -> dict | None:
+    try:
+        raw = store.get(where).body
+    except NotFound:
+        return None
+    try:
+        return _checked(store, where, json.loads(raw))
+    except (ValueError, RecursionError) as exc:  # undecodable: JSONDecodeError, UnicodeDecodeError, too deep
+        return _skipped(store, where, f"not JSON: {exc}")
+
+
+def _checked(store, where: str, body) -> dict | None:
+    """A stored heartbeat, or None if it is not one. Every supervisor, probe and page reads heartbeats
+    through here, so a corrupt one (a bad writer, a half-restored bucket) is a missing beat for all of them
+    (the process is judged silent, as it would be with none) instead of a crash in each. Not moved: the
+    process's next beat overwrites it."""
+    if not isinstance(body, dict):
+        return _skipped(store, where, f"JSON {type(body).__name__}, not an object")
+    for field, kinds in _TYPES.items():
+        value = body.get(field)
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)
+                                  or (isinstance(value, float) and not math.isfinite(value))):
+            return _skipped(store, where, f"field {field!r} is {type(value).__name__} {str(value)[:40]!r}")
+    if any(not isinstance(c, str) for c in body.get("channels") or ()):
+        return _skipped(store, where, "field 'channels' is not a list of names")
+    if body.get("pid") is not None and not 0 < body["pid"] < 2**31:  # a supervisor signals it
+        return _skipped(store, where, f"field 'pid' out of range: {body['pid']}")
+    for unit, p in (body.get("progress") or {}).items():  # aldebaran.probes.stalled's arithmetic
+        if p is not None and (not isinstance(p, dict) or not all(
+                v is None or (type(v) in (int, float) and math.isfinite(v))
+                for v in (p.get("progress_at"), p.get("loop_at")))):
+            return _skipped(store, where, f"progress of {str(unit)[:40]!r} is not {{progress_at, loop_at}} times")
+    return body
+
+
+def _skipped(store, where: str, reason: str) -> None:
+    log.warning("heartbeat %s cannot be read, skipped (read as no heartbeat): %s", store.uri(where), reason)
+    return None
 
 
 def identity() -> dict:

@@ -21,6 +21,8 @@ One object per checkpoint in the object store (its key: ``aldebaran.checkpoint.C
   ``If-Match`` to ``broken``, free at once. **Revoke** (supervisor, a holder alive but unhealthy on a
   host it cannot signal): ``If-Match`` to ``revoked``, free after one ttl of grace — the holder's next
   renewal fails and it stops itself well before that.
+- **Corrupt** (what is stored is no lease record: :func:`read` says ``corrupt``): held by no one and free
+  to no one; the next taker copies it to the quarantine and revokes it with its own ttl as the grace.
 
 Times are wall-clock epoch seconds of the writer; holders and the supervisor are assumed to have
 clocks within a small fraction of the ttl of each other (NTP), the usual condition of a lease.
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -45,6 +48,7 @@ from aldebaran.storage import Store, writer_token
 log = logging.getLogger(__name__)
 
 HELD, RELEASED, REVOKED, BROKEN = "held", "released", "revoked", "broken"
+CORRUPT = "corrupt"  # read(): what is stored is no lease record
 
 
 def lease_key(checkpoint: str) -> str:
@@ -95,7 +99,10 @@ def holder_dead_here(record: dict) -> bool:
 
 
 def is_free(record: dict, now: float) -> bool:
-    """A lease anyone may take: released or broken at once; held or revoked once it expired."""
+    """A lease anyone may take: released or broken at once; held or revoked once it expired (a corrupt
+    one never: :func:`acquire` revokes it first)."""
+    if record.get("state") == CORRUPT:
+        return False
     if record.get("state") in (RELEASED, BROKEN):
         return True
     return float(record.get("expires_at") or 0) <= now
@@ -112,11 +119,62 @@ def describe(record: dict | None, now: float | None = None) -> str:
 
 
 def read(store: Store, checkpoint: str) -> tuple[dict, str] | None:
+    """The lease record and its ETag, None if there is none. A stored object that is not a lease record
+    reads as ``{"state": "corrupt", "note": why}`` (with the object's ETag): held by no one, free to no
+    one, until :func:`acquire` sets it aside (every reader of leases goes through here: none crashes)."""
     try:
         obj = store.get(lease_key(checkpoint))
     except NotFound:
         return None
-    return obj.json(), obj.etag
+    try:
+        return _checked(obj.json()), obj.etag
+    except (ValueError, TypeError, RecursionError) as exc:  # undecodable, or ill-typed (_checked)
+        log.warning("lease %s cannot be read: %s", store.uri(lease_key(checkpoint)), exc)
+        return {"state": CORRUPT, "note": f"lease record cannot be read: {str(exc)[:300]}"}, obj.etag
+
+
+_NUMBERS = ("expires_at", "renewed_at", "acquired_at", "ttl_seconds")
+_TEXTS = ("checkpoint", "query", "owner", "host", "note")
+
+
+def _checked(record) -> dict:
+    """`record` if it is a lease record whose fields have the types the lease's arithmetic and the
+    supervisors' comparisons need; TypeError/ValueError naming the first that is not."""
+    if not isinstance(record, dict):
+        raise TypeError(f"JSON {type(record).__name__}, not an object")
+    if record.get("state") not in (HELD, RELEASED, REVOKED, BROKEN):
+        raise ValueError(f"unknown state {str(record.get('state'))[:40]!r}")
+    for name in _NUMBERS:
+        value = record.get(name)
+        if (value is not None or name == "expires_at") and (
+                type(value) not in (int, float) or not math.isfinite(value) or abs(value) > 1e11):
+            raise TypeError(f"field {name!r} is not a time: {str(value)[:40]!r}")
+    for name, limit in (("generation", 2**53), ("pid", 2**31)):
+        value = record.get(name)
+        if value is not None and (type(value) is not int or not 0 <= value < limit):
+            raise TypeError(f"field {name!r} is not a whole number below {limit}: {str(value)[:40]!r}")
+    for name in _TEXTS:
+        if record.get(name) is not None and not isinstance(record[name], str):
+            raise TypeError(f"field {name!r} is {type(record[name]).__name__}")
+    return record
+
+
+def set_aside(store: Store, checkpoint: str, record: dict, etag: str, grace_seconds: float, reader: str) -> bool:
+    """A corrupt lease (see :func:`read`): copied to the quarantine and replaced, If-Match, by a revoked one
+    that is free after `grace_seconds` (the taker's ttl): a holder that may still run fails its next
+    renewal on the changed ETag and stops well before, as after a supervisor's revoke. False if it
+    changed meanwhile (read it again)."""
+    from aldebaran.quarantine import quarantine
+
+    key = lease_key(checkpoint)
+    quarantine(store, key, record["note"], reader, remove=False)
+    revoked = {"checkpoint": checkpoint.rstrip("/"), "state": REVOKED, "generation": 0, "expires_at":
+               time.time() + grace_seconds, "note": f"{record['note']} (set aside by {reader})"}
+    try:
+        store.replace(key, json.dumps(revoked).encode(), etag)
+        return True
+    except PreconditionFailed:
+        return False
 
 
 @dataclass
@@ -253,6 +311,9 @@ def acquire(store: Store, checkpoint: str, query: str, ttl_seconds: float,
         if current is None:
             continue  # deleted in between: try the create again
         record, etag = current
+        if record.get("state") == CORRUPT:
+            set_aside(store, checkpoint, record, etag, ttl_seconds, f"auditor {query} ({owner})")
+            continue  # read again: revoked now (or someone else's write)
         if is_free(record, now) or holder_dead_here(record):
             taken = {**fresh, "generation": int(record.get("generation") or 0) + 1}
             try:
@@ -279,6 +340,9 @@ def end(store: Store, checkpoint: str, state: str, note: str, grace_seconds: flo
     if current is None:
         return None
     record, etag = current
+    if record.get("state") == CORRUPT:  # revoked with the grace asked (0 for broken): what ending it means
+        set_aside(store, checkpoint, record, etag, grace_seconds, f"supervisor ({note})")
+        return None
     if record.get("state") in (RELEASED, BROKEN):
         return record
     now = time.time()

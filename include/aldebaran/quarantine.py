@@ -33,11 +33,11 @@ def quarantine(store, key: str, reason: str, reader: str, body: bytes | None = N
             body = store.get(key).body
         except NotFound:
             return None
-    where = prefix + key
+    where = copy_key(key, prefix)
     try:
         store.put(where, body, "application/octet-stream")
     except ValueError:  # a key that no prefix can hold (the directory backend refuses it): by its digest
-        where = f"{prefix}odd/{hashlib.sha256(key.encode()).hexdigest()}"
+        where = _odd(prefix, key)
         store.put(where, body, "application/octet-stream")
     why = {"key": key, "reason": reason[:2000], "reader": reader, "at": time.time(), "size": len(body)}
     store.put(where + WHY, json.dumps(why).encode())
@@ -45,6 +45,26 @@ def quarantine(store, key: str, reason: str, reader: str, body: bytes | None = N
         store.delete(key)
     log.warning("quarantined %s (%s, read by %s) as %s", store.uri(key), reason, reader, store.uri(where))
     return where
+
+
+def copy_key(key: str, prefix: str = PREFIX) -> str:
+    """Where the copy of `key` goes: under `prefix`, or by its digest when that name would be refused
+    where the original's was not (:func:`_fits`)."""
+    where = prefix + key
+    return where if _fits(where + WHY) else _odd(prefix, key)
+
+
+def _odd(prefix: str, key: str) -> str:
+    return f"{prefix}odd/{hashlib.sha256(key.encode()).hexdigest()}"
+
+
+def _fits(key: str) -> bool:
+    """Whether an object store takes `key`: S3's 1024 bytes, and MinIO's 255 per segment (a file name).
+    An odd key near those bounds fits, its quarantine copy (prefix and ``.why.json`` added) may not; the
+    store's refusal would be an ObjectStoreError like an outage's, and the sweep would retry it for ever
+    (found by `aldebaran chaos fuzz`)."""
+    raw = key.encode("utf-8", "surrogatepass")
+    return len(raw) <= 1024 and all(len(part) <= 255 for part in raw.split(b"/"))
 
 
 def listed(store, prefix: str = PREFIX) -> list[dict]:

@@ -74,8 +74,8 @@ def test_under_load_auditor_and_dispatchers_killed_at_20k_trades_per_second(serv
     assert (result.lost, result.duplicated) == (0, 0)
 
 
-def test_fuzzed_hostile_input_through_the_real_auditor_dispatcher_and_settings(services_up, spark):
-    result = fuzz.run(payloads=500, orders=200, big=1, seed=4, mode="short", spark=spark)
+def test_fuzzed_hostile_trades_through_the_real_auditor_and_settings(services_up, spark):
+    result = fuzz.run(payloads=500, orders=200, big=1, seed=4, mode="short", spark=spark, targets=("trades", "settings"))
     d = result.details
     log.info("fuzz (short): %s", json.dumps(d, default=str)[:3000])
     trades = d["trades"]
@@ -87,12 +87,35 @@ def test_fuzzed_hostile_input_through_the_real_auditor_dispatcher_and_settings(s
     assert trades["reason_differs_from_reference"] == 0, trades["reason_examples"]
     assert trades["reason_codes"].get("message_too_large") == 1 and len(trades["reason_codes"]) >= 6
     assert trades["alerts_ok"] and trades["alerts"]["expected"] > 0
-    alerts = d["alerts"]
-    assert alerts["malformed_seen"] == alerts["malformed_sent"] == alerts["dead_letters"]
-    assert alerts["dead_letters_without_reason"] == 0 and alerts["keys_outside_prefix"] == []
-    assert alerts["good_delivered"] == alerts["good_sent"] and alerts["good_delivered_once"]
     assert d["settings"]["not_named"] == [] and d["settings"]["cases"] >= 14
     assert d["failures"] == []
+
+
+def test_fuzzed_structure_aware_input_through_every_other_reader(services_up):
+    """`aldebaran chaos fuzz`'s other targets at a small size (the CLI's --short runs 200 per target, the full
+    campaign 10,000): hostile alerts on `alerts` and `alerts.fast` through the dispatcher, the fast dispatcher
+    and the lane reconciler; hostile stored objects of every kind through their readers, on MinIO; hostile
+    connection extras through every channel kind's builder."""
+    n = 50
+    result = fuzz.run(seed=4, mode="short", inputs=n, targets=("alerts", "store", "extras"))
+    d = result.details
+    log.info("fuzz readers (short): %s", json.dumps(d, default=str)[:4000])
+    assert d["failures"] == []
+    alerts = d["alerts"]
+    assert alerts["crashes"] == [] and alerts["hostile_per_topic"] == n and alerts["of_which_structure_aware"] > 0
+    assert alerts["exact_dispatcher"]["malformed_seen"] == alerts["fast_dispatcher"]["malformed_seen"] == n
+    assert alerts["dead_letters"] == {"dispatcher:alerts": n, "dispatcher:fast": n, "reconciler:alerts": n,
+                                      "reconciler:fast": n} and alerts["dead_letters_without_reason"] == 0
+    assert alerts["reconciler"]["rejected"] == 2 * n and alerts["reconciler"]["unconfirmed"] == 0
+    assert alerts["good_delivered"] == alerts["good_sent"] and alerts["good_delivered_once"]  # once across lanes
+    assert set(d["store"]) == {"records", "index_keys", "runs", "owners", "heartbeats", "leases", "plans"}
+    for kind, r in d["store"].items():
+        assert r["inputs"] == n and r["crashes"] == 0 and r["unaccounted"] == 0, (kind, r)
+        assert r["quarantined"] + r["reported"] > n // 4, (kind, r)  # many inputs are corrupt, each set aside
+    assert len(d["extras"]) == 10
+    for kind, r in d["extras"].items():
+        assert r["inputs"] == n and r["crashes"] == 0 and r["reported"] > 0, (kind, r)
+    assert (result.lost, result.duplicated) == (0, 0)
 
 
 def test_kafka_broker_and_minio_killed_on_private_services(services_up):

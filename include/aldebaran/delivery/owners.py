@@ -30,7 +30,7 @@ class LedgerOwners:
                 epoch = json.loads(obj.body)["epoch"] + 1
                 if type(epoch) is not int or epoch < 2:
                     raise TypeError(f"epoch {epoch - 1!r} is not a whole number ≥ 1")
-            except (ValueError, KeyError, TypeError, IndexError) as exc:
+            except (ValueError, KeyError, TypeError, IndexError, RecursionError) as exc:
                 # Quarantined, then overwritten under its ETag below (a racing taker's write wins, and we
                 # read again), with an epoch above any handed out: see fresh_epoch.
                 self.quarantine(key, f"partition owner cannot be read: {exc}", owner, channel, obj.body, remove=False)

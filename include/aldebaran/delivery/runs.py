@@ -84,7 +84,8 @@ class Run:
             run = cls(**data)
             run._check()
             return run
-        except (ValueError, TypeError) as exc:  # msgspec.DecodeError is a ValueError
+        # msgspec.DecodeError is a ValueError; RecursionError: nesting deeper than the decoder recurses.
+        except (ValueError, TypeError, RecursionError) as exc:
             raise LedgerCorrupt(f"delivery run {key} cannot be read: {exc}", key, str(exc)) from None
 
     def _check(self) -> None:

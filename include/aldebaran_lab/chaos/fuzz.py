@@ -1,4 +1,4 @@
-"""`aldebaran chaos fuzz`: malformed and hostile input everywhere it can enter.
+"""`aldebaran chaos fuzz`: malformed and hostile input everywhere it can enter, through the real readers.
 
 1. **Trades**: hypothesis generates `payloads` malformed/hostile messages (invalid UTF-8, deep nesting,
    huge numbers, wrong types, negative/fractional/out-of-range shares, overlong ids, NUL and control
@@ -7,10 +7,16 @@
    Verdict: the run ends cleanly (0 crashes), every malformed message is on `trades.dlq` byte for byte
    with a reason code equal to the reference validator's, nothing else is (the publisher's mix is all
    valid, its 0-share purchases included), and the alerts equal the reference model's on the whole stream.
-2. **Alerts**: malformed alerts (built broken by construction: not JSON, not an object, missing or
-   non-string ids, ids that would climb out of their object-store prefix) among good ones, through the
-   dispatcher: each malformed one on `alerts.dlq` with its reason, each good one delivered once.
-3. **Settings**: each invalid setting fails at start with a ConfigError naming its variable.
+2. **Alerts** (aldebaran_lab.chaos.fuzz_topics): `inputs` hostile alerts on each of `alerts` and
+   `alerts.fast` (hand-made ones and structure-aware ones: valid-looking alert JSON, broken), among valid
+   ones, through the dispatcher, the fast dispatcher and the lane reconciler: each dead-lettered with its
+   reason by each consumer, each valid one delivered once across both lanes, 0 crashes.
+3. **Store** (fuzz_store, fuzz_state): `inputs` hostile objects of each kind a process reads (delivery
+   records, index keys, runs, partition owners, heartbeats, checkpoint leases, the books' plan.json) under
+   the real keys, read by the real readers: 0 crashes, each corrupt one quarantined or reported with a reason.
+4. **Connection extras** (fuzz_extras): `inputs` hostile extras per channel kind: each builds a channel or
+   raises ConfigError, 0 crashes.
+5. **Settings**: each invalid setting fails at start with a ConfigError naming its variable.
 """
 
 from __future__ import annotations
@@ -20,12 +26,12 @@ import json
 import logging
 import os
 import random
-import secrets
 import subprocess
 import time
 
 from aldebaran import events, kafka_io, paths, reference
 from aldebaran_capacity import loadgen
+from aldebaran_lab.chaos.fuzz_inputs import draw
 from aldebaran_lab.chaos.common import (
     AuditorProcess, CampaignResult, ChaosError, Workspace, auditor_args, compare_alerts, topic_alerts, topic_env,
 )
@@ -86,24 +92,7 @@ def hostile_trades():
 
 def generate_trades(n: int, seed: int) -> tuple[list[bytes], int]:
     """`n` hostile messages that the reference validator rejects (accidentally valid draws are dropped)."""
-    from hypothesis import HealthCheck, Phase, given, settings
-
-    out: list[bytes] = []
-    dropped = [0]
-
-    @settings(max_examples=int(n * 1.25) + 10, database=None, deadline=None, derandomize=True, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
-    @given(hostile_trades())
-    def collect(payload: bytes) -> None:
-        if isinstance(events.validate(payload), events.Invalid):
-            out.append(payload)
-        else:
-            dropped[0] += 1
-
-    collect()
-    rng = random.Random(seed)
-    rng.shuffle(out)
-    return out[:n], dropped[0]
+    return draw(hostile_trades(), n, lambda payload: isinstance(events.validate(payload), events.Invalid), seed)
 
 
 def big_messages(count: int) -> list[bytes]:
@@ -211,53 +200,6 @@ def run_trades(payloads: int = 10_000, orders: int = 2_000, big: int = 3, seed: 
         ws.cleanup()
 
 
-# --- malformed alerts -------------------------------------------------------------------------------
-def malformed_alerts() -> list[bytes]:
-    """Alerts broken by construction (the dispatcher must dead-letter each one)."""
-    base = {"alert_id": "x", "kind": "OVERFILL", "order_id": "o"}
-    bad_ids = ["../../escape", "a/b", "/abs", "..", "a\x00b", "a\nb", "-lead", ".hidden", "x" * 300, "é", ""]
-    out = [b"not json", b"\xff\xfe", b"", b"[]", b"42", b"null", b'"alert"', b'{"alert_id": "a"', b"{" * 5000,
-           b"[" * 5000 + b"]" * 5000, b" " * (2 * 1024 * 1024)]  # valid JSON too deep; over the size bound
-    out += [json.dumps({**base, "alert_id": i}).encode() for i in bad_ids]
-    out += [json.dumps({**base, "alert_id": v}).encode() for v in (7, None, [], {}, True)]
-    out += [json.dumps({k: v for k, v in base.items() if k != drop}).encode() for drop in base]
-    out += [json.dumps({**base, "kind": v}).encode() for v in (None, 3, "")]
-    return out
-
-
-def run_alerts(good: int = 50) -> dict:
-    from aldebaran.delivery.channels import WebhookChannel
-    from aldebaran.delivery.dispatcher import Dispatcher
-    from aldebaran.delivery.ledger import Ledger
-    from aldebaran.delivery.settings import DeliverySettings
-    from aldebaran_capacity.receivers import WebhookReceiver
-    from aldebaran_lab.chaos.kill_dispatch import make_alerts
-
-    ws = Workspace.create("fuzz-alerts", s3a=False)
-    try:
-        oks = make_alerts(good, ws.name)
-        bad = malformed_alerts()
-        records = [(a["alert_id"], json.dumps(a)) for a in oks] + [(b"bad", b) for b in bad]
-        random.Random(5).shuffle(records)
-        kafka_io.produce_all(kafka_io.producer(ws.kafka), ws.kafka.alerts_topic, records)
-        secret = secrets.token_urlsafe(24)
-        with WebhookReceiver(secret) as receiver:
-            settings = DeliverySettings(prefix=f"{ws.prefix}/deliveries")
-            ledger = Ledger.from_settings(settings, ws.store)
-            stats = Dispatcher(ledger, [WebhookChannel("webhook", receiver.url + "/alerts", secret)], kafka=ws.kafka,
-                               group=f"chaos-{ws.name}", settings=settings).run_once(idle_timeout=3.0)
-            letters = [dict(m.headers() or []) for m in kafka_io.read_topic(ws.kafka, ws.kafka.alerts_dlq_topic)]
-            escaped = [o["Key"] for o in ws.store.list(ws.prefix + "/") if "/../" in o["Key"] or "escape" in o["Key"]]
-            escaped += [o["Key"] for o in ws.store.list("escape")]
-            return {"malformed_sent": len(bad), "malformed_seen": stats.malformed, "dead_letters": len(letters),
-                    "dead_letters_without_reason": sum(not l.get("aldebaran.reason") for l in letters),
-                    "good_sent": good, "good_delivered": len(receiver.accepted),
-                    "good_delivered_once": all(n == 1 for n in receiver.requests_per_key.values()),
-                    "keys_outside_prefix": escaped}
-    finally:
-        ws.cleanup()
-
-
 # --- malformed settings -------------------------------------------------------------------------------
 BAD_SETTINGS = [
     ("KafkaSettings", "ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS", ""),
@@ -313,47 +255,93 @@ def run_settings() -> dict:
     return {"cases": len(results), "not_named": [r for r in results if not r["named"]], "results": results}
 
 
+TARGETS = ("trades", "alerts", "store", "extras", "settings")
+
+
 def run(payloads: int = 10_000, orders: int = 2_000, big: int = 3, seed: int = 1, mode: str = "full",
-        spark=None) -> CampaignResult:
+        spark=None, inputs: int = 10_000, targets: tuple = TARGETS) -> CampaignResult:
+    """`payloads` hostile trades; `inputs` hostile inputs per target of the other readers (each alert topic,
+    each stored object kind, each channel kind's extras); `targets`: which of TARGETS to run."""
+    from aldebaran_lab.chaos import fuzz_extras, fuzz_store, fuzz_topics
+
     t0 = time.monotonic()
     result = CampaignResult("fuzz", mode, runs=1, faults=0, lost=0, duplicated=0)
     failures: list[str] = []
+    details: dict = {"inputs_per_target": inputs}
     try:
-        trades = run_trades(payloads, orders, big, seed, spark=spark)
-        alerts = run_alerts()
-        settings = run_settings()
+        if "trades" in targets:
+            details["trades"] = trades = run_trades(payloads, orders, big, seed, spark=spark)
+            failures += _trade_failures(trades)
+        if "alerts" in targets:
+            details["alerts"] = alerts = fuzz_topics.run_alerts(inputs, seed=seed + 4)
+            failures += fuzz_topics.failures(alerts)
+        if "store" in targets:
+            details["store"] = store = fuzz_store.run_store(inputs, seed=seed + 6)
+            failures += fuzz_store.failures(store, inputs)
+        if "extras" in targets:
+            details["extras"] = extras = fuzz_extras.run_extras(inputs, seed=seed + 10)
+            failures += fuzz_extras.failures(extras, inputs)
+        if "settings" in targets:
+            details["settings"] = settings = run_settings()
+            details["settings"].pop("results")
+            if settings["not_named"]:
+                failures.append(f"settings: {settings['not_named']}")
     except ChaosError as exc:
         result.details = {"failures": [str(exc)]}
         result.lost = -1
         return result.finish(t0)
-    if trades["crash"]:
-        failures.append(f"auditor crashed: {trades['crash']}")
+    result.rows = _rows(details, big)
+    result.faults = sum(r["faults"] for r in result.rows)
+    if "trades" in details:
+        t = details["trades"]
+        result.lost += t["missing_from_dlq"] + t["alerts"]["missing"]
+        result.duplicated += t["alerts"]["extra"]
+    if "alerts" in details:
+        a = details["alerts"]
+        result.lost += a["good_sent"] - a["good_delivered"]
+        result.duplicated += int(not a["good_delivered_once"])
+    result.details = {**details, "failures": failures}
+    return result.finish(t0)
+
+
+def _trade_failures(trades: dict) -> list[str]:
+    out = [f"auditor crashed: {trades['crash']}"] if trades["crash"] else []
     for k in ("missing_from_dlq", "unexpected_in_dlq", "dlq_without_reason", "reason_differs_from_reference",
               "publisher_mix_rejected"):
         if trades[k]:
-            failures.append(f"trades: {k} = {trades[k]}")
+            out.append(f"trades: {k} = {trades[k]}")
     if not trades["alerts_ok"]:
-        failures.append(f"trades: alerts differ from the reference: {trades['alerts']}")
-    if alerts["malformed_seen"] != alerts["malformed_sent"] or alerts["dead_letters"] != alerts["malformed_sent"]:
-        failures.append(f"alerts: {alerts}")
-    if alerts["good_delivered"] != alerts["good_sent"] or not alerts["good_delivered_once"] or alerts["keys_outside_prefix"]:
-        failures.append(f"alerts: good ones not delivered exactly once: {alerts}")
-    if settings["not_named"]:
-        failures.append(f"settings: {settings['not_named']}")
-    result.faults = trades["payloads"] + alerts["malformed_sent"] + settings["cases"]
-    result.lost = trades["missing_from_dlq"] + trades["alerts"]["missing"] + (alerts["good_sent"] - alerts["good_delivered"])
-    result.duplicated = trades["alerts"]["extra"]
-    result.rows = [
-        {"scenario": f"hostile trades through the auditor ({trades['payloads']} incl. {big} × 10 MB, "
-                     f"+{trades['valid_events']} valid)", "runs": 1, "faults": trades["payloads"],
-         "lost": trades["missing_from_dlq"] + trades["alerts"]["missing"], "duplicated": trades["alerts"]["extra"],
-         "recovery": "0 crashes" if not trades["crash"] else "CRASHED"},
-        {"scenario": "malformed alerts through the dispatcher", "runs": 1, "faults": alerts["malformed_sent"],
-         "lost": alerts["good_sent"] - alerts["good_delivered"], "duplicated": int(not alerts["good_delivered_once"]),
-         "recovery": f"{alerts['dead_letters']} dead-lettered"},
-        {"scenario": "malformed settings at start", "runs": settings["cases"], "faults": settings["cases"],
-         "lost": "–", "duplicated": "–", "recovery": f"{settings['cases'] - len(settings['not_named'])} named the setting"},
-    ]
-    result.details = {"trades": trades, "alerts": alerts, "settings": {"cases": settings["cases"],
-                      "not_named": settings["not_named"]}, "failures": failures}
-    return result.finish(t0)
+        out.append(f"trades: alerts differ from the reference: {trades['alerts']}")
+    return out
+
+
+def _rows(details: dict, big: int) -> list[dict]:
+    """The report's table: one row per target (per object kind, per channel kind)."""
+    rows = []
+    if "trades" in details:
+        t = details["trades"]
+        rows.append({"scenario": f"hostile trades through the auditor ({t['payloads']} incl. {big} × 10 MB, "
+                                 f"+{t['valid_events']} valid)", "runs": 1, "faults": t["payloads"],
+                     "lost": t["missing_from_dlq"] + t["alerts"]["missing"], "duplicated": t["alerts"]["extra"],
+                     "recovery": "0 crashes" if not t["crash"] else "CRASHED"})
+    if "alerts" in details:
+        a = details["alerts"]
+        n, crashed = a["hostile_per_topic"], len(a["crashes"])
+        for topic, consumers in (("alerts", "dispatcher, reconciler"), ("alerts.fast", "fast dispatcher, reconciler")):
+            rows.append({"scenario": f"hostile alerts on {topic} ({n}, +{a['good_sent']} valid) through the "
+                                     f"{consumers}", "runs": 1, "faults": n,
+                         "lost": a["good_sent"] - a["good_delivered"], "duplicated": int(not a["good_delivered_once"]),
+                         "recovery": f"{crashed} crashes; " + ", ".join(
+                             f"{v} dead-lettered by {k.split(':')[0]}" for k, v in sorted(a["dead_letters"].items())
+                             if k.endswith(topic.rsplit(".", 1)[-1]))})
+    for group, label in (("store", "hostile stored {kind} through its reader"),
+                         ("extras", "hostile connection extras of a {kind} channel")):
+        for kind, r in details.get(group, {}).items():
+            outcome = ", ".join(f"{r[k]} {k}" for k in ("quarantined", "reported", "accepted", "unstorable") if r.get(k))
+            rows.append({"scenario": label.format(kind=kind.replace("_", " ")), "runs": 1, "faults": r["inputs"],
+                         "lost": "–", "duplicated": "–", "recovery": f"{r['crashes']} crashes; {outcome}"})
+    if "settings" in details:
+        s = details["settings"]
+        rows.append({"scenario": "malformed settings at start", "runs": s["cases"], "faults": s["cases"],
+                     "lost": "–", "duplicated": "–", "recovery": f"{s['cases'] - len(s['not_named'])} named the setting"})
+    return rows

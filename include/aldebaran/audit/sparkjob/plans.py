@@ -32,11 +32,12 @@ import os
 from aldebaran import events
 from aldebaran.audit.partitioning import PARTITIONERS, placements
 from aldebaran.checkpoint import PLAN
-from aldebaran.exceptions import ConfigError
+from aldebaran.exceptions import AuditorError, ConfigError
 
 log = logging.getLogger(__name__)
 
 SAMPLE_PER_PARTITION = 200
+MAX_SHARDS = 100_000  # a recorded plan's bound: shuffle shards are ≤ 4096, co-partitioned ones a topic's partitions
 DEFAULT_PARTITIONER = "crc32"  # a topic with messages but no valid keyed event to learn from: librdkafka's
 KEYED_SHARE = 0.99  # auto: co-partitioned if at least this share of the sampled valid events keeps the contract
 
@@ -199,14 +200,29 @@ def read_recorded(state_root: str) -> Plan | None:
 
     files = files_for(state_root)
     try:
-        doc = json.loads(files.get(PLAN))
+        body = files.get(PLAN)
     except FileNotFoundError:
         return Plan("shuffle", _legacy_shards(state_root), partitioner=None) if _has_books(state_root) else None
-    partitioner = doc.get("partitioner", "kafka-murmur2") if doc["plan"] == "copartitioned" else None
-    # Written before any standard partitioner was first-class: "kafka-murmur2" is murmur2.
-    partitioner = {"kafka-murmur2": "murmur2"}.get(partitioner, partitioner)
+    try:
+        doc = json.loads(body)
+        if not isinstance(doc, dict):
+            raise TypeError(f"JSON {type(doc).__name__}, not an object")
+        if doc.get("plan") not in ("copartitioned", "shuffle"):
+            raise ValueError(f"unknown plan {str(doc.get('plan'))[:40]!r}")
+        if type(doc.get("shards")) is not int or not 0 < doc["shards"] <= MAX_SHARDS:
+            raise ValueError(f"shards {str(doc.get('shards'))[:40]!r} is not a whole number in 1..{MAX_SHARDS}")
+        partitioner = doc.get("partitioner", "kafka-murmur2") if doc["plan"] == "copartitioned" else None
+        # Written before any standard partitioner was first-class: "kafka-murmur2" is murmur2.
+        partitioner = {"kafka-murmur2": "murmur2"}.get(partitioner, partitioner)
+        if partitioner is not None and partitioner not in PARTITIONERS:
+            raise ValueError(f"unknown partitioner {str(partitioner)[:40]!r}")
+    except (ValueError, TypeError, RecursionError) as exc:
+        # Not quarantined: the plan says how the books are sharded, and a guess would read them wrongly.
+        # The auditor stops with the reason, and the file stays for an operator to restore.
+        raise AuditorError(f"the books' {PLAN} under {state_root} cannot be read: {exc}; the auditor will not "
+                           "guess how its books are sharded: restore the file, or start from a new checkpoint") from None
     # A recorded "parser" is history: it never changed how the books are sharded, so it is not read back.
-    return Plan(doc["plan"], int(doc["shards"]), partitioner=partitioner)
+    return Plan(doc["plan"], doc["shards"], partitioner=partitioner)
 
 
 def write_recorded(state_root: str, plan: Plan) -> None:
