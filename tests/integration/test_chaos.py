@@ -75,7 +75,8 @@ def test_under_load_auditor_and_dispatchers_killed_at_20k_trades_per_second(serv
 
 
 def test_fuzzed_hostile_trades_through_the_real_auditor_and_settings(services_up, spark):
-    result = fuzz.run(payloads=500, orders=200, big=1, seed=4, mode="short", spark=spark, targets=("trades", "settings"))
+    result = fuzz.run(payloads=500, orders=200, big=1, seed=4, mode="short", spark=spark,
+                      targets=("trades", "settings"))
     d = result.details
     log.info("fuzz (short): %s", json.dumps(d, default=str)[:3000])
     trades = d["trades"]

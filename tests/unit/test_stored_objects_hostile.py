@@ -126,7 +126,8 @@ def test_a_supervisor_ending_a_corrupt_lease_sets_it_aside(store):
     assert record["state"] == lease.REVOKED and lease.is_free(record, time.time() + 0.01)
 
 
-@pytest.mark.parametrize("doc", [b"{", b"[]", b"{}", b'{"plan": "copartitioned"}', b'{"plan": "shuffle", "shards": "4"}',
+@pytest.mark.parametrize("doc", [b"{", b"[]", b"{}", b'{"plan": "copartitioned"}',
+                                 b'{"plan": "shuffle", "shards": "4"}',
                                  b'{"plan": "shuffle", "shards": 1e999}', b'{"plan": "x", "shards": 2}',
                                  b'{"plan": "copartitioned", "shards": 2, "partitioner": []}', DEEP[1]])
 def test_a_corrupt_plan_stops_the_auditor_with_the_reason(tmp_path, doc):

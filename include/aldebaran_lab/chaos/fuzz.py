@@ -337,11 +337,13 @@ def _rows(details: dict, big: int) -> list[dict]:
     for group, label in (("store", "hostile stored {kind} through its reader"),
                          ("extras", "hostile connection extras of a {kind} channel")):
         for kind, r in details.get(group, {}).items():
-            outcome = ", ".join(f"{r[k]} {k}" for k in ("quarantined", "reported", "accepted", "unstorable") if r.get(k))
+            outcome = ", ".join(f"{r[k]} {k}" for k in ("quarantined", "reported", "accepted", "unstorable")
+                                if r.get(k))
             rows.append({"scenario": label.format(kind=kind.replace("_", " ")), "runs": 1, "faults": r["inputs"],
                          "lost": "–", "duplicated": "–", "recovery": f"{r['crashes']} crashes; {outcome}"})
     if "settings" in details:
         s = details["settings"]
         rows.append({"scenario": "malformed settings at start", "runs": s["cases"], "faults": s["cases"],
-                     "lost": "–", "duplicated": "–", "recovery": f"{s['cases'] - len(s['not_named'])} named the setting"})
+                     "lost": "–", "duplicated": "–",
+                     "recovery": f"{s['cases'] - len(s['not_named'])} named the setting"})
     return rows

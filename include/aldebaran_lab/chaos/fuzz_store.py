@@ -48,7 +48,7 @@ class Tally:
 
 class Warnings(logging.Handler):
     """What the readers log: a reader that only looks reports a corrupt object there, by its key. A context
-    manager on `logger` (its level lowered to WARNING meanwhile: a quiet configuration must not hide them)."""
+    manager on `logger` (its level lowered to WARNING meanwhile if above: a quiet configuration must not hide them)."""
 
     def __init__(self, logger: str = "aldebaran") -> None:
         super().__init__(logging.WARNING)
@@ -57,7 +57,8 @@ class Warnings(logging.Handler):
 
     def __enter__(self) -> "Warnings":
         self.level = self.logger.level
-        self.logger.setLevel(logging.WARNING)
+        if self.logger.getEffectiveLevel() > logging.WARNING:
+            self.logger.setLevel(logging.WARNING)
         self.logger.addHandler(self)
         return self
 
@@ -270,7 +271,8 @@ def owners(ledger, n: int, seed: int) -> dict:
                 ledger.take_partition(CHANNEL, TOPIC, partition, "fuzz")
             except Exception as exc:  # noqa: BLE001
                 return "crashes", exc
-            return ("quarantined" if is_quarantined(ledger.store, key, ledger.quarantine_prefix()) else "accepted"), None
+            moved = is_quarantined(ledger.store, key, ledger.quarantine_prefix())
+            return ("quarantined" if moved else "accepted"), None
 
         for body, (verdict, exc) in zip(batch, each(take, range(start, start + len(batch)), batch)):
             tally.add(verdict, body, exc)
