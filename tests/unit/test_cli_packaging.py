@@ -106,6 +106,7 @@ def test_a_handler_shared_by_modes_finds_every_attribute():
     assert (args.action, args.channel, args.alert_id, args.alert, args.state, args.reason) == ("stats", None, None, None, None, None)
     args = parser.parse_args(["chaos", "fuzz", "--short"])
     assert (args.campaign, args.short, args.events, args.kills, args.rate, args.signal) == ("fuzz", True, None, None, None, "term")
+    assert parser.parse_args(["chaos", "fuzz", "--inputs", "300"]).inputs == 300  # per target besides trades
     args = parser.parse_args(["bench", "deployed", "--rates", "1000"])
     assert args.func.__name__ == "cmd_bench_deployed" and args.rates == "1000" and args.seconds == 20.0
 

@@ -35,7 +35,8 @@ DESCRIPTIONS = {
     "kill-api-server": "kill Airflow's API server while the tasks report",
     "under-load": "kills under a steady load in the original publisher's mix",
     "outages": "stop Kafka, then MinIO, under the running platform",
-    "fuzz": "hostile trade messages: each goes to the DLQ with its reason, nothing crashes",
+    "fuzz": "hostile trades, alerts, stored objects and connection extras through their real readers: "
+            "nothing crashes, each is dead-lettered, quarantined or refused with its reason",
     "ha": "on the HA profile (make up-ha): one kill per component under load; not part of `all`",
     "all": "every campaign but ha, in turn",
 }
@@ -73,6 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         opt("--down-seconds", modes="ha", type=float, default=None, help="seconds a killed member stays dead"),
         opt("--seconds", modes=("under-load", *ALL), type=float, default=None, help="seconds of load"),
         opt("--payloads", modes=("fuzz", *ALL), type=int, default=None, help="hostile trade messages"),
+        opt("--inputs", modes=("fuzz", *ALL), type=int, default=None,
+            help="hostile inputs per target besides trades (each alert topic, stored object kind, channel kind's "
+                 "extras; default 10000, --short 200)"),
         opt("--kafka-down", modes=("outages", *ALL), type=float, default=None, help="seconds Kafka stays stopped"),
         opt("--minio-down", modes=("outages", *ALL), type=float, default=None, help="seconds MinIO stays stopped"),
         opt("--signal", modes=("outages", *ALL), choices=["term", "kill"], default="term",
@@ -150,7 +154,8 @@ def run_one(name: str, args: argparse.Namespace):
     from aldebaran_lab.chaos import fuzz
 
     return fuzz.run(payloads=_pick(args.payloads, 10_000, 500, short), orders=_pick(args.events, 2_000, 200, short),
-                    big=1 if short else 3, seed=args.seed, mode=mode)
+                    big=1 if short else 3, seed=args.seed, mode=mode,
+                    inputs=_pick(args.inputs, 10_000, 200, short))
 
 
 def _terminate(signum, frame):
