@@ -262,7 +262,7 @@ def run(payloads: int = 10_000, orders: int = 2_000, big: int = 3, seed: int = 1
         spark=None, inputs: int = 10_000, targets: tuple = TARGETS) -> CampaignResult:
     """`payloads` hostile trades; `inputs` hostile inputs per target of the other readers (each alert topic,
     each stored object kind, each channel kind's extras); `targets`: which of TARGETS to run."""
-    from aldebaran_lab.chaos import fuzz_extras, fuzz_store, fuzz_topics
+    from aldebaran_lab.chaos import fuzz_extras, fuzz_objects, fuzz_topics
 
     t0 = time.monotonic()
     result = CampaignResult("fuzz", mode, runs=1, faults=0, lost=0, duplicated=0)
@@ -276,8 +276,8 @@ def run(payloads: int = 10_000, orders: int = 2_000, big: int = 3, seed: int = 1
             details["alerts"] = alerts = fuzz_topics.run_alerts(inputs, seed=seed + 4)
             failures += fuzz_topics.failures(alerts)
         if "store" in targets:
-            details["store"] = store = fuzz_store.run_store(inputs, seed=seed + 6)
-            failures += fuzz_store.failures(store, inputs)
+            details["store"] = store = fuzz_objects.run_store(inputs, seed=seed + 6)
+            failures += fuzz_objects.failures(store, inputs)
         if "extras" in targets:
             details["extras"] = extras = fuzz_extras.run_extras(inputs, seed=seed + 10)
             failures += fuzz_extras.failures(extras, inputs)

@@ -83,13 +83,13 @@ def leases(store, n: int, seed: int) -> dict:
 def plans(store, n: int, seed: int) -> dict:
     from aldebaran.audit.sparkjob.plans import read_recorded
     from aldebaran.audit.state.files import files_for
-    from aldebaran.checkpoint import PLAN
+    from aldebaran.checkpoint import PLAN, Checkpoint
     from aldebaran.exceptions import AuditorError
 
     template = {"plan": "copartitioned", "shards": 4, "parser": "python", "partitioner": "murmur2"}
     bodies, _ = draw(hostile_documents(template), n, seed=seed)
     tally = Tally("plans")
-    root = f"s3a://{store.bucket}/fuzz/books"
+    root = Checkpoint(f"s3a://{store.bucket}/fuzz").books
     files = files_for(root)
     for body in bodies:
         files.put(PLAN, body)
