@@ -105,6 +105,20 @@ def spark():
 
 
 @pytest.fixture
+def alertmanager(tmp_path):
+    """A real Prometheus Alertmanager (the binary `make setup` builds) of this test's own, on a free port."""
+    from aldebaran_capacity.receivers.base import free_port
+    from aldebaran_lab.services.alertmanager import Alertmanager
+
+    service = Alertmanager(root=tmp_path, port=free_port())
+    service.start()
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+@pytest.fixture
 def unique():
     return uuid.uuid4().hex[:10]
 

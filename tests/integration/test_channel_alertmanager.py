@@ -9,20 +9,8 @@ import pytest
 
 from aldebaran.delivery.channels import AlertmanagerChannel, OutcomeUnknown, RetryableError
 from aldebaran.model import Alert
-from aldebaran_capacity.receivers.base import free_port
-from aldebaran_lab.services.alertmanager import Alertmanager
 from tests.integration.channel_crash import configure, crash_then_take_over, delivery_settings, ledger_for, runs
 from tests.integration.test_dispatch_failures import make_alert, publish
-
-
-@pytest.fixture
-def alertmanager(tmp_path):
-    service = Alertmanager(root=tmp_path, port=free_port())
-    service.start()
-    try:
-        yield service
-    finally:
-        service.stop()
 
 
 def test_a_resend_merges_into_the_alert_alertmanager_holds(alertmanager):

@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import statistics
-from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +84,5 @@ def main(args) -> int:
               "alerts_from": run(rate, args.seconds, args.repeats)}
     print(json.dumps(result, indent=1, default=str))
     if args.report:
-        docs = paths.ROOT / "docs"
-        doc = docs / "benchmarks.md"
-        doc.write_text(sections.splice(doc.read_text(), render(result), BEGIN, END))
-        raw = Path(docs / "img" / "bench-results.json")
-        data = json.loads(raw.read_text()) if raw.exists() else {}
-        data["alerts_from"] = {**result["alerts_from"], "command": command, "machine": result["machine"]}
-        raw.write_text(json.dumps(data, indent=1, default=str))
+        sections.write_report(paths.ROOT / "docs", "alerts_from", result, render(result), BEGIN, END)
     return 0 if all(s["all_correct"] for s in result["alerts_from"]["summary"].values()) else 1

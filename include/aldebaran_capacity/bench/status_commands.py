@@ -29,7 +29,6 @@ import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -230,11 +229,5 @@ def main(args) -> int:
               "status_commands": run(repeats=args.repeats, **sizes)}
     print(json.dumps(result, indent=1, default=str))
     if args.report:
-        docs = paths.ROOT / "docs"
-        doc = docs / "benchmarks.md"
-        doc.write_text(sections.splice(doc.read_text(), render(result), BEGIN, END))
-        raw = Path(docs / "img" / "bench-results.json")
-        data = json.loads(raw.read_text()) if raw.exists() else {}
-        data["status_commands"] = {**result["status_commands"], "command": command, "machine": result["machine"]}
-        raw.write_text(json.dumps(data, indent=1, default=str))
+        sections.write_report(paths.ROOT / "docs", "status_commands", result, render(result), BEGIN, END)
     return 0 if all(not f["rc"] for f in result["status_commands"]["commands"].values()) else 1

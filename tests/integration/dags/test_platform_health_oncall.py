@@ -12,20 +12,8 @@ import time
 import pytest
 
 from aldebaran import heartbeat
-from aldebaran_capacity.receivers.base import free_port
-from aldebaran_lab.services.alertmanager import Alertmanager
 
 FINDING = "aldebaran.platform-health.auditor-progress"
-
-
-@pytest.fixture
-def alertmanager(tmp_path):
-    service = Alertmanager(root=tmp_path, port=free_port())
-    service.start()
-    try:
-        yield service
-    finally:
-        service.stop()
 
 
 @pytest.fixture
