@@ -91,6 +91,7 @@ def _checked(store, where: str, body) -> dict | None:
     for field, kinds in _TYPES.items():
         value = body.get(field)
         if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)
+                                  or (isinstance(value, (int, float)) and not abs(value) < 1e15)  # NaN too
                                   or (isinstance(value, float) and not math.isfinite(value))):
             return _skipped(store, where, f"field {field!r} is {type(value).__name__} {str(value)[:40]!r}")
     if any(not isinstance(c, str) for c in body.get("channels") or ()):
@@ -99,7 +100,8 @@ def _checked(store, where: str, body) -> dict | None:
         return _skipped(store, where, f"field 'pid' out of range: {body['pid']}")
     for unit, p in (body.get("progress") or {}).items():  # aldebaran.probes.stalled's arithmetic
         if p is not None and (not isinstance(p, dict) or not all(
-                v is None or (type(v) in (int, float) and math.isfinite(v))
+                v is None or (type(v) in (int, float) and abs(v) < 1e15 and math.isfinite(v))  # bound first:
+                # math.isfinite of an int beyond a float's range raises OverflowError
                 for v in (p.get("progress_at"), p.get("loop_at")))):
             return _skipped(store, where, f"progress of {str(unit)[:40]!r} is not {{progress_at, loop_at}} times")
     return body

@@ -147,7 +147,8 @@ def _checked(record) -> dict:
     for name in _NUMBERS:
         value = record.get(name)
         if (value is not None or name == "expires_at") and (
-                type(value) not in (int, float) or not math.isfinite(value) or abs(value) > 1e11):
+                type(value) not in (int, float) or abs(value) > 1e11 or not math.isfinite(value)):
+            # the bound first: math.isfinite of an int beyond a float's range raises OverflowError
             raise TypeError(f"field {name!r} is not a time: {str(value)[:40]!r}")
     for name, limit in (("generation", 2**53), ("pid", 2**31)):
         value = record.get(name)

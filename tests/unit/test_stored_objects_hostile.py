@@ -86,6 +86,9 @@ def test_an_odd_index_key_near_the_name_limit_is_quarantined_by_digest():
     (b"[]", "not an object"), (b'{"at": "soon"}', "field 'at'"), (b'{"at": 1e999}', "field 'at'"),
     (b'{"pid": 9223372036854775808}', "field 'pid'"), (b'{"pid": true}', "field 'pid'"),
     (b'{"channels": [1]}', "channels"), (b'{"progress": {"w": {"progress_at": "x"}}}', "progress"),
+    # ints beyond a float's range: every reader's arithmetic would raise OverflowError
+    (b'{"at": 1' + b"0" * 400 + b"}", "field 'at'"),
+    (b'{"progress": {"w": {"progress_at": 1' + b"0" * 400 + b"}}}", "progress"),
 ])
 def test_a_corrupt_heartbeat_reads_as_none_and_is_logged(store, caplog, body, reason):
     store.put(heartbeat.key(heartbeat.DISPATCHER, "w1"), body)
@@ -102,7 +105,10 @@ def test_a_good_heartbeat_reads_as_written(store):
 
 
 @pytest.mark.parametrize("body", [b"{oops", b"[]", DEEP[0], b'{"state": "held", "expires_at": Infinity}',
-                                  b'{"state": "held", "expires_at": 1, "generation": "x"}', b'{"state": 7}'])
+                                  b'{"state": "held", "expires_at": 1, "generation": "x"}', b'{"state": 7}',
+                                  # an int beyond a float's range (found by `chaos fuzz`: OverflowError)
+                                  b'{"state": "held", "expires_at": 1' + b"0" * 400 + b"}",
+                                  b'{"state": "held", "expires_at": 1, "renewed_at": 1' + b"0" * 400 + b"}"])
 def test_a_corrupt_lease_is_quarantined_and_revoked_for_one_ttl(store, body):
     checkpoint = "s3a://b/cp"
     key = lease.lease_key(checkpoint)
