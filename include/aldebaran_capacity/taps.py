@@ -64,8 +64,10 @@ class TopicTap(threading.Thread):
             now = time.time() * 1000
             self.count += 1
             try:
-                alert = json.loads(m.value())
-            except ValueError:
+                alert = json.loads(m.value() or b"")
+            except (ValueError, RecursionError):  # any bytes can be on an alerts topic (BRIEF §2)
+                continue
+            if not isinstance(alert, dict):
                 continue
             order = alert.get("order_id")
             if self.keep is not None and not self.keep(order):

@@ -1,7 +1,8 @@
-"""`aldebaran chaos kill-auditor|failover|kill-dispatch|dispatch-failover|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|ha|all`:
+"""`aldebaran chaos kill-auditor|failover|kill-dispatch|dispatch-failover|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|poison|ha|all`:
 run a campaign, log its verdict, write its table into docs/reliability.md (unless --no-report). Exit status 1
 when something was lost, duplicated or crashed. `ha` runs on the HA profile (`make up-ha`, which needs
-Postgres): it is not part of `all`; `make chaos-ha` runs it."""
+Postgres): it is not part of `all`; `make chaos-ha` runs it. `poison` runs against the platform `make demo`
+left running (not part of `all` either)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ PRIVATE_OK = ("kill-auditor", "kill-dispatch", "dispatch-failover", "under-load"
 # On the HA profile only (`make setup-ha` installs Postgres for it): never in `all`.
 HA_CAMPAIGNS = ("ha",)
 
+# Against the running platform (`make demo`): never in `all`, which brings its own processes.
+LIVE_CAMPAIGNS = ("poison",)
+
 
 DESCRIPTIONS = {
     "kill-auditor": "SIGKILL the streaming auditor under load; every alert once, none lost",
@@ -37,6 +41,8 @@ DESCRIPTIONS = {
     "outages": "stop Kafka, then MinIO, under the running platform",
     "fuzz": "hostile trades, alerts, stored objects and connection extras through their real readers: "
             "nothing crashes, each is dead-lettered, quarantined or refused with its reason",
+    "poison": "hostile messages on the running platform's alerts and trades topics, then an ordinary order: "
+              "it reaches the log channel, each hostile message is in its dead-letter topic, nothing restarts",
     "ha": "on the HA profile (make up-ha): one kill per component under load; not part of `all`",
     "all": "every campaign but ha, in turn",
 }
@@ -51,7 +57,7 @@ PRIVATE_HELP = ("run on a Kafka and a MinIO of the campaign's own (free ports, o
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from aldebaran.cliparse import add_modes, opt
 
-    modes = {name: DESCRIPTIONS[name] for name in (*CAMPAIGNS, *HA_CAMPAIGNS, "all")}
+    modes = {name: DESCRIPTIONS[name] for name in (*CAMPAIGNS, *LIVE_CAMPAIGNS, *HA_CAMPAIGNS, "all")}
     add_modes(p, "campaign", modes, [
         opt("--short", action="store_true", help="small data, few faults (what the test suite runs)"),
         opt("--events", modes=("kill-auditor", "failover", "outages", "fuzz", *ALL), type=int, default=None,
@@ -74,9 +80,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         opt("--down-seconds", modes="ha", type=float, default=None, help="seconds a killed member stays dead"),
         opt("--seconds", modes=("under-load", *ALL), type=float, default=None, help="seconds of load"),
         opt("--payloads", modes=("fuzz", *ALL), type=int, default=None, help="hostile trade messages"),
-        opt("--inputs", modes=("fuzz", *ALL), type=int, default=None,
-            help="hostile inputs per target besides trades (each alert topic, stored object kind, channel kind's "
-                 "extras; default 10000, --short 200)"),
+        opt("--inputs", modes=("fuzz", "poison", *ALL), type=int, default=None,
+            help={"*": "hostile inputs per target besides trades (each alert topic, stored object kind, channel kind's "
+                       "extras; default 10000, --short 200)",
+                  "poison": "structure-aware hostile messages per topic, besides the hand-made alert cases "
+                            "(default 200, --short 50)"}),
         opt("--kafka-down", modes=("outages", *ALL), type=float, default=None, help="seconds Kafka stays stopped"),
         opt("--minio-down", modes=("outages", *ALL), type=float, default=None, help="seconds MinIO stays stopped"),
         opt("--signal", modes=("outages", *ALL), choices=["term", "kill"], default="term",
@@ -151,6 +159,11 @@ def run_one(name: str, args: argparse.Namespace):
         return ha.run(rate=_pick(args.rate, None, 1_000, short), components=components,
                       down_s=_pick(args.down_seconds, 10.0, 5.0, short), warmup_s=45.0, baseline_s=20.0,
                       producers=1, seed=args.seed, mode=mode)
+    if name == "poison":
+        from aldebaran_lab.chaos import poison
+
+        n = _pick(args.inputs, 200, 50, short)
+        return poison.run(alerts=n, trades=n, seed=args.seed, mode=mode)
     from aldebaran_lab.chaos import fuzz
 
     return fuzz.run(payloads=_pick(args.payloads, 10_000, 500, short), orders=_pick(args.events, 2_000, 200, short),
