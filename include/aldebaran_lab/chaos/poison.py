@@ -51,9 +51,9 @@ def run(alerts: int = 200, trades: int = 200, seed: int = 1, timeout_s: float = 
         return result.aborted(failures, RuntimeError(
             f"the auditor {platform.query!r} is not running: `make demo` first"), t0)
     dstore = dispatch_supervisor.delivery_store()
-    now_ms = time.time() * 1000
+    now = time.time()
     running = sorted(hb["name"] for hb in heartbeat.read_all(dstore, heartbeat.DISPATCHER)
-                     if hb.get("status") == "running" and now_ms - hb.get("updated_at_ms", 0) < 120_000
+                     if hb.get("status") == "running" and now - (hb.get("at") or 0) < 120
                      and hb.get("name") and "-" not in hb["name"])  # "fast-lane" reads alerts.fast, not alerts
     if "log" not in running:
         return result.aborted(failures, RuntimeError(
