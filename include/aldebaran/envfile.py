@@ -3,16 +3,23 @@
 On first use, credentials are generated at random (never a well-known default) and written with mode
 0600. Every Aldebaran entry point loads the file into the process environment without overriding
 variables that are already set, so a real deployment's environment always wins.
+
+The file is read and edited with python-dotenv (the parser docker compose and most tools share): a
+value's trailing ``# comment`` is dropped, double-quoted values take shell escapes, and a line it cannot
+parse is skipped with a warning (tests/unit/test_envfile.py keeps the corpus it was checked against).
 """
 
 from __future__ import annotations
 
 import base64
 import datetime as dt
+import io
 import logging
 import os
 import secrets
 from pathlib import Path
+
+import dotenv
 
 from aldebaran import paths
 
@@ -38,18 +45,9 @@ MIN_LENGTH = {"AIRFLOW__API_AUTH__JWT_SECRET": 64}
 
 
 def parse(text: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, value = line.split("=", 1)
-        key = key.strip().removeprefix("export ").strip()
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        out[key] = value
-    return out
+    """The variables a .env text sets (a bare name without ``=`` sets nothing)."""
+    values = dotenv.dotenv_values(stream=io.StringIO(text), interpolate=False)
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def ensure(path: Path | None = None) -> Path:
@@ -68,12 +66,9 @@ def ensure(path: Path | None = None) -> Path:
         if k in existing and len(existing[k].encode()) < n and k not in os.environ
     }
     if short:
-        lines = path.read_text().splitlines(keepends=True)
-        for i, raw in enumerate(lines):
-            key = raw.split("=", 1)[0].strip().removeprefix("export ").strip() if "=" in raw else ""
-            if key in short and not raw.lstrip().startswith("#"):
-                lines[i] = f"{key}={short[key]}\n"
-        path.write_text("".join(lines))
+        for key, value in short.items():
+            # In place, the rest of the file as it was; generated values need no quotes.
+            dotenv.set_key(path, key, value, quote_mode="never")
         os.chmod(path, 0o600)
         for k in short:
             log.warning("%s: %s was shorter than %d bytes; regenerated it (restart Airflow to use it)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 
@@ -55,3 +56,50 @@ def test_a_short_jwt_secret_set_in_the_environment_is_not_touched(tmp_path, monk
     monkeypatch.setenv(JWT, "z" * 43)
     envfile.ensure(path)
     assert envfile.parse(path.read_text())[JWT] == "y" * 43
+
+
+# The corpus the hand-written parser was compared against before python-dotenv replaced it: every line
+# below parsed to the same value under both (the expected values are the old parser's results).
+SAME_AS_BEFORE = [
+    ("A=1", {"A": "1"}), ("A = 1", {"A": "1"}), ("export A=1", {"A": "1"}), ("export  A=1", {"A": "1"}),
+    ("  export A=1  ", {"A": "1"}), ("A='x y'", {"A": "x y"}), ('A="x y"', {"A": "x y"}), ('A=""', {"A": ""}),
+    ("A=''", {"A": ""}), ("# comment", {}), ("  # indented comment", {}), ("", {}), ("   ", {}),
+    ("A=b=c", {"A": "b=c"}), ("A=x#nospace", {"A": "x#nospace"}), ("A=", {"A": ""}), ("A= spaced ", {"A": "spaced"}),
+    ("A='a\\nb'", {"A": "a\\nb"}), ("A=$B", {"A": "$B"}), ("A=${B}", {"A": "${B}"}),
+    ("A=url?x=1&y=2", {"A": "url?x=1&y=2"}), ("A=ab/+c==", {"A": "ab/+c=="}),
+    ("AIRFLOW__CORE__FERNET_KEY=abc-_==", {"AIRFLOW__CORE__FERNET_KEY": "abc-_=="}), ("export=1", {"export": "1"}),
+    ("A=é", {"A": "é"}), ("A='single # not comment'", {"A": "single # not comment"}), ("A.B=1", {"A.B": "1"}),
+    ("A-B=1", {"A-B": "1"}), ("A=`cmd`", {"A": "`cmd`"}), ("A=\ttab", {"A": "tab"}), ("NOEQUALS", {}),
+]
+
+# Where python-dotenv reads a line differently, as a shell (and docker compose) would: what the old
+# parser gave is in the comment. No generated value (url-safe tokens, hex) contains any of these.
+CHANGED = [
+    ("A=x # trailing", {"A": "x"}),  # was 'x # trailing'
+    ("A='x' # trailing", {"A": "x"}),  # was "'x' # trailing"
+    ('A="x" # trailing', {"A": "x"}),  # was '"x" # trailing'
+    ('A="a\\nb"', {"A": "a\nb"}),  # was the two characters \n
+    ('A="q\\"q"', {"A": 'q"q'}),  # was q\"q
+    ("A='x\"", {}), ("A='", {}), ('A="', {}),  # unbalanced quotes: skipped with a warning (was kept verbatim)
+]
+
+
+@pytest.mark.parametrize(("line", "expected"), SAME_AS_BEFORE + CHANGED)
+def test_a_line_parses_as_documented(line, expected):
+    assert envfile.parse(line) == expected
+
+
+def test_a_whole_file_with_comments_quotes_and_export_parses_line_by_line():
+    text = "\n".join(line for line, _ in SAME_AS_BEFORE if "A" not in envfile.parse(line)) + "\n" + (
+        "# Generated\nexport S3_KEY='aldebaran-1f2e'\nSECRET=\"a b\"\nPLAIN=x#y\n\nLAST=ab/+c==\n")
+    assert envfile.parse(text) == {"AIRFLOW__CORE__FERNET_KEY": "abc-_==", "export": "1", "A.B": "1", "A-B": "1",
+                                   "S3_KEY": "aldebaran-1f2e", "SECRET": "a b", "PLAIN": "x#y", "LAST": "ab/+c=="}
+
+
+def test_load_env_keeps_what_the_environment_already_sets(tmp_path, monkeypatch):
+    path = tmp_path / ".env"
+    path.write_text("export ALDEBARAN_TEST_KEPT=file\nALDEBARAN_TEST_NEW='from file' # why\n")
+    monkeypatch.setenv("ALDEBARAN_TEST_KEPT", "env")
+    monkeypatch.delenv("ALDEBARAN_TEST_NEW", raising=False)
+    assert envfile.load_env(path) == {"ALDEBARAN_TEST_KEPT": "file", "ALDEBARAN_TEST_NEW": "from file"}
+    assert os.environ["ALDEBARAN_TEST_KEPT"] == "env" and os.environ["ALDEBARAN_TEST_NEW"] == "from file"
