@@ -25,6 +25,7 @@ from aldebaran.delivery.records import IN_DOUBT, RetryPolicy
 from aldebaran.delivery.runs import CLAIMED, PENDING, RECORDED, Run
 from aldebaran.delivery.settings import DeliverySettings
 from aldebaran.delivery.settle import Partition, RunSettler
+from aldebaran.exceptions import ObjectStoreError
 from aldebaran.model import Alert
 from aldebaran.settings import KafkaSettings
 from aldebaran.storage import LocalStore
@@ -346,3 +347,40 @@ def test_a_taken_over_partition_skips_what_the_window_recorded(ledger, tmp_path)
     part.buffer = [(o, None, alert(o), None) for o in range(20, 40)]
     second.settle(part, threading.Event())
     assert log_lines(path) == sent and len(sent) == 40
+
+
+class ReportFailsFake:
+    """Failure injection: a run handle whose report (the run's one write) raises ObjectStoreError `failures`
+    times, as an unreachable object store would, then lands."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures, self.reports = failures, []
+        self.run = Run.claim("log", TOPIC, 0, [[7, "a-7", PENDING, None]], 1, "w", 1.0)
+
+    def report(self, outcomes) -> None:
+        self.reports.append(outcomes)
+        if len(self.reports) <= self.failures:
+            raise ObjectStoreError("injected: object store unreachable")
+
+
+def test_a_failed_record_is_retried_alone_doubling_to_10s_with_one_warning_each(ledger, tmp_path, caplog):
+    s = settler(ledger, LogChannel("log", tmp_path / "alerts.jsonl"), "w")
+    handle, stop, waits = ReportFailsFake(7), threading.Event(), []
+    stop.wait = lambda seconds: waits.append(seconds)
+    with caplog.at_level("WARNING", logger="aldebaran.delivery.settle"):
+        s._report(handle, {7: "outcome"}, stop)
+    assert handle.reports == [{7: "outcome"}] * 8  # the same outcomes each time: nothing is sent again
+    assert waits == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 7
+    assert lines[0] == ("log: recording run 0@7 failed (injected: object store unreachable); the sends stand, "
+                        "retrying the record in 0.5s")
+
+
+def test_a_failed_record_is_raised_once_the_dispatcher_stops(ledger, tmp_path):
+    s = settler(ledger, LogChannel("log", tmp_path / "alerts.jsonl"), "w")
+    handle, stop = ReportFailsFake(100), threading.Event()
+    stop.wait = lambda seconds: stop.set()  # the stop arrives during the first back-off
+    with pytest.raises(ObjectStoreError, match="injected"):
+        s._report(handle, {}, stop)
+    assert len(handle.reports) == 2  # the write is tried once more after the wait, then the error stands

@@ -174,6 +174,38 @@ def test_taking_a_partition_retries_while_the_store_is_down_and_gives_up_only_on
     assert d._retrying(stop, take, "log", "alerts", 0, "me") is None
 
 
+def test_taking_a_partition_backs_off_doubling_to_the_cap_with_one_warning_per_retry(tmp_path, caplog):
+    store = StoreDownFake(LocalStore(tmp_path / "ledger"))
+    d = dispatcher(tmp_path, Ledger(store, clock=lambda: NOW))
+    stop, waits = threading.Event(), []
+
+    def wait(seconds):
+        waits.append(seconds)
+        store.down = len(waits) < 8
+        return False
+
+    stop.wait = wait
+    with caplog.at_level("WARNING", logger="aldebaran.delivery.dispatcher"):
+        assert d._retrying(stop, d.ledger.take_partition, "log", "alerts", 0, "me") == 1
+    assert waits == [1.0, 2.0, 4.0, 8.0, 16.0, SWEEP_BACKOFF_MAX, SWEEP_BACKOFF_MAX, SWEEP_BACKOFF_MAX]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 8 and lines[0] == "log: injected: object store unreachable; backing off 1s"
+    assert lines[-1].endswith(f"backing off {SWEEP_BACKOFF_MAX:.0f}s")
+
+
+def test_taking_a_partition_raises_what_is_not_a_store_outage(tmp_path):
+    d = dispatcher(tmp_path, Ledger(LocalStore(tmp_path / "ledger"), clock=lambda: NOW))
+    calls = []
+
+    def broken(*args):
+        calls.append(args)
+        raise LedgerCorrupt("k", "injected")
+
+    with pytest.raises(LedgerCorrupt):
+        d._retrying(threading.Event(), broken, "x")
+    assert len(calls) == 1
+
+
 def test_the_cli_lists_the_quarantine(tmp_path, monkeypatch, capsys):
     from aldebaran import cli
 

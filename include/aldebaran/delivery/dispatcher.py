@@ -32,6 +32,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import tenacity
+
 from aldebaran import logs
 from aldebaran.delivery.corrupt import set_aside
 from aldebaran.delivery.decode import AlertDeadLetters, decode
@@ -297,17 +299,16 @@ class ChannelDispatcher:
 
     def _retrying(self, stop: threading.Event, fn, *args):
         """An object-store call outside a partition's settle loop (taking a partition): back off while the
-        store is down, for as long as it takes; None once `stop` is set."""
-        backoff = 1.0
-        while not stop.is_set():
-            try:
-                return fn(*args)
-            except (ObjectStoreError, RetryableError) as exc:
-                log.warning("%s: %s; backing off %.0fs", self.channel.name, exc, backoff,
-                            extra=logs.fields(channel=self.channel.name))
-                stop.wait(backoff)
-                backoff = min(SWEEP_BACKOFF_MAX, backoff * 2)
-        return None
+        store is down (1 s doubling to SWEEP_BACKOFF_MAX), for as long as it takes; None once `stop` is set."""
+        def log_backoff(state: tenacity.RetryCallState) -> None:
+            log.warning("%s: %s; backing off %.0fs", self.channel.name, state.outcome.exception(), state.upcoming_sleep,
+                        extra=logs.fields(channel=self.channel.name))
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type((ObjectStoreError, RetryableError)),
+            wait=tenacity.wait_exponential(min=1.0, max=SWEEP_BACKOFF_MAX), sleep=stop.wait, before_sleep=log_backoff)
+        # A stop set during the back-off ends the loop before the next call (no stop strategy: never give up).
+        return retrying(lambda: None if stop.is_set() else fn(*args))
 
 
 class Dispatcher:

@@ -41,6 +41,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import tenacity
+
 from aldebaran.delivery import handles
 from aldebaran.delivery.channels.base import Outcome
 from aldebaran.delivery.handles import RunHandle
@@ -219,19 +221,17 @@ class RunSettler:
 
     def _report(self, handle: RunHandle, outcomes: dict, stop: threading.Event) -> None:
         """Report the run's outcomes. The sends happened: while the object store is unreachable, keep the
-        outcomes in memory and retry only this write (no resend), until it lands or the dispatcher stops."""
-        backoff = 0.5
-        while True:
-            try:
-                handle.report(outcomes)
-                return
-            except ObjectStoreError as exc:
-                if stop.is_set():
-                    raise
-                log.warning("%s: recording run %d@%d failed (%s); the sends stand, retrying the record in %.1fs",
-                            self.channel.name, handle.run.partition, handle.run.start, exc, backoff)
-                stop.wait(backoff)
-                backoff = min(10.0, backoff * 2)
+        outcomes in memory and retry only this write (no resend; 0.5 s doubling to 10 s), until it lands or
+        the dispatcher stops (then the store's error is raised)."""
+        def log_retry(state: tenacity.RetryCallState) -> None:
+            log.warning("%s: recording run %d@%d failed (%s); the sends stand, retrying the record in %.1fs",
+                        self.channel.name, handle.run.partition, handle.run.start, state.outcome.exception(),
+                        state.upcoming_sleep)
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, ObjectStoreError) and not stop.is_set()),
+            wait=tenacity.wait_exponential(multiplier=0.5, max=10.0), sleep=stop.wait, before_sleep=log_retry)
+        retrying(handle.report, outcomes)
 
     def _count(self, run: Run, alerts: list, outcomes: list, known: dict) -> None:
         name, stats = self.channel.name, self.stats
