@@ -17,6 +17,8 @@ import urllib.parse
 import urllib.request
 from datetime import datetime, timezone
 
+import tenacity
+
 from aldebaran.exceptions import AldebaranError
 
 log = logging.getLogger(__name__)
@@ -67,37 +69,50 @@ class AirflowApi:
             raise
         return True
 
+    def _once(self, method: str, path: str, body: dict | None) -> dict:
+        """One request; an expired token is renewed once. An HTTP error is raised as this client's error."""
+        try:
+            try:
+                return self._request(method, path, body)
+            except urllib.error.HTTPError as exc:
+                if exc.code != 401:
+                    raise
+                self._token = None  # expired: once more with a new token
+                return self._request(method, path, body)
+        except urllib.error.HTTPError as exc:
+            raise self.error(f"Airflow API {method} {path}: HTTP {exc.code} {exc.read()[:300]!r}") from exc
+
     def call(self, method: str, path: str, body: dict | None = None, patience: float | None = None) -> dict:
         """One API call. While the api-server is unreachable or too slow to answer (restarting, killed, a
-        loaded machine), or answers an idempotent call with a 5xx, the call is repeated for up to
-        `patience` seconds (default API_PATIENCE_S)."""
-        deadline = time.monotonic() + (API_PATIENCE_S if patience is None else patience)
+        loaded machine), or answers an idempotent call with a 5xx, the call is repeated every 2 s for up to
+        `patience` seconds (default API_PATIENCE_S); 5xx answers at most SERVER_ERROR_RETRIES times."""
         server_errors = 0
-        while True:
-            try:
-                try:
-                    return self._request(method, path, body)
-                except urllib.error.HTTPError as exc:
-                    if exc.code != 401:
-                        raise
-                    self._token = None  # expired: once more with a new token
-                    return self._request(method, path, body)
-            except urllib.error.HTTPError as exc:
-                detail = exc.read()[:300]
+
+        def retryable(exc: BaseException) -> bool:
+            nonlocal server_errors
+            if isinstance(exc, self.error):
                 # A 5xx on a call that may be repeated: the api-server's SQLite was busy ("Database error"
                 # while the scheduler writes, seen in CI on a DAG pause). Not for POST (it may have acted).
-                server_errors += exc.code >= 500
-                if (exc.code >= 500 and method in IDEMPOTENT and server_errors <= SERVER_ERROR_RETRIES
-                        and time.monotonic() < deadline):
-                    log.warning("Airflow API %s %s: HTTP %d %r; retrying", method, path, exc.code, detail)
-                    time.sleep(2.0)
-                    continue
-                raise self.error(f"Airflow API {method} {path}: HTTP {exc.code} {detail!r}") from exc
-            except (OSError, ValueError) as exc:  # refused, reset, timed out, a truncated answer
-                if time.monotonic() > deadline:
-                    raise self.error(f"Airflow API {method} {path}: unreachable: {exc}") from exc
+                code = getattr(exc.__cause__, "code", 0)
+                server_errors += code >= 500
+                return code >= 500 and method in IDEMPOTENT and server_errors <= SERVER_ERROR_RETRIES
+            return isinstance(exc, (OSError, ValueError))  # refused, reset, timed out, a truncated answer
+
+        def log_retry(state: tenacity.RetryCallState) -> None:
+            exc = state.outcome.exception()
+            if isinstance(exc, self.error):
+                log.warning("%s; retrying", exc)
+            else:
                 log.debug("Airflow API %s %s: %s; retrying", method, path, exc)
-                time.sleep(2.0)
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(retryable), wait=tenacity.wait_fixed(2.0),
+            stop=tenacity.stop_after_delay(API_PATIENCE_S if patience is None else patience),
+            before_sleep=log_retry, reraise=True)
+        try:
+            return retrying(self._once, method, path, body)
+        except (OSError, ValueError) as exc:
+            raise self.error(f"Airflow API {method} {path}: unreachable: {exc}") from exc
 
     def get_text(self, path: str) -> str:
         """GET a page (not JSON) with the token, as a browser with the UI's session would."""
@@ -186,19 +201,25 @@ class AirflowApi:
         run_id = f"manual__{datetime.now(timezone.utc).isoformat()}__{secrets.token_hex(3)}"
         body = {"dag_run_id": run_id, "logical_date": None, "conf": conf or {}}
         path = f"/api/v2/dags/{dag_id}/dagRuns"
-        for attempt in range(1, SERVER_ERROR_RETRIES + 2):
+
+        def post(attempt: int) -> str:
+            if attempt > 1 and self._exists(f"{path}/{urllib.parse.quote(run_id, safe='')}"):
+                return run_id  # the earlier POST acted; its answer was lost
             try:
                 return self.call("POST", path, body)["dag_run_id"]  # a POST's 5xx is raised, not repeated
             except self.error as exc:
-                code = getattr(exc.__cause__, "code", None)
-                if code == 409:
+                if getattr(exc.__cause__, "code", None) == 409:
                     return run_id
-                if code is None or code < 500 or attempt > SERVER_ERROR_RETRIES:
-                    raise
-                log.warning("%s; checking whether run %s exists, then retrying", exc, run_id)
-            time.sleep(2.0)
-            if self._exists(f"{path}/{urllib.parse.quote(run_id, safe='')}"):
-                return run_id
+                raise
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(lambda exc: getattr(exc.__cause__, "code", 0) >= 500),
+            stop=tenacity.stop_after_attempt(SERVER_ERROR_RETRIES + 1), wait=tenacity.wait_fixed(2.0), reraise=True,
+            before_sleep=lambda state: log.warning("%s; checking whether run %s exists, then retrying",
+                                                   state.outcome.exception(), run_id))
+        for attempt in retrying:
+            with attempt:
+                return post(attempt.retry_state.attempt_number)
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def run(self, dag_id: str, run_id: str) -> dict:
