@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import tenacity
 
 from aldebaran import logs
+from aldebaran.delivery import claimlog
 from aldebaran.delivery.corrupt import set_aside
 from aldebaran.delivery.decode import AlertDeadLetters, decode
 from aldebaran.delivery.exceptions import ConsumerFatal, RetryableError
@@ -332,6 +333,8 @@ class Dispatcher:
         stats = stats if stats is not None else DispatchStats()
         stop = stop or threading.Event()
         t0 = time.monotonic()
+        if self.settings.cross_lane == "log" and any(getattr(ch, "fast", False) for ch in self.channels):
+            claimlog.check_aligned(self.kafka)  # both lanes' copies must meet in one partition's log
         workers = [self.worker(ch, self.ledger, self.settings, self.kafka, self.group, self.owner, stats,
                                      self.dead_letters) for ch in self.channels]
         errors: list[BaseException] = []

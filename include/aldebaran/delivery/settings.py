@@ -48,6 +48,17 @@ class DeliverySettings(BaseSettings):
                     "a deduplicating recipient (alert id), the log channel's own sent-log, or an SMS alert's "
                     "sent marker in the ledger",
     )
+    cross_lane: Literal["markers", "log"] = Field(
+        "markers",
+        description="ALDEBARAN_DELIVERY_CROSS_LANE: where a fast channel's two lanes meet: a sent marker per alert "
+                    "(markers), or per partition one claim log both lanes' runs append to with If-Match (log: one "
+                    "write per run; needs the alerts and fast topics partitioned alike, checked at start)",
+    )
+    claim_log_window: int = Field(
+        20_000, ge=100,
+        description="ALDEBARAN_DELIVERY_CLAIM_LOG_WINDOW: alert ids a partition's claim log keeps (cross_lane=log): "
+                    "the other lane's copy is recognised within that many alerts",
+    )
     concurrency: int = Field(
         64, ge=1, le=1024, description="ALDEBARAN_DELIVERY_CONCURRENCY: sends in flight per channel"
     )

@@ -29,7 +29,9 @@ the marker, and the second is recorded ``S`` with the holder run's key in its re
 run is not recorded (its dispatcher died between marker and record, or is still sending) and a resend is
 harmless (the channel deduplicates or remembers what it sent), the second copy is sent anyway: an
 alert whose fast dispatcher never comes back is still delivered by the exact lane. A run's markers are
-created side by side (one round trip before the send, not one per alert).
+created side by side (one round trip before the send, not one per alert). With
+``ALDEBARAN_DELIVERY_CROSS_LANE=log`` a fast channel where a resend is harmless claims the run's ids in its
+partition's claim log instead (aldebaran.delivery.claimlog: one conditional write per run, same holder rules).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import tenacity
 
 from aldebaran.delivery import handles
 from aldebaran.delivery.channels.base import Outcome
+from aldebaran.delivery.claimlog import ClaimLog
 from aldebaran.delivery.handles import RunHandle
 from aldebaran.delivery.runs import MALFORMED, RECORDED, REPEAT, Run
 from aldebaran.exceptions import ObjectStoreError
@@ -91,6 +94,10 @@ class RunSettler:
         # A fast channel too: the markers are where the two lanes' copies of an alert meet.
         self.resend_safe = self.can_dedupe or bool(getattr(channel, "remembers_sent", False))
         self.markers = not self.resend_safe or bool(getattr(channel, "fast", False))
+        # A fast channel's lanes meet in a claim log per partition (one write per run) where the mode says so;
+        # a channel where a resend is not harmless keeps its markers (they never expire).
+        self.claim_log = (self.markers and self.resend_safe and getattr(settings, "cross_lane", "markers") == "log")
+        self._logs: dict[int, ClaimLog] = {}
         # Create a new run without looking for one first (one round trip less before the send; a run that
         # exists makes the create fail, and it is read then). The fast lane's latency wants it.
         self.claim_first = claim_first
@@ -179,7 +186,10 @@ class RunSettler:
     def _mark(self, handle: RunHandle, to_send: list) -> dict:
         """Create the sent markers of a run's alerts, side by side. offset → (REPEAT, receipt) for each alert
         another run holds and this one must not send."""
-        if len(to_send) == 1:
+        if self.claim_log:
+            held = self._log(handle.run.partition).claim([e[1] for e in to_send], handle.key)
+            holders = [held.get(e[1]) for e in to_send]
+        elif len(to_send) == 1:
             holders = [handle.claim_sent(to_send[0][1])]
         else:
             holders = list(self._markers_pool().map(lambda e: handle.claim_sent(e[1]), to_send))
@@ -195,6 +205,13 @@ class RunSettler:
                 continue
             repeats[e[0]] = (REPEAT, {"note": "sent by an earlier run (its sent marker)", "sent_by": holder})
         return repeats
+
+    def _log(self, partition: int) -> ClaimLog:
+        with self._pool_lock:
+            if partition not in self._logs:
+                self._logs[partition] = ClaimLog(self.ledger, self.channel.name, partition,
+                                                 self.settings.claim_log_window)
+            return self._logs[partition]
 
     def _holder_recorded(self, key: str) -> bool:
         if key in self._recorded_runs:
