@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV  := .venv
 ALD   := $(VENV)/bin/aldebaran
 
-.PHONY: help setup setup-ha up up-cluster up-ha down down-ha status status-ha demo test test-unit test-ha chaos chaos-short chaos-ha clean bench bench-quick
+.PHONY: help setup setup-ha up up-cluster up-ha down down-ha status status-ha demo test test-unit test-ha chaos chaos-short chaos-ha clean bench bench-quick dist
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -68,6 +68,9 @@ chaos-short: setup  ## the short campaigns left out of `make test` (pytest marke
 chaos-ha: setup-ha  ## `aldebaran chaos ha` on the HA profile (started if down, left up): first the highest rate with no-fault trade → alert p99 ≤ 2 s, then one kill per component at it; detection, takeover and catch-up per fault into docs/reliability.md and docs/img/reliability-results.json (~30 min; on a quiet box)
 	@$(ALD) services up --ha
 	@$(ALD) chaos ha $(CHAOS_ARGS)
+
+dist:  ## the wheel and the packed runtime spark-submit ships to a cluster's workers, into dist/ (docs/operations.md "Running on a cluster")
+	@bash scripts/dist.sh
 
 clean: down down-ha  ## stop services (core and HA) and delete local service data (.run)
 	rm -rf .run
