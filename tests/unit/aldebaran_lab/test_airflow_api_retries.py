@@ -148,3 +148,25 @@ def test_a_trigger_gives_up_after_the_bounded_retries(trigger_server):
         api.trigger("alert_dispatch")
     assert trigger_server.posts == airflow_api.SERVER_ERROR_RETRIES + 1
     assert trigger_server.runs == []
+
+
+@pytest.mark.parametrize("server", [2], indirect=True)
+def test_each_server_error_retry_logs_one_warning_with_the_answer(server, caplog):
+    api = AirflowApi(f"http://127.0.0.1:{server.server_port}", "pw")
+    with caplog.at_level("WARNING", logger="aldebaran_lab.airflow_api"):
+        api.call("GET", "/api/v2/dags/x")
+    assert [r.getMessage() for r in caplog.records] == [
+        "Airflow API GET /api/v2/dags/x: HTTP 500 b'{\"detail\": \"Database error\"}'; retrying"] * 2
+
+
+def test_an_unreachable_api_server_is_retried_until_the_patience_runs_out(monkeypatch):
+    sleeps = []
+    monkeypatch.setattr(airflow_api.time, "sleep", sleeps.append)
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    port = srv.server_port
+    srv.server_close()  # nothing listens there now: every connection is refused
+    api = AirflowApi(f"http://127.0.0.1:{port}", "pw")
+    with pytest.raises(api.error, match="unreachable") as exc:
+        api.call("GET", "/api/v2/dags/x", patience=0.3)
+    assert isinstance(exc.value.__cause__, OSError)
+    assert sleeps and set(sleeps) == {2.0}
