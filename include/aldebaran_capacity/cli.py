@@ -69,8 +69,8 @@ BENCH_OPTIONS = [
     opt("--alerts", modes="dispatch", type=int, default=5000, help="alerts per channel (default 5000)"),
     opt("--concurrency", modes="dispatch", type=int, default=32, help="concurrent sends per channel (default 32)"),
     opt("--channels", modes="dispatch", default=None,
-        help="comma-separated subset of webhook,webhook_batch,bus,sms,log,alertmanager,pagerduty,opsgenie,fcm,apns "
-             "(default all)"),
+        help="comma-separated subset of webhook,webhook_batch,bus,sms,log,alertmanager,pagerduty,opsgenie,fcm,apns,"
+             "fast_markers,fast_log (the fast lane's cross-lane designs on a batched webhook; default all)"),
     opt("--repeats", modes="dispatch,parse-cost,checkpoint-files,lane-tuning,alerts-from,metrics-cost,status-commands",
         type=int,
         default=3,

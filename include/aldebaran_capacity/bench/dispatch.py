@@ -39,7 +39,11 @@ log = logging.getLogger(__name__)
 # The core channels need nothing beyond the platform for their recipients; the operations channels need an
 # Alertmanager binary (setup builds it) and the providers' fakes.
 CORE_CHANNELS = ("webhook", "webhook_batch", "bus", "sms", "log")
-CHANNELS = (*CORE_CHANNELS, "alertmanager", "pagerduty", "opsgenie", "fcm", "apns")
+# The fast lane's cross-lane designs (issue 38 item 1), side by side: a batched webhook with "fast": true drained
+# by ``aldebaran dispatch --fast --follow`` from a fresh fast topic, under ALDEBARAN_DELIVERY_CROSS_LANE=<design>
+# (markers: a sent marker per alert, today's default; log: a claim log per partition, one write per run).
+FAST_KINDS = {"fast_markers": "markers", "fast_log": "log"}
+CHANNELS = (*CORE_CHANNELS, "alertmanager", "pagerduty", "opsgenie", "fcm", "apns", *FAST_KINDS)
 # Channels that cannot deduplicate: a sent marker per alert in the ledger, runs of one send window (the small count).
 IN_DOUBT_KINDS = ("sms", "fcm", "apns")
 
@@ -180,6 +184,10 @@ def _recipient(kind: str, kafka, tag: str):
         return _operations_recipient(kind, tag)
     from aldebaran_capacity.receivers import ReceiverProcess
 
+    if kind in FAST_KINDS:  # a batched webhook that opted in to the fast lane
+        proc = ReceiverProcess("webhook").start()
+        return proc, {"conn_type": "http", "host": proc.url, "password": proc.secret,
+                      "extra": {"endpoint": "/alerts", "batch": 100, "fast": True}}, proc.stop
     proc = ReceiverProcess("sms" if kind == "sms" else "webhook").start()
     if kind == "sms":
         conn = {"conn_type": "sms", "host": proc.url, "login": proc.account_sid, "password": proc.auth_token,
@@ -237,24 +245,29 @@ def channel_run(kind: str, alerts: int, duplicates: float = 0.1, timeout: float 
     from aldebaran.storage import S3Store
 
     tag = uuid.uuid4().hex[:8]
-    kafka = load(KafkaSettings, alerts_topic=f"bench-{tag}-alerts")
-    kafka_admin.ensure_topics(kafka, [kafka.alerts_topic])
+    design = FAST_KINDS.get(kind)  # None: the exact lane's dispatcher over the alerts topic
+    kafka = load(KafkaSettings, alerts_topic=f"bench-{tag}-alerts", fast_alerts_topic=f"bench-{tag}-fast")
+    # Both topics alike (the claim log refuses a fast topic partitioned unlike the alerts topic).
+    kafka_admin.ensure_topics(kafka, [kafka.alerts_topic, kafka.fast_alerts_topic] if design else [kafka.alerts_topic])
+    topic = kafka.fast_alerts_topic if design else kafka.alerts_topic
     batch = make_alerts(alerts, tag)
     repeats = batch[: int(alerts * duplicates)]
-    kafka_io.produce_all(kafka_io.producer(kafka), kafka.alerts_topic,
+    kafka_io.produce_all(kafka_io.producer(kafka), topic,
                          [(a["alert_id"], json.dumps(a, separators=(",", ":"))) for a in batch + repeats])
     store = S3Store()
     recipient, conn, stop_recipient = _recipient(kind, kafka, tag)
     name, dispatcher_name = kind.replace("_", ""), f"bench-{tag}"
     env = {**os.environ, "ALDEBARAN_CHANNELS": name, f"AIRFLOW_CONN_ALDEBARAN_{name.upper()}": json.dumps(conn),
            "ALDEBARAN_DELIVERY_PREFIX": f"bench/{tag}/deliveries", "ALDEBARAN_KAFKA_ALERTS_TOPIC": kafka.alerts_topic,
-           "ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS": "1",
+           "ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS": "1", "ALDEBARAN_KAFKA_FAST_ALERTS_TOPIC": kafka.fast_alerts_topic,
+           **({"ALDEBARAN_DELIVERY_CROSS_LANE": design} if design else {}),
            **{f"ALDEBARAN_DELIVERY_{k.upper()}": str(v) for k, v in (settings_overrides or {}).items()}}
     log_path = paths.run_dir() / "bench" / f"dispatch-{tag}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "aldebaran.cli", "dispatch", "--follow", "--channel", name,
+        proc = subprocess.Popen([sys.executable, "-m", "aldebaran.cli", "dispatch", *(["--fast"] if design else []),
+                                 "--follow", "--channel", name,
                                  "--name", dispatcher_name], env=env, stdout=log_file, stderr=subprocess.STDOUT)
     beat: dict = {}
     try:
@@ -274,7 +287,7 @@ def channel_run(kind: str, alerts: int, duplicates: float = 0.1, timeout: float 
             proc.kill()
         beat = heartbeat.read(store, heartbeat.DISPATCHER, dispatcher_name) or {}
         stop_recipient()
-        kafka_admin.delete_topics(kafka, [kafka.alerts_topic])
+        kafka_admin.delete_topics(kafka, [kafka.alerts_topic, kafka.fast_alerts_topic])
         store.delete_prefix(f"bench/{tag}/")
         store.delete(heartbeat.key(heartbeat.DISPATCHER, dispatcher_name))
     received_at = got.get("received_at") or {}
@@ -284,7 +297,7 @@ def channel_run(kind: str, alerts: int, duplicates: float = 0.1, timeout: float 
     unique = got["received"]
     writes = beat.get("ledger_writes")
     result = {
-        "channel": kind, "alerts": alerts, "repeats_on_topic": len(repeats), "received": unique,
+        "channel": kind, "cross_lane": design, "alerts": alerts, "repeats_on_topic": len(repeats), "received": unique,
         "received_twice": got.get("duplicates", 0), "missing": alerts - unique, "seconds": round(elapsed, 3),
         "deliveries_eps": unique / elapsed, "deliveries_eps_incl_start": unique / max(1e-6, last - t0),
         "runs": beat.get("runs"), "ledger_writes": writes,
@@ -304,14 +317,19 @@ def run(alerts: int = 50_000, sms_alerts: int = 500, repeats: int = 1, channels:
     """Every channel (median of `repeats`), the ledger ceiling at the webhook's run size, in one run."""
     out: dict = {"alerts": alerts, "sms_alerts": sms_alerts, "repeats": repeats, "channels": {}}
     runs_by_channel: dict[str, list[dict]] = {}
+    for _ in range(repeats):  # interleaved: each channel (each fast design) once per round, side by side in time
+        for kind in channels:
+            runs_by_channel.setdefault(kind, []).append(channel_run(kind, sms_alerts if kind in IN_DOUBT_KINDS else alerts))
     for kind in channels:
-        n = sms_alerts if kind in IN_DOUBT_KINDS else alerts
-        runs_by_channel[kind] = [channel_run(kind, n) for _ in range(repeats)]
         ordered = sorted(runs_by_channel[kind], key=lambda r: r["deliveries_eps"])
         med = ordered[len(ordered) // 2]
         out["channels"][kind] = {**med, "runs_eps": [round(r["deliveries_eps"]) for r in runs_by_channel[kind]],
                                  "correct": all(r["correct"] for r in runs_by_channel[kind])}
-    dedupe = [c for k, c in out["channels"].items() if k not in IN_DOUBT_KINDS]
+    fast = {FAST_KINDS[k]: c for k, c in out["channels"].items() if k in FAST_KINDS}
+    if fast:
+        out["fast"] = fast_summary(fast)
+    # The fast designs have their own figure (a candidate's markers must not stand for the platform's writes).
+    dedupe = [c for k, c in out["channels"].items() if k not in IN_DOUBT_KINDS and k not in FAST_KINDS]
     out["ledger_writes_per_delivery"] = max((c["ledger_writes_per_delivery"] or 0 for c in dedupe), default=None)
     run_size = max(1, round(statistics.mean([c["alerts"] / max(1, c["runs"] or 1) for c in dedupe]))) if dedupe else 1
     out["ledger_ceiling"] = ledger_ceiling(run_size)
@@ -319,3 +337,16 @@ def run(alerts: int = 50_000, sms_alerts: int = 500, repeats: int = 1, channels:
         c["ratio_to_ledger_ceiling"] = c["deliveries_eps"] / out["ledger_ceiling"]["deliveries_per_s"]
     out["all_correct"] = all(c["correct"] for c in out["channels"].values())
     return out
+
+
+def fast_summary(designs: dict[str, dict]) -> dict:
+    """``dispatch.fast``: the cheapest correct cross-lane design's figures (fewest ledger writes per delivery,
+    then the most deliveries/s), and every design measured beside it."""
+    ok = [(d, c) for d, c in designs.items() if c["correct"] and c["ledger_writes_per_delivery"] is not None]
+    best = min(ok, key=lambda dc: (dc[1]["ledger_writes_per_delivery"], -dc[1]["deliveries_eps"]), default=None)
+    return {"design": best[0] if best else None,
+            "deliveries_eps": best[1]["deliveries_eps"] if best else None,
+            "ledger_writes_per_delivery": best[1]["ledger_writes_per_delivery"] if best else None,
+            "designs": {d: {"deliveries_eps": c["deliveries_eps"], "ledger_writes_per_delivery":
+                            c["ledger_writes_per_delivery"], "runs_eps": c.get("runs_eps"), "correct": c["correct"]}
+                        for d, c in designs.items()}}
