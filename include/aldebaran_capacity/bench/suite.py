@@ -236,10 +236,14 @@ def merge_dispatch(new: dict, old: dict, origin: dict) -> dict:
     a channel added later (or re-measured) land beside the others without re-running them all."""
     kept = {name: {**c, "from_run": c.get("from_run") or old.get("from_run") or origin}
             for name, c in old.get("channels", {}).items() if name not in new["channels"]}
-    from aldebaran_capacity.bench.dispatch import IN_DOUBT_KINDS
+    from aldebaran_capacity.bench.dispatch import FAST_KINDS, IN_DOUBT_KINDS, fast_summary
 
     channels = {**kept, **new["channels"]}
     correct = all(c["correct"] for c in channels.values())
-    writes = [c["ledger_writes_per_delivery"] or 0 for k, c in channels.items() if k not in IN_DOUBT_KINDS]
+    # The fast designs carry their own figure (dispatch.fast): a candidate's markers are not the platform's writes.
+    writes = [c["ledger_writes_per_delivery"] or 0 for k, c in channels.items()
+              if k not in IN_DOUBT_KINDS and k not in FAST_KINDS]
+    fast = {FAST_KINDS[k]: c for k, c in channels.items() if k in FAST_KINDS}
     return {**new, "channels": channels, "all_correct": correct, "correct": correct,
-            "ledger_writes_per_delivery": max(writes, default=None)}
+            "ledger_writes_per_delivery": max(writes, default=None),
+            **({"fast": fast_summary(fast)} if fast else {})}

@@ -27,3 +27,13 @@ def test_no_correct_design_publishes_no_figure():
 
 def test_one_bench_command_knows_every_design():
     assert set(FAST_KINDS) <= set(CHANNELS) and set(FAST_KINDS.values()) == {"markers", "log"}
+
+
+def test_merging_into_a_previous_report_keeps_the_fast_figure_apart_from_the_platform_s_writes():
+    from aldebaran_capacity.bench.suite import merge_dispatch
+
+    webhook = {**design(12_000, 0.004), "channel": "webhook"}
+    new = {"channels": {"fast_markers": design(450, 1.02), "fast_log": design(5200, 0.006)}}
+    merged = merge_dispatch(new, {"channels": {"webhook": webhook}}, {"command": "earlier"})
+    assert merged["ledger_writes_per_delivery"] == 0.004  # the webhook's, not the markers candidate's 1.02
+    assert merged["fast"]["design"] == "log" and merged["channels"]["webhook"]["from_run"] == {"command": "earlier"}
