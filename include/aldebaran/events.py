@@ -1,4 +1,4 @@
-"""The input contract (../shared/BRIEF.md §2 "Input"): its one validator, and the messages it describes.
+"""The input contract (docs/design.md § Contracts, "Input events"): its one validator, and the messages it describes.
 
 Everything that decides whether a trades message is valid goes through this module: the auditor's shard
 tasks (:class:`Parser`, a batch at a time), the reference model (aldebaran.reference), `aldebaran explain`,

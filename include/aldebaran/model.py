@@ -1,5 +1,5 @@
 """The typed model: one :class:`Event` (a valid trade) and one :class:`Alert` (the alert contract,
-../shared/BRIEF.md §2), shared by the validator, the auditor, the reference model, explain, delivery,
+docs/design.md § Contracts), shared by the validator, the auditor, the reference model, explain, delivery,
 the channels and the Airflow plugin.
 
 An :class:`Alert` is what travels on the ``alerts`` topic, in the archive and in delivery records:

@@ -1,4 +1,4 @@
-"""The audit semantics (../shared/BRIEF.md §2) as a deliberately simple, independent reference model.
+"""The audit semantics (docs/design.md § Contracts) as a deliberately simple, independent reference model.
 
 Written from the brief, not from the auditor's code (aldebaran.audit.book / rules / state): one
 loop over the messages in order, one plain dict of books, no heaps, no files, no batches. Tests and

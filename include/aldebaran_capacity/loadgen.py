@@ -1,9 +1,9 @@
 """`aldebaran loadgen`: trades in the original publisher's mix or a configurable one, keyed by order id,
 seeded, at a target rate or as fast as possible; writes the alerts the reference model expects.
 
-The original publisher (../shared/seeds/aldebaran-design-notes.txt §3.4.3) sends one request of
+The original publisher (the challenge's reference implementation) sends one request of
 50–100 shares and four purchases of ``int(limit / 2 * random())`` shares each, so about 2 % of its
-purchases are for 0 shares. Those are valid under the contract (BRIEF §2: ``#shares`` is an integer
+purchases are for 0 shares. Those are valid under the contract (docs/design.md § Contracts: ``#shares`` is an integer
 ≥ 0): the auditor applies them and they count 0.
 
 The configurable mix (:class:`Mix`) controls what the benchmarks need to vary:

@@ -2,7 +2,7 @@
 
 Pure over the book: no files, no clock, no Spark. The state store (aldebaran.audit.state) finds or
 opens the book, decides expiry and persists the result; this module owns the audit semantics every
-rule shares (../shared/BRIEF.md §2):
+rule shares (docs/design.md § Contracts):
 - an event id already seen by the book counts once (the bus is at-least-once);
 - the first request wins (a second request for the order has the order id as its event id: a duplicate);
 - purchases add up (sum and count) and the first purchase is remembered;

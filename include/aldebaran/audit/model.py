@@ -59,7 +59,7 @@ def alert_id(kind: str, order_id: str) -> str:
 
 
 def render(book: Book, finding: Finding, rule: str, detected_at_ms: int) -> Alert:
-    """The alert of a finding (../shared/BRIEF.md §2): the book's figures as of now, and the audit's two
+    """The alert of a finding (docs/design.md § Contracts): the book's figures as of now, and the audit's two
     fields of its own, ``rule`` and ``message``, as the alert's extras."""
     request = book.request or {}
     fp = book.first_purchase or {}

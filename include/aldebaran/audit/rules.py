@@ -42,7 +42,7 @@ class Rule:
     def quiet_at_expiry(self, request_known: bool) -> bool:
         """True when `on_expire` surely returns None for a book whose request is (or is not) known. The
         store then drops such a book at expiry without decoding it, if every rule agrees: most expiring
-        books never alert, and decoding them was about half of the expiry's cost (docs/design.md §5).
+        books never alert, and decoding them was about half of the expiry's cost (docs/design.md §8).
         Default: quiet only if the rule does not override `on_expire`."""
         return type(self).on_expire is Rule.on_expire
 

@@ -1,5 +1,5 @@
 """The pure book step (aldebaran.audit.book) driven directly: a Book and events in, alerts out, no
-files, no store, no Spark. Expected values are written out by hand from ../shared/BRIEF.md §2."""
+files, no store, no Spark. Expected values are written out by hand from docs/design.md § Contracts."""
 
 from __future__ import annotations
 
