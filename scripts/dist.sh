@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make dist`: the project's wheel and the packed runtime spark-submit ships to a cluster's workers, into dist/.
+# `make dist` (scripts/dist.sh [OUT_DIR]): the project's wheel and the packed runtime spark-submit ships to a
+# cluster's workers, into dist/ (or OUT_DIR).
 #   dist/aldebaran-<version>-py3-none-any.whl    the product (pip install it where the driver runs)
 #   dist/aldebaran-runtime-py<X.Y>.tar.gz        a venv: the wheel (--no-deps) + setup/dist/executor.txt;
 #                                                spark-submit --archives <it>#env, spark.pyspark.python=./env/bin/python
@@ -11,11 +12,10 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="$ROOT/.venv/bin/python"
-OUT="$ROOT/dist"
+OUT="$(mkdir -p "${1:-$ROOT/dist}" && cd "${1:-$ROOT/dist}" && pwd)"
 [ -x "$PY" ] || { echo "no .venv: run \`make setup\` first" >&2; exit 1; }
 BASE="$("$PY" -c 'import sys; print(sys._base_executable)')"
 XY="$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
-mkdir -p "$OUT"
 BUILD="$(mktemp -d "$OUT/.build.XXXXXX")"
 trap 'rm -rf "$BUILD"' EXIT
 

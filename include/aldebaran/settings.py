@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import Field, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, FilePath, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aldebaran.exceptions import ConfigError
@@ -230,6 +230,14 @@ class SparkSettings(BaseSettings):
     )
     log_level: SparkLogLevel = Field("WARN", description="ALDEBARAN_SPARK_LOG_LEVEL: Spark driver log level")
     ui: bool = Field(False, description="ALDEBARAN_SPARK_UI: start the Spark web UI")
+    runtime_archive: FilePath | None = Field(
+        None,
+        description="ALDEBARAN_SPARK_RUNTIME_ARCHIVE: the packed runtime `make dist` builds "
+                    "(dist/aldebaran-runtime-py<X.Y>.tar.gz); with a cluster master, Spark ships it to the "
+                    "workers (spark.archives <it>#env) and runs the executors' Python from it "
+                    "(./env/bin/python), so the workers need no aldebaran installed. Unset: the workers' "
+                    "own Python (today's behaviour); ignored with a local master",
+    )
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -39,8 +39,11 @@ def spark_submit(runtime: str | None = None) -> str:
     return str(Path(spark_home(runtime)) / "bin" / "spark-submit")
 
 
-def spark_env(runtime: str | None = None) -> dict[str, str]:
+def spark_env(runtime: str | None = None, master: str | None = None) -> dict[str, str]:
     """The environment of Spark's launchers: this process's, with Spark's own variables defaulted.
+    SPARK_LOCAL_IP=127.0.0.1 only for a local `master` (None: ALDEBARAN_SPARK_MASTER), as
+    :func:`base_conf` pins the driver's host: with a cluster master it would make the driver advertise
+    127.0.0.1 to executors on other hosts.
 
     With a ``runtime``, the job runs on that runtime's pyspark: its SPARK_HOME and Python are forced (a
     SPARK_HOME of the control venv inherited from the caller would launch the wrong Spark), and the
@@ -53,7 +56,8 @@ def spark_env(runtime: str | None = None) -> dict[str, str]:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(paths.ROOT / "include"), env.get("PYTHONPATH")) if p)
         env["PATH"] = f"{Path(env['SPARK_HOME']) / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("SPARK_HOME", spark_home())
-    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if is_local(master if master is not None else load(SparkSettings).master):
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     env.setdefault("SPARK_LOG_DIR", str(paths.run_dir() / "logs"))
@@ -61,9 +65,9 @@ def spark_env(runtime: str | None = None) -> dict[str, str]:
     return env
 
 
-def apply_spark_env() -> None:
+def apply_spark_env(master: str | None = None) -> None:
     # pyspark launches its JVM with this process's environment: export Spark's variables into it.
-    for key, value in spark_env().items():
+    for key, value in spark_env(master=master).items():
         os.environ.setdefault(key, value)
 
 
@@ -227,7 +231,37 @@ REQUIRED_CONF = {
     ),
 }
 # Lists the platform adds its entries to, keeping the user's (comma- or space-separated).
-MERGED_CONF = {"spark.jars": ",", "spark.driver.extraJavaOptions": " ", "spark.executor.extraJavaOptions": " "}
+MERGED_CONF = {"spark.jars": ",", "spark.archives": ",", "spark.driver.extraJavaOptions": " ",
+               "spark.executor.extraJavaOptions": " "}
+
+
+# The packed runtime (`make dist`, ALDEBARAN_SPARK_RUNTIME_ARCHIVE): Spark unpacks it as ./env in each
+# executor's working directory, and the executors' Python (and the shard hosts it starts) run from there.
+RUNTIME_ALIAS = "env"
+RUNTIME_PYTHON = f"./{RUNTIME_ALIAS}/bin/python"
+
+
+def runtime_archive(master: str | None) -> str | None:
+    """``<archive>#env`` for ``spark.archives`` / ``--archives`` when ALDEBARAN_SPARK_RUNTIME_ARCHIVE is set
+    and `master` is a cluster's; None otherwise (a local master's executors run this process's Python)."""
+    path = load(SparkSettings).runtime_archive
+    if path is None or is_local(master):
+        return None
+    return f"{Path(path).resolve()}#{RUNTIME_ALIAS}"
+
+
+def submit_runtime(master: str | None, deploy_mode: str | None, archives: str | None = None) -> dict:
+    """spark-submit's arguments for the packed runtime: ``archives`` (the caller's with ours added) and the
+    ``conf`` naming the Pythons; {} when :func:`runtime_archive` is None. spark-submit starts the driver's
+    Python from spark.pyspark.driver.python, else spark.pyspark.python: in client mode it must stay this
+    host's (PYSPARK_DRIVER_PYTHON of :func:`spark_env`), in cluster mode the driver runs in the archive too."""
+    archive = runtime_archive(master)
+    if archive is None:
+        return {}
+    theirs = [a for a in (archives or "").split(",") if a]
+    driver = RUNTIME_PYTHON if deploy_mode == "cluster" else spark_env(master=master)["PYSPARK_DRIVER_PYTHON"]
+    return {"archives": ",".join(theirs + [archive] * (archive not in theirs)),
+            "conf": {"spark.pyspark.python": RUNTIME_PYTHON, "spark.pyspark.driver.python": driver}}
 
 
 def is_local(master: str | None) -> bool:
@@ -269,6 +303,9 @@ def base_conf(shuffle_partitions: int = 2, s3a: bool = False, master: str | None
         conf["spark.driver.bindAddress"] = "127.0.0.1"
     else:
         conf.update(EXECUTOR_LOSS_CONF)
+        archive = runtime_archive(master)
+        if archive:
+            conf["spark.archives"] = archive
     if s3a:
         conf.update(s3a_conf())
         # Each checkpoint file written straight to its key, not to a temp file renamed (= copied and deleted
@@ -348,7 +385,6 @@ def session(app: str = "aldebaran", master: str | None = None, conf: dict[str, s
     ``--conf``, ``spark-defaults.conf``, the Spark connection) > the platform's defaults (:func:`base_conf`).
     ``spark.jars`` and the extraJavaOptions are merged; :data:`REQUIRED_CONF` cannot be overridden."""
     settings = load(SparkSettings)  # before the JVM starts: an invalid setting fails here, named
-    apply_spark_env()
     import logging
 
     from pyspark.sql import SparkSession
@@ -364,6 +400,11 @@ def session(app: str = "aldebaran", master: str | None = None, conf: dict[str, s
         builder = builder.master(master)
     else:
         master = user.get("spark.master")
+    apply_spark_env(master)
+    if runtime_archive(master):
+        # PySpark names the executors' Python from this variable when the context starts
+        # (pyspark/core/context.py), not from spark.pyspark.python: the packed runtime's, unpacked by Spark.
+        os.environ["PYSPARK_PYTHON"] = RUNTIME_PYTHON
     explicit = {"spark.sql.shuffle.partitions": str(shuffle_partitions), **(conf or {})}
     defaults = with_log4j2(base_conf(shuffle_partitions, s3a, master), user, master)
     for key, value in resolve_conf(defaults, user, explicit).items():

@@ -62,6 +62,17 @@ def deploy_mode(hook_args: dict) -> str | None:
     return conn.extra.get("deploy-mode") if conn is not None else None
 
 
+def master(hook_args: dict) -> str:
+    """The master the hook will submit to: the Spark connection's host, else ALDEBARAN_SPARK_MASTER (from which
+    `aldebaran services up` derives spark_default)."""
+    conn = connections.lookup(hook_args.get("conn_id") or "spark_default")
+    if conn is not None and conn.host:
+        return conn.host
+    from aldebaran.settings import SparkSettings, load
+
+    return load(SparkSettings).master
+
+
 def main() -> int:
     # A relay, not aldebaran.logs: the hook logs each line of spark-submit's output, which already carries
     # its time (the auditor's lines: aldebaran.logs; Spark's: aldebaran.spark.SPARK_LOG4J2); a prefix of

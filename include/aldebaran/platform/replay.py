@@ -116,8 +116,10 @@ def submit_env() -> dict[str, str]:
     from aldebaran import paths
     from aldebaran import spark as sparkmod
 
-    env = sparkmod.spark_env()
-    out = {k: env[k] for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP")}
+    from aldebaran.platform.detached_submit import master
+
+    env = sparkmod.spark_env(master=master({}))  # spark_default's master: SPARK_LOCAL_IP only for a local one
+    out = {k: env[k] for k in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP") if k in env}
     # Not configuration: the task's PATH, with this venv's spark-submit first, for the subprocess.
     out["PATH"] = f"{paths.venv_bin('spark-submit').parent}{os.pathsep}{os.environ.get('PATH', '')}"
     return out

@@ -77,12 +77,20 @@ class AuditorSubmitOperator(SparkSubmitOperator):
 
     def _hook_args(self, application_args: list[str]) -> dict:
         from aldebaran import spark as sparkmod
+        from aldebaran.platform import detached_submit
 
         jars = self.hook_args.get("jars") or ",".join(
             sparkmod.connector_jars(s3a=self.decision["checkpoint"].startswith("s3a://")))
         # The JIT flag merged into this host's spark-defaults JVM options (read here, never at parse time).
         conf = sparkmod.submit_conf(self.hook_args.get("conf"))
-        return {**self.hook_args, "conf": conf, "jars": jars, "application_args": application_args}
+        out = {**self.hook_args, "conf": conf, "jars": jars, "application_args": application_args}
+        # The packed runtime (ALDEBARAN_SPARK_RUNTIME_ARCHIVE, a cluster master): --archives and the Pythons.
+        packed = sparkmod.submit_runtime(detached_submit.master(out), detached_submit.deploy_mode(out),
+                                         self.hook_args.get("archives"))
+        if packed:
+            out["archives"] = packed["archives"]
+            out["conf"] = {**packed["conf"], **conf}  # a Python the caller named wins
+        return out
 
     def _launch(self, hook_args: dict, log_name: str):
         """Client mode: the provider's hook runs spark-submit in a process of its own session
@@ -96,7 +104,8 @@ class AuditorSubmitOperator(SparkSubmitOperator):
         executors.check(f"auditor {log_name} (client deploy mode)")
 
         # The driver runs outside Airflow: it gets the platform's Kafka connection as Airflow resolved it.
-        env = {**sparkmod.spark_env(), **connection_env(), **detached_submit.spec_env(self.application, hook_args)}
+        env = {**sparkmod.spark_env(master=detached_submit.master(hook_args)), **connection_env(),
+               **detached_submit.spec_env(self.application, hook_args)}
         # The pyspark wheel's spark-submit sits next to this interpreter.
         env["PATH"] = f"{paths.venv_bin('spark-submit').parent}{os.pathsep}{env.get('PATH', '')}"
         proc, log_path = auditor_submit.launch([sys.executable, "-m", "aldebaran.platform.detached_submit"],
