@@ -15,7 +15,7 @@
 # triggers, so the same steps are spelled out below, in the same order, minus the Airflow pin.
 #
 # Why python-3.11: it is the interpreter of the local venv that constraints.txt was resolved and
-# tested with (scripts/setup.sh; the Runtime's default is 3.14). tests/unit/test_compose_env.py holds the
+# tested with (scripts/setup.sh; the Runtime's default is 3.14). tests/unit/deploy/test_compose_env.py holds the
 # tag's Python equal to the venv's and its Airflow minor equal to constraints.txt.
 
 # --- stage 1: Spark connector jars --------------------------------------------------------------

@@ -242,7 +242,7 @@ def check_bounds(raw: bytes | bytearray | str) -> None:
 
 def _fast(raw: bytes) -> Alert | None:
     """from_json's fast path (msgspec, ~5x less time than pydantic_core.from_json + from_dict for the
-    auditor's alerts; tests/unit/test_model.py holds both paths to the same results), or None."""
+    auditor's alerts; tests/unit/aldebaran/test_model.py holds both paths to the same results), or None."""
     try:
         w = _DECODE(raw)
     # UnicodeDecodeError: msgspec raises it, not a DecodeError, for invalid UTF-8 inside a string.

@@ -49,7 +49,7 @@ def _ended(what: str, body: dict) -> Verdict:
     return Verdict(False, body["status"], f"{what} {body['status']}{error}")
 
 
-# --- the readiness rules (pure: tests/unit/test_probes.py) ---------------------------------------------
+# --- the readiness rules (pure: tests/unit/aldebaran/test_probes.py) -----
 def stalled(progress: dict | None, now: float, limit: float) -> dict[str, str]:
     """{unit: why} for each unit of a heartbeat's ``progress`` that has lost progress: its marks (settled
     offsets, settled deliveries) have not moved for more than `limit` seconds while it has work pending,

@@ -6,7 +6,7 @@ takeover of a killed auditor, the streaming dispatchers (kill-dispatch) and a Ka
 
 The kill of the Airflow scheduler is a campaign: what it proves of our code (a dispatch task killed between
 send and record, then tried again, loses nothing and sends nothing twice) is proven in `make test` by the
-crash injections of tests/unit/test_dispatch_retry_after_kill.py (webhook), tests/unit/test_dispatch_runs.py
+crash injections of tests/unit/aldebaran/delivery/test_dispatch_retry_after_kill.py (webhook), tests/unit/aldebaran/delivery/test_dispatch_runs.py
 (SMS, log) and tests/integration/test_dispatch_failures.py / test_dispatch_crash_runs.py (real SIGKILLs); the
 rest is Airflow's own recovery of its task instances (their retries: tests/dags/test_dag_integrity.py)."""
 

@@ -1,6 +1,6 @@
 """The lane keeper rotates the lane's checkpoint generation (its state is bounded that way: the lane never
 expires a book): `aldebaran lanes run` on real Kafka and the Spark 4.3 runtime, rotated by SIGUSR1 (what
-ALDEBARAN_LANES_ROTATE_SECONDS does on age: tests/unit/test_lane_keeper.py; here once, at a known moment, as a
+ALDEBARAN_LANES_ROTATE_SECONDS does on age: tests/unit/aldebaran/lanes/test_lane_keeper.py; here once, at a known moment, as a
 loaded machine takes a minute to start a lane). The first generation runs, then the keeper starts a second one
 from the latest trades and removes the first's checkpoint; trades sent after the rotation alert on the fast
 topic; SIGTERM stops keeper and lane."""

@@ -165,7 +165,7 @@ def test_spark_s3a_uses_the_connections_session_token(minio, unique):
     """Spark's s3a settings come from the same connection as boto3's: under a real session (the driver
     outside Airflow, ALDEBARAN_S3_* reaching nothing), temporary credentials from MinIO's STS go through
     TemporaryAWSCredentialsProvider to write and read a path. (A role through s3a needs an https STS on
-    port 443, which the local MinIO is not: tests/unit/test_s3_access.py checks that it fails, named.)"""
+    port 443, which the local MinIO is not: tests/unit/aldebaran/test_s3_access.py checks that it fails, named.)"""
     creds = _temporary_credentials(minio)
     conn = {"conn_type": "aws", "login": creds["AccessKeyId"], "password": creds["SecretAccessKey"],
             "extra": {"endpoint_url": minio.endpoint(), "aws_session_token": creds["SessionToken"]}}

@@ -131,7 +131,7 @@ def diagnose(facts: dict, cfg) -> list[str]:
 
 
 def decide(facts: dict, problems: list[str], state: dict, cfg) -> tuple[dict, dict]:
-    """(decision, new state). Pure: tests/unit/test_dispatch_supervisor_decisions.py."""
+    """(decision, new state). Pure: tests/unit/aldebaran/platform/test_dispatch_supervisor_decisions.py."""
     now = facts["now"]
     state = dict(state)
     incident = dict(state["incident"]) if state.get("incident") else None

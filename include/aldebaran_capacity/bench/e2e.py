@@ -61,7 +61,7 @@ def custom_mix(overfill_fraction: float) -> Mix:
     return Mix(overfill_fraction=overfill_fraction, open_orders=100, duplicate_fraction=0.01, malformed_fraction=0.001)
 
 
-# --- pure parts (tests/unit/test_bench_e2e.py) ------------------------------------------------------
+# --- pure parts (tests/unit/aldebaran_capacity/bench/test_bench_e2e.py) -----
 def latency_ms(received_at: dict[str, float], trigger_ms: dict[str, int]) -> dict:
     """p50/p95/p99/max of receipt (epoch s) − trigger stamp (epoch ms), over the alerts in both."""
     lat = [received_at[a] * 1000 - ts for a, ts in trigger_ms.items() if a in received_at]

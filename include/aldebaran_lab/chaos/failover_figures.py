@@ -1,6 +1,6 @@
 """The dispatch-failover campaign's figures (aldebaran_lab.chaos.dispatch_failover): who owns which partition
 (the ledger's owner objects), a kill's figures from the recipients' receipts, and the campaign's details and
-table. Pure: tests/unit/test_dispatch_failover.py."""
+table. Pure: tests/unit/aldebaran_lab/chaos/test_dispatch_failover.py."""
 
 from __future__ import annotations
 

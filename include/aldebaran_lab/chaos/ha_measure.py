@@ -1,6 +1,6 @@
 """The pure parts of `aldebaran chaos ha` (aldebaran_lab.chaos.ha): a fault's window, the gaps and the
 latency measured inside it, its three phases, the targets, and the `ha` entry of
-docs/img/reliability-results.json. No processes, no I/O but the JSON file (tests/unit/test_chaos_ha.py).
+docs/img/reliability-results.json. No processes, no I/O but the JSON file (tests/unit/aldebaran_lab/chaos/test_chaos_ha.py).
 
 A fault's phases, each measured on its own:
 

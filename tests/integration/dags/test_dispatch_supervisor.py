@@ -59,7 +59,7 @@ def dispatcher_env(kafka_topics, store, s3_prefix, tmp_path, monkeypatch, unique
         "ALDEBARAN_DISPATCH_SUPERVISOR_STATE_PREFIX": f"{s3_prefix}/supervisor",
         "ALDEBARAN_DISPATCH_SUPERVISOR_GROUPS": json.dumps({name: ["log"]}),
         # The first start is restart 1 of an incident; a kill sooner than the base after it would (rightly)
-        # be backed off. Backoff is unit-tested (tests/unit/test_dispatch_supervisor_decisions.py).
+        # be backed off. Backoff is unit-tested (tests/unit/aldebaran/platform/test_dispatch_supervisor_decisions.py).
         "ALDEBARAN_DISPATCH_SUPERVISOR_BACKOFF_BASE_SECONDS": "1",
         "ALDEBARAN_DISPATCH_SUPERVISOR_STOP_TIMEOUT_SECONDS": "15",
         "ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS": "1",
