@@ -26,7 +26,7 @@ from aldebaran.delivery.ledger import Ledger
 from aldebaran.settings import load
 from aldebaran_capacity import loadgen
 from tests.integration.test_plugin import Tables
-from tests.unit.test_plugin_unit import FakeUser, plugin  # noqa: F401  (fixture: the plugin module)
+from tests.unit.plugins.test_plugin_unit import FakeUser, plugin  # noqa: F401  (fixture: the plugin module)
 
 
 def _trades():
@@ -98,7 +98,7 @@ def test_explain_tells_the_story_of_the_challenge_alert(spark, kafka_topics, sto
     assert json.loads(capsys.readouterr().out)["trades"][2]["offset"] == o
     assert cli.main(["explain", "0000not0an0alert", "--prefix", f"{s3_prefix}/deliveries"]) == 1
 
-    # The plugin's page, through the plugin's own app (tests/unit/test_plugin_unit.py's HTTP path), shows it.
+    # The plugin's page, through the plugin's own app (tests/unit/plugins/test_plugin_unit.py's HTTP path), shows it.
     from fastapi.testclient import TestClient
 
     app = plugin.create_app()

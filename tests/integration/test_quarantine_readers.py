@@ -35,7 +35,7 @@ from aldebaran.model import Alert
 from aldebaran.platform.health import check_quarantine
 from aldebaran.settings import KafkaSettings, load
 from tests.conftest import assert_eventually
-from tests.unit.test_plugin_unit import FakeUser, plugin  # noqa: F401  (fixture: the plugin module)
+from tests.unit.plugins.test_plugin_unit import FakeUser, plugin  # noqa: F401  (fixture: the plugin module)
 
 CHANNEL = "webhook"
 

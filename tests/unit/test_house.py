@@ -513,3 +513,74 @@ def test_the_doc_scans_see_an_issue_number_and_a_broken_link(tmp_path):
     assert issue_numbers([doc]) == ["docs/a.md:7"]
     assert github_anchors(doc.read_text()) == {"a-b-title", "same", "same-1"}
     assert broken_links(doc) == ["#same-2", "missing.md"]
+
+
+# --- tests mirror the tree ----------------------------------------------------------------------
+# tests/unit/<package>/<subpackage>/test_*.py covers include/<package>/<subpackage>/: a reader finds a module's
+# tests by its path. deploy/ (compose files), plugins/ (the Airflow plugin) and support/ (shared helpers) sit
+# beside the packages; only this file stays at the root, as it checks the whole tree.
+UNIT = ROOT / "tests" / "unit"
+LAB_AND_CAPACITY = ("aldebaran_lab", "aldebaran_capacity")
+
+
+def misplaced_tests(unit: Path, include: Path) -> list[str]:
+    """Test files at the root of `unit` (but this one), or in a package folder with no twin under `include`."""
+    out = [p.name for p in sorted(unit.glob("test_*.py")) if p.name != HOUSE_TEST.name]
+    for pkg in MAY_IMPORT:
+        for path in sorted((unit / pkg).rglob("test_*.py")):
+            if not (include / path.parent.relative_to(unit)).is_dir():
+                out.append(str(path.relative_to(unit)))
+    return out
+
+
+def folders_without_init(unit: Path) -> list[str]:
+    """Folders holding tests without an __init__.py: tests/unit/__init__.py says why each must be a package."""
+    return sorted({str(p.parent.relative_to(unit)) for p in unit.rglob("test_*.py")
+                   if "__pycache__" not in p.parts and not (p.parent / "__init__.py").is_file()})
+
+
+def product_tests_importing(unit: Path, packages: tuple[str, ...]) -> list[str]:
+    """'file:line' for every import of `packages` (lazy ones too) in the product's tests."""
+    out = []
+    for path in sorted((unit / PRODUCT).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            if any(name.split(".")[0] in packages for name in names):
+                out.append(f"{path.relative_to(unit)}:{node.lineno}")
+    return out
+
+
+def test_unit_tests_mirror_the_packages():
+    assert not misplaced_tests(UNIT, INCLUDE), (
+        f"move these beside what they cover (tests/unit/<package>/<folder under include/<package>>/): "
+        f"{misplaced_tests(UNIT, INCLUDE)}")
+    assert not folders_without_init(UNIT), f"add an __init__.py to {folders_without_init(UNIT)}"
+
+
+def test_the_product_tests_never_import_the_lab_or_capacity():
+    assert not product_tests_importing(UNIT, LAB_AND_CAPACITY), (
+        "a product test imports the lab or capacity: use a product API or a test-local helper, or move the test "
+        f"under tests/unit/aldebaran_lab or aldebaran_capacity: {product_tests_importing(UNIT, LAB_AND_CAPACITY)}")
+
+
+def test_the_mirror_scans_see_a_stray_test_a_folder_with_no_twin_and_a_lab_import(tmp_path):
+    unit, include = tmp_path / "unit", tmp_path / "include"
+    (include / PRODUCT / "delivery").mkdir(parents=True)
+    (unit / PRODUCT / "delivery").mkdir(parents=True)
+    (unit / PRODUCT / "nowhere").mkdir()
+    (unit / "test_stray.py").write_text("")
+    (unit / HOUSE_TEST.name).write_text("")
+    (unit / PRODUCT / "__init__.py").write_text("")
+    (unit / PRODUCT / "delivery" / "__init__.py").write_text("")
+    (unit / PRODUCT / "delivery" / "test_ok.py").write_text(
+        "import aldebaran.delivery\n\n\ndef test_x():\n    from aldebaran_lab.chaos import common\n")
+    (unit / PRODUCT / "nowhere" / "test_lost.py").write_text("import aldebaran_capacity\nfrom aldebaran import x\n")
+    assert misplaced_tests(unit, include) == ["test_stray.py", "aldebaran/nowhere/test_lost.py"]
+    assert folders_without_init(unit) == [".", "aldebaran/nowhere"]
+    assert product_tests_importing(unit, LAB_AND_CAPACITY) == ["aldebaran/delivery/test_ok.py:5",
+                                                               "aldebaran/nowhere/test_lost.py:1"]

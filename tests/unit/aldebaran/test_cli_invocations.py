@@ -40,7 +40,7 @@ CODE_INVOCATIONS = [
     ["explain", "0123abcd", "--json"],  # tests/integration/test_demo.py
     ["loadgen", "--rate", "5000", "--seconds", "60", "--seed", "1", "--watch", "--watch-linger", "30",
      "--expected", "/tmp/e.json"],  # aldebaran_lab.steady
-    ["docs", "config", "--check", "--file", "/tmp/doc.md"],  # tests/unit/test_docs_config.py
+    ["docs", "config", "--check", "--file", "/tmp/doc.md"],  # tests/unit/aldebaran_lab/test_docs_config.py
     ["services", "up"], ["services", "down"],  # scripts/test.sh
 ]
 

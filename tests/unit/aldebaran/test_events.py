@@ -12,7 +12,7 @@ import pytest
 
 from aldebaran import events
 
-from .event_corpus import CASES, PUR, REQ, Case, enc, merged, nested
+from tests.unit.support.event_corpus import CASES, PUR, REQ, Case, enc, merged, nested
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -11,8 +11,8 @@ from aldebaran import events
 from aldebaran.events import Parser
 from aldebaran.model import Event
 
-from .event_corpus import CASES, PUR, REQ, enc, merged
-from .test_parse import messages, publisher_shaped
+from tests.unit.support.event_corpus import CASES, PUR, REQ, enc, merged
+from tests.unit.aldebaran.audit.sparkjob.test_parse import messages, publisher_shaped
 
 KAFKA_TS = 1_715_000_000_000
 

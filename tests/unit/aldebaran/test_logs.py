@@ -114,15 +114,6 @@ def test_the_log4j2_date_is_iso_8601_in_utc():
     assert logs.LOG4J2_DATE == "%d{yyyy-MM-dd'T'HH:mm:ss.SSSXXX}{UTC}"
 
 
-def test_the_spark_and_kafka_log4j2_configs_use_the_date():
-    from aldebaran_lab.services.kafka import LOG4J2
-
-    for config in (sparkmod.SPARK_LOG4J2, LOG4J2):
-        patterns = [line for line in config.splitlines() if line.startswith("appender.console.layout.pattern")]
-        assert patterns and all(logs.LOG4J2_DATE in p for p in patterns)
-        assert "{date}" not in config
-
-
 def test_the_spark_config_is_written_to_the_run_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(sparkmod.paths, "run_dir", lambda: tmp_path)
     path = sparkmod.log4j2_file()
@@ -154,11 +145,3 @@ def test_the_users_own_spark_logging_wins(log4j2, tmp_path, monkeypatch):
     (conf_dir / "log4j2.properties").write_text("rootLogger.level = warn\n")
     monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
     assert sparkmod.with_log4j2(dict(sparkmod.SUBMIT_CONF), {}, "local[2]") == sparkmod.SUBMIT_CONF
-
-
-def test_the_lab_spark_daemons_get_the_config(log4j2):
-    from aldebaran_lab.services.spark_cluster import daemon_logging
-
-    assert daemon_logging({"SPARK_DAEMON_JAVA_OPTS": "-Xmx1g"})["SPARK_DAEMON_JAVA_OPTS"] == f"-Xmx1g {log4j2}"
-    assert daemon_logging({"SPARK_DAEMON_JAVA_OPTS": "-Dlog4j2.configurationFile=/x"}) == {
-        "SPARK_DAEMON_JAVA_OPTS": "-Dlog4j2.configurationFile=/x"}

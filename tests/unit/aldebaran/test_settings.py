@@ -82,7 +82,7 @@ def test_the_spark_ui_setting_reaches_the_session_conf(clean_env):
 
 
 # --- no configuration read around the settings classes -------------------------------------------------
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 # Product code whose raw reads are still to move into settings (none left).
 PENDING: tuple[str, ...] = ()
 

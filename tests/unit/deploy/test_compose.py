@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aldebaran import envfile
+from aldebaran import envfile, paths
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 ENV_EXAMPLE = ROOT / ".env.example"

@@ -27,12 +27,13 @@ from pathlib import Path
 
 import pytest
 
+from aldebaran import paths
 from aldebaran.delivery.channels import channel_from_connection, channel_names, env_connection
 from aldebaran.delivery.channels.sources import CHANNELS_SETTING, CHANNELS_VARIABLE
 from aldebaran_lab import docsgen
-from tests.unit.test_compose import REFERENCE, final_from, read_by_package, services
+from tests.unit.deploy.test_compose import REFERENCE, final_from, read_by_package, services
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 SOURCES = [*sorted((ROOT / "dags").glob("*.py")), *sorted((ROOT / "plugins").rglob("*.py")),
            *sorted((ROOT / "include" / "aldebaran").rglob("*.py"))]
 CLUSTER_PROFILE = "spark-cluster"

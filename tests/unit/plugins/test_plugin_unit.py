@@ -8,12 +8,13 @@ import importlib.util
 import os
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from aldebaran import paths
+
+ROOT = paths.ROOT
 PLUGIN = ROOT / "plugins" / "aldebaran_deliveries.py"
 HOSTILE_ORDER = "<script>alert('order')</script>"
 HOSTILE_CLIENT = '"><img src=x onerror=alert(1)>'

@@ -1,0 +1,1 @@
+"""Helpers shared by unit tests in several folders (not tests themselves)."""

@@ -6,6 +6,9 @@ test.
 
 from __future__ import annotations
 
+import random
+import uuid
+
 import pytest
 
 from aldebaran import events, reference
@@ -15,11 +18,38 @@ from aldebaran.audit.state import snapshots
 from aldebaran.audit.state.store import _CACHE, Config, ShardStore
 from aldebaran.exceptions import ConfigError
 from aldebaran.model import Alert, Event
-from aldebaran_capacity import loadgen
 
 TTL = 1_000
 GRACE = 500
 NOW = 1_000_000  # processing time passed to every batch unless a test is about the fallback
+
+
+# The challenge's example, as the brief gives it: a request for 100, then purchases of 90, 30 and 10.
+CHALLENGE_EXAMPLE = [
+    events.request(1, 100, "Sendence", "AAPL"),
+    events.purchase(2, 1, 90, "Sendence", "AAPL"),
+    events.purchase(3, 1, 30, "Sendence", "AAPL"),
+    events.purchase(4, 1, 10, "Sendence", "AAPL"),
+]
+
+
+def original_mix(orders: int, seed: int) -> list[dict]:
+    """Orders as the original publisher sent them: a request for 50..100, then 4 purchases of
+    ``int(limit / 2 * random())`` shares each (the load generator's mix, written out here so the product's
+    tests need not import the capacity package)."""
+    rng = random.Random(seed)
+
+    def new_id() -> str:
+        return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+    out = []
+    for _ in range(orders):
+        limit = rng.randint(50, 100)
+        amounts = [int(limit / 2 * rng.random()) for _ in range(4)]
+        order_id = new_id()
+        out.append(events.request(order_id, limit, "Goldman", "AAPL"))
+        out += [events.purchase(new_id(), order_id, amount, "Goldman", "AAPL") for amount in amounts]
+    return out
 
 
 @pytest.fixture(autouse=True)
@@ -70,7 +100,7 @@ def test_challenge_example_one_overfill_triggered_by_purchase_3(tmp_path):
 
 
 def test_challenge_example_from_the_wire_in_one_batch(tmp_path):
-    rows = reference.valid_events([events.encode(e) for e in loadgen.CHALLENGE_EXAMPLE])
+    rows = reference.valid_events([events.encode(e) for e in CHALLENGE_EXAMPLE])
     alerts = Auditor(tmp_path).batch(*rows)
     assert [summary(x) for x in alerts] == [("OVERFILL", "1", 100, 120, 2, "3")]
 
@@ -364,7 +394,7 @@ def test_alert_id_is_a_function_of_kind_and_order():
 
 
 def test_replay_gives_the_same_alerts_and_ids(tmp_path):
-    msgs = [events.encode(e) for e in loadgen.CHALLENGE_EXAMPLE + list(loadgen.original_mix(200, seed=3))]
+    msgs = [events.encode(e) for e in CHALLENGE_EXAMPLE + original_mix(200, seed=3)]
     rows = reference.valid_events(msgs)
     runs = []
     for run in ("first", "replay"):

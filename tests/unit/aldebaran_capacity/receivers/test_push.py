@@ -1,6 +1,7 @@
-"""The push channels (fcm, apns) against their fakes (aldebaran_capacity.receivers: FCM HTTP v1 with its
-OAuth 2 token endpoint, APNs over HTTP/2 and TLS, in this process): the message and key mapping, tokens,
-error classification, and that neither claims to deduplicate."""
+"""The push fakes (aldebaran_capacity.receivers: FCM HTTP v1 with its OAuth 2 token endpoint, APNs over
+HTTP/2 and TLS, in this process) driven by the product's push channels: the message and key mapping,
+tokens, error classification, the connections built with the fakes' credentials, and that neither
+deduplicates. What the channels promise without a fake: tests/unit/aldebaran/delivery/channels/test_channel_push.py."""
 
 from __future__ import annotations
 
@@ -23,8 +24,7 @@ from aldebaran.exceptions import ConfigError
 from aldebaran.model import Alert
 from aldebaran_capacity.receivers import FakeApns, FakeFcm, self_signed_cert
 
-
-from .alerts import make_alert as _make_alert
+from tests.unit.support.alerts import make_alert as _make_alert
 
 
 def make_alert(order: str = "1", **over) -> Alert:
@@ -56,16 +56,6 @@ def apns_channel(fake: FakeApns, cert, **kw) -> ApnsChannel:
     return ApnsChannel("apns", key_id=fake.key_id, team_id=fake.team_id, signing_key=fake.signing_key(),
                        topic=kw.pop("topic", fake.topic), device_token=fake.device_token, base_url=fake.url,
                        verify=str(cert[0]), **kw)
-
-
-def test_neither_push_kind_can_deduplicate_so_runs_are_one_send_window():
-    for kind in (FcmChannel, ApnsChannel):
-        promise = kind.promise()
-        assert promise["dedupe"] is False and promise["dedupe_key"] is None
-        assert promise["in_doubt"].startswith("IN_DOUBT for an operator, never re-sent automatically")
-        assert not kind.has_lookup and not kind.remembers_sent
-    assert apns_id("27000a477e33d864a079857955e85b47") == "27000a47-7e33-d864-a079-857955e85b47"
-    assert len(apns_id("not-hex")) == 36
 
 
 # --- FCM ------------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The kill-dispatch / kill-scheduler end-of-campaign delivery verdict (chaos.common.delivery_verdict):
 hand-written receiver counts and ledger states, hand-written expected figures. No services. The receipts
-(duplicated against the promise, resent_same_key) on their own: tests/unit/test_chaos_receipts.py."""
+(duplicated against the promise, resent_same_key) on their own: tests/unit/aldebaran_lab/chaos/test_chaos_receipts.py."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from aldebaran import events
 from aldebaran.audit.sparkjob.jvmparse import Limits, parse_events
 
-from .event_corpus import CASES, PUR, REQ, Case, enc, merged
+from tests.unit.support.event_corpus import CASES, PUR, REQ, Case, enc, merged
 
 KAFKA_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
                 "timestampType int")

@@ -4,10 +4,14 @@ tests/integration/test_channel_alertmanager.py."""
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from aiohttp import web
 
 from aldebaran.delivery.channels import (
     AlertmanagerChannel,
@@ -19,34 +23,84 @@ from aldebaran.delivery.channels import (
 )
 from aldebaran.delivery.channels.alertmanager import alertname, payload
 from aldebaran.exceptions import ConfigError
-from aldebaran_capacity.receivers import HttpReceiver
-from aldebaran_capacity.receivers.base import json_response
 
-from .alerts import make_alert
+from tests.unit.support.alerts import make_alert
 
 
-class FakeAlertmanagerAnswers(HttpReceiver):
-    """Failure injection: answers ``POST /api/v2/alerts`` with 200 unless a failure is queued; keeps bodies."""
+class Server(ThreadingHTTPServer):
+    request_queue_size = 256  # the channel opens up to 64 connections at once; the default backlog of 5 drops some
+
+
+class FakeAlertmanagerAnswers:
+    """Failure injection: answers ``POST /api/v2/alerts`` with 200 unless a failure or a delay is queued, keeps
+    bodies and headers; ``down()`` refuses connections for a block. Test-local (stdlib HTTP, one thread per
+    request, HTTP/1.0 so no connection outlives its answer), so the product's tests need no test receiver."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.bodies: list = []
         self.headers: list = []
+        self.failures: collections.deque = collections.deque()
+        self.delays: collections.deque = collections.deque()
+        self.port = 0
+        self.server: ThreadingHTTPServer | None = None
 
-    def handle(self, request: web.BaseRequest, body: bytes, now: float) -> web.StreamResponse:
-        status = self._next_failure()
-        if status is not None:
-            return json_response(status, "injected", {"Retry-After": "7"} if status == 429 else None)
-        with self.lock:
-            self.bodies.append(json.loads(body))
-            self.headers.append(dict(request.headers))
-        return web.Response(status=200)
+    def fail_next(self, n: int, status: int) -> None:
+        self.failures.extend([status] * n)
+
+    def delay_next(self, n: int, seconds: float) -> None:
+        self.delays.extend([seconds] * n)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "FakeAlertmanagerAnswers":
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if fake.delays:
+                    time.sleep(fake.delays.popleft())
+                status = fake.failures.popleft() if fake.failures else 200
+                if status == 200:
+                    fake.bodies.append(json.loads(body))
+                    fake.headers.append(dict(self.headers))
+                answer = b"" if status == 200 else b'"injected"'
+                self.send_response(status)
+                if status == 429:
+                    self.send_header("Retry-After", "7")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args) -> None:  # quiet: the test reads what was recorded
+                pass
+
+        self.server = Server(("127.0.0.1", self.port), Handler)
+        self.port = self.server.server_port  # the same port again after down()
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    @contextlib.contextmanager
+    def down(self):
+        self.stop()
+        try:
+            yield self
+        finally:
+            self.start()
 
 
 @pytest.fixture
 def fake():
-    with FakeAlertmanagerAnswers() as server:
-        yield server
+    server = FakeAlertmanagerAnswers().start()
+    yield server
+    server.stop()
 
 
 def test_labels_are_the_alert_identity_and_annotations_carry_the_text():
@@ -130,16 +184,3 @@ def test_a_timeout_after_sending_is_unknown_and_refused_is_a_plain_retry(fake):
             assert not isinstance(exc.value, OutcomeUnknown)
     finally:
         channel.close()
-
-
-def test_make_up_starts_alertmanager_only_when_a_channel_points_at_this_machine():
-    from aldebaran_lab.services.alertmanager import wanted
-
-    def env(host: str, names: str = "log,am") -> dict:
-        return {"ALDEBARAN_CHANNELS": names,
-                "AIRFLOW_CONN_ALDEBARAN_AM": json.dumps({"conn_type": "alertmanager", "host": host})}
-
-    assert wanted(env("http://127.0.0.1:9093")) and wanted(env("http://localhost:9093"))
-    assert not wanted(env("https://alertmanager.example.com"))
-    assert not wanted(env("http://127.0.0.1:9093", names="log"))  # defined, but not a configured channel
-    assert not wanted({"ALDEBARAN_CHANNELS": "Not A Name"})  # `make up` goes on; the dispatchers will say why

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from aldebaran import paths
 from aldebaran.delivery import channels as ch
 from aldebaran.delivery.channels import (
     Connection,
@@ -297,9 +298,7 @@ def test_body_is_compact_sorted_json_and_signature_is_hmac_of_those_bytes():
 
 
 def test_the_operations_verification_snippet_accepts_our_signature_and_nothing_else():
-    from pathlib import Path
-
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    doc = (paths.ROOT / "docs" / "operations.md").read_text()
     section = doc.split("## Verifying a webhook's signature", 1)[1].split("\n## ", 1)[0]
     namespace: dict = {}
     exec(section.split("```python\n", 1)[1].split("```", 1)[0], namespace)  # the snippet as printed

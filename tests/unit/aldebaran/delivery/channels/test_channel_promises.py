@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
+from aldebaran import paths
 from aldebaran.delivery import channels as ch
 from aldebaran.delivery import pages
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.storage import LocalStore
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 OPERATIONS = ROOT / "docs" / "operations.md"
 WORDS = {"exactly-once", "at-most-once+in-doubt", "at-least-once-stable-key"}
 
