@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import Field, FilePath, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aldebaran.exceptions import ConfigError
@@ -230,19 +230,26 @@ class SparkSettings(BaseSettings):
     )
     log_level: SparkLogLevel = Field("WARN", description="ALDEBARAN_SPARK_LOG_LEVEL: Spark driver log level")
     ui: bool = Field(False, description="ALDEBARAN_SPARK_UI: start the Spark web UI")
-    runtime_archive: FilePath | None = Field(
+    runtime_archive: Path | None = Field(
         None,
         description="ALDEBARAN_SPARK_RUNTIME_ARCHIVE: the packed runtime `make dist` builds "
                     "(dist/aldebaran-runtime-py<X.Y>.tar.gz); with a cluster master, Spark ships it to the "
                     "workers (spark.archives <it>#env) and runs the executors' Python from it "
                     "(./env/bin/python), so the workers need no aldebaran installed. Unset: the workers' "
-                    "own Python (today's behaviour); ignored with a local master",
+                    "own Python; ignored with a local master",
     )
 
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
+
+    @field_validator("runtime_archive")
+    @classmethod
+    def _archive_exists(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"no such file: {value} (`make dist` builds it)")
+        return value
 
 
 # One meaning, one constraint: a supervision setting that a class gives another default keeps both.
