@@ -3,7 +3,7 @@
 `airflow standalone` stops its components only on KeyboardInterrupt: SIGTERM kills the parent and
 orphans the scheduler, api-server, dag-processor and triggerer. So it is started in its own session
 with SIGINT restored (services.base) and stopped with SIGINT (Airflow.send_stop: after the running
-tasks, to its process group except the scheduler).
+tasks, to the standalone alone).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import time
 
 from aldebaran import paths
@@ -78,9 +79,9 @@ class Airflow(Service):
     address = "127.0.0.1:8080"
     start_timeout = 300.0
     stop_signal = signal.SIGINT
-    task_grace = 5.0  # how long the running tasks get to end before the components are asked to stop
-    # Then SIGTERM to each process left but the scheduler (a third signal ends a triggerer or api-server still
-    # winding down), and SIGKILL 15 s after the request.
+    task_grace = 8.0  # how long the running tasks (and their supervisors' reports) get before the components stop
+    # Then SIGTERM to each process left but the scheduler `stop_grace` after the standalone's SIGINT (a second
+    # signal forces a triggerer still waiting for its trigger runner), and SIGKILL 15 s after the request.
     stop_grace = 6.0
     stop_timeout = 15.0
 
@@ -90,6 +91,7 @@ class Airflow(Service):
         self.port = int(os.environ.get("ALDEBARAN_AIRFLOW_PORT", "8080"))
         self.address = f"{self.host}:{self.port}"
         self.passwords = self.home / "passwords.json"
+        self.bin = self.home / "bin" / "airflow"
 
     def admin_password(self) -> str:
         password = os.environ.get("ALDEBARAN_AIRFLOW_ADMIN_PASSWORD")
@@ -103,8 +105,10 @@ class Airflow(Service):
     def environment(self) -> dict[str, str]:
         self.admin_password()  # fails early, naming the setting
         env = dict(os.environ)
-        # standalone runs its components as `airflow ...` from PATH: put this venv first.
-        env["PATH"] = f"{paths.venv_bin('airflow').parent}{os.pathsep}{env.get('PATH', '')}"
+        # standalone runs its components as `airflow ...` from PATH: our entry point first (airflow_exit), then
+        # this venv.
+        env["PATH"] = os.pathsep.join([str(self.bin.parent), str(paths.venv_bin("airflow").parent),
+                                      env.get("PATH", "")])
         env.update(connections_env())
         env.update(
             {
@@ -142,24 +146,27 @@ class Airflow(Service):
         # The admin password comes from .env, never from Airflow's generator or a default.
         self.passwords.write_text(json.dumps({"admin": self.admin_password()}))
         os.chmod(self.passwords, 0o600)
+        # `airflow` without the interpreter's teardown at exit (airflow_exit: it made the stop miss 15 s).
+        self.bin.parent.mkdir(exist_ok=True)
+        self.bin.write_text(f"#!{sys.executable}\nfrom aldebaran_lab.services.airflow_exit import main\nmain()\n")
+        os.chmod(self.bin, 0o755)
 
     def command(self) -> list[str]:
-        return [str(paths.venv_bin("airflow")), "standalone"]
+        return [str(self.bin), "standalone"]
 
     def send_stop(self, pid: int) -> None:
-        """Stop the running tasks, then SIGINT to the process group except the scheduler.
+        """Stop the running tasks, then SIGINT to the standalone alone: it SIGTERMs each component once.
 
-        The standalone answers SIGINT by SIGTERMing each component, so SIGINT to the whole group gave the
-        scheduler two signals. Its handler raises SystemExit for each: the second one landed inside
-        LocalExecutor.end() before the idle workers got their poison pill, and at exit multiprocessing
-        joined those workers for ever (the stop waited for SIGKILL). The scheduler now gets the
-        standalone's SIGTERM alone. Its end() still waits for running tasks (the workers ignore SIGINT),
-        so they go first, while the api-server is up to take their final state (a supervisor whose
-        api-server is gone keeps retrying it): SIGTERM runs the operator's on_kill (a BashOperator stops its
-        command, which would hold the supervisor's socket open), SIGINT a second later interrupts Python
-        code (a @task ignores SIGTERM). The other components get SIGINT and the standalone's SIGTERM; one
-        still winding down `stop_grace` later (the api-server, the triggerer waiting for its trigger runner)
-        ends at the SIGTERM stage, which spares the scheduler."""
+        One signal per component. A second one is not a gentler stop: in the scheduler it raised SystemExit
+        inside LocalExecutor.end() before the idle workers got their poison pill (multiprocessing then
+        joined them for ever); the triggerer takes it as "force" (SIGKILL to its trigger runner); the
+        dag-processor ran its exit handler twice, nested. The scheduler's end() waits for running tasks (the
+        workers ignore SIGINT and SIGTERM), so they go first, while the api-server is up to take their final
+        state (a supervisor whose api-server is gone keeps retrying it): SIGTERM runs the operator's on_kill
+        (a BashOperator stops its command, which would hold the supervisor's socket open), SIGINT a second
+        later interrupts Python code (a @task ignores SIGTERM). A component still winding down `stop_grace`
+        later gets SIGTERM (the scheduler is spared); each ends without the interpreter's teardown
+        (airflow_exit), which had taken most of the stop."""
         tasks = self._task_processes(pid)
         if tasks:
             log.info("%s: stopping %d task process(es) first: %s", self.name, len(tasks),
@@ -176,6 +183,11 @@ class Airflow(Service):
             log.info("%s: after %.1fs %d task process(es) left, %d LocalExecutor worker(s) busy", self.name,
                      time.monotonic() - t0, len(tasks & session(pid)), len(self._busy_workers(pid)))
         procs = processes()
+        if pid in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGINT)
+            return
+        # The standalone is gone (it crashed): its components, left in its group, get their signal directly.
         for p in session(pid) - self._scheduler(pid):
             if procs.get(p, (0, 0, 0))[1] == pid:  # the group: not a task left behind (the later stages)
                 with contextlib.suppress(ProcessLookupError):
