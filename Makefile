@@ -3,13 +3,19 @@ SHELL := /bin/bash
 VENV  := .venv
 ALD   := $(VENV)/bin/aldebaran
 
-.PHONY: help setup setup-ha up up-cluster up-ha down down-ha status status-ha demo test test-unit test-ha chaos chaos-short chaos-ha clean bench bench-quick dist
+.PHONY: help setup setup-ha up up-cluster up-ha down down-ha status status-ha demo test test-unit test-ha chaos chaos-short chaos-ha clean bench bench-quick setup-test clean-cache dist
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-setup:  ## install everything (venv, Kafka/Spark jars, MinIO) into ~/.cache/aldebaran; idempotent
+setup:  ## install everything (venv, Kafka/Spark jars, MinIO; Alertmanager if a channel needs it) into ~/.cache/aldebaran, steps in parallel; idempotent; prunes what no checkout uses
 	@bash scripts/setup.sh
+
+setup-test:  ## setup, plus Alertmanager (the test suite and the dispatch benchmark run a real one)
+	@bash scripts/setup.sh --with-alertmanager
+
+clean-cache:  ## delete the cache entries (~/.cache) that no live checkout pins: old jar sets, runtimes, wheels, venvs of deleted clones; says what and how many MB
+	@if [ -x $(VENV)/bin/python ]; then $(VENV)/bin/python -m aldebaran_lab.cache_prune; else echo "clean-cache: no .venv here: run make setup first" >&2; exit 1; fi
 
 up: setup  ## start Kafka, MinIO and Airflow on 127.0.0.1 (credentials generated into .env)
 	@$(ALD) services up
@@ -39,19 +45,19 @@ demo: setup  ## the platform end to end through Airflow on local defaults (leave
 	@$(ALD) services up
 	@$(ALD) demo
 
-test: setup  ## the whole suite against real services (started, then stopped even on failure)
+test: setup-test  ## the whole suite against real services (started, then stopped even on failure)
 	@bash scripts/test.sh $(PYTEST_ARGS)
 
 test-unit: setup  ## only the fast tests: unit and DAG integrity (no services needed)
 	@$(VENV)/bin/pytest tests/unit tests/dags -q $(PYTEST_ARGS)
 
-bench: setup  ## capacity benchmarks, full size, the lane's tuning A/B, then the deployed path (the platform as `make demo` leaves it; tables + plots into docs/benchmarks.md, docs/img/)
+bench: setup-test  ## capacity benchmarks, full size, the lane's tuning A/B, then the deployed path (the platform as `make demo` leaves it; tables + plots into docs/benchmarks.md, docs/img/)
 	@$(ALD) bench all
 	@$(ALD) bench lane-tuning --report
 	@$(ALD) services up
 	@$(ALD) bench deployed --start --report
 
-bench-quick: setup  ## every benchmark small (< 5 min), asserts correctness only (report under .run/bench/quick)
+bench-quick: setup-test  ## every benchmark small (< 5 min), asserts correctness only (report under .run/bench/quick)
 	@$(ALD) bench all --quick
 
 chaos: setup  ## reliability campaigns, full size (~30 min; shared services up; tables into docs/reliability.md)
@@ -61,7 +67,7 @@ chaos: setup  ## reliability campaigns, full size (~30 min; shared services up; 
 test-ha: setup-ha  ## the HA profile in a private run dir: kill one member of each quorum (~3 min); then the short `chaos ha` (a broker and the active auditor killed under load, ~10 min)
 	@$(VENV)/bin/pytest tests/integration/test_ha_profile.py tests/integration/test_chaos_ha.py -m ha $(PYTEST_ARGS)
 
-chaos-short: setup  ## the short campaigns left out of `make test` (pytest marker `campaign`): Airflow scheduler/triggerer/api-server kills (private services), the under-load kill at 20k trades/s, warm failover vs cold restart, dispatcher failover, the supervisor's standby slot, the auditor killed on a standalone cluster (~25 min; starts the shared services, leaves them up)
+chaos-short: setup-test  ## the short campaigns left out of `make test` (pytest marker `campaign`): Airflow scheduler/triggerer/api-server kills (private services), the under-load kill at 20k trades/s, warm failover vs cold restart, dispatcher failover, the supervisor's standby slot, the auditor killed on a standalone cluster (~25 min; starts the shared services, leaves them up)
 	@$(ALD) services up
 	@$(VENV)/bin/pytest tests/integration -m campaign --durations=25 $(PYTEST_ARGS)
 

@@ -17,10 +17,16 @@
 #
 # `setup.sh --ha` (make setup-ha) adds what only the HA profile needs: psycopg2 in the venv
 # (requirements-ha.txt) and Debian's `postgresql` and `haproxy` packages (apt-get, as root, only if absent).
+# Alertmanager is built only when needed: `--with-alertmanager` or ALDEBARAN_SETUP_ALERTMANAGER=1 (make test,
+# the benchmarks), or a configured channel / on-call target of kind alertmanager on this machine.
+# At its end setup prunes the cache entries no live checkout uses (aldebaran_lab.cache_prune; --no-prune
+# skips it; `make clean-cache` runs it alone).
 #
-# Progress: each step prints "[i/N] name", and its time and the total when it ends. While a step runs
-# (a cold pip install, Maven resolve or Go build takes minutes), a line every $ALDEBARAN_SETUP_TICK
-# seconds (default 30) says it is still going; steps that find their result cached skip the work.
+# Steps that do not depend on each other run at once (the venv, the Spark runtimes, the Maven sets, the Go
+# builds); the platform jar waits for the venv and the jars. Each step's output goes to its log and is shown
+# when it ends; while steps run, a line per step every $ALDEBARAN_SETUP_TICK seconds (default 30) says it is
+# still going. A failing step fails setup with its name and the end of its log, and stops the others. The
+# end prints a breakdown: each step's seconds and whether it found its result cached or built it.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,37 +40,100 @@ MAVEN_SETS=(kafka-broker spark-kafka spark-s3a)
 
 TICK="${ALDEBARAN_SETUP_TICK:-30}"
 HA=0
+WITH_AM="${ALDEBARAN_SETUP_ALERTMANAGER:-0}"
+PRUNE=1
 for arg in "$@"; do
   case "$arg" in
     --ha) HA=1 ;;
-    *) echo "setup: unknown argument $arg (only --ha)" >&2; exit 2 ;;
+    --with-alertmanager) WITH_AM=1 ;;
+    --no-prune) PRUNE=0 ;;
+    *) echo "setup: unknown argument $arg (--ha, --with-alertmanager, --no-prune)" >&2; exit 2 ;;
   esac
 done
-STEPS=$((6 + HA))  # the step calls at the end of this script
 
 mkdir -p "$CACHE"
 total_start=$EPOCHREALTIME
-step_n=0
-ticker=""
+LOGDIR=$(mktemp -d -t aldebaran-setup.XXXXXX)
 
 since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { s = int(b - a + 0.5); printf "%d:%02d", s / 60, s % 60 }'; }
+secs() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
 
-stop_ticker() { if [ -n "$ticker" ]; then kill "$ticker" 2>/dev/null || true; ticker=""; fi; }
+# --- the step runner: each step a background job with its own log, rc file and state file ----------------
+declare -A PID T0 SECS RESULT
+ORDER=()
+file_of() { printf '%s/%s.%s' "$LOGDIR" "${1// /_}" "$2"; }
+built() { echo built > "$STATE"; }  # a step calls it when it did work (else its result reads "cached")
 
-step() {  # step NAME CMD... — run CMD as step i of $STEPS: say so, say it is still going, time it
-  local name="$1"; shift
-  local t0=$EPOCHREALTIME
-  step_n=$((step_n + 1))
-  printf '==> [%d/%d] %s\n' "$step_n" "$STEPS" "$name"
-  # A line every $TICK s while the step runs. The ticker also ends once this script has gone (a failed
-  # step exits under set -e), seen with kill -0: an EXIT trap killing it makes bash 5.2 print
-  # "wait_for: No record of process".
-  ( while sleep "$TICK" && kill -0 "$$" 2>/dev/null; do
-      printf '    … %s: still running, %s\n' "$name" "$(since "$t0")"; done ) &
-  ticker=$!
-  "$@"
-  stop_ticker
-  printf '    %s: done in %s (total %s)\n' "$name" "$(since "$t0")" "$(since "$total_start")"
+launch() {  # launch NAME FUNCTION — start a step in the background
+  local name="$1" fn="$2"
+  ORDER+=("$name"); T0[$name]=$EPOCHREALTIME
+  printf '==> %s: started\n' "$name"
+  # errexit inside the step's subshell, not around it: a failing command ends the step, and its status is
+  # written (under `a && b || c` bash would ignore errexit inside the subshell too).
+  { set +e; ( set -e; STATE=$(file_of "$name" state); "$fn" ) >"$(file_of "$name" log)" 2>&1
+    echo $? > "$(file_of "$name" rc)"; } &
+  PID[$name]=$!
+}
+
+kill_tree() {  # kill_tree PID — a step's job and everything it started (mvn, go, pip), by process id
+  local child
+  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
+
+abort() {
+  local name
+  for name in "${!PID[@]}"; do kill_tree "${PID[$name]}"; done
+}
+trap abort EXIT  # setup ending for any reason leaves no step behind
+trap 'echo "setup: interrupted" >&2; exit 130' INT TERM
+
+reap() {  # reap NAME — a step whose rc file exists: its result shown, or setup failed with its log's end
+  local name="$1" rc
+  rc=$(cat "$(file_of "$name" rc)")
+  wait "${PID[$name]}" 2>/dev/null || true
+  unset "PID[$name]"
+  SECS[$name]="$(secs "${T0[$name]}")s"
+  if [ "$rc" -ne 0 ]; then
+    abort
+    printf 'setup: step "%s" failed (exit %s) after %ss; the end of its log (%s):\n' "$name" "$rc" \
+      "${SECS[$name]%s}" "$(file_of "$name" log)" >&2
+    tail -n 40 "$(file_of "$name" log)" | sed 's/^/    | /' >&2
+    exit "$rc"
+  fi
+  RESULT[$name]=$(cat "$(file_of "$name" state)" 2>/dev/null || echo cached)
+  printf '==> %s: done in %s, %s (total %s)\n' "$name" "$(since "${T0[$name]}")" "${RESULT[$name]}" "$(since "$total_start")"
+  cat "$(file_of "$name" log)"
+}
+
+await() {  # await NAME... — until these steps have ended (none named: all); reaps any step that ends
+  local next=$((EPOCHSECONDS + TICK)) name pending last
+  while :; do
+    for name in "${!PID[@]}"; do [ -s "$(file_of "$name" rc)" ] && reap "$name"; done
+    pending=0
+    if [ "$#" -eq 0 ]; then pending=${#PID[@]}; else for name in "$@"; do [ -n "${PID[$name]:-}" ] && pending=1; done; fi
+    [ "$pending" -eq 0 ] && return 0
+    if [ "$EPOCHSECONDS" -ge "$next" ]; then
+      for name in "${ORDER[@]}"; do
+        [ -n "${PID[$name]:-}" ] || continue
+        last=$(tail -n 1 "$(file_of "$name" log)" 2>/dev/null | sed 's/^ *//' | cut -c1-100)
+        printf '    … %s: still running, %s%s\n' "$name" "$(since "${T0[$name]}")" "${last:+ (last: $last)}"
+      done
+      next=$((EPOCHSECONDS + TICK))
+    fi
+    sleep 0.5
+  done
+}
+
+skip() {  # skip NAME REASON — a step not run, in the breakdown
+  ORDER+=("$1"); SECS[$1]="-"; RESULT[$1]="skipped: $2"
+  printf '==> %s: skipped (%s)\n' "$1" "$2"
+}
+
+breakdown() {
+  local name
+  echo "==> setup complete in $(since "$total_start") (cache: $CACHE); per step:"
+  for name in "${ORDER[@]}"; do printf '    %-16s %8s  %s\n' "$name" "${SECS[$name]}" "${RESULT[$name]}"; done
 }
 
 short_hash() { cat "$@" | sha256sum | cut -c1-12; }
@@ -93,6 +162,7 @@ fill_wheelhouse() {  # fill_wheelhouse PIP — a wheel of every pin (pyspark is 
     echo "    wheels cached: $dir ($(ls "$dir" | grep -c '\.whl$') wheels)"
     return
   fi
+  built
   echo "    pip wheel of requirements.txt with constraints.txt into $dir (~20 s with a warm pip cache)"
   tmp="$dir.tmp.$$"; rm -rf "$tmp"
   # setuptools and wheel: the build backend of pyproject.toml, for an isolated `pip install .` offline.
@@ -114,15 +184,18 @@ python_venv() {
     echo "    cached: $dir"
     fill_wheelhouse "$dir/bin/pip"  # a venv older than the wheelhouse: the install test needs it
   else
+    built
     echo "    creating $dir (pip install of requirements.txt with constraints.txt from the wheelhouse; ~3 min cold)"
     rm -rf "$dir"
     "$PYTHON" -m venv "$dir"
+    realpath "$ROOT" > "$dir/.tree"  # whose venv it is: the prune keeps it while that tree lives
     "$dir/bin/pip" install --quiet --upgrade pip setuptools wheel
     fill_wheelhouse "$dir/bin/pip"
     "$dir/bin/pip" install --quiet --progress-bar off --no-index --find-links "$wheels" \
       -r "$ROOT/requirements.txt" -c "$ROOT/constraints.txt"
     touch "$dir/.complete"
   fi
+  [ -f "$dir/.tree" ] || realpath "$ROOT" > "$dir/.tree"  # a venv older than .tree
   ln -sfn "$wheels" "$dir/wheelhouse"
   ln -sfn "$dir" "$ROOT/.venv"
   # Editable install of this work tree (cheap), redone when the venv points at another clone or when
@@ -131,6 +204,7 @@ python_venv() {
   here=$("$ROOT/.venv/bin/python" -c 'import aldebaran, os; print(os.path.realpath(os.path.dirname(aldebaran.__file__)))' 2>/dev/null || true)
   stamp=$(short_hash "$ROOT/pyproject.toml" "$ROOT/setup.py" <(cd "$ROOT/include" && ls -- */__init__.py && realpath "$ROOT"))
   if [ "$here" != "$(realpath "$ROOT/include/aldebaran")" ] || [ "$(cat "$dir/.editable" 2>/dev/null)" != "$stamp" ]; then
+    built
     echo "    installing aldebaran (editable) from $ROOT"
     "$ROOT/.venv/bin/pip" install --quiet --no-deps --no-build-isolation -e "$ROOT"
     echo "$stamp" > "$dir/.editable"
@@ -152,6 +226,7 @@ spark_runtimes() {
       echo "    cached: $name $dir"
       continue
     fi
+    built
     echo "    creating $name runtime $dir (pip install of $(basename "$req"); ~30 s cold)"
     rm -rf "$dir"
     "$PYTHON" -m venv "$dir"
@@ -171,6 +246,7 @@ maven_jars() {
       echo "    cached: $name ($(ls "$dir" | grep -c '\.jar$') jars) $dir"
       continue
     fi
+    built
     echo "    resolving $name from Maven Central"
     tmp="$dir.tmp.$$"; rm -rf "$tmp"
     mvn --batch-mode --quiet -Dstyle.color=never -s "$ROOT/setup/maven/settings.xml" -f "$ROOT/setup/maven/$name.xml" \
@@ -183,7 +259,23 @@ maven_jars() {
 platform_jar() {
   # The platform's own JVM classes (include/aldebaran/jvm: the checkpoint file manager), compiled against
   # pyspark's and the s3a jars into $CACHE/jars/aldebaran-jvm-<hash of the sources>/.
-  echo "    $("$ROOT/.venv/bin/python" -c 'from aldebaran import spark; print(spark.connector_jars(s3a=True)[-1])')"
+  local jar
+  if ! compgen -G "$CACHE/jars/aldebaran-jvm-$(jvm_key)/aldebaran-jvm.jar" >/dev/null; then built; fi
+  jar=$("$ROOT/.venv/bin/python" -c 'from aldebaran import spark; print(spark.connector_jars(s3a=True)[-1])')
+  echo "    $jar"
+}
+
+jvm_key() {  # the platform jar's key, as aldebaran.jvm names its directory
+  "$ROOT/.venv/bin/python" -c 'from aldebaran import jvm; print(jvm._digest(sorted(jvm.SOURCES.glob("*.java"))))'
+}
+
+alertmanager_wanted() {  # whether a channel or on-call target configured here needs the local Alertmanager
+  "$ROOT/.venv/bin/python" -c 'from aldebaran import envfile; envfile.load_env()
+from aldebaran_lab.services import alertmanager as a; raise SystemExit(0 if a.wanted() else 1)' 2>/dev/null
+}
+
+prune_cache() {
+  "$ROOT/.venv/bin/python" -m aldebaran_lab.cache_prune --cache "$CACHE"
 }
 
 minio_server() {
@@ -192,6 +284,7 @@ minio_server() {
     echo "    cached: $dir/minio"
     return
   fi
+  built
   echo "    go install $MINIO_MODULE@$MINIO_VERSION (a large build: ~6 min on 2 cores)"
   mkdir -p "$dir"
   # Go names every module it downloads (~250 lines): count them instead, a line per 50.
@@ -208,6 +301,7 @@ alertmanager_server() {
     echo "    cached: $dir/alertmanager"
     return
   fi
+  built
   echo "    go install $ALERTMANAGER_PACKAGE@$ALERTMANAGER_VERSION (~1 min on 2 cores)"
   mkdir -p "$dir"
   GOBIN="$dir" GOFLAGS="${GOFLAGS:-} -trimpath" go install "$ALERTMANAGER_PACKAGE@$ALERTMANAGER_VERSION" 2>&1 | awk '
@@ -221,6 +315,7 @@ ha_extras() {
   if "$ROOT/.venv/bin/python" -c 'import psycopg2, asyncpg' 2>/dev/null; then
     echo "    psycopg2, asyncpg in the venv"
   else
+    built
     echo "    pip install -r requirements-ha.txt"
     "$ROOT/.venv/bin/pip" install --quiet --progress-bar off -r "$ROOT/requirements-ha.txt" -c "$ROOT/constraints.txt"
   fi
@@ -247,17 +342,29 @@ ha_extras() {
     mkdir -p /etc/postgresql-common
     echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.conf
   fi
+  built
   echo "    apt-get install ${packages[*]} (Debian's packages)"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
     -o Dpkg::Options::=--force-confold "${packages[@]}" >/dev/null
 }
 
-step "tools" check_tools
-step "python venv" python_venv
-step "spark runtimes" spark_runtimes
-step "maven jars" maven_jars
-step "platform jar" platform_jar
-step "minio" minio_server
-step "alertmanager" alertmanager_server
-if [ "$HA" -eq 1 ]; then step "ha extras: psycopg2, asyncpg, postgresql, haproxy" ha_extras; fi
-echo "==> setup complete in $(since "$total_start") (cache: $CACHE)"
+launch "tools" check_tools
+await "tools"
+launch "python venv" python_venv
+launch "spark runtimes" spark_runtimes
+launch "maven jars" maven_jars
+launch "minio" minio_server
+if [ "$WITH_AM" = 1 ]; then launch "alertmanager" alertmanager_server; fi
+await "python venv"
+if [ "$WITH_AM" != 1 ]; then
+  # Decided with the venv: the channel settings are read as `make up` reads them (.env, environment).
+  if alertmanager_wanted; then launch "alertmanager" alertmanager_server
+  else skip "alertmanager" "no channel or on-call target needs it; --with-alertmanager builds it"; fi
+fi
+if [ "$HA" -eq 1 ]; then launch "ha extras" ha_extras; fi
+await "maven jars"
+launch "platform jar" platform_jar
+await
+if [ "$PRUNE" -eq 1 ]; then launch "prune" prune_cache; await; else skip "prune" "--no-prune"; fi
+rm -rf "$LOGDIR"
+breakdown

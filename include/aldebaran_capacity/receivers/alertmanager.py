@@ -46,7 +46,8 @@ def binary() -> Path:
     """The Alertmanager `make setup` built: <cache>/alertmanager/<ALERTMANAGER_VERSION>/bin/alertmanager."""
     path = paths.cache_dir() / "alertmanager" / paths.versions()["ALERTMANAGER_VERSION"] / "bin" / "alertmanager"
     if not path.exists():
-        raise SetupError(f"Alertmanager is not built at {path}: run `make setup`")
+        raise SetupError(f"Alertmanager is not built at {path}: run `bash scripts/setup.sh --with-alertmanager` "
+                         "(`make setup` builds it only when a channel needs it; `make test` always does)")
     return path
 
 

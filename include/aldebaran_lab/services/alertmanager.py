@@ -23,12 +23,20 @@ DEFAULT_PORT = 9093
 
 
 def wanted(environ: dict[str, str] | None = None) -> bool:
-    """Whether a configured channel is an ``alertmanager`` one on this machine's Alertmanager (the
-    channel list and connections as the dispatchers read them outside Airflow)."""
+    """Whether a configured channel, or the platform's on-call target (ALDEBARAN_ONCALL_CONNECTION), is an
+    ``alertmanager`` one on this machine's Alertmanager (the connections as the dispatchers and the
+    platform DAGs read them outside Airflow). `make up` starts it then, and `make setup` builds it."""
+    import os
+
+    from aldebaran import connections
     from aldebaran.delivery.channels import CONN_TYPES, channel_names, env_connection
 
+    env = os.environ if environ is None else environ
     try:
         configured = [(name, env_connection(name, environ)) for name in channel_names(environ=environ)]
+        oncall = env.get("ALDEBARAN_ONCALL_CONNECTION")  # platform.settings.OnCallSettings.connection
+        if oncall:
+            configured.append(("", connections.from_env(oncall, environ)))
     except ConfigError as exc:  # the dispatchers will say so at their start; `make up` goes on
         log.warning("alertmanager: the channel configuration does not read (%s); not started", exc)
         return False

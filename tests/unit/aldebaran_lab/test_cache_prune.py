@@ -1,0 +1,80 @@
+"""The cache prune (aldebaran_lab.cache_prune): what no live checkout uses goes, everything a live checkout
+uses stays, on a cache and work trees laid out as scripts/setup.sh lays them out."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from aldebaran_lab import cache_prune
+
+
+def make_tree(path, pom=b"<project/>", java=b"class A {}"):
+    (path / "setup" / "maven").mkdir(parents=True)
+    (path / "setup" / "runtimes").mkdir()
+    (path / "include" / "aldebaran" / "jvm").mkdir(parents=True)
+    (path / "requirements.txt").write_text("x==1\n")
+    (path / "constraints.txt").write_text("y==2\n")
+    (path / "setup" / "maven" / "spark-s3a.xml").write_bytes(pom)
+    (path / "setup" / "maven" / "settings.xml").write_text("<settings/>")
+    (path / "setup" / "runtimes" / "spark-4.3.txt").write_text("pyspark==4.3.0\n")
+    (path / "setup" / "versions.env").write_text("MINIO_VERSION=v2\nALERTMANAGER_VERSION=v0.31.1\n")
+    (path / "include" / "aldebaran" / "jvm" / "A.java").write_bytes(java)
+    return path
+
+
+def entry(cache, rel, complete=True, tree=None):
+    d = cache / rel
+    d.mkdir(parents=True)
+    (d / "payload").write_bytes(b"x" * 2048)
+    if complete:
+        (d / ".complete").touch()
+    if tree is not None:
+        (d / ".tree").write_text(str(tree))
+    return d
+
+
+def test_prunes_what_no_live_checkout_uses_and_keeps_the_rest(tmp_path):
+    cache = tmp_path / "cache"
+    here = make_tree(tmp_path / "here")
+    other = make_tree(tmp_path / "other", pom=b"<project>old</project>")  # a live clone on older pins
+    gone = tmp_path / "gone"  # a CI clone since deleted
+    keep = set()
+    for tree in (here, other):
+        venv = entry(cache, f"venv/{cache_prune.venv_key(tree)}", tree=tree)
+        (tree / ".venv").symlink_to(venv)
+        keep |= {cache / rel for rel in cache_prune.wanted(tree)}
+        keep.add(venv)
+    for rel in keep - {v for v in keep if v.parent.name == "venv"}:
+        entry(cache, rel.relative_to(cache))
+    gone_venv = entry(cache, "venv/aaaaaaaaaaaa", tree=gone)
+    stale_venv = entry(cache, "venv/bbbbbbbbbbbb", tree=here)  # here's .venv links to its newer venv
+    building = entry(cache, "venv/cccccccccccc", complete=False, tree=here)  # another setup making it now
+    unknown = entry(cache, "venv/dddddddddddd")  # no .tree, no editable install: whose is unknown
+    old = [entry(cache, p) for p in ("jars/spark-s3a-000000000000", "runtimes/spark-4.3-000000000000",
+                                      "wheels/000000000000", "minio/v1", "alertmanager/v0.30.0",
+                                      "jars/aldebaran-jvm-000000000000")]
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = entry(cache, f"jars/spark-s3a-111111111111.tmp.{dead.pid}", complete=False)
+    staging = entry(cache, f"jars/spark-s3a-222222222222.tmp.{os.getpid()}", complete=False)
+
+    pruned, live = cache_prune.plan(cache, root=here)
+    assert {p for p, _ in pruned} == {gone_venv, stale_venv, left, *old}
+    assert set(live) == {here.resolve(), other.resolve()}
+
+    assert cache_prune.main(["--cache", str(cache)]) == 0
+    for path in (gone_venv, stale_venv, left, *old):
+        assert not path.exists(), path
+    for path in (*keep, building, unknown, staging):
+        assert (path / "payload").exists(), path
+    assert cache_prune.plan(cache, root=here)[0] == []
+
+
+def test_dry_run_deletes_nothing_and_says_how_much(tmp_path, capsys):
+    cache = tmp_path / "cache"
+    old = entry(cache, "jars/spark-s3a-000000000000")
+    assert cache_prune.main(["--cache", str(cache), "--dry-run"]) == 0
+    assert old.exists()
+    out = capsys.readouterr().out
+    assert f"would prune {old}" in out and "1 entries would free" in out
