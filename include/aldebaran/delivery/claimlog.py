@@ -6,8 +6,10 @@ both lanes' runs of a fast channel claim their alert ids, instead of one sent ma
 A run (either lane) claims the ids it is about to send in one conditional write: read the log (cached with
 its ETag), append the ids nobody holds under the run's key, write it back with ``If-Match: <etag>`` (the first
 write ``If-None-Match: *``); on 412 re-read and decide again. The ids some other run already holds come back
-with that run's key (the settler records them REPEAT, or resends where the holder is unrecorded and a resend is
-harmless, as with markers). A run that claims again (adopted after its owner died) finds its own key: sent.
+with that run's key: the settler records them REPEAT once the holder run is recorded (it waits up to a lease
+for that; a holder still unrecorded then belongs to a lane gone for good, and the alert is sent here). A run
+waits only on runs that claimed before it (one write claims all its ids), so two runs never wait on each other.
+A run that claims again (adopted after its owner died) finds its own key: sent.
 
 The race: two runs (one per lane) claiming the same id at once both write against the ETag they read; the
 store lets one write through, the other gets 412, re-reads, and finds the id held: exactly one sends. A

@@ -26,8 +26,9 @@ recognised however old it is.
 A channel that opted in to the fast lane (``fast``) keeps sent markers in both lanes, whatever it can
 do otherwise: the fast lane's copy and the exact lane's (same alert id, other topic, other runs) meet at
 the marker, and the second is recorded ``S`` with the holder run's key in its receipt. Where the holder
-run is not recorded (its dispatcher died between marker and record, or is still sending) and a resend is
-harmless (the channel deduplicates or remembers what it sent), the second copy is sent anyway: an
+run is not recorded (with the claim log: not recorded within a lease, as it is sending right now or its dead
+dispatcher's successor adopts and sends it; with markers, which two runs may split between them, at once) and
+a resend harmless (the channel deduplicates or remembers what it sent), the second copy is sent: an
 alert whose fast dispatcher never comes back is still delivered by the exact lane. A run's markers are
 created side by side (one round trip before the send, not one per alert). With
 ``ALDEBARAN_DELIVERY_CROSS_LANE=log`` a fast channel where a resend is harmless claims the run's ids in its
@@ -172,7 +173,7 @@ class RunSettler:
                                f"dispatcher:{self.channel.name}")
         to_send = [e for e in run.pending() if e[0] not in known]
         if self.markers and to_send:
-            repeats = self._mark(handle, to_send)
+            repeats = self._mark(handle, to_send, stop)
             run.settle(repeats)
             to_send = [e for e in to_send if e[0] not in repeats]
         alerts = [run.alerts[e[0]] for e in to_send]
@@ -183,7 +184,7 @@ class RunSettler:
         self._count(run, alerts, outcomes, known)
 
     # --- sent markers -------------------------------------------------------------------------------
-    def _mark(self, handle: RunHandle, to_send: list) -> dict:
+    def _mark(self, handle: RunHandle, to_send: list, stop: threading.Event) -> dict:
         """Create the sent markers of a run's alerts, side by side. offset → (REPEAT, receipt) for each alert
         another run holds and this one must not send."""
         if self.claim_log:
@@ -193,11 +194,12 @@ class RunSettler:
             holders = [handle.claim_sent(to_send[0][1])]
         else:
             holders = list(self._markers_pool().map(lambda e: handle.claim_sent(e[1]), to_send))
+        unrecorded = self._still_unrecorded({h for h in holders if h is not None}, stop) if self.resend_safe else set()
         repeats = {}
         for e, holder in zip(to_send, holders):
             if holder is None:
                 continue
-            if self.resend_safe and not self._holder_recorded(holder):
+            if holder in unrecorded:
                 # Its run may never be recorded (a dispatcher gone between marker and send): send it here too,
                 # the recipient (or the channel's sent-log) drops the second copy if both go out.
                 log.info("%s: %s is held by the unrecorded run %s: sent by this run too (a resend is harmless)",
@@ -212,6 +214,23 @@ class RunSettler:
                 self._logs[partition] = ClaimLog(self.ledger, self.channel.name, partition,
                                                  self.settings.claim_log_window)
             return self._logs[partition]
+
+    def _still_unrecorded(self, holders: set, stop: threading.Event) -> set:
+        """The holder runs not recorded within a lease (``ALDEBARAN_DELIVERY_LEASE_SECONDS``; claim log only). A holder is the
+        other lane's run sending right now (both lanes' copies in flight at once), or a dead dispatcher's, which
+        its successor adopts, sends and records within a lease: waiting for the record lets exactly one lane
+        send. One still unrecorded after it is taken for a lane gone for good (this run sends it; a stop ends
+        the wait early, and then too)."""
+        # Only a claim log orders the runs (a run waits only on runs that claimed before it: no cycle). Markers
+        # are created one by one, so two runs may each hold some of the other's alerts: no wait there.
+        grace = self.settings.lease_seconds if self.claim_log else 0.0
+        deadline, pause = time.monotonic() + grace, 0.02
+        pending = {h for h in holders if not self._holder_recorded(h)}
+        while pending and time.monotonic() < deadline and not stop.is_set():
+            stop.wait(pause)
+            pause = min(0.5, pause * 2)
+            pending = {h for h in pending if not self._holder_recorded(h)}
+        return pending
 
     def _holder_recorded(self, key: str) -> bool:
         if key in self._recorded_runs:
