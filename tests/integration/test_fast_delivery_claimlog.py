@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from aldebaran import heartbeat, kafka_admin, paths
+from aldebaran import explain, heartbeat, kafka_admin, paths
 from aldebaran.delivery import fast
 from aldebaran.delivery.channels import configured_channels
 from aldebaran.delivery.claimlog import LanesMisaligned
@@ -51,6 +51,11 @@ def test_the_exact_copy_of_a_fast_delivery_is_recognised_through_the_claim_log(f
     assert not list(ledger.store.list(f"{ledger.prefix}/hook/sent/"))
     claim_logs = [o["Key"] for o in ledger.store.list(f"{ledger.prefix}/hook/claims/")]
     assert claim_logs and len(claim_logs) <= 2  # one per partition
+    # explain finds the fast run through the claim logs (no marker to read).
+    story = explain.explain(alerts[0]["alert_id"], ledger, ["hook", "log"], kafka=kafka_topics, locate_timeout=10)
+    lanes = {v["channel"]: v for v in story.fast}
+    assert {c: (v["lane"], v["state"], v["run"]["topic"]) for c, v in lanes.items()} == {
+        c: ("fast", "DELIVERED", kafka_topics.fast_alerts_topic) for c in ("hook", "log")}
 
 
 def test_a_fast_topic_partitioned_unlike_the_alerts_topic_is_refused(fast_env, kafka_topics, unique):

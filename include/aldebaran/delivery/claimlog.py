@@ -30,10 +30,13 @@ a resend is harmless use the log — the others keep their markers).
 from __future__ import annotations
 
 import json
+import logging
 import threading
 
-from aldebaran.exceptions import AlreadyExists, ConfigError, NotFound, PreconditionFailed
+from aldebaran.exceptions import AlreadyExists, ConfigError, LedgerCorrupt, NotFound, PreconditionFailed
 from aldebaran.storage import safe_segment, writer_token
+
+log = logging.getLogger(__name__)
 
 MAX_TRIES = 50  # CAS rounds before giving up (two writers per log: one per lane)
 
@@ -108,10 +111,26 @@ class ClaimLog:
         self._read = True
 
 
+def holder_of(ledger, channel: str, alert_id: str) -> str | None:
+    """The run key a channel's claim logs name for `alert_id`, or None (for explain: one listing and a read per
+    partition; the partition is not known from the id alone, the writer's partitioner decides it)."""
+    prefix = f"{ledger.prefix}/{safe_segment(channel, 'channel')}/claims/"
+    for item in ledger.store.list(prefix):
+        try:
+            runs = parse(ledger.store.get(item["Key"]).body, item["Key"])
+        except NotFound:
+            continue
+        except LedgerCorrupt as exc:  # a reader that only looks: skipped with its key, never fatal
+            log.warning("explain: %s", exc)
+            continue
+        for key, held in runs:
+            if alert_id in held:
+                return key
+    return None
+
+
 def parse(body: bytes, key: str) -> list:
     """The runs of a stored log; LedgerCorrupt (quarantined by the caller's reader) if it is not one."""
-    from aldebaran.exceptions import LedgerCorrupt
-
     try:
         runs = json.loads(body)["runs"]
         if all(isinstance(k, str) and isinstance(h, list) and all(isinstance(i, str) for i in h) for k, h in runs):

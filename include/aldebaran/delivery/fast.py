@@ -124,13 +124,15 @@ def run_topic(run_key: str) -> str:
 
 def fast_view(ledger, channel: str, alert_id: str, fast_topic: str) -> dict | None:
     """One channel's fast-lane story of an alert, or None if it has none: which lane's run holds its sent
-    marker (``lane`` fast|exact, the run and the alert's entry in it), its retraction and reinstatement
-    records (aldebaran.delivery.retraction). Three reads, no listing."""
+    marker or claim log entry (``lane`` fast|exact, the run and the alert's entry in it), its retraction and
+    reinstatement records (aldebaran.delivery.retraction). Three reads, no listing, where markers are kept; with
+    the claim log (ALDEBARAN_DELIVERY_CROSS_LANE=log) a listing of the channel's logs and a read per partition."""
+    from aldebaran.delivery import claimlog
     from aldebaran.delivery.corrupt import noted, record
     from aldebaran.delivery.retraction import reinstatement_id, retraction_id
     from aldebaran.exceptions import LedgerCorrupt
 
-    holder = ledger.sent_by(channel, alert_id)
+    holder = ledger.sent_by(channel, alert_id) or claimlog.holder_of(ledger, channel, alert_id)  # markers, or the log
     # A reader that only looks: a corrupt record or run is skipped (logged with its key), never fatal.
     retracted = record(ledger, channel, retraction_id(alert_id), None, "explain")
     reinstated = record(ledger, channel, reinstatement_id(alert_id), None, "explain")

@@ -66,3 +66,13 @@ def test_a_corrupt_log_is_refused_with_its_key(ledger):
     with pytest.raises(LedgerCorrupt) as info:
         log.claim(["a"], FAST)
     assert info.value.key == log.key
+
+
+def test_explain_finds_the_holder_in_whichever_partition_s_log_and_skips_a_corrupt_one(ledger):
+    from aldebaran.delivery.claimlog import holder_of
+
+    ClaimLog(ledger, "hook", 0, 1000).claim(["a"], EXACT)
+    ClaimLog(ledger, "hook", 1, 1000).claim(["b"], FAST)
+    ledger.store.put(ClaimLog(ledger, "hook", 2, 1000).key, b"not json")
+    assert (holder_of(ledger, "hook", "b"), holder_of(ledger, "hook", "a")) == (FAST, EXACT)
+    assert holder_of(ledger, "hook", "zz") is None and holder_of(ledger, "log", "a") is None
