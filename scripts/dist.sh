@@ -40,7 +40,7 @@ find "$BUILD/env" -name __pycache__ -type d -prune -exec rm -rf {} +
 
 ARCHIVE="$OUT/aldebaran-runtime-py$XY.tar.gz"
 echo "==> $ARCHIVE"
-tar -czf "$ARCHIVE.tmp" -C "$BUILD/env" .
+tar -cf - -C "$BUILD/env" . | gzip -1 > "$ARCHIVE.tmp"  # -1: 3x faster than the default, a few MB larger
 mv "$ARCHIVE.tmp" "$ARCHIVE"
 ls -l "$WHEEL" "$ARCHIVE" | awk '{printf "    %s  %.1f MB\n", $NF, $5 / 1048576}'
 echo "    ALDEBARAN_SPARK_RUNTIME_ARCHIVE=$ARCHIVE"
