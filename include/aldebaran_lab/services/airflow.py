@@ -137,6 +137,10 @@ class Airflow(Service):
                 "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
                 "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
                 "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": TRIGGERER_HEALTH_CHECK_THRESHOLD,
+                # How long a task's supervisor waits, once the task process has exited, for EOF on the sockets
+                # a process the task left behind may still hold (Airflow's default 60 s): its LocalExecutor
+                # worker stays busy that long, and the scheduler's stop waits for it.
+                "AIRFLOW__WORKERS__SOCKET_CLEANUP_TIMEOUT": "5",
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             }
         )
@@ -171,17 +175,30 @@ class Airflow(Service):
         if tasks:
             log.info("%s: stopping %d task process(es) first: %s", self.name, len(tasks),
                      ", ".join(f"{p} {describe(p)}" for p in sorted(tasks)))
-            t0 = time.monotonic()
+            # What a task started in a session of its own holds the supervisor's sockets too when it inherited
+            # the task's stdio (a BashOperator's command: its stdin); a task interrupted before its on_kill
+            # could stop it leaves it running, and the supervisor waits for EOF on them (socket_cleanup_timeout).
+            sockets = set().union(*map(self._stdio_sockets, tasks))
+            t0, signalled = time.monotonic(), 0.0
             for sig, after in ((signal.SIGTERM, 0.0), (signal.SIGINT, 1.0)):
-                while time.monotonic() - t0 < after and tasks & session(pid):
+                while time.monotonic() - t0 < after and self._holders(pid, sockets):
                     time.sleep(0.1)
-                for p in tasks & session(pid):
+                for p in self._holders(pid, sockets):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(p, sig)
-            while time.monotonic() - t0 < self.task_grace and (tasks & session(pid) or self._busy_workers(pid)):
+                signalled = time.monotonic()
+            while time.monotonic() - t0 < self.task_grace and ((left := self._holders(pid, sockets))
+                                                             or self._busy_workers(pid)):
+                if left and time.monotonic() - signalled > 1.0:  # left behind by a task (or it started late)
+                    log.info("%s: SIGTERM to what the tasks left: %s", self.name,
+                             ", ".join(f"{p} {describe(p)}" for p in sorted(left)))
+                    for p in left:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(p, signal.SIGTERM)
+                    signalled = time.monotonic()
                 time.sleep(0.1)
             log.info("%s: after %.1fs %d task process(es) left, %d LocalExecutor worker(s) busy", self.name,
-                     time.monotonic() - t0, len(tasks & session(pid)), len(self._busy_workers(pid)))
+                     time.monotonic() - t0, len(self._holders(pid, sockets)), len(self._busy_workers(pid)))
         procs = processes()
         if pid in procs:
             with contextlib.suppress(ProcessLookupError):
@@ -208,6 +225,22 @@ class Airflow(Service):
         """The task processes and what they started: Airflow 3 puts each task in a process group of its own."""
         procs = processes()
         return {p for p in session(pid) if p in procs and procs[p][1] != pid}
+
+    @staticmethod
+    def _stdio_sockets(p: int) -> set[str]:
+        """The sockets on a process's stdin, stdout and stderr (a task process's: its supervisor's channels)."""
+        found = set()
+        for fd in (0, 1, 2):
+            with contextlib.suppress(OSError):
+                if (target := os.readlink(f"/proc/{p}/fd/{fd}")).startswith("socket:"):
+                    found.add(target)
+        return found
+
+    @classmethod
+    def _holders(cls, pid: int, sockets: set[str]) -> set[int]:
+        """Processes outside the standalone's own group (the supervisors hold the other ends) with one of the
+        task processes' stdio sockets: the task processes, and what they started and left holding them."""
+        return {p for p, (_, pgid, _) in processes().items() if pgid != pid and cls._stdio_sockets(p) & sockets}
 
     @staticmethod
     def _busy_workers(pid: int) -> set[int]:
