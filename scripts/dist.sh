@@ -32,7 +32,8 @@ WHEEL="$(ls "$OUT"/aldebaran-*.whl)"
 echo "==> runtime venv (python $XY: $BASE)"
 "$BASE" -m venv "$BUILD/env"
 "$BUILD/env/bin/python" -m pip install --quiet --no-deps "$WHEEL"
-"$BUILD/env/bin/python" -m pip install --quiet -r "$ROOT/setup/dist/executor.txt"
+# --no-warn-conflicts: the wheel went in --no-deps, so pip would list its Airflow pins as missing
+"$BUILD/env/bin/python" -m pip install --quiet --no-warn-conflicts -r "$ROOT/setup/dist/executor.txt"
 # pip and its caches are not needed on a worker
 "$BUILD/env/bin/python" -m pip uninstall --quiet --yes pip
 find "$BUILD/env" -name __pycache__ -type d -prune -exec rm -rf {} +
