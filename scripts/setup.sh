@@ -275,6 +275,7 @@ from aldebaran_lab.services import alertmanager as a; raise SystemExit(0 if a.wa
 }
 
 prune_cache() {
+  echo checked > "$STATE"  # its breakdown line: what it pruned is in its output
   "$ROOT/.venv/bin/python" -m aldebaran_lab.cache_prune --cache "$CACHE"
 }
 

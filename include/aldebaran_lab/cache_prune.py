@@ -156,6 +156,11 @@ def plan(cache: Path, root: Path = ROOT) -> tuple[list[tuple[Path, str]], list[P
     keep: set[str] = set()
     for tree in live:
         keep |= wanted(tree)
+    kept_venvs = [v for v in venvs if v not in {p for p, _ in prune}]
+    for venv in kept_venvs:  # the wheelhouse a kept venv links to (the install test installs from it)
+        link = venv / "wheelhouse"
+        if link.is_symlink() and link.resolve().parent == (cache / "wheels").resolve():
+            keep.add(f"wheels/{link.resolve().name}")
     for kind in ("wheels", "runtimes", "jars", "minio", "alertmanager", "venv"):
         for entry in sorted((cache / kind).glob("*")) if (cache / kind).is_dir() else []:
             tmp = TMP.search(entry.name)
