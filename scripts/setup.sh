@@ -76,9 +76,10 @@ launch() {  # launch NAME FUNCTION — start a step in the background
 }
 
 kill_tree() {  # kill_tree PID — a step's job and everything it started (mvn, go, pip), by process id
-  local child
-  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
-  kill "$1" 2>/dev/null || true
+  local child children
+  children=$(pgrep -P "$1" 2>/dev/null || true)
+  kill "$1" 2>/dev/null || true  # the parent first: a step's wrapper must not outlive its step to write its rc
+  for child in $children; do kill_tree "$child"; done
 }
 
 abort() {
@@ -86,7 +87,7 @@ abort() {
   for name in "${!PID[@]}"; do kill_tree "${PID[$name]}"; done
 }
 trap abort EXIT  # setup ending for any reason leaves no step behind
-trap 'echo "setup: interrupted" >&2; exit 130' INT TERM
+trap 'abort; echo "setup: interrupted" >&2; rm -rf "$LOGDIR"; exit 130' INT TERM
 
 reap() {  # reap NAME — a step whose rc file exists: its result shown, or setup failed with its log's end
   local name="$1" rc
