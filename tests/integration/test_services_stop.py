@@ -59,6 +59,9 @@ class PrivateAirflow(Airflow):
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(self.port + 714),
             "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT": str(self.port + 715),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            # A task's supervisor registers its start with the api-server; on a loaded box Airflow's 5 s
+            # timeout failed both tasks before they ran (the stop under test needs them running).
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
         })
         return env
 
@@ -105,20 +108,27 @@ def private_core(tmp_path, monkeypatch):
 
 
 # Not in `make test` yet: it FAILS intermittently. In the clean-clone CI run of 77420ed (11:16 UTC, quiet box)
-# Airflow needed SIGKILL at 15.2 s (SIGINT → SIGTERM → SIGKILL) after a bash task's SIGTERM; in 9 private
-# runs before it, 6.4-10.5 s and no SIGKILL. The stop is not fixed until this passes every time:
+# Airflow needed SIGKILL at 15.2 s (SIGINT → SIGTERM → SIGKILL) after a bash task's SIGTERM. Two causes fixed
+# since (docs/operations.md, services down): the components' interpreter teardown, a task's command holding
+# its supervisor's socket. 11-28 13:24-13:36, loaded box, both fixes: 6 of 8 runs passed (2.4-7.0 s, SIGINT
+# alone); 2 needed SIGKILL at 15.2 s for an `airflow triggerer` that outlived its SIGTERM (the standalone's,
+# then ours at 11.3 s), not yet understood. Back in `make test` once it passes 10 times in a row:
 # `make chaos-short` runs it.
 @pytest.mark.campaign
 def test_each_service_stops_within_15_s_without_sigkill_airflow_with_tasks_running(private_core):
     airflow = private_core["airflow"]
     api = AirflowApi(f"http://{airflow.address}", os.environ["ALDEBARAN_AIRFLOW_ADMIN_PASSWORD"])
     api.wait_registered(["stop_probe"], 120)
-    run_id = api.trigger("stop_probe")
-    deadline = time.monotonic() + 120
-    # Both started (on a loaded box a task process can fail to start: one running is enough).
+    deadline = time.monotonic() + 180
+    run_id, states = api.trigger("stop_probe"), {}
+    # Both started (on a loaded box a task process can fail to start: one running is enough; a run whose
+    # tasks all failed to start is triggered again).
     while not ("running" in (states := api.task_states("stop_probe", run_id)).values()
                and not {None, "scheduled", "queued"} & set(states.values())):
-        assert time.monotonic() < deadline, f"tasks not running after 120 s: {states}"
+        assert time.monotonic() < deadline, f"tasks not running after 180 s: {states}"
+        if states and set(states.values()) <= {"failed", "upstream_failed"}:
+            log.info("no task of %s started (%s): triggering again", run_id, states)
+            run_id = api.trigger("stop_probe")
         time.sleep(1)
     pids = {name: svc.pid() for name, svc in private_core.items()}
     assert Airflow._task_processes(pids["airflow"]), states  # the task processes, in groups of their own
