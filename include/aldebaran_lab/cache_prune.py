@@ -29,6 +29,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from aldebaran_lab.services.base import pid_alive
+
 ROOT = Path(__file__).resolve().parents[2]
 TMP = re.compile(r"\.tmp\.(\d+)$")
 
@@ -86,16 +88,6 @@ def venv_tree(venv: Path) -> Path | None:
         if url.startswith("file://"):
             return Path(url[len("file://"):])
     return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def open_paths(proc: Path = Path("/proc")) -> set[str]:
@@ -165,7 +157,7 @@ def plan(cache: Path, root: Path = ROOT) -> tuple[list[tuple[Path, str]], list[P
         for entry in sorted((cache / kind).glob("*")) if (cache / kind).is_dir() else []:
             tmp = TMP.search(entry.name)
             if tmp:
-                if not _alive(int(tmp.group(1))):
+                if not pid_alive(int(tmp.group(1))):
                     prune.append((entry, f"left by setup process {tmp.group(1)}, gone"))
             elif kind != "venv" and f"{kind}/{entry.name}" not in keep:
                 prune.append((entry, "no live checkout's pins use it"))
