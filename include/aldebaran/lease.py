@@ -43,6 +43,7 @@ from typing import Callable
 
 from aldebaran.checkpoint import Checkpoint
 from aldebaran.exceptions import AlreadyExists, LeaseHeld, LeaseLost, NotFound, ObjectStoreError, PreconditionFailed
+from aldebaran.runtime.procs import pid_alive
 from aldebaran.storage import Store, writer_token
 
 log = logging.getLogger(__name__)
@@ -59,37 +60,6 @@ def _iso(epoch: float | None) -> str:
     if epoch is None:
         return "?"
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    try:
-        raw = open(f"/proc/{int(pid)}/stat").read()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # "pid (comm) state ..." — comm may contain spaces and parentheses: split after the last ')'.
-    return raw[raw.rindex(")") + 2:].split()
-
-
-def start_ticks(pid: int) -> int | None:
-    stat = _proc_stat(pid)
-    return int(stat[19]) if stat else None
-
-
-def pid_alive(pid: int | None, ticks: int | None = None) -> bool:
-    """Is `pid` a running process on this host (not a zombie), and the same one as when `ticks`
-    (its start time in clock ticks) was recorded?"""
-    if not pid:
-        return False
-    stat = _proc_stat(int(pid))
-    if stat is None:
-        return False
-    if stat[0] in ("Z", "X"):
-        try:
-            os.waitpid(int(pid), os.WNOHANG)  # our own child (e.g. dag.test runs tasks in-process): reap it
-        except ChildProcessError:
-            pass
-        return False
-    return ticks is None or int(stat[19]) == int(ticks)
 
 
 def holder_dead_here(record: dict) -> bool:

@@ -32,6 +32,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from aldebaran.runtime.procs import pid_alive
+
 log = logging.getLogger(__name__)
 
 Role = Literal["auditor", "dispatcher", "lane"]
@@ -256,23 +258,13 @@ def prune_targets(directory: Path, host: str) -> list[Path]:
     for path in directory.glob(f"*{TARGET_SUFFIX}"):
         try:
             labels = json.loads(path.read_text())[0]["labels"]
-            if labels.get("host") != host or _alive(int(labels["pid"])):
+            if labels.get("host") != host or pid_alive(int(labels["pid"])):
                 continue
         except (OSError, ValueError, KeyError, IndexError, TypeError):
             continue  # not ours to judge (another writer's file, or one being replaced)
         path.unlink(missing_ok=True)
         removed.append(path)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: alive
-    return True
 
 
 # --- building metric families at scrape time -----------------------------------------------------------

@@ -407,8 +407,29 @@ def session(app: str = "aldebaran", master: str | None = None, conf: dict[str, s
         os.environ["PYSPARK_PYTHON"] = RUNTIME_PYTHON
     explicit = {"spark.sql.shuffle.partitions": str(shuffle_partitions), **(conf or {})}
     defaults = with_log4j2(base_conf(shuffle_partitions, s3a, master), user, master)
+    # A JVM this process launches gets the builder's settings as `--conf` on its command line, which every
+    # user of the host can read (ps): the secrets wait until it runs, and reach it through py4j instead.
+    # Not configuration: spark-submit sets PYSPARK_GATEWAY_PORT for the Python it launches.
+    launching = "PYSPARK_GATEWAY_PORT" not in os.environ and not _context_running()
+    held = {}
     for key, value in resolve_conf(defaults, user, explicit).items():
+        if launching and key in SECRET_CONF:
+            held[key] = value
+            continue
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    for key, value in held.items():
+        spark.sparkContext._jsc.hadoopConfiguration().set(key.removeprefix("spark.hadoop."), value)
+        spark.conf.set(key, value)  # the session's Hadoop conf (checkpoints and sources read it from here)
     spark.sparkContext.setLogLevel(settings.log_level)
     return spark
+
+
+# What must not appear on a launched JVM's command line (session()).
+SECRET_CONF = frozenset({"spark.hadoop.fs.s3a.secret.key", "spark.hadoop.fs.s3a.session.token"})
+
+
+def _context_running() -> bool:
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is not None

@@ -18,6 +18,7 @@ USAGE = """\
     aldebaran bench deployed [--rates R,...] [--runs 3] [--with-lane] [--report]
                                                        the platform as `make demo` leaves it: at rest, trade → alert →
                                                        log, webhook, bus beside the hand-rolled loop, its capacity
+    aldebaran bench batch-cost [--rates 1000,5000] [--runs 3]  the exact auditor's cost per batch, Spark settings A/B
     aldebaran bench steady [--rates 5000] [--seconds 300] steady load on it: 0 restarts, each alert once in the log
     aldebaran chaos CAMPAIGN --help                    each campaign's options"""
 
@@ -109,6 +110,12 @@ def cmd_bench_deployed(args: argparse.Namespace) -> int:
     return deployed.main(args)
 
 
+def cmd_bench_batch_cost(args: argparse.Namespace) -> int:
+    from aldebaran_lab import batch_cost
+
+    return batch_cost.main(args)
+
+
 def cmd_bench_steady(args: argparse.Namespace) -> int:
     from aldebaran_lab import steady
 
@@ -154,6 +161,21 @@ def add_bench_modes(bench) -> None:
     dp.add_argument("--report", action="store_true",
                     help="write its section of docs/benchmarks.md and its key of docs/img/bench-results.json")
     dp.set_defaults(func=cmd_bench_deployed)
+
+    bc = bench.add_parser("batch-cost", help="the exact auditor's cost per batch: Spark settings A/B on the demo platform",
+                          description="The exact auditor's fixed cost of a micro-batch, variants of its Spark settings "
+                                      "side by side on the running demo platform (aldebaran_lab.batch_cost).")
+    bc.add_argument("--rates", default="1000,5000", help="comma-separated paced rates, trades/s (default 1000,5000)")
+    bc.add_argument("--seconds", type=float, default=30.0, help="how long each rate is produced (default 30)")
+    bc.add_argument("--runs", type=int, default=3, help="runs of every variant, interleaved (default 3)")
+    bc.add_argument("--variants", default=None,
+                    help="comma-separated: spark-delete, bulk-delete, interpreted (Spark settings; the default set) "
+                         "or interval-0, interval-500ms, interval-1s (the trigger interval)")
+    bc.add_argument("--out", default=None, help="also write the result's JSON to this file (as it goes)")
+    bc.add_argument("--render-from", default=None, help="a finished run's --out file: report it, do not run")
+    bc.add_argument("--report", action="store_true",
+                    help="write its section of docs/benchmarks.md and `batch_cost` in docs/img/bench-results.json")
+    bc.set_defaults(func=cmd_bench_batch_cost)
 
     st = bench.add_parser("steady", help="steady load on the running platform: 0 restarts, each alert once in the log",
                           description="Steady load on the platform as `make demo` leaves it: no supervisor restart, "

@@ -14,6 +14,12 @@ def main() -> None:
     seen: dict = {"manager": session.conf.get("spark.sql.streaming.checkpointFileManagerClass")}
     try:
         jvm = session._jvm
+        # the JVM this process launched: its command line (what `ps` shows every user) holds no secret
+        from aldebaran.s3access import resolve
+
+        secret = resolve().secret_key
+        cmdline = open(f"/proc/{jvm.java.lang.ProcessHandle.current().pid()}/cmdline", "rb").read()
+        seen["secret_on_command_line"] = bool(secret) and secret.get_secret_value().encode() in cmdline
         conf = session._jsparkSession.sessionState().newHadoopConf()
         Path = jvm.org.apache.hadoop.fs.Path
         offsets = Path(f"{base}/offsets")
@@ -45,6 +51,34 @@ def main() -> None:
         out.write(bytearray(b"half"))
         out.cancel()
         seen["cancelled_exists"] = manager.exists(second)
+        # a purged batch file: one DELETE, no probe (Spark's own delete probed and listed around it); an absent
+        # one is not an error. The same through Spark's path (the A/B's `filecontext`), for the contrast.
+        fs = offsets.getFileSystem(conf)
+
+        def requests(fn) -> dict:
+            names = ("object_delete_request", "object_bulk_delete_request", "object_metadata_request",
+                     "object_list_request", "object_put_request")
+            before = {n: fs.getIOStatistics().counters().get(n) or 0 for n in names}
+            fn()
+            return {n: (fs.getIOStatistics().counters().get(n) or 0) - before[n] for n in names}
+
+        seen["delete_requests"] = requests(lambda: manager.delete(first))
+        seen["exists_after_delete"] = manager.exists(first)
+        seen["delete_absent_requests"] = requests(lambda: manager.delete(Path(offsets, "99")))
+        conf.set("aldebaran.checkpoint.delete", "filecontext")
+        spark_way = jvm.io.aldebaran.spark.ObjectStoreCheckpointFileManager(offsets.getParent(), conf)
+        third = Path(offsets, "2")
+        out = spark_way.createAtomic(third, False)
+        out.write(bytearray(b"v1"))
+        out.close()
+        spark_way.delete(third)
+        seen["filecontext_exists_after_delete"] = spark_way.exists(third)
+        conf.set("aldebaran.checkpoint.delete", "sometimes")
+        try:
+            jvm.io.aldebaran.spark.ObjectStoreCheckpointFileManager(offsets.getParent(), conf)
+            seen["bad_mode"] = "accepted"
+        except Exception as exc:  # noqa: BLE001 - py4j's error carries the Java exception
+            seen["bad_mode"] = str(exc)  # pyspark turns it into its own IllegalArgumentException
         seen["is_metadata_log_file"] = [jvm.io.aldebaran.spark.ObjectStoreCheckpointFileManager.isMetadataLogFile(
             Path(p)) for p in (f"{base}/offsets/12", f"{base}/commits/3", f"{base}/state/0/1", f"{base}/offsets")]
     finally:

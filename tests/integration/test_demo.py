@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from aldebaran import paths
-from aldebaran.lease import pid_alive
+from aldebaran.runtime.procs import pid_alive
 
 AIRFLOW = f"http://{os.environ.get('ALDEBARAN_AIRFLOW_HOST', '127.0.0.1')}:{os.environ.get('ALDEBARAN_AIRFLOW_PORT', '8080')}"
 DEMO_DAGS = ("auditor_supervisor", "alert_dispatch", "dispatch_supervisor", "platform_health")

@@ -30,7 +30,7 @@ from typing import Callable
 from aldebaran import heartbeat
 from aldebaran.probes import stalled  # noqa: F401  (one rule for the supervisors and /readyz; imported from here too)
 from aldebaran.exceptions import AlreadyExists, DispatcherError, PreconditionFailed
-from aldebaran.lease import pid_alive, start_ticks
+from aldebaran.runtime.procs import pid_alive, start_ticks
 from aldebaran.platform.supervisor import _wait_gone, backoff_seconds, load_state
 from aldebaran.storage import safe_segment
 

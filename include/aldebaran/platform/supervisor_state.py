@@ -9,8 +9,8 @@ import json
 import os
 import time
 
-from aldebaran import lease as leases
 from aldebaran.exceptions import AlreadyExists, AuditorError, NotFound, PreconditionFailed
+from aldebaran.runtime import procs
 from aldebaran.storage import safe_segment, Store
 from aldebaran.platform.settings import SupervisorSettings
 
@@ -19,8 +19,8 @@ MAX_HISTORY = 20
 
 
 # --- processes on this host --------------------------------------------------------------------
-pid_alive = leases.pid_alive
-start_ticks = leases.start_ticks
+pid_alive = procs.pid_alive
+start_ticks = procs.start_ticks
 
 
 def _signal(pid: int, sig: int, group: bool = False) -> None:

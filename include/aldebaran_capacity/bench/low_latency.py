@@ -15,9 +15,10 @@ apart, never in the figures: the first seconds of a fresh JVM (class loading, th
 writes, the shuffle's connections) are a start-up cost, not the lane's steady latency. Each segment then
 produces the original publisher's mix (one request, four purchases per order; loadgen.original_mix) paced at
 its rate by the Java client (bench/paced.py), each trade stamped with the wall clock as it is sent (its Kafka
-timestamp, which the lane takes as the event time). An alert's latency is its own Kafka timestamp (the
-lane's producer stamps it on send) minus its ``trigger_event_ts``: the send time of the trade that put the
-order over. Both clocks are this machine's.
+timestamp, which the lane takes as the event time). An alert's latency is the time a consumer of the lane's
+topic receives it (a thread polling for the whole bench) minus its ``trigger_event_ts``: the send time of the
+trade that put the order over; the alert's own Kafka timestamp (the lane's send) gives ``sink_p50_ms`` /
+``sink_p99_ms`` beside it. Both clocks are this machine's.
 
 With each segment: the **floor** — the same trades read back by a plain Java consumer while they are produced
 (bench/floor.py), so the floor is the bus's and not a Python client's tail; the **box's state** —
@@ -46,6 +47,7 @@ import logging
 import re
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -85,24 +87,47 @@ def series(points: list[tuple[int, float]], t0_ms: int) -> list[list]:
             for sec, v in sorted(buckets.items())]
 
 
-class _Alerts:
-    """A consumer of the lane's alerts topic from its start; keeps every alert with its Kafka timestamp."""
+class _Alerts(threading.Thread):
+    """A consumer of the lane's alerts topic from its start, polling in its own thread for the whole bench;
+    keeps every alert with the time this consumer received it (the latency a subscriber sees: the lane's
+    produce, the broker and the fetch), and each alert's Kafka timestamp (the lane's producer stamps it on send)
+    apart, as a breakdown."""
 
     def __init__(self, kafka: KafkaSettings, topic: str) -> None:
         from aldebaran.kafka_io import consumer
 
+        super().__init__(daemon=True, name=f"alerts-{topic}")
         self._c = consumer(kafka, f"rtm-bench-{uuid.uuid4().hex[:8]}", **{"auto.offset.reset": "earliest"})
         self._c.subscribe([topic])
-        self.seen: list[tuple[int, dict]] = []
+        self._done = threading.Event()
+        self.seen: list[tuple[int, dict]] = []  # (received at, epoch ms; the alert)
+        self.produced: dict[str, int] = {}  # alert id → its Kafka timestamp
+        self.start()
+
+    def run(self) -> None:
+        # poll(), not consume(n, timeout): a consume waits out its timeout to fill a batch, which would add up to
+        # that timeout to every figure.
+        while not self._done.is_set():
+            m = self._c.poll(0.05)
+            if m is None or m.error() is not None:
+                continue
+            received = int(time.time() * 1000)
+            try:
+                alert = json.loads(m.value() or b"")
+            except (ValueError, RecursionError):  # any bytes can be on an alerts topic (BRIEF §2): not an alert
+                continue
+            if not isinstance(alert, dict):
+                continue
+            self.seen.append((received, alert))
+            self.produced.setdefault(alert.get("alert_id"), m.timestamp()[1])
 
     def poll(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            for m in self._c.consume(10_000, 0.2):
-                if m.error() is None:
-                    self.seen.append((m.timestamp()[1], json.loads(m.value())))
+        """Wait `seconds` while the thread reads (the callers' name for it before the thread)."""
+        time.sleep(seconds)
 
     def close(self) -> None:
+        self._done.set()
+        self.join(10)
         self._c.close()
 
 
@@ -208,6 +233,10 @@ def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, second
     delivered = fast.wait_for(want, timeout=max(30.0, seconds)) if fast is not None else {}
     state = box.stop()
     latencies = [ts - int(a["trigger_event_ts"]) for ts, a in got]
+    # the same alerts by their Kafka timestamp (the lane's send): what this figure was before it was read at the
+    # consumer; the difference is the broker write and the fetch
+    sink = [alerts.produced[a["alert_id"]] - int(a["trigger_event_ts"]) for _, a in got
+            if a.get("alert_id") in alerts.produced]
     triggers = {a["alert_id"]: int(a["trigger_event_ts"]) for _, a in got}
     recipient = [at - triggers[i] for i, at in delivered.items() if i in triggers]
     floor_lags = [lag for _, lag in floor.samples]
@@ -229,6 +258,7 @@ def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, second
         "agreement": round(len(same) / len(union), 6) if union else 1.0,
         "p50_ms": _percentile(latencies, 50), "p95_ms": _percentile(latencies, 95),
         "p99_ms": p99, "max_ms": max(latencies) if latencies else None,
+        "sink_p50_ms": _percentile(sink, 50), "sink_p99_ms": _percentile(sink, 99),
         # The floor: the same trades through Kafka to a plain Java consumer, same run (no Spark).
         "floor_read": len(floor_lags), "floor_p50_ms": _round(_percentile(floor_lags, 50)),
         "floor_p99_ms": _round(floor_p99),

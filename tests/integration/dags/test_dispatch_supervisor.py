@@ -23,7 +23,7 @@ from aldebaran.audit.model import alert_id
 from aldebaran import heartbeat
 from aldebaran.platform import dispatch_supervisor as ds
 from aldebaran.platform import health, processes
-from aldebaran.lease import pid_alive
+from aldebaran.runtime.procs import pid_alive
 from aldebaran.platform.settings import HealthSettings
 from tests.conftest import assert_eventually
 

@@ -20,7 +20,7 @@ from aldebaran import heartbeat, kafka_io, paths
 from aldebaran.audit.model import alert_id
 from aldebaran.lanes import keeper
 from aldebaran.lanes.settings import LaneSettings
-from aldebaran.lease import pid_alive
+from aldebaran.runtime.procs import pid_alive
 from aldebaran.platform import lane_supervisor
 from aldebaran.platform import processes as procs
 from aldebaran.settings import load

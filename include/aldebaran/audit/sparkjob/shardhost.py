@@ -47,6 +47,7 @@ import time
 import traceback
 
 from aldebaran.exceptions import AuditorError
+from aldebaran.runtime.procs import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +271,7 @@ def serve(path: str, anchor: int, idle_seconds: float = IDLE_SECONDS) -> None:
     srv.settimeout(1.0)
     last = time.monotonic()
     try:
-        while _alive(anchor) and time.monotonic() - last < idle_seconds:
+        while pid_alive(anchor) and time.monotonic() - last < idle_seconds:
             try:
                 conn, _ = srv.accept()
             except socket.timeout:
@@ -378,16 +379,6 @@ def stop_function(state_root: str):
                 _recv(f)
 
     return run
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 if __name__ == "__main__":
