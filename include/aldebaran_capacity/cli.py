@@ -42,6 +42,8 @@ BENCH_MODES = {
     "checkpoint-files": "checkpoint writes per batch: rename, abortable, ours",
     "alerts-from": "alerts produced by the shard tasks vs the driver, A/B on one box",
     "metrics-cost": "per-update cost of a Prometheus counter/gauge/histogram vs a StatsD UDP send, and one scrape",
+    "reconcile-cost": "the lane keeper's reconciliation, CPU per alert after a long run: shipped vs the scanning "
+                      "design, interleaved",
     "status-commands": "lanes status, deliveries stats/show, explain and health timed on a long synthetic history "
                        "(a day at 5k events/s by default)",
 }
@@ -71,7 +73,8 @@ BENCH_OPTIONS = [
     opt("--channels", modes="dispatch", default=None,
         help="comma-separated subset of webhook,webhook_batch,bus,sms,log,alertmanager,pagerduty,opsgenie,fcm,apns,"
              "fast_markers,fast_log (the fast lane's cross-lane designs on a batched webhook; default all)"),
-    opt("--repeats", modes="dispatch,parse-cost,checkpoint-files,lane-tuning,alerts-from,metrics-cost,status-commands",
+    opt("--repeats", modes="dispatch,parse-cost,checkpoint-files,lane-tuning,alerts-from,metrics-cost,status-commands,"
+                              "reconcile-cost",
         type=int,
         default=3,
         help={"*": "runs; the median is reported (default 3)", "checkpoint-files": "rounds (default 3)",
@@ -87,12 +90,12 @@ BENCH_OPTIONS = [
     opt("--candidates", modes="state-designs", default=None, help="comma-separated subset (default all)"),
     opt("--per-order-seconds", modes="state-designs", type=float, default=60.0,
         help="time allowed to the per-order Python state candidate (default 60)"),
-    opt("--rates", modes="e2e,low-latency,lane-tuning,alerts-from", default=None,
-        help={"e2e": "comma-separated trade rates to ramp through, trades/s (default 5000,10000,20000,50000)",
+    opt("--rates", modes="e2e,low-latency,lane-tuning,alerts-from,reconcile-cost", default=None,
+        help={"reconcile-cost": "comma-separated alerts/s (default 1000,5000)","e2e": "comma-separated trade rates to ramp through, trades/s (default 5000,10000,20000,50000)",
               "low-latency": "the paced rates, events/s (default 1000,10000,50000)",
               "lane-tuning": "the paced rates of each round, events/s",
               "alerts-from": "the paced rate, trades/s (default 5000)"}),
-    opt("--seconds", modes="e2e,low-latency,lane-tuning,alerts-from", type=float, default=20.0,
+    opt("--seconds", modes="e2e,low-latency,lane-tuning,alerts-from,reconcile-cost", type=float, default=20.0,
         help={"*": "how long each rate is produced, seconds (default 20)",
               "lane-tuning": "how long each rate is produced, seconds (default 10)"}),
     opt("--micro-batch", modes="low-latency", action="store_true",
@@ -101,7 +104,7 @@ BENCH_OPTIONS = [
         help="the Spark runtime (control: the control venv's pyspark 4.2, micro-batch only)"),
     opt("--conf", modes="low-latency", action="append", default=None, metavar="KEY=VALUE",
         help="a Spark setting of the lane's spark-submit (repeatable)"),
-    opt("--report", modes="low-latency,lane-tuning,alerts-from,status-commands", action="store_true",
+    opt("--report", modes="low-latency,lane-tuning,alerts-from,status-commands,reconcile-cost", action="store_true",
         help="write its section of docs/benchmarks.md and its key of docs/img/bench-results.json"),
     opt("--warmup-seconds", modes="low-latency,lane-tuning", type=float, default=10.0,
         help="a warm-up segment after the lane starts, left out of the figures (default 10)"),
@@ -165,6 +168,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from aldebaran_capacity.bench import status_commands
 
         return status_commands.main(args)
+    if args.which == "reconcile-cost":
+        from aldebaran_capacity.bench import reconcile_cost
+
+        return reconcile_cost.main(args)
     if args.which == "e2e":
         from aldebaran_capacity.bench import e2e
 
