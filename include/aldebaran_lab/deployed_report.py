@@ -207,6 +207,9 @@ def render(result: dict, plot: str | None) -> str:
              "After each segment the hand-rolled confluent-kafka loop (`aldebaran_capacity.bench.peer`) runs the same "
              "load on the same box, the platform beside it: our p99 ÷ its p99. Latency = seen − the trade's Kafka "
              "timestamp, same clock (`aldebaran_lab.deployed`).", ""]
+    for part, origin in (d.get("kept") or {}).items():
+        lines += [f"*{part.replace('_', ' ')}: not measured by this run; the figures are the earlier run's: "
+                  f"`{origin.get('command')}` — {origin.get('date')}.*", ""]
     if d.get("rest"):
         lines += _rest_table(d["rest"], "At rest, right after the demo")
         lines += ["**Targets at rest, right after the demo** (BRIEF §4):", *rest_targets(d["rest"]), ""]
@@ -265,6 +268,31 @@ def splice_first(existing: str, section: str) -> str:
     return "\n".join(lines[:cut]).rstrip("\n") + "\n\n" + section + "\n\n" + "\n".join(lines[cut:])
 
 
+#: Parts of ``deployed`` that a run may leave out (--no-rest, --no-capacity, no --with-lane).
+OPTIONAL_PARTS = {"rest": ("rest",), "rest_steady": ("rest_steady",),
+                  "capacity": ("capacity", "capacity_eps", "capacity_rates", "rung_seconds"),
+                  "with_lane": ("with_lane",)}
+
+
+def keep_unmeasured(new: dict, earlier: dict) -> dict:
+    """`new` with the parts it did not measure taken from `earlier`, each named in ``kept`` with the run it
+    came from (its command and date), so a partial run does not drop the figures of a full one."""
+    out = {**new}
+    kept = {}
+    for part, keys in OPTIONAL_PARTS.items():
+        if new.get(keys[0]) is None and earlier.get(keys[0]) is not None:
+            out.update({k: earlier[k] for k in keys if k in earlier})
+            origin = (earlier.get("kept") or {}).get(part) or {
+                "command": earlier.get("command"), "date": (earlier.get("machine") or {}).get("date")}
+            if part == "with_lane" and earlier["with_lane"].get("command"):
+                origin = {"command": earlier["with_lane"]["command"],
+                          "date": (earlier["with_lane"].get("machine") or {}).get("date")}
+            kept[part] = origin
+    if kept:
+        out["kept"] = kept
+    return out
+
+
 def write(result: dict, docs: Path, lane_only: bool = False) -> None:
     """The section and the JSON key. `lane_only`: only ``deployed.with_lane`` is new (with its own command and
     machine); the rest of ``deployed`` is the earlier run's, kept as it was, and the section says so."""
@@ -272,13 +300,15 @@ def write(result: dict, docs: Path, lane_only: bool = False) -> None:
     img.mkdir(parents=True, exist_ok=True)
     raw = img / "bench-results.json"
     data = json.loads(raw.read_text()) if raw.exists() else {}
+    earlier = data.get("deployed") or {}
     if lane_only:
-        earlier = data.get("deployed") or {}
         if not earlier.get("segments"):
             raise ValueError("--lane-only needs the exact-lane figures of an earlier `bench deployed --report` run")
         lane = {**result["deployed"]["with_lane"], "command": result["command"], "machine": result["machine"]}
         result = {"deployed": {**earlier, "with_lane": lane}, "command": earlier["command"],
                   "machine": earlier["machine"]}
+    else:
+        result = {**result, "deployed": keep_unmeasured(result["deployed"], earlier)}
     has_plot = plot(result["deployed"]["segments"], img / PLOT)
     doc = docs / "benchmarks.md"
     text = doc.read_text() if doc.exists() else "# Benchmarks\n\nFigures from `make bench`; each section names its command.\n"

@@ -129,3 +129,26 @@ def test_a_lane_only_run_keeps_the_earlier_exact_figures_and_adds_its_nice_level
     assert [ab["nice"] for ab in data["deployed"]["with_lane"]["exact_nice_ab"]] == [0, 10]
     text = (tmp_path / "benchmarks.md").read_text()
     assert "reniced to **10**" in text and "`bench deployed --lane-only`" in text
+
+
+def test_a_run_without_the_capacity_ladder_keeps_the_earlier_ladder_and_says_whose_it_is(tmp_path):
+    import json
+
+    from aldebaran import paths
+
+    earlier = json.loads((paths.ROOT / "docs" / "img" / "bench-results.json").read_text())["deployed"]
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "bench-results.json").write_text(json.dumps({"deployed": earlier}))
+    machine = {"date": "2026-11-29 10:00 UTC", "cores": 2, "memory_gib": 23.5, "load_avg_at_start": 0.5}
+    new = {key: earlier[key] for key in ("rates", "seconds", "runs", "channels", "producer", "order", "peer")}
+    new["segments"] = earlier["segments"][:1]
+    deployed_report.write({"deployed": new, "command": "bench deployed --no-capacity --no-rest",
+                           "machine": machine}, tmp_path)
+    got = json.loads((tmp_path / "img" / "bench-results.json").read_text())["deployed"]
+    assert got["command"] == "bench deployed --no-capacity --no-rest" and got["segments"] == new["segments"]
+    assert got["capacity"] == earlier["capacity"] and got["capacity_eps"] == earlier["capacity_eps"]
+    assert got["rest"] == earlier["rest"] and got["with_lane"] == earlier["with_lane"]
+    assert got["kept"]["capacity"] == {"command": earlier["command"], "date": earlier["machine"]["date"]}
+    assert got["kept"]["with_lane"]["command"] == earlier["with_lane"]["command"]
+    text = (tmp_path / "benchmarks.md").read_text()
+    assert f"*capacity: not measured by this run; the figures are the earlier run's: `{earlier['command']}`" in text
