@@ -353,7 +353,7 @@ def _latency_batches_markdown(lt: dict) -> list[str]:
 
 
 PLAN_NAMES = {
-    ("shuffle", "jvm", "worker"): "shuffle plan, JVM parse (the plan before issue 16)",
+    ("shuffle", "jvm", "worker"): "shuffle plan, JVM parse (the plan before co-partitioning)",
     ("copartitioned", "jvm", "dedicated"): "co-partitioned, JVM parse, books in dedicated shard hosts",
     ("copartitioned", "python", "worker"): "co-partitioned, Python parse, books in Spark's Python workers",
     ("copartitioned", "python", "dedicated"): "co-partitioned, Python parse, books in dedicated shard hosts (default)",
