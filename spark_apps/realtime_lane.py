@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None, transform=None) -> int:
 
     from aldebaran import logs
     from aldebaran import spark as sparkmod
-    from aldebaran.kafka_conn import spark_kafka_options
+    from aldebaran.kafka.conn import spark_kafka_options
     from aldebaran.lanes import driver, realtime
     from aldebaran.settings import KafkaSettings, load
 

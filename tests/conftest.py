@@ -126,7 +126,7 @@ def unique():
 @pytest.fixture
 def kafka_topics(services_up, unique, monkeypatch):
     """Fresh trades/alerts/DLQ topics for one test, exported through the ALDEBARAN_KAFKA_* env vars."""
-    from aldebaran import kafka_admin
+    from aldebaran.kafka import admin as kadmin
     from aldebaran.settings import KafkaSettings, load
 
     names = {
@@ -140,9 +140,9 @@ def kafka_topics(services_up, unique, monkeypatch):
         monkeypatch.setenv(f"ALDEBARAN_KAFKA_{field.upper()}", topic)
     settings = load(KafkaSettings)
     topics = [*settings.topics(), settings.fast_alerts_topic]
-    kafka_admin.ensure_topics(settings, topics)
+    kadmin.ensure_topics(settings, topics)
     yield settings
-    kafka_admin.delete_topics(settings, [*topics, settings.alerts_dlq_topic])
+    kadmin.delete_topics(settings, [*topics, settings.alerts_dlq_topic])
 
 
 @pytest.fixture

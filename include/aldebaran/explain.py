@@ -158,7 +158,7 @@ def check(ex: Explanation) -> None:
 
 # --- reading Kafka -------------------------------------------------------------------------------------
 def _consumer(kafka):
-    from aldebaran.kafka_io import consumer
+    from aldebaran.kafka.io import consumer
 
     return consumer(kafka, f"aldebaran-explain-{time.time_ns()}", **{"enable.partition.eof": True})
 

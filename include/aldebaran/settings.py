@@ -37,7 +37,7 @@ class KafkaSettings(BaseSettings):
         description="ALDEBARAN_KAFKA_CONNECTION: id of the Airflow connection (conn_type kafka, extra = "
                     "librdkafka configuration) every Kafka client and Spark's Kafka source/sink use; outside "
                     "Airflow AIRFLOW_CONN_<ID>; undefined: plaintext clients of ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS, "
-                    "which also gives the brokers of a connection naming none (aldebaran.kafka_conn)",
+                    "which also gives the brokers of a connection naming none (aldebaran.kafka.conn)",
     )
     partitions: int = Field(2, ge=1, le=1024, description="ALDEBARAN_KAFKA_PARTITIONS: partitions of new topics")
     replication_factor: int = Field(
@@ -62,7 +62,7 @@ class KafkaSettings(BaseSettings):
     max_message_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="ALDEBARAN_KAFKA_MAX_MESSAGE_BYTES: largest message the topics take"
     )
-    # Failover behaviour of every client, librdkafka and Spark's Java client alike (aldebaran.kafka_failover
+    # Failover behaviour of every client, librdkafka and Spark's Java client alike (aldebaran.kafka.failover
     # applies them and says why each value; docs/reliability.md gives the gaps they bound).
     metadata_refresh_ms: int = Field(
         5_000, ge=1_000, le=300_000,
@@ -113,7 +113,7 @@ class KafkaSettings(BaseSettings):
                     "election never drops one; at least a minute and three request timeouts",
     )
 
-    # The cluster this object's clients reach, resolved once from the connection (aldebaran.kafka_conn.resolve)
+    # The cluster this object's clients reach, resolved once from the connection (aldebaran.kafka.conn.resolve)
     # and pickled with it: Spark's executors write the DLQ and alerts with the driver's resolution, whatever
     # their own environment holds.
     _cluster: object = PrivateAttr(default=None)

@@ -217,7 +217,7 @@ def send(recs: Iterable[Record], topic: str, rate: float | None = None, stamp_no
     still pass such counts. `total` defaults to ``len(recs)`` when `recs` has one.
     """
     from aldebaran.exceptions import AldebaranError
-    from aldebaran.kafka_io import producer
+    from aldebaran.kafka.io import producer
     from aldebaran.progress import Progress
     from aldebaran.settings import KafkaSettings, load
 

@@ -42,7 +42,7 @@ class TopicTap(threading.Thread):
     def __init__(self, kafka, topic: str, keep=None) -> None:
         from confluent_kafka import OFFSET_END, TopicPartition
 
-        from aldebaran.kafka_io import consumer
+        from aldebaran.kafka.io import consumer
 
         super().__init__(daemon=True, name=f"tap-{topic}")
         self.topic = topic

@@ -47,7 +47,7 @@ def _recent_p99(seen: dict, now_ms: float) -> float | None:
 
 class LiveWatch(threading.Thread):
     def __init__(self, kafka, channels: list[str], group: str, log_path=None, period: float = 2.0) -> None:
-        from aldebaran.kafka_io import consumer
+        from aldebaran.kafka.io import consumer
 
         super().__init__(daemon=True, name="loadgen-watch")
         self.kafka, self.channels, self.period = kafka, channels, period

@@ -26,8 +26,9 @@ import time
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
-from aldebaran import events, kafka_io
+from aldebaran import events
 from aldebaran.exceptions import AldebaranError
+from aldebaran.kafka import io as kio
 from aldebaran_capacity import loadgen
 from aldebaran_lab import demo_platform
 from aldebaran_lab.airflow_api import AirflowApi
@@ -153,7 +154,7 @@ class Demo:
         t0 = time.monotonic()
         last = -1
         while True:
-            alerts = [json.loads(m.value()) for m in kafka_io.read_topic(kafka, kafka.alerts_topic, idle=1.0)]
+            alerts = [json.loads(m.value()) for m in kio.read_topic(kafka, kafka.alerts_topic, idle=1.0)]
             overfills = {a["alert_id"] for a in alerts if a["kind"] == "OVERFILL"}
             if len(overfills) != last:
                 print(f"   {len(overfills)}/{expected} OVERFILL alerts on {kafka.alerts_topic} after "
@@ -189,7 +190,7 @@ class Demo:
                   f"{a['purchase_count']:>2}  {a['trigger_event_id']}")
         if len(shown) > SHOWN:
             print(f"   ... {len(shown) - SHOWN} more")
-        dlq = kafka_io.read_topic(kafka, kafka.dlq_topic)
+        dlq = kio.read_topic(kafka, kafka.dlq_topic)
         reasons = Counter(dict(m.headers() or []).get("aldebaran.reason_code", b"?").decode() for m in dlq)
         print(f"   DLQ {kafka.dlq_topic}: {len(dlq)} messages {dict(reasons)}")
 

@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from aldebaran import kafka_admin
 from aldebaran.exceptions import AldebaranError
+from aldebaran.kafka import admin as kadmin
 from aldebaran.settings import KafkaSettings, ObjectStoreSettings, load
 
 log = logging.getLogger(__name__)
@@ -153,11 +153,11 @@ def reset(platform: Platform) -> dict:
     kafka = platform.kafka
     # The low-latency lane's topic too: its old alerts would be judged unconfirmed against a fresh exact lane.
     topics = [*kafka.topics(), kafka.fast_alerts_topic]
-    kafka_admin.delete_topics(kafka, topics)
+    kadmin.delete_topics(kafka, topics)
     groups = [f"{platform.group_prefix}-{c}" for c in platform.channels]
     _delete_groups(kafka, groups)
     _wait_gone(kafka, topics)
-    kafka_admin.ensure_topics(kafka, topics)
+    kadmin.ensure_topics(kafka, topics)
     store = open_store()
     removed = sum(store.delete_prefix(p) for p in platform.state_prefixes())
     removed += _reset_lane()
@@ -193,7 +193,7 @@ def _reset_lane() -> int:
 
 def _wait_gone(kafka: KafkaSettings, topics: list[str], timeout: float = 30.0) -> None:
     """A deleted topic stays in the metadata for a moment; creating it then would be a no-op."""
-    client = kafka_admin.admin(kafka)
+    client = kadmin.admin(kafka)
     deadline = time.monotonic() + timeout
     while set(topics) & set(client.list_topics(timeout=10).topics):
         if time.monotonic() > deadline:
@@ -207,7 +207,7 @@ def _delete_groups(kafka: KafkaSettings, groups: list[str], timeout: float = 45.
     (ALDEBARAN_DELIVERY_SESSION_TIMEOUT_MS), so a group still "not empty" is asked again until then."""
     from confluent_kafka import KafkaError, KafkaException
 
-    client = kafka_admin.admin(kafka)
+    client = kadmin.admin(kafka)
     existing = {g.group_id for g in client.list_consumer_groups(request_timeout=10).result().valid}
     doomed = [g for g in groups if g in existing]
     deadline = time.monotonic() + timeout

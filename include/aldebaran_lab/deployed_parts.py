@@ -150,7 +150,7 @@ class Channels:
         self.receiver = None
 
     def __enter__(self) -> "Channels":
-        from aldebaran import kafka_admin
+        from aldebaran.kafka import admin as kadmin
         from aldebaran_capacity.receivers.process import ReceiverProcess
 
         from aldebaran.delivery.settings import DeliverySettings
@@ -161,10 +161,10 @@ class Channels:
         # webhook column empty).
         group = load(DeliverySettings).group
         for name in ("webhook", "bus"):
-            kafka_admin.commit_at_end(self.kafka, f"{group}-{name}", self.kafka.alerts_topic)
+            kadmin.commit_at_end(self.kafka, f"{group}-{name}", self.kafka.alerts_topic)
         secret = secrets.token_urlsafe(24)
         self.receiver = ReceiverProcess("webhook", secret=secret).start()
-        kafka_admin.ensure_topics(self.kafka, [BUS_TOPIC])
+        kadmin.ensure_topics(self.kafka, [BUS_TOPIC])
         # host with a scheme is the base URL (the HTTP provider's rule, connection.base_url)
         self.api.set_connection("aldebaran_webhook", "http", host=self.receiver.url, password=secret,
                                 extra={"batch": self.webhook_batch} if self.webhook_batch > 1 else None)

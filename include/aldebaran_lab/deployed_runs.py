@@ -133,13 +133,13 @@ def lane_aggregate(rate: int, runs: list[dict], peers: list[dict]) -> dict:
 @contextlib.contextmanager
 def peer_topic(kafka):
     """The loop's alerts topic, for the bench's duration."""
-    from aldebaran import kafka_admin
+    from aldebaran.kafka import admin as kadmin
 
-    kafka_admin.ensure_topics(kafka, [PEER_TOPIC])
+    kadmin.ensure_topics(kafka, [PEER_TOPIC])
     try:
         yield PEER_TOPIC
     finally:
-        kafka_admin.delete_topics(kafka, [PEER_TOPIC])
+        kadmin.delete_topics(kafka, [PEER_TOPIC])
 
 
 class Peer:
@@ -260,7 +260,7 @@ def quiesce(ctx: Context, max_wait: float = 300.0) -> float:
     for minutes and the 1k segment after it measured that: p99 6 → 16 s in the 11-28 run). Returns the
     seconds waited (the segment's ``quiesce_s``)."""
     from aldebaran.delivery.settings import DeliverySettings
-    from aldebaran.kafka_admin import consumer_lag
+    from aldebaran.kafka.admin import consumer_lag
     from aldebaran.settings import load
     from aldebaran_lab.deployed_parts import CHANNELS
 

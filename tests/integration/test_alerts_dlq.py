@@ -10,11 +10,11 @@ import json
 import threading
 import time
 
-from aldebaran import kafka_admin, kafka_io
 from aldebaran.delivery.channels.log import LogChannel
 from aldebaran.delivery.dispatcher import Dispatcher
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.settings import DeliverySettings
+from aldebaran.kafka import admin as kadmin, io as kio
 from tests.conftest import assert_eventually
 
 DEEP = b"[" * 5000 + b"]" * 5000
@@ -26,7 +26,7 @@ GOOD = {"alert_id": "poison-test-1", "kind": "OVERFILL", "order_id": "o-1", "cli
 
 def test_poison_alerts_are_dead_lettered_committed_past_and_the_dispatcher_lives_on(kafka_topics, store, s3_prefix,
                                                                                     unique, tmp_path):
-    p = kafka_io.producer(kafka_topics)
+    p = kio.producer(kafka_topics)
     for key, value in ((b"bad-1", DEEP), (b"bad-2", NOT_JSON), (GOOD["alert_id"].encode(), json.dumps(GOOD).encode())):
         p.produce(kafka_topics.alerts_topic, key=key, value=value, partition=0)  # in this order, on one partition
     assert p.flush(30) == 0
@@ -48,7 +48,7 @@ def test_poison_alerts_are_dead_lettered_committed_past_and_the_dispatcher_lives
     thread.start()
     try:
         def settled() -> bool:
-            lag = kafka_admin.consumer_lag(kafka_topics, f"{group}-log", kafka_topics.alerts_topic)
+            lag = kadmin.consumer_lag(kafka_topics, f"{group}-log", kafka_topics.alerts_topic)
             return lag["committed"] and lag["partitions"][0] == 0
 
         assert_eventually(settled, timeout=60, message="the log channel's group committed past the poison")
@@ -65,7 +65,7 @@ def test_poison_alerts_are_dead_lettered_committed_past_and_the_dispatcher_lives
 
     # By the offset they had on the alerts topic (the DLQ's own partitions and offsets are the partitioner's).
     letters = {int(dict(m.headers())["aldebaran.source.offset"]): m
-               for m in kafka_io.read_topic(kafka_topics, kafka_topics.alerts_dlq_topic)}
+               for m in kio.read_topic(kafka_topics, kafka_topics.alerts_dlq_topic)}
     assert sorted(letters) == [0, 1] and [letters[o].value() for o in (0, 1)] == [DEEP, NOT_JSON]
     headers = {o: dict(m.headers()) for o, m in letters.items()}
     assert headers[0]["aldebaran.reason_code"] == b"too_deep" and headers[1]["aldebaran.reason_code"] == b"not_json"

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from confluent_kafka import TopicPartition
 
-from aldebaran import events, kafka_admin, kafka_io
+from aldebaran import events
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job
 from aldebaran.checkpoint import Checkpoint
+from aldebaran.kafka import admin as kadmin, io as kio
 from aldebaran.lanes import gap
 from aldebaran.settings import load
 from aldebaran_lab.chaos.common import topic_alerts
@@ -43,18 +44,18 @@ def _overfilled(kafka) -> set[str]:
 def test_the_exact_auditor_on_a_recreated_topic_skips_what_the_new_topic_had_before_its_restart(
         spark, kafka_topics, tmp_path, s3_prefix, store, unique):
     topic, query, cp = kafka_topics.trades_topic, f"dl-re-{unique}", str(tmp_path / "cp")
-    producer = kafka_io.producer(kafka_topics)
+    producer = kio.producer(kafka_topics)
     try:
-        kafka_io.produce_all(producer, topic, [(f"old-{i}", events.encode(events.request(f"old-{i}", 10, "c", "S")))
+        kio.produce_all(producer, topic, [(f"old-{i}", events.encode(events.request(f"old-{i}", 10, "c", "S")))
                                                for i in range(40)])
         _audit(spark, cp, query, s3_prefix)
         before = gap.checkpoint_offsets(Checkpoint(cp).spark, topic)
         assert before and sum(before.values()) == 40
 
         _recreate(kafka_topics, topic)
-        kafka_io.produce_all(producer, topic, _overfill("before-restart"))
+        kio.produce_all(producer, topic, _overfill("before-restart"))
         _audit(spark, cp, query, s3_prefix)  # no exception: failOnDataLoss=false
-        kafka_io.produce_all(producer, topic, _overfill("after-restart"))
+        kio.produce_all(producer, topic, _overfill("after-restart"))
         _audit(spark, cp, query, s3_prefix)
         assert _overfilled(kafka_topics) == {"after-restart"}
     finally:
@@ -64,17 +65,17 @@ def test_the_exact_auditor_on_a_recreated_topic_skips_what_the_new_topic_had_bef
 def test_the_exact_auditor_skips_trades_retention_deleted_before_it_read_them(
         spark, kafka_topics, tmp_path, s3_prefix, store, unique):
     topic, query, cp = kafka_topics.trades_topic, f"dl-ret-{unique}", str(tmp_path / "cp")
-    producer = kafka_io.producer(kafka_topics)
+    producer = kio.producer(kafka_topics)
     try:
-        kafka_io.produce_all(producer, topic, _overfill("read"))
+        kio.produce_all(producer, topic, _overfill("read"))
         _audit(spark, cp, query, s3_prefix)
-        kafka_io.produce_all(producer, topic, _overfill("deleted"))
+        kio.produce_all(producer, topic, _overfill("deleted"))
         # Retention, at once: every trade so far deleted (the low watermark moved to the end).
-        admin = kafka_admin.admin(kafka_topics)
+        admin = kadmin.admin(kafka_topics)
         marks = gap.watermarks(kafka_topics, topic)
         for fut in admin.delete_records([TopicPartition(topic, p, high) for p, (_, high) in marks.items()]).values():
             fut.result()
-        kafka_io.produce_all(producer, topic, _overfill("kept"))
+        kio.produce_all(producer, topic, _overfill("kept"))
         _audit(spark, cp, query, s3_prefix)  # no exception: failOnDataLoss=false
         assert _overfilled(kafka_topics) == {"read", "kept"}
     finally:

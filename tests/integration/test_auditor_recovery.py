@@ -13,9 +13,10 @@ import logging
 
 import pytest
 
-from aldebaran import events, kafka_admin, kafka_io, reference
+from aldebaran import events, reference
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job
+from aldebaran.kafka import admin as kadmin, io as kio
 from aldebaran.settings import load
 from aldebaran_lab.chaos import kill_auditor
 from aldebaran_lab.chaos.common import Workspace, topic_alerts, topic_env
@@ -73,7 +74,7 @@ def test_replay_on_a_fresh_checkpoint_gives_the_same_alert_ids(killed_run, spark
     first = topic_alerts(ws.kafka)
     replay = ws.kafka.model_copy(update={"alerts_topic": ws.kafka.alerts_topic + "-replay",
                                          "dlq_topic": ws.kafka.dlq_topic + "-replay"})
-    kafka_admin.ensure_topics(replay, [replay.alerts_topic, replay.dlq_topic])
+    kadmin.ensure_topics(replay, [replay.alerts_topic, replay.dlq_topic])
     try:
         with topic_env(replay):
             settings = load(AuditorSettings, checkpoint=checkpoint, trigger="available-now",
@@ -82,7 +83,7 @@ def test_replay_on_a_fresh_checkpoint_gives_the_same_alert_ids(killed_run, spark
             job.run(settings, spark=spark)
         second = topic_alerts(replay)
     finally:
-        kafka_admin.delete_topics(replay, [replay.alerts_topic, replay.dlq_topic])
+        kadmin.delete_topics(replay, [replay.alerts_topic, replay.dlq_topic])
         ws.store.delete(f"heartbeats/auditor/{ws.name}-replay.json")
     assert len(second) == len({a["alert_id"] for a in second})  # no crash: no repeats either
     assert {a["alert_id"] for a in second} == {a["alert_id"] for a in first}
@@ -116,7 +117,7 @@ def _audit(spark, kafka, checkpoint: str, query: str, prefix: str) -> list[dict]
 def test_mismatch_rule_on_and_off_through_configuration(spark, kafka_topics, tmp_path, s3_prefix, store, unique,
                                                         monkeypatch):
     messages = _mismatch_input()
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic,
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic,
                          [(b"k", m) for m in messages])  # one key: one partition, the order above
     store_keys = []
 
@@ -125,14 +126,14 @@ def test_mismatch_rule_on_and_off_through_configuration(spark, kafka_topics, tmp
     store_keys.append(f"heartbeats/auditor/mm-off-{unique}.json")
 
     on_topics = kafka_topics.model_copy(update={"alerts_topic": kafka_topics.alerts_topic + "-on"})
-    kafka_admin.ensure_topics(on_topics, [on_topics.alerts_topic])
+    kadmin.ensure_topics(on_topics, [on_topics.alerts_topic])
     monkeypatch.setenv("ALDEBARAN_KAFKA_ALERTS_TOPIC", on_topics.alerts_topic)
     monkeypatch.setenv("ALDEBARAN_AUDIT_RULES", "overfill,mismatch")
     try:
         on = _audit(spark, on_topics, str(tmp_path / "cp-on"), f"mm-on-{unique}", s3_prefix)
         store_keys.append(f"heartbeats/auditor/mm-on-{unique}.json")
     finally:
-        kafka_admin.delete_topics(on_topics, [on_topics.alerts_topic])
+        kadmin.delete_topics(on_topics, [on_topics.alerts_topic])
         for key in store_keys:
             store.delete(key)
 

@@ -10,9 +10,9 @@ from tests.conftest import assert_eventually
 
 
 def test_every_recipient_gets_each_expected_alert_exactly_once(services_up, spark):
-    from aldebaran import kafka_admin
     from aldebaran.heartbeat import DISPATCHER, prefix
     from aldebaran.delivery.settings import DeliverySettings
+    from aldebaran.kafka import admin as kadmin
     from aldebaran.settings import KafkaSettings, load
     from aldebaran.storage import open_store
 
@@ -42,7 +42,7 @@ def test_every_recipient_gets_each_expected_alert_exactly_once(services_up, spar
     store = open_store(load(DeliverySettings).store)
 
     def cleaned() -> None:
-        topics = kafka_admin.admin(kafka).list_topics(timeout=10).topics
+        topics = kadmin.admin(kafka).list_topics(timeout=10).topics
         assert not [t for t in topics if t.startswith(f"bench-{out['tag']}-")]
 
     assert_eventually(cleaned, timeout=30, message="the run's topics deleted")

@@ -12,9 +12,9 @@ import threading
 import pytest
 from aiohttp import web
 
-from aldebaran import kafka_admin, kafka_io
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import KafkaChannel, RetryableError, SmsChannel, WebhookChannel, batch_key
+from aldebaran.kafka import admin as kadmin, io as kio
 from aldebaran.model import Alert
 from aldebaran_capacity.receivers import BATCH_HEADER, SmsProvider, WebhookReceiver
 
@@ -160,9 +160,9 @@ def forward_topic(services_up, unique):
 
     settings = load(KafkaSettings)
     topic = f"t-{unique}-forwarded"
-    kafka_admin.ensure_topics(settings, [topic], partitions=3)
+    kadmin.ensure_topics(settings, [topic], partitions=3)
     yield settings, topic
-    kafka_admin.delete_topics(settings, [topic])
+    kadmin.delete_topics(settings, [topic])
 
 
 def test_kafka_send_many_writes_each_alert_once_keyed_by_its_id(forward_topic, channel_factory):
@@ -174,7 +174,7 @@ def test_kafka_send_many_writes_each_alert_once_keyed_by_its_id(forward_topic, c
     assert [o.alert_id for o in outcomes] == [a.alert_id for a in alerts]
     assert {o.status for o in outcomes} == {"delivered"}
 
-    messages = kafka_io.read_topic(settings, topic)
+    messages = kio.read_topic(settings, topic)
     assert sorted(m.key().decode() for m in messages) == sorted(a.alert_id for a in alerts)
     by_key = {m.key().decode(): m for m in messages}
     for a, o in zip(alerts, outcomes):

@@ -9,7 +9,6 @@ import secrets
 
 import pytest
 
-from aldebaran import kafka_admin, kafka_io
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import (
     EmailChannel,
@@ -24,6 +23,7 @@ from aldebaran.delivery.channels import (
 )
 from aldebaran.delivery.dispatcher import Dispatcher
 from aldebaran.delivery.ledger import Ledger
+from aldebaran.kafka import admin as kadmin, io as kio
 from aldebaran.model import Alert
 from aldebaran_capacity.receivers import SmsProvider, SmtpRecorder, WebhookReceiver, self_signed_cert
 from tests.conftest import assert_eventually
@@ -219,9 +219,9 @@ def forward_topic(services_up, unique):
 
     settings = load(KafkaSettings)
     topic = f"t-{unique}-forwarded"
-    kafka_admin.ensure_topics(settings, [topic], partitions=2)
+    kadmin.ensure_topics(settings, [topic], partitions=2)
     yield settings, topic
-    kafka_admin.delete_topics(settings, [topic])
+    kadmin.delete_topics(settings, [topic])
 
 
 def test_kafka_forwards_with_the_alert_id_as_key(forward_topic):
@@ -234,7 +234,7 @@ def test_kafka_forwards_with_the_alert_id_as_key(forward_topic):
         channel.close()
     assert [r["topic"] for r in receipts] == [topic, topic] and all(r["offset"] >= 0 for r in receipts)
 
-    messages = kafka_io.read_topic(settings, topic)
+    messages = kio.read_topic(settings, topic)
     assert sorted((m.key().decode(), json.loads(m.value())["order_id"]) for m in messages) == sorted(
         [(ALERT.alert_id, "1"), (other.alert_id, "9")])
     by_key = {m.key().decode(): m for m in messages}
@@ -309,7 +309,7 @@ def test_dispatcher_delivers_each_alert_once_per_channel(kafka_topics, store, s3
               alert_fields("OVERFILL", "5", 5, 9)]
     # At-least-once topic: every alert twice, the first three times, interleaved.
     stream = alerts + alerts[::-1] + [alerts[0]]
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.alerts_topic,
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.alerts_topic,
                          [(a["alert_id"], json.dumps(a)) for a in stream])
 
     # The channels come from the same configuration an operator writes (ALDEBARAN_CHANNELS + connections).

@@ -17,7 +17,8 @@ import urllib.request
 
 import pytest
 
-from aldebaran import kafka_io, reference
+from aldebaran import reference
+from aldebaran.kafka import io as kio
 from aldebaran_capacity import loadgen
 from aldebaran_lab import services
 from aldebaran_lab.chaos import kill_auditor
@@ -41,7 +42,7 @@ def test_challenge_example_on_the_standalone_cluster(cluster):
     ws = Workspace.create("cluster-example", s3a=True)  # the executors on the workers read and write the books in MinIO
     try:
         values = [r.value for r in loadgen.records(loadgen.CHALLENGE_EXAMPLE)]
-        kafka_io.produce_all(kafka_io.producer(ws.kafka), ws.kafka.trades_topic,
+        kio.produce_all(kio.producer(ws.kafka), ws.kafka.trades_topic,
                              [(r.key, r.value) for r in loadgen.records(loadgen.CHALLENGE_EXAMPLE)])
         auditor = AuditorProcess(ws.env(), auditor_args(ws, trigger="available-now",
                                                         extra=["--master", cluster]), ws.logs / "auditor.log")

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from aldebaran import kafka_io
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import configured_channels
 from aldebaran.delivery.dispatcher import Dispatcher
@@ -26,6 +25,7 @@ from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.records import DEAD, DELIVERED, IN_DOUBT, RetryPolicy
 from aldebaran.delivery.runs import RECORDED
 from aldebaran.delivery.settings import DeliverySettings
+from aldebaran.kafka import io as kio
 from aldebaran_capacity.receivers import SmsProvider, WebhookReceiver
 from aldebaran_lab import services
 
@@ -42,7 +42,7 @@ def make_alert(order_id: str, requested: int = 100, purchased: int = 120) -> dic
 
 def publish(kafka, alerts: list[dict], raw: list[bytes] = ()) -> None:
     records = [(a["alert_id"], json.dumps(a)) for a in alerts] + [(b"bad", r) for r in raw]
-    kafka_io.produce_all(kafka_io.producer(kafka), kafka.alerts_topic, records)
+    kio.produce_all(kio.producer(kafka), kafka.alerts_topic, records)
 
 
 @pytest.fixture
@@ -295,12 +295,12 @@ def test_malformed_alerts_are_dead_lettered_and_dispatch_continues(kafka_topics,
     good = [make_alert("ok-1"), make_alert("ok-2")]
     raw = [b"not json", b'{"alert_id": 7, "kind": "OVERFILL", "order_id": "x"}', b'{"kind": "OVERFILL"}',
            json.dumps({"alert_id": "../../escape", "kind": "OVERFILL", "order_id": "x"}).encode()]
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.alerts_topic,
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.alerts_topic,
                          [(good[0]["alert_id"], json.dumps(good[0]))] + [(b"bad", r) for r in raw]
                          + [(good[1]["alert_id"], json.dumps(good[1]))])
     stats = dispatcher(ledger, channel_env("webhook"), kafka_topics, f"g-{unique}", settings).run_once(idle_timeout=2.0)
     assert stats.malformed == 4 and stats.sent == {"webhook": 2}
-    letters = kafka_io.read_topic(kafka_topics, kafka_topics.alerts_dlq_topic)
+    letters = kio.read_topic(kafka_topics, kafka_topics.alerts_dlq_topic)
     assert sorted(m.value() for m in letters) == sorted(raw)
     assert all(dict(m.headers())["aldebaran.reason"] for m in letters)
     assert {dict(m.headers())["aldebaran.consumer"] for m in letters} == {b"dispatcher:webhook"}

@@ -8,10 +8,11 @@ import json
 
 import pytest
 
-from aldebaran import events, kafka_io, reference
+from aldebaran import events, reference
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job
 from aldebaran.exceptions import AuditorError
+from aldebaran.kafka import io as kio
 from aldebaran.settings import load
 from aldebaran_capacity import loadgen
 
@@ -26,13 +27,13 @@ TRADES = [
 def test_a_bounded_run_expires_its_open_books_at_the_end_and_finishes_its_checkpoint(
         spark, kafka_topics, checkpoint, s3_prefix, unique, plan):
     recs = list(loadgen.records(iter(TRADES)))  # keyed by order id (the producer contract)
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
 
     settings = load(AuditorSettings, checkpoint=checkpoint, trigger="available-now", expire_at_end=True, plan=plan,
                     archive_prefix=f"{s3_prefix}/archive", query_name=f"end-{unique}")
     last = job.run(settings, spark=spark)
 
-    alerts = [json.loads(m.value()) for m in kafka_io.read_topic(kafka_topics, kafka_topics.alerts_topic)]
+    alerts = [json.loads(m.value()) for m in kio.read_topic(kafka_topics, kafka_topics.alerts_topic)]
     expected = reference.expected_alerts([r.value for r in recs], expire_at_end=True)
     assert sorted(map(reference.key, alerts)) == sorted(map(reference.key, expected))
     assert sorted((a["kind"], a["order_id"]) for a in alerts) == [("ORPHAN", "A"), ("OVERFILL", "C")]

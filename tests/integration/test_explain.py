@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from aldebaran import cli, events, kafka_io
+from aldebaran import cli, events
 from aldebaran import explain as ex
 from aldebaran.audit import provenance
 from aldebaran.audit.model import alert_id as alert_id_of
@@ -23,6 +23,7 @@ from aldebaran.audit.sparkjob import job
 from aldebaran.delivery.channels import LogChannel
 from aldebaran.delivery.dispatcher import Dispatcher
 from aldebaran.delivery.ledger import Ledger
+from aldebaran.kafka import io as kio
 from aldebaran.settings import load
 from aldebaran_capacity import loadgen
 from tests.integration.test_plugin import Tables
@@ -45,7 +46,7 @@ def _trades():
 def _positions(kafka, topic):
     """(event id or None, partition, offset, shares) of every trades message, as Kafka holds it."""
     out = []
-    for msg in kafka_io.read_topic(kafka, topic):
+    for msg in kio.read_topic(kafka, topic):
         v = events.validate(msg.value())
         out.append((None if isinstance(v, events.Invalid) else v.event_id, msg.partition(), msg.offset(),
                     None if isinstance(v, events.Invalid) else v.shares))
@@ -55,7 +56,7 @@ def _positions(kafka, topic):
 @pytest.mark.parametrize("plan", ["copartitioned", "shuffle"])
 def test_explain_tells_the_story_of_the_challenge_alert(spark, kafka_topics, store, s3_prefix, checkpoint,
                                                         tmp_path, unique, plan, capsys, plugin):
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic, _trades())
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic, _trades())
     settings = load(AuditorSettings, checkpoint=checkpoint, trigger="available-now", plan=plan,
                     archive_prefix=f"{s3_prefix}/archive", query_name=f"explain-{unique}")
     job.run(settings, spark=spark)

@@ -15,13 +15,14 @@ import time
 
 import pytest
 
-from aldebaran import explain, heartbeat, kafka_io, paths
+from aldebaran import explain, heartbeat, paths
 from aldebaran.delivery import fast
 from aldebaran.delivery.channels import configured_channels
 from aldebaran.delivery.dispatcher import Dispatcher
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.retraction import Retractor, reinstatement_id, retraction_id
 from aldebaran.delivery.settings import DeliverySettings
+from aldebaran.kafka import io as kio
 from aldebaran.lanes import reconciler
 from aldebaran.settings import load
 from aldebaran_capacity.receivers import WebhookReceiver
@@ -30,7 +31,7 @@ from tests.integration.test_dispatch_failures import make_alert
 
 
 def produce(kafka, topic: str, alerts: list[dict]) -> None:
-    kafka_io.produce_all(kafka_io.producer(kafka), topic, [(a["alert_id"], json.dumps(a)) for a in alerts])
+    kio.produce_all(kio.producer(kafka), topic, [(a["alert_id"], json.dumps(a)) for a in alerts])
 
 
 def fast_copy(alert: dict) -> dict:

@@ -15,11 +15,12 @@ import time
 
 import pytest
 
-from aldebaran import explain, heartbeat, kafka_admin, paths
+from aldebaran import explain, heartbeat, paths
 from aldebaran.delivery import fast
 from aldebaran.delivery.channels import configured_channels
 from aldebaran.delivery.claimlog import LanesMisaligned
 from aldebaran.delivery.dispatcher import Dispatcher
+from aldebaran.kafka import admin as kadmin
 from tests.conftest import assert_eventually
 from tests.integration.test_dispatch_failures import make_alert
 from tests.integration.test_fast_delivery import fast_copy, fast_env, logged, produce, receiver  # noqa: F401
@@ -61,13 +62,13 @@ def test_the_exact_copy_of_a_fast_delivery_is_recognised_through_the_claim_log(f
 def test_a_fast_topic_partitioned_unlike_the_alerts_topic_is_refused(fast_env, kafka_topics, unique):
     ledger, settings, _ = fast_env
     odd = kafka_topics.model_copy(update={"fast_alerts_topic": f"t-{unique}-fast3"})
-    kafka_admin.ensure_topics(odd, [odd.fast_alerts_topic], partitions=kafka_admin.partition_count(
+    kadmin.ensure_topics(odd, [odd.fast_alerts_topic], partitions=kadmin.partition_count(
         kafka_topics, kafka_topics.alerts_topic) + 1)
     try:
         with pytest.raises(LanesMisaligned, match="partitioned alike"):
             fast.fast_dispatcher(ledger, kafka=odd, settings=settings).run_once(idle_timeout=1.0)
     finally:
-        kafka_admin.delete_topics(odd, [odd.fast_alerts_topic])
+        kadmin.delete_topics(odd, [odd.fast_alerts_topic])
 
 
 def start(args: list[str], name: str, log_path) -> subprocess.Popen:

@@ -55,7 +55,7 @@ def profile():
 def roundtrip(tag: str) -> None:
     from confluent_kafka import Consumer
 
-    from aldebaran.kafka_io import producer, produce_all
+    from aldebaran.kafka.io import producer, produce_all
 
     settings = kafka_settings(ha.LAYOUT)
     key = f"{tag}-{uuid.uuid4().hex[:8]}".encode()

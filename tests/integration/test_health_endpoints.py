@@ -22,7 +22,8 @@ import urllib.request
 
 import pytest
 
-from aldebaran import heartbeat, kafka_io, metrics, paths
+from aldebaran import heartbeat, metrics, paths
+from aldebaran.kafka import io as kio
 from tests.conftest import assert_eventually
 from tests.integration.test_dispatch_failures import make_alert, publish
 from tests.integration.test_metrics import dispatcher_env  # noqa: F401  (a fixture)
@@ -135,7 +136,7 @@ def test_the_auditor_is_ready_while_its_batches_progress_and_not_when_one_hangs(
 
         fault.armed.set()
         trade = events.encode(events.request("1", 100, "Sendence", "AAPL"))
-        kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic, [(b"1", trade)])
+        kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic, [(b"1", trade)])
         assert fault.hung.wait(20), "no batch reached the fault"
 
         def stalled() -> dict:

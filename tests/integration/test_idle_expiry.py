@@ -8,9 +8,10 @@ import json
 import threading
 import time
 
-from aldebaran import events, kafka_io
+from aldebaran import events
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job
+from aldebaran.kafka import io as kio
 from aldebaran.settings import load
 from aldebaran_capacity import loadgen
 from tests.conftest import assert_eventually
@@ -42,13 +43,13 @@ def test_an_idle_auditor_runs_one_batch_per_expiry_period_and_still_expires_book
         assert not failed, failed
         # An order with purchases and no request: an ORPHAN once its book expires (no later event will come).
         recs = list(loadgen.records(iter([events.purchase("idle-p1", "IDLE", 30)])))
-        kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic,
+        kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic,
                              [(r.key, r.value) for r in recs])
         sent = time.monotonic()
 
         def orphan() -> dict:
             assert not failed, failed
-            got = [json.loads(m.value()) for m in kafka_io.read_topic(kafka_topics, kafka_topics.alerts_topic)]
+            got = [json.loads(m.value()) for m in kio.read_topic(kafka_topics, kafka_topics.alerts_topic)]
             assert [(a["kind"], a["order_id"]) for a in got] == [("ORPHAN", "IDLE")], got
             return got[0]
 

@@ -14,9 +14,10 @@ import logging
 
 import pytest
 
-from aldebaran import kafka_admin, kafka_io, paths
+from aldebaran import paths
 from aldebaran.exceptions import ConfigError
-from aldebaran.kafka_conn import resolve, spark_kafka_options
+from aldebaran.kafka import admin as kadmin, io as kio
+from aldebaran.kafka.conn import resolve, spark_kafka_options
 from aldebaran.settings import KafkaSettings, load
 from aldebaran_lab.services import kafka_tls
 from tests.airflow_home import airflow_db, dagbag  # noqa: F401  (fixtures)
@@ -60,12 +61,12 @@ def test_produce_and_consume_through_the_connection(secured, mechanism, unique):
     cluster = resolve(settings)
     assert (cluster.bootstrap_servers, cluster.protocol) == (settings_listener_address(), "SASL_SSL")
     records = [(f"o-{i}".encode(), json.dumps({"id": f"o-{i}", "n": i}).encode()) for i in range(20)]
-    assert kafka_io.produce_all(kafka_io.producer(settings), settings.trades_topic, records) == 20
-    got = kafka_io.read_topic(settings, settings.trades_topic)
+    assert kio.produce_all(kio.producer(settings), settings.trades_topic, records) == 20
+    got = kio.read_topic(settings, settings.trades_topic)
     assert sorted((m.key(), m.value()) for m in got) == sorted(records)
-    assert kafka_io.end_offsets(settings, settings.trades_topic) and kafka_admin.partition_count(
+    assert kio.end_offsets(settings, settings.trades_topic) and kadmin.partition_count(
         settings, settings.trades_topic) == settings.partitions
-    lag = kafka_admin.consumer_lag(settings, f"g-{unique}", settings.trades_topic)
+    lag = kadmin.consumer_lag(settings, f"g-{unique}", settings.trades_topic)
     assert lag == {"lag": 20, "partitions": lag["partitions"], "committed": False}
 
 
@@ -77,7 +78,7 @@ def test_a_wrong_password_fails_naming_the_connection(secured, caplog):
     settings = secured(password="not-the-password-" + "x" * 8)
     with caplog.at_level(logging.DEBUG):
         with pytest.raises(ConfigError) as exc:
-            kafka_admin.ensure_topics(settings)
+            kadmin.ensure_topics(settings)
     message = str(exc.value)
     assert f"refused the credentials of {CONN_VAR}" in message, message
     assert "Authentication failed" in message
@@ -87,7 +88,7 @@ def test_a_wrong_password_fails_naming_the_connection(secured, caplog):
 def test_spark_source_and_sink_through_the_secured_listener(secured, spark):
     settings = secured("SCRAM-SHA-512")
     records = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(10)]
-    kafka_io.produce_all(kafka_io.producer(settings), settings.trades_topic, records)
+    kio.produce_all(kio.producer(settings), settings.trades_topic, records)
     options = spark_kafka_options(spark, settings)
     assert options["kafka.security.protocol"] == "SASL_SSL" and "kafka.sasl.jaas.config" in options
     rows = (spark.read.format("kafka").options(**options).option("subscribe", settings.trades_topic)
@@ -96,7 +97,7 @@ def test_spark_source_and_sink_through_the_secured_listener(secured, spark):
     # The sink: the same options, then read back with confluent-kafka through the connection.
     (spark.createDataFrame([("a1", "alert one"), ("a2", "alert two")], "key string, value string")
      .write.format("kafka").options(**options).option("topic", settings.alerts_topic).save())
-    assert sorted(m.value() for m in kafka_io.read_topic(settings, settings.alerts_topic)) == [b"alert one", b"alert two"]
+    assert sorted(m.value() for m in kio.read_topic(settings, settings.alerts_topic)) == [b"alert one", b"alert two"]
     # The password stays out of what Spark shows of the source.
     plan = (spark.read.format("kafka").options(**options).option("subscribe", settings.trades_topic).load()
             ._jdf.queryExecution().toString())
@@ -108,7 +109,7 @@ def test_the_auditors_kafka_source_reads_through_the_connection(secured, spark, 
     from aldebaran.audit.sparkjob.job import kafka_source
 
     settings = secured("PLAIN")
-    kafka_io.produce_all(kafka_io.producer(settings), settings.trades_topic, [(b"o-1", b'{"id": "o-1"}')])
+    kio.produce_all(kio.producer(settings), settings.trades_topic, [(b"o-1", b'{"id": "o-1"}')])
     auditor = AuditorSettings(starting_offsets="earliest", checkpoint=str(tmp_path / "cp"))
     query = (kafka_source(spark, auditor, settings).select("value").writeStream.format("memory")
              .queryName("secured_source").option("checkpointLocation", str(tmp_path / "cp"))
@@ -129,7 +130,7 @@ def test_inside_an_airflow_task_the_connection_comes_from_airflow(
     from aldebaran.storage import LocalStore
 
     alerts = [_alert(f"secured-{i}") for i in range(3)]
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.alerts_topic,
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.alerts_topic,
                          [(a["alert_id"], json.dumps(a)) for a in alerts])
     log_file = tmp_path / "alerts.jsonl"
     monkeypatch.delenv(CONN_VAR, raising=False)
@@ -158,7 +159,7 @@ def test_a_streaming_dispatcher_gets_the_connection_airflow_resolved(
     Kafka connection the task handed it (AIRFLOW_CONN_ALDEBARAN_KAFKA), created through the REST API."""
     name, log_file = dispatcher_env
     alerts = [_alert(f"secured-stream-{i}") for i in range(3)]
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.alerts_topic,
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.alerts_topic,
                          [(a["alert_id"], json.dumps(a)) for a in alerts])
     monkeypatch.delenv(CONN_VAR, raising=False)
     monkeypatch.setenv("ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:1")
@@ -186,17 +187,17 @@ def test_the_auditor_runs_through_the_secured_listener(secured, spark, checkpoin
     settings = secured("SCRAM-SHA-512")
     trades = [events.request("C", 10), events.purchase("c-1", "C", 20), events.request("D", 5)]
     recs = list(loadgen.records(iter(trades)))
-    kafka_io.produce_all(kafka_io.producer(settings), settings.trades_topic,
+    kio.produce_all(kio.producer(settings), settings.trades_topic,
                          [(r.key, r.value) for r in recs] + [(b"bad", b"not json")])
     auditor = load(AuditorSettings, checkpoint=checkpoint, trigger="available-now", plan=plan,
                    archive_prefix=f"{s3_prefix}/archive", query_name=f"secured-{unique}")
     job.run(auditor, spark=spark, kafka=settings)
 
-    alerts = [json.loads(m.value()) for m in kafka_io.read_topic(settings, settings.alerts_topic)]
+    alerts = [json.loads(m.value()) for m in kio.read_topic(settings, settings.alerts_topic)]
     assert sorted(map(reference.key, alerts)) == sorted(map(reference.key, reference.expected_alerts(
         [r.value for r in recs])))
     assert [(a["kind"], a["order_id"]) for a in alerts] == [("OVERFILL", "C")]
-    assert [m.value() for m in kafka_io.read_topic(settings, settings.dlq_topic)] == [b"not json"]
+    assert [m.value() for m in kio.read_topic(settings, settings.dlq_topic)] == [b"not json"]
 
 
 def test_the_low_latency_lane_runs_through_the_secured_listener(secured, tmp_path):
@@ -212,7 +213,7 @@ def test_the_low_latency_lane_runs_through_the_secured_listener(secured, tmp_pat
 
     settings = secured("SCRAM-SHA-512")
     trades = [events.request("L", 10), events.purchase("l-1", "L", 20)]
-    kafka_io.produce_all(kafka_io.producer(settings), settings.trades_topic,
+    kio.produce_all(kio.producer(settings), settings.trades_topic,
                          [(r.key, r.value) for r in loadgen.records(iter(trades))])
     spec = Lane(checkpoint=str(tmp_path / "lane"), trades_topic=settings.trades_topic,
                 alerts_topic=settings.alerts_topic, starting_offsets="earliest", checkpoint_interval="10 seconds")
@@ -223,7 +224,7 @@ def test_the_low_latency_lane_runs_through_the_secured_listener(secured, tmp_pat
     try:
         def alerted():
             assert proc.poll() is None, log_path.read_text(errors="replace")[-4000:]
-            got = [json.loads(m.value()) for m in kafka_io.read_topic(settings, settings.alerts_topic, idle=1.0)]
+            got = [json.loads(m.value()) for m in kio.read_topic(settings, settings.alerts_topic, idle=1.0)]
             assert [(a["kind"], a["order_id"]) for a in got] == [("OVERFILL", "L")], got
         assert_eventually(alerted, timeout=150, interval=2, message="the lane's alert through the secured listener")
     finally:
@@ -243,8 +244,8 @@ def test_a_replays_spark_submit_gets_the_connection_airflow_resolved(
     from tests.integration.dags.test_trades_replay import _xcom
 
     recs = list(loadgen.records(loadgen.original_mix(30, seed=5)))
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
-    stamped = [(m.value(), m.timestamp()[1]) for m in kafka_io.read_topic(kafka_topics, kafka_topics.trades_topic)]
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
+    stamped = [(m.value(), m.timestamp()[1]) for m in kio.read_topic(kafka_topics, kafka_topics.trades_topic)]
     for key, value in {
         "ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1",
         "ALDEBARAN_REPLAY_ARCHIVE_PREFIX": f"{s3_prefix}/replays",

@@ -15,8 +15,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from aldebaran import events, heartbeat, kafka_admin, kafka_io, paths
+from aldebaran import events, heartbeat, paths
 from aldebaran.audit.model import alert_id
+from aldebaran.kafka import admin as kadmin, io as kio
 from aldebaran.lanes import gap, keeper, status
 from aldebaran.lanes.settings import LaneSettings
 from aldebaran.settings import load
@@ -37,13 +38,13 @@ def _stop(proc: subprocess.Popen, log_path: Path) -> None:
 
 
 def _recreate(kafka, topic: str) -> None:
-    kafka_admin.delete_topics(kafka, [topic])
-    client = kafka_admin.admin(kafka)
+    kadmin.delete_topics(kafka, [topic])
+    client = kadmin.admin(kafka)
     deadline = time.monotonic() + 60
     while topic in client.list_topics(timeout=10).topics:  # a deleted topic stays listed for a moment
         assert time.monotonic() < deadline, f"{topic} still listed a minute after its deletion"
         time.sleep(0.5)
-    assert kafka_admin.ensure_topics(kafka, [topic]) == [topic]
+    assert kadmin.ensure_topics(kafka, [topic]) == [topic]
 
 
 def test_a_lane_whose_topic_was_recreated_restarts_fresh_and_reports_the_gap(kafka_topics, s3_prefix, tmp_path,
@@ -63,9 +64,9 @@ def test_a_lane_whose_topic_was_recreated_restarts_fresh_and_reports_the_gap(kaf
     cfg = load(LaneSettings)
     store = keeper.lane_store()
     topic = kafka_topics.trades_topic
-    producer = kafka_io.producer(kafka_topics)
+    producer = kio.producer(kafka_topics)
     # 60 orders' requests, on both partitions: the lane's first checkpoint starts at their end ("latest").
-    kafka_io.produce_all(producer, topic, [(f"old-{i}", events.encode(events.request(f"old-{i}", 10, "c", "S")))
+    kio.produce_all(producer, topic, [(f"old-{i}", events.encode(events.request(f"old-{i}", 10, "c", "S")))
                                            for i in range(60)])
 
     def beat() -> dict:
@@ -94,7 +95,7 @@ def test_a_lane_whose_topic_was_recreated_restarts_fresh_and_reports_the_gap(kaf
     # The demo's reset, as it was: the topic recreated, the lane's checkpoint and heartbeat left alone. The new
     # topic has one overfilled order (2 trades, one partition): fewer than the checkpoint's offsets.
     _recreate(kafka_topics, topic)
-    kafka_io.produce_all(producer, topic, [
+    kio.produce_all(producer, topic, [
         ("new-1", events.encode(events.request("new-1", 1, "c", "S"))),
         ("new-1", events.encode(events.purchase("new-1-p", "new-1", 2, "c", "S")))])
 
@@ -114,7 +115,7 @@ def test_a_lane_whose_topic_was_recreated_restarts_fresh_and_reports_the_gap(kaf
         def fast_alert() -> None:
             assert proc.poll() is None, log2.read_text()[-3000:]
             got = {json.loads(m.value())["alert_id"]
-                   for m in kafka_io.read_topic(kafka_topics, kafka_topics.fast_alerts_topic, idle=1.0)}
+                   for m in kio.read_topic(kafka_topics, kafka_topics.fast_alerts_topic, idle=1.0)}
             assert alert_id("OVERFILL", "new-1") in got, got
 
         # From the earliest trade of the new topic: its order alerts, though it was written before the restart.

@@ -12,9 +12,10 @@ import time
 
 import pytest
 
-from aldebaran import heartbeat, kafka_io
+from aldebaran import heartbeat
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery import dispatcher
+from aldebaran.kafka import io as kio
 from aldebaran.lanes import keeper, reconciler
 from aldebaran.lanes.settings import LaneSettings
 from aldebaran.platform import health
@@ -30,7 +31,7 @@ def _alert(order_id: str, lane: str | None = None) -> dict:
 
 
 def _produce(kafka, topic: str, alerts: list[dict]) -> None:
-    kafka_io.produce_all(kafka_io.producer(kafka), topic, [(a["alert_id"], json.dumps(a)) for a in alerts])
+    kio.produce_all(kio.producer(kafka), topic, [(a["alert_id"], json.dumps(a)) for a in alerts])
 
 
 def _step_until(rec, count: str, value: int) -> dict:

@@ -13,8 +13,9 @@ import signal
 import subprocess
 from pathlib import Path
 
-from aldebaran import events, heartbeat, kafka_io, paths
+from aldebaran import events, heartbeat, paths
 from aldebaran.audit.model import alert_id
+from aldebaran.kafka import io as kio
 from aldebaran.lanes import keeper
 from aldebaran.lanes.settings import LaneSettings
 from aldebaran.settings import load
@@ -58,24 +59,24 @@ def test_the_keeper_rotates_the_lane_onto_a_fresh_checkpoint(kafka_topics, s3_pr
 
         # The new generation reads from the latest offsets as its query resolves them: send an overfilled
         # order every few seconds until one alerts (the bench's probe), then the challenge's example.
-        producer = kafka_io.producer(kafka_topics)
+        producer = kio.producer(kafka_topics)
         probes: list[str] = []
 
         def fast_alert_ids() -> set[str]:
             return {json.loads(m.value())["alert_id"]
-                    for m in kafka_io.read_topic(kafka_topics, kafka_topics.fast_alerts_topic, idle=1.0)}
+                    for m in kio.read_topic(kafka_topics, kafka_topics.fast_alerts_topic, idle=1.0)}
 
         def probe_alerted():
             order = f"probe-{len(probes)}"
             probes.append(order)
-            kafka_io.produce_all(producer, kafka_topics.trades_topic, [
+            kio.produce_all(producer, kafka_topics.trades_topic, [
                 (order, events.encode(events.request(order, 1, "probe", "P"))),
                 (order, events.encode(events.purchase(f"{order}-p", order, 2, "probe", "P")))])
             assert {alert_id("OVERFILL", o) for o in probes} & fast_alert_ids()
 
         assert_eventually(probe_alerted, timeout=180, interval=3, message="a probe's alert after the rotation")
         recs = list(loadgen.records(loadgen.CHALLENGE_EXAMPLE))
-        kafka_io.produce_all(producer, kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
+        kio.produce_all(producer, kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
         assert_eventually(lambda: alert_id("OVERFILL", "1") in fast_alert_ids(), timeout=120, interval=2,
                           message="the challenge's alert after the rotation")
     finally:

@@ -19,9 +19,10 @@ import urllib.request
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from aldebaran import heartbeat, kafka_io, metrics, paths
+from aldebaran import heartbeat, metrics, paths
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.settings import DeliverySettings
+from aldebaran.kafka import io as kio
 from aldebaran.settings import load
 from tests.conftest import assert_eventually
 from tests.integration.test_dispatch_failures import make_alert, publish
@@ -139,7 +140,7 @@ def test_the_auditor_counts_batches_rows_and_alerts_as_trades_arrive(spark, kafk
         e = events.encode
         trades = [e(events.request("1", 100, "Sendence", "AAPL")), e(events.purchase("2", "1", 90, "Sendence", "AAPL")),
                   e(events.purchase("3", "1", 30, "Sendence", "AAPL")), e(events.request("4", 10, "Sendence", "IBM"))]
-        kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic,
+        kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic,
                              [(b"1", t) for t in trades[:3]] + [(b"4", trades[3])])
 
         def audited() -> dict:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from aldebaran import kafka_io
 from aldebaran.audit.partitioning import partition_of
+from aldebaran.kafka import io as kio
 from aldebaran_capacity import loadgen
 from aldebaran_capacity.bench import paced
 
@@ -21,7 +21,7 @@ def test_paced_producer_sends_every_record_once_in_order_with_its_stamp(kafka_to
     # Paced, not a burst: 300 records at 1,000/s take about 0.3 s (not asserted tighter: a shared machine).
     assert sent.seconds >= 0.25
 
-    got = kafka_io.read_topic(kafka_topics, kafka_topics.trades_topic, idle=1.0)
+    got = kio.read_topic(kafka_topics, kafka_topics.trades_topic, idle=1.0)
     assert sorted((m.key(), m.value()) for m in got) == sorted((r.key, r.value) for r in recs)
     assert sorted(m.timestamp()[1] for m in got) == sorted(sent.timestamps)
     by_key = defaultdict(list)
@@ -33,7 +33,7 @@ def test_paced_producer_sends_every_record_once_in_order_with_its_stamp(kafka_to
     # as librdkafka's murmur2_random puts it in.
     partitions = {m.key(): m.partition() for m in got}
     assert partitions == {k: partition_of(k, kafka_topics.partitions, "murmur2") for k in partitions}
-    probe = kafka_io.producer(kafka_topics, partitioner="murmur2_random")
-    kafka_io.produce_all(probe, kafka_topics.alerts_topic, [(k, b"x") for k in partitions])
-    again = {m.key(): m.partition() for m in kafka_io.read_topic(kafka_topics, kafka_topics.alerts_topic, idle=1.0)}
+    probe = kio.producer(kafka_topics, partitioner="murmur2_random")
+    kio.produce_all(probe, kafka_topics.alerts_topic, [(k, b"x") for k in partitions])
+    again = {m.key(): m.partition() for m in kio.read_topic(kafka_topics, kafka_topics.alerts_topic, idle=1.0)}
     assert again == partitions

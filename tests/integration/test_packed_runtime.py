@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from aldebaran import kafka_io, paths
+from aldebaran import paths
+from aldebaran.kafka import io as kio
 from aldebaran_capacity import loadgen
 from aldebaran_lab.chaos.common import AuditorProcess, topic_alerts
 from aldebaran_lab.services.spark_cluster import SparkMaster, SparkWorker
@@ -82,7 +83,7 @@ def test_the_auditor_runs_on_a_projectless_worker_from_the_packed_runtime(
                            env=worker.environment(), capture_output=True, text=True)
     assert probe.returncode != 0 and "No module named 'aldebaran'" in probe.stderr, probe
 
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic,
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic,
                          [(r.key, r.value) for r in loadgen.records(loadgen.CHALLENGE_EXAMPLE)])
     env = {**os.environ, "ALDEBARAN_SPARK_RUNTIME_ARCHIVE": str(runtime_archive)}
     args = ["--checkpoint", checkpoint, "--trigger", "available-now", "--rules", "overfill",

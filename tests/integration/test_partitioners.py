@@ -16,11 +16,12 @@ import json
 import pytest
 from confluent_kafka import Producer
 
-from aldebaran import kafka_admin, kafka_io, reference
+from aldebaran import reference
 from aldebaran.audit.partitioning import LIBRDKAFKA, partition_of
 from aldebaran.audit.sparkjob import plans
 from aldebaran.checkpoint import Checkpoint
 from aldebaran.exceptions import ConfigError
+from aldebaran.kafka import admin as kadmin, io as kio
 from aldebaran_capacity import loadgen
 from tests.integration.test_plans import _run  # the auditor run to the end of its input, its batch figures
 
@@ -38,21 +39,21 @@ def _produce(p: Producer, topic: str, records) -> None:
 
 def _ids(kafka) -> list:
     return sorted((a["alert_id"], a["kind"], a["order_id"]) for a in
-                  (json.loads(m.value()) for m in kafka_io.read_topic(kafka, kafka.alerts_topic)))
+                  (json.loads(m.value()) for m in kio.read_topic(kafka, kafka.alerts_topic)))
 
 
 @pytest.mark.parametrize("setting", sorted(LIBRDKAFKA))
 def test_librdkafka_places_keys_where_the_auditor_expects(kafka_topics, unique, setting):
     topic = f"t-{unique}-six"
-    kafka_admin.ensure_topics(kafka_topics, [topic], partitions=6)
+    kadmin.ensure_topics(kafka_topics, [topic], partitions=6)
     try:
         keys = [f"order-{i}".encode() for i in range(300)] + [str(10**9 + i).encode() for i in range(100)]
         _produce(_plain_producer(kafka_topics, partitioner=setting), topic, [(k, b"{}") for k in keys])
-        placed = {m.key(): m.partition() for m in kafka_io.read_topic(kafka_topics, topic)}
+        placed = {m.key(): m.partition() for m in kio.read_topic(kafka_topics, topic)}
         assert len(placed) == len(keys)
         assert {k: partition_of(k, 6, LIBRDKAFKA[setting]) for k in keys} == placed
     finally:
-        kafka_admin.delete_topics(kafka_topics, [topic])
+        kadmin.delete_topics(kafka_topics, [topic])
 
 
 def test_a_default_confluent_producer_gets_the_fast_path_from_an_empty_topic(spark, kafka_topics, checkpoint,

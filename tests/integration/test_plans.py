@@ -15,12 +15,13 @@ import os
 
 import pytest
 
-from aldebaran import kafka_io, reference
+from aldebaran import reference
 from aldebaran.audit.partitioning import owner
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job, shardhost
 from aldebaran.checkpoint import Checkpoint
 from aldebaran.exceptions import ConfigError
+from aldebaran.kafka import io as kio
 from aldebaran.settings import load
 from aldebaran_capacity import loadgen
 
@@ -34,7 +35,7 @@ def _run(spark, checkpoint, name, **extra):
 
 
 def _alerts(kafka_topics) -> list[dict]:
-    return [json.loads(m.value()) for m in kafka_io.read_topic(kafka_topics, kafka_topics.alerts_topic)]
+    return [json.loads(m.value()) for m in kio.read_topic(kafka_topics, kafka_topics.alerts_topic)]
 
 
 def _keys(alerts) -> list:
@@ -51,7 +52,7 @@ def _mix(orders: int = 300, seed: int = 5):
 
 def test_keyed_topic_runs_copartitioned_and_matches_the_reference(spark, kafka_topics, checkpoint, unique):
     recs = _mix()
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
     figures = _run(spark, checkpoint, f"plan-{unique}", max_offsets_per_trigger=300)
     assert {(f["plan"], f["parser"]) for f in figures} == {("copartitioned", "python")}
     assert sum(f["misrouted"] for f in figures) == 0
@@ -92,7 +93,7 @@ def test_shard_hosts_are_anchored_on_the_executor_jvm_whichever_daemon_runs_the_
 
 def test_unkeyed_topic_runs_the_shuffle_plan(spark, kafka_topics, checkpoint, unique):
     recs = _mix(seed=6)
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic,
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic,
                          [(f"k{i}".encode(), r.value) for i, r in enumerate(recs)])
     figures = _run(spark, checkpoint, f"plan-{unique}")
     assert {(f["plan"], f["parser"]) for f in figures} == {("shuffle", "jvm")}
@@ -106,7 +107,7 @@ def test_a_misrouted_event_is_routed_to_its_owner_never_audited_in_the_wrong_boo
     recs = _mix(orders=200, seed=7)
     partitions = 2
     wrong = {i for i in range(len(recs)) if i % 10 == 3}  # every 10th event in the other partition
-    p = kafka_io.producer(kafka_topics)
+    p = kio.producer(kafka_topics)
     for i, r in enumerate(recs):
         home = owner(r.key.decode(), partitions)
         p.produce(kafka_topics.trades_topic, key=r.key, value=r.value,
@@ -119,7 +120,7 @@ def test_a_misrouted_event_is_routed_to_its_owner_never_audited_in_the_wrong_boo
     second = _run(spark, checkpoint, name)
     assert sum(f["misrouted"] for f in second) == 0
     assert sum(f["applied"] for f in first + second) == len(recs)
-    rerouted = [m for m in kafka_io.read_topic(kafka_topics, kafka_topics.trades_topic)
+    rerouted = [m for m in kio.read_topic(kafka_topics, kafka_topics.trades_topic)
                 if dict(m.headers() or []).get("aldebaran.rerouted.from")]
     assert len(rerouted) == len(wrong)
     assert all(m.partition() == owner(m.key().decode(), partitions) for m in rerouted)
@@ -130,7 +131,7 @@ def test_a_misrouted_event_is_routed_to_its_owner_never_audited_in_the_wrong_boo
 
 def test_a_checkpoint_keeps_its_plan(spark, kafka_topics, checkpoint, unique):
     recs = _mix(orders=20, seed=8)
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
     _run(spark, checkpoint, f"plan-{unique}", plan="copartitioned")
     with pytest.raises(ConfigError, match="ALDEBARAN_AUDIT_PLAN"):
         _run(spark, checkpoint, f"plan-{unique}", plan="shuffle")

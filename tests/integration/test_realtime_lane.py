@@ -9,8 +9,9 @@ import subprocess
 
 import pytest
 
-from aldebaran import events, kafka_io, reference
+from aldebaran import events, reference
 from aldebaran.audit.model import alert_id as alert_id_of
+from aldebaran.kafka import io as kio
 from aldebaran.lanes.launch import Lane
 from aldebaran.lanes.launch import stop as stop_lane
 from aldebaran_capacity import loadgen
@@ -32,7 +33,7 @@ def lane(kafka_topics, tmp_path):
 
 
 def _alerts(settings) -> list[dict]:
-    return [json.loads(m.value()) for m in kafka_io.read_topic(settings, settings.alerts_topic, idle=1.0)]
+    return [json.loads(m.value()) for m in kio.read_topic(settings, settings.alerts_topic, idle=1.0)]
 
 
 def _key(alert: dict) -> tuple:
@@ -62,7 +63,7 @@ def test_lane_alerts_once_like_the_exact_lane(kafka_topics, lane):
         events.purchase(91, 9, 5, "Initech", "TSLA"),
     ]
     recs = list(loadgen.records(trades))
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
     stamps = [0] * len(recs)  # KEY_FIELDS hold no time
     expected = reference.expected_alerts(list(zip((r.value for r in recs), stamps)))
     assert {a["order_id"] for a in expected} == {"1", "7"}
@@ -87,7 +88,7 @@ def test_lane_alerts_once_like_the_exact_lane(kafka_topics, lane):
     late = list(loadgen.records(loadgen.CHALLENGE_EXAMPLE[3:]))
     # A marker order, overfilled, keyed like order 1 so that it shares its partition and is read after it.
     marker = [events.request(10, 1, "Acme", "IBM"), events.purchase(101, 10, 2, "Acme", "IBM")]
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic,
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic,
                          [(r.key, r.value) for r in late] + [(late[0].key, events.encode(e)) for e in marker])
 
     def marker_alert():

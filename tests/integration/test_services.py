@@ -7,8 +7,8 @@ import urllib.request
 
 import pytest
 
-from aldebaran import kafka_admin
 from aldebaran.exceptions import AlreadyExists, PreconditionFailed
+from aldebaran.kafka import admin as kadmin
 from aldebaran.settings import KafkaSettings, load
 from aldebaran_lab import services
 
@@ -24,7 +24,7 @@ def test_core_services_running_and_healthy(services_up):
 def test_platform_topics_exist_with_configured_partitions(services_up):
     settings = load(KafkaSettings)
     for topic in settings.topics():
-        assert kafka_admin.partition_count(settings, topic) == settings.partitions
+        assert kadmin.partition_count(settings, topic) == settings.partitions
 
 
 def test_bucket_exists(store):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from aldebaran import events, kafka_io, reference
+from aldebaran import events, reference
 from aldebaran import heartbeat
 from aldebaran.audit.model import alert_id as alert_id_of
 from aldebaran.audit.settings import AuditorSettings
@@ -13,6 +13,7 @@ from aldebaran.audit.sparkjob import job
 from aldebaran.delivery.channels import LogChannel
 from aldebaran.delivery.dispatcher import Dispatcher
 from aldebaran.delivery.ledger import Ledger
+from aldebaran.kafka import io as kio
 from aldebaran.settings import load
 from aldebaran_capacity import loadgen
 
@@ -26,20 +27,20 @@ def _run_auditor(spark, checkpoint, **extra):
 
 def test_challenge_example_end_to_end(spark, kafka_topics, store, s3_prefix, checkpoint, tmp_path, unique):
     recs = list(loadgen.records(iter(loadgen.CHALLENGE_EXAMPLE)))
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic,
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic,
                          [(r.key, r.value) for r in recs[:3]])
     _run_auditor(spark, checkpoint, archive_prefix=f"{s3_prefix}/archive", query_name=f"slice-{unique}")
 
-    alerts = [json.loads(m.value()) for m in kafka_io.read_topic(kafka_topics, kafka_topics.alerts_topic)]
+    alerts = [json.loads(m.value()) for m in kio.read_topic(kafka_topics, kafka_topics.alerts_topic)]
     assert [(a["kind"], a["order_id"], a["requested"], a["purchased"], a["trigger_event_id"]) for a in alerts] == [
         ("OVERFILL", "1", 100, 120, "3")
     ]
     assert alerts[0]["alert_id"] == alert_id_of("OVERFILL", "1")
 
     # The third purchase of 10 arrives later: the auditor resumes from its checkpoint, no new alert.
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic, [(recs[3].key, recs[3].value)])
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic, [(recs[3].key, recs[3].value)])
     _run_auditor(spark, checkpoint, archive_prefix=f"{s3_prefix}/archive", query_name=f"slice-{unique}")
-    assert len(kafka_io.read_topic(kafka_topics, kafka_topics.alerts_topic)) == 1
+    assert len(kio.read_topic(kafka_topics, kafka_topics.alerts_topic)) == 1
 
     # The heartbeat tells the supervisor what happened; then it was stopped cleanly.
     beat = heartbeat.read(store, heartbeat.AUDITOR, f"slice-{unique}")
@@ -60,7 +61,7 @@ def test_challenge_example_end_to_end(spark, kafka_topics, store, s3_prefix, che
     assert len(log_file.read_text().splitlines()) == 1
 
     # The same alert again on the topic (at-least-once) is not delivered twice.
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.alerts_topic,
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.alerts_topic,
                          [(alerts[0]["alert_id"], json.dumps(alerts[0]))])
     again = Dispatcher(ledger, [LogChannel("log", log_file)], kafka=kafka_topics, group=f"g2-{unique}").run_once(idle_timeout=2.0)
     assert again.sent == {} and again.already == {"log": 2}  # the original and its repeat: both suppressed
@@ -70,12 +71,12 @@ def test_challenge_example_end_to_end(spark, kafka_topics, store, s3_prefix, che
 def test_malformed_input_goes_to_the_dlq_with_reason_and_offset(spark, kafka_topics, checkpoint, s3_prefix):
     good = events.encode(events.request("9", 10))
     bad = [b"{not json", b'{"id": "p1", "initial_order_id": "9", "#shares": -1}', b"\xff\xfe"]
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic,
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic,
                          [(b"k", v) for v in [good, *bad]])
     last = _run_auditor(spark, checkpoint, archive_prefix=f"{s3_prefix}/archive")
     assert last["dlq"] == 3 and last["applied"] == 1
 
-    dlq = kafka_io.read_topic(kafka_topics, kafka_topics.dlq_topic)
+    dlq = kio.read_topic(kafka_topics, kafka_topics.dlq_topic)
     by_value = {m.value(): dict(m.headers()) for m in dlq}
     assert set(by_value) == set(bad)  # the original bytes, unchanged
     assert by_value[bad[0]]["aldebaran.reason_code"] == b"invalid_json"
@@ -108,12 +109,12 @@ def test_zero_share_events_are_audited_on_both_parse_paths(spark, kafka_topics, 
         # z3: 0 requested, 0 bought: equal, never an alert.
         ("z3", fast(events.request("z3", 0))), ("z3", reordered(events.purchase("z3-a", "z3", 0))),
     ]
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic,
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic,
                          [(k.encode(), v) for k, v in msgs])
     last = _run_auditor(spark, checkpoint, archive_prefix=f"{s3_prefix}/archive", query_name=f"zero-{unique}")
-    assert kafka_io.read_topic(kafka_topics, kafka_topics.dlq_topic) == []
+    assert kio.read_topic(kafka_topics, kafka_topics.dlq_topic) == []
     assert last["dlq"] == 0 and last["applied"] == 11 and last["duplicates"] == 1
-    alerts = [json.loads(m.value()) for m in kafka_io.read_topic(kafka_topics, kafka_topics.alerts_topic)]
+    alerts = [json.loads(m.value()) for m in kio.read_topic(kafka_topics, kafka_topics.alerts_topic)]
     assert sorted((a["kind"], a["order_id"], a["requested"], a["purchased"], a["purchase_count"],
                    a["trigger_event_id"]) for a in alerts) == [
         ("OVERFILL", "z1", 10, 11, 4, "z1-d"), ("OVERFILL", "z2", 0, 1, 3, "z2-c")]

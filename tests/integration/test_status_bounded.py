@@ -17,11 +17,12 @@ import time
 
 import pytest
 
-from aldebaran import cli, heartbeat, kafka_io
+from aldebaran import cli, heartbeat
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery import locate
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.runs import DELIVERED, RECORDED, Run
+from aldebaran.kafka import io as kio
 from aldebaran.lanes import keeper, reconciler, status
 from aldebaran.lanes.settings import LaneSettings
 from aldebaran.platform import health
@@ -68,7 +69,7 @@ def lane_env(kafka_topics, store, s3_prefix, monkeypatch, unique):
 def test_lanes_status_and_health_read_the_reconcilers_counts(lane_env, kafka_topics, capsys):
     cfg = lane_env
     alerts = [_alert(f"sb-{i}") for i in range(3)]
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.fast_alerts_topic,
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.fast_alerts_topic,
                          [(a["alert_id"], json.dumps(a)) for a in alerts])
     store = keeper.lane_store()
     rec = reconciler.Reconciler(kafka_topics, store, cfg.name, cfg.confirm_ttl_seconds, cfg.records_prefix,
@@ -155,20 +156,20 @@ def test_explain_and_show_find_the_alert_newest_first_within_a_budget(kafka_topi
     monkeypatch.setenv("ALDEBARAN_DELIVERY_PREFIX", f"{s3_prefix}/deliveries")
     monkeypatch.setattr(locate, "WINDOW", 100)  # several windows over a small topic
     old, recent = _alert("sb-old"), _alert("sb-recent")
-    meta = kafka_io.consumer(kafka_topics, "t").list_topics(kafka_topics.alerts_topic, timeout=10)
+    meta = kio.consumer(kafka_topics, "t").list_topics(kafka_topics.alerts_topic, timeout=10)
     n = len(meta.topics[kafka_topics.alerts_topic].partitions)
     import zlib
 
     home = zlib.crc32(old["alert_id"].encode()) % n
-    p = kafka_io.producer(kafka_topics)
+    p = kio.producer(kafka_topics)
     # The old alert, 500 fillers after it in its partition, then the recent one twice (a repeat) with fillers between.
     p.produce(kafka_topics.alerts_topic, key=old["alert_id"], value=json.dumps(old), partition=home)
     for i in range(500):
         p.produce(kafka_topics.alerts_topic, key=f"filler-{i}", value=b"{}", partition=home)
-    kafka_io.produce_all(p, kafka_topics.alerts_topic, [(recent["alert_id"], json.dumps(recent))])
+    kio.produce_all(p, kafka_topics.alerts_topic, [(recent["alert_id"], json.dumps(recent))])
     for i in range(150):
         p.produce(kafka_topics.alerts_topic, key=f"filler-b-{i}", value=b"{}", partition=home)
-    kafka_io.produce_all(p, kafka_topics.alerts_topic, [(recent["alert_id"], json.dumps(recent))])
+    kio.produce_all(p, kafka_topics.alerts_topic, [(recent["alert_id"], json.dumps(recent))])
 
     first = locate.locate(kafka_topics, recent["alert_id"])
     assert first is not None

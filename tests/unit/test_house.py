@@ -176,6 +176,13 @@ def test_no_import_cycles():
     assert not cycles, "import cycles: " + "; ".join(" → ".join(a_cycle(g, c)) for c in cycles)
 
 
+def test_the_kafka_package_imports_nothing_from_delivery():
+    """The Kafka clients sit under delivery: a dispatcher passes its group's values to aldebaran.kafka."""
+    wrong = [f"{name} imports {dep}" for name, deps in sorted(graph().items())
+             if name.startswith("aldebaran.kafka.") for dep in sorted(deps) if dep.startswith("aldebaran.delivery")]
+    assert "aldebaran.kafka.failover" in graph() and not wrong, "; ".join(wrong)
+
+
 def test_the_cycle_check_sees_a_cycle_and_names_it():
     g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
     assert sorted(map(sorted, strongly_connected(g))) == [["a", "b", "c"], ["e"]]

@@ -143,7 +143,7 @@ def parse(body: bytes, key: str) -> list:
 def check_aligned(kafka) -> None:
     """Refuse (LanesMisaligned) when the alerts and fast topics' partition counts differ; the key → partition
     mapping is the writers' (Spark's Kafka sink on both, keyed by alert_id) and cannot be read from the broker."""
-    from aldebaran.kafka_admin import partition_count
+    from aldebaran.kafka.admin import partition_count
 
     exact, fast = partition_count(kafka, kafka.alerts_topic), partition_count(kafka, kafka.fast_alerts_topic)
     if exact != fast:

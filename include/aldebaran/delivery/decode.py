@@ -49,7 +49,7 @@ class Rejected:
 
     def dlq_record(self, consumer: str) -> tuple[bytes | None, bytes, list[tuple[str, bytes]]]:
         """(key, value, headers) for alerts.dlq: the original key and bytes, the reason and origin in headers."""
-        from aldebaran.kafka_io import dlq_headers
+        from aldebaran.kafka.io import dlq_headers
 
         return (self.key, self.value if self.value is not None else b"",
                 dlq_headers(self.code, self.reason, self.topic, self.partition, self.offset, self.timestamp, consumer))
@@ -91,8 +91,8 @@ class AlertDeadLetters:
         return n
 
     def _ready(self):
-        from aldebaran.kafka_admin import ensure_topics
-        from aldebaran.kafka_io import DlqSink
+        from aldebaran.kafka.admin import ensure_topics
+        from aldebaran.kafka.io import DlqSink
 
         with self._lock:
             if self._sink is None:

@@ -129,12 +129,14 @@ class ChannelDispatcher:
                  heartbeat) -> None:
         from confluent_kafka import TopicPartition
 
-        from aldebaran.kafka_failover import dispatcher_group
-        from aldebaran.kafka_io import consumer
+        from aldebaran.kafka.failover import dispatcher_group
+        from aldebaran.kafka.io import consumer
 
         c = consumer(self.kafka, self.group, **{
             # Session, heartbeat, assignment strategy, poll interval: how a dead member's partitions move on.
-            **dispatcher_group(self.settings),
+            **dispatcher_group(session_timeout_ms=self.settings.session_timeout_ms,
+                               assignment_strategy=self.settings.assignment_strategy,
+                               max_poll_interval_ms=self.settings.max_poll_interval_ms),
             "enable.partition.eof": False,
             "fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024,
             # A streaming dispatcher is a static member: its restart takes its partitions back at once

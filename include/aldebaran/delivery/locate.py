@@ -5,7 +5,7 @@ Nothing maps an alert id to its offset (a per-alert index would cost a write per
 group-committed ledger exists to avoid), so the topic's keys are read — but newest first and bounded:
 
 - the alert's own partition first: the auditor produces alerts keyed by alert id with librdkafka's
-  default partitioner (``crc32(key) % partitions``, aldebaran.kafka_io), then the others (a topic whose
+  default partitioner (``crc32(key) % partitions``, aldebaran.kafka.io), then the others (a topic whose
   partitions grew, or a tool that wrote to one partition);
 - backwards from the end in windows of :data:`WINDOW` messages, at most `max_messages` in all: the
   operator's question is nearly always about a recent alert, and the cost no longer grows with the
@@ -33,7 +33,7 @@ def locate(kafka, alert_id: str, timeout: float = 30.0, max_messages: int = MAX_
     than the bounded look-up reaches, or gone with the topic's retention)."""
     from confluent_kafka import TopicPartition
 
-    from aldebaran.kafka_io import consumer
+    from aldebaran.kafka.io import consumer
 
     topic, key = kafka.alerts_topic, alert_id.encode()
     c = consumer(kafka, f"aldebaran-locate-{time.time_ns()}", **{"enable.auto.commit": False,

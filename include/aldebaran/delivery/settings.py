@@ -90,7 +90,7 @@ class DeliverySettings(BaseSettings):
         description="ALDEBARAN_DELIVERY_ASSIGNMENT_STRATEGY: partition.assignment.strategy of the dispatchers' "
                     "consumer groups: cooperative-sticky moves only the partitions that change owner, so a "
                     "survivor keeps delivering its own through a handover; the eager ones revoke every partition "
-                    "of every member. All members of a group must agree (aldebaran.kafka_failover)",
+                    "of every member. All members of a group must agree (aldebaran.kafka.failover)",
     )
     max_poll_interval_ms: int = Field(
         300_000, ge=1_000, le=86_400_000,

@@ -76,7 +76,7 @@ def with_backlog(stats: dict, group: str | None = None) -> dict:
     """Add the channel's backlog (alerts its consumer group has not settled) and committed offsets."""
     from aldebaran.delivery.settings import DeliverySettings
     from aldebaran.exceptions import AldebaranError
-    from aldebaran.kafka_admin import consumer_lag
+    from aldebaran.kafka.admin import consumer_lag
     from aldebaran.settings import KafkaSettings, load
 
     kafka = load(KafkaSettings)

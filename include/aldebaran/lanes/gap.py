@@ -183,9 +183,9 @@ def watermarks(kafka, topic: str, timeout: float = 10.0) -> dict[int, tuple[int,
     """The topic's (low, high) watermark per partition now ({} when the topic does not exist)."""
     from confluent_kafka import TopicPartition
 
-    from aldebaran import kafka_io
+    from aldebaran.kafka import io as kio
 
-    consumer = kafka_io.consumer(kafka, "aldebaran-lane-gap-check")  # no subscription, no commit
+    consumer = kio.consumer(kafka, "aldebaran-lane-gap-check")  # no subscription, no commit
     try:
         meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
         if meta is None or meta.error is not None:

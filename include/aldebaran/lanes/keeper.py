@@ -251,7 +251,7 @@ class Keeper:
 
     # --- the loop --------------------------------------------------------------------------------------
     def run(self) -> int:
-        from aldebaran.kafka_admin import ensure_topics
+        from aldebaran.kafka.admin import ensure_topics
         from aldebaran.lanes.reconciler import Reconciler
 
         s = self.settings

@@ -135,7 +135,7 @@ def start(spark, *, bootstrap_servers: str | None = None, trades_topic: str, ale
     ``source_options``: more options of the Kafka source (``kafka.fetch.max.wait.ms``, ...), after the
     lane's own. ``transform``: another plan over the Kafka rows than :func:`plan` (the benchmark's variants).
     ``kafka_options``: how the source and the sink reach the cluster (``kafka.``-prefixed, from the platform's
-    Kafka connection: aldebaran.kafka_conn.spark_kafka_options); else a plaintext ``bootstrap_servers``.
+    Kafka connection: aldebaran.kafka.conn.spark_kafka_options); else a plaintext ``bootstrap_servers``.
     ``sink_kafka_options``: the sink's, where they differ (its producer's failover options); else ``kafka_options``."""
     if kafka_options is None:
         if not bootstrap_servers:

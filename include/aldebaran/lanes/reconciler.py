@@ -107,7 +107,7 @@ class Reconciler:
     def open(self) -> None:
         from confluent_kafka import OFFSET_END, TopicPartition
 
-        from aldebaran.kafka_io import consumer
+        from aldebaran.kafka.io import consumer
 
         c = consumer(self.kafka, f"aldebaran-lane-{self.lane}-reconciler")
         start = self._resume_ms if self._resume_ms is not None else int(time.time() * 1000)

@@ -102,10 +102,10 @@ def launch(name: str, channels: list[str]) -> tuple[subprocess.Popen, Path]:
     """`aldebaran dispatch --follow` detached (own session: it outlives the task that started it).
     It runs outside Airflow and reads only its environment, so it gets the channels' connections as
     Airflow resolved them for this task (UI, API, secrets backend) as ``AIRFLOW_CONN_ALDEBARAN_*``, and the
-    platform's Kafka connection the same way (aldebaran.kafka_conn)."""
+    platform's Kafka connection the same way (aldebaran.kafka.conn)."""
     from aldebaran import paths
     from aldebaran.delivery.channels.sources import connections_env
-    from aldebaran.kafka_conn import connection_env
+    from aldebaran.kafka.conn import connection_env
 
     from aldebaran.delivery.fast import DISPATCHER_NAME
 

@@ -63,8 +63,8 @@ def _offsets(end_offsets, topic: str) -> dict[int, int] | None:
 
 
 def check_kafka(kafka, timeout: float) -> dict:
-    from aldebaran.kafka_admin import admin, list_topics
-    from aldebaran.kafka_conn import resolve
+    from aldebaran.kafka.admin import admin, list_topics
+    from aldebaran.kafka.conn import resolve
 
     t0 = time.monotonic()
     cluster = resolve(kafka)  # the brokers and the connection they came from (named, never a secret)
@@ -83,7 +83,7 @@ def check_kafka(kafka, timeout: float) -> dict:
 def check_auditor_lag(kafka, heartbeat: dict | None, limit: int) -> dict:
     from confluent_kafka import KafkaException
 
-    from aldebaran.kafka_io import end_offsets
+    from aldebaran.kafka.io import end_offsets
 
     try:
         ends = end_offsets(kafka, kafka.trades_topic)
@@ -107,7 +107,7 @@ def check_dispatch_lag(kafka, channels: list[str], limit: int) -> dict:
     from confluent_kafka import KafkaException
 
     from aldebaran.delivery.settings import DeliverySettings
-    from aldebaran.kafka_admin import consumer_lag
+    from aldebaran.kafka.admin import consumer_lag
     from aldebaran.settings import load
 
     group_prefix = load(DeliverySettings).group

@@ -42,7 +42,7 @@ def launch():
     from aldebaran import paths
     from aldebaran.delivery.channels.sources import connections_env
     from aldebaran.delivery.fast import fast_channel_names
-    from aldebaran.kafka_conn import connection_env
+    from aldebaran.kafka.conn import connection_env
 
     cfg = settings()
     fast = fast_channel_names()

@@ -92,7 +92,7 @@ def _kafka_lookups(kafka, topic: str):
     from confluent_kafka import TopicPartition
 
     from aldebaran.exceptions import AldebaranError
-    from aldebaran.kafka_io import consumer
+    from aldebaran.kafka.io import consumer
 
     c = consumer(kafka, group="aldebaran-replay-planner")
     meta = c.list_topics(topic, timeout=10).topics.get(topic)
@@ -128,12 +128,12 @@ def submit_env() -> dict[str, str]:
 def export_kafka_connection(context=None) -> None:
     """``pre_execute`` of the replay's spark-submit task: the provider's hook starts spark-submit with this
     task's environment plus ``env_vars`` (an XCom, no place for a secret), so the platform's Kafka
-    connection as Airflow resolved it (aldebaran.kafka_conn) goes into this task process's environment, and
+    connection as Airflow resolved it (aldebaran.kafka.conn) goes into this task process's environment, and
     the object store's too (aldebaran.s3access: the replay's books and s3a checkpoint)."""
     import os
 
     from aldebaran import s3access
-    from aldebaran.kafka_conn import connection_env
+    from aldebaran.kafka.conn import connection_env
 
     # Not configuration: the resolved connections go into the environment spark-submit inherits.
     os.environ.update({**connection_env(), **s3access.connection_env()})

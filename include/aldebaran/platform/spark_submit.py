@@ -98,7 +98,7 @@ class AuditorSubmitOperator(SparkSubmitOperator):
         import sys
 
         from aldebaran import spark as sparkmod
-        from aldebaran.kafka_conn import connection_env
+        from aldebaran.kafka.conn import connection_env
         from aldebaran.platform import auditor_submit, detached_submit, executors
 
         executors.check(f"auditor {log_name} (client deploy mode)")

@@ -113,7 +113,7 @@ class BusReader:
         return self
 
     def _run(self) -> None:
-        from aldebaran.kafka_io import consumer
+        from aldebaran.kafka.io import consumer
 
         c = consumer(self.kafka, f"bench-bus-{uuid.uuid4().hex[:8]}", **{"auto.offset.reset": "earliest"})
         c.subscribe([self.topic])
@@ -166,14 +166,14 @@ class LogFileReader:
 def _recipient(kind: str, kafka, tag: str):
     """(recipient with .stats() → {received, duplicates, received_at}, connection JSON for the channel, stop)."""
     if kind == "bus":
-        from aldebaran import kafka_admin
+        from aldebaran.kafka import admin as kadmin
 
         topic = f"bench-{tag}-bus"
-        kafka_admin.ensure_topics(kafka, [topic], partitions=2)
+        kadmin.ensure_topics(kafka, [topic], partitions=2)
         reader = BusReader(kafka, topic).start()
         conn = {"conn_type": "kafka", "extra": {"topic": topic, "bootstrap.servers": kafka.bootstrap_servers,
                                                 "linger.ms": 5}}
-        return reader, conn, lambda: (reader.stop(), kafka_admin.delete_topics(kafka, [topic]))
+        return reader, conn, lambda: (reader.stop(), kadmin.delete_topics(kafka, [topic]))
     if kind == "log":
         from aldebaran import paths
 
@@ -239,8 +239,9 @@ def channel_run(kind: str, alerts: int, duplicates: float = 0.1, timeout: float 
     import subprocess
     import sys
 
-    from aldebaran import kafka_admin, kafka_io, paths
+    from aldebaran import paths
     from aldebaran import heartbeat
+    from aldebaran.kafka import admin as kadmin, io as kio
     from aldebaran.settings import KafkaSettings, load
     from aldebaran.storage import S3Store
 
@@ -248,11 +249,11 @@ def channel_run(kind: str, alerts: int, duplicates: float = 0.1, timeout: float 
     design = FAST_KINDS.get(kind)  # None: the exact lane's dispatcher over the alerts topic
     kafka = load(KafkaSettings, alerts_topic=f"bench-{tag}-alerts", fast_alerts_topic=f"bench-{tag}-fast")
     # Both topics alike (the claim log refuses a fast topic partitioned unlike the alerts topic).
-    kafka_admin.ensure_topics(kafka, [kafka.alerts_topic, kafka.fast_alerts_topic] if design else [kafka.alerts_topic])
+    kadmin.ensure_topics(kafka, [kafka.alerts_topic, kafka.fast_alerts_topic] if design else [kafka.alerts_topic])
     topic = kafka.fast_alerts_topic if design else kafka.alerts_topic
     batch = make_alerts(alerts, tag)
     repeats = batch[: int(alerts * duplicates)]
-    kafka_io.produce_all(kafka_io.producer(kafka), topic,
+    kio.produce_all(kio.producer(kafka), topic,
                          [(a["alert_id"], json.dumps(a, separators=(",", ":"))) for a in batch + repeats])
     store = S3Store()
     recipient, conn, stop_recipient = _recipient(kind, kafka, tag)
@@ -287,7 +288,7 @@ def channel_run(kind: str, alerts: int, duplicates: float = 0.1, timeout: float 
             proc.kill()
         beat = heartbeat.read(store, heartbeat.DISPATCHER, dispatcher_name) or {}
         stop_recipient()
-        kafka_admin.delete_topics(kafka, [kafka.alerts_topic, kafka.fast_alerts_topic])
+        kadmin.delete_topics(kafka, [kafka.alerts_topic, kafka.fast_alerts_topic])
         store.delete_prefix(f"bench/{tag}/")
         store.delete(heartbeat.key(heartbeat.DISPATCHER, dispatcher_name))
     received_at = got.get("received_at") or {}

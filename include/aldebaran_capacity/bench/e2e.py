@@ -195,7 +195,7 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         import psutil
 
-        from aldebaran.kafka_admin import consumer_lag
+        from aldebaran.kafka.admin import consumer_lag
 
         while not self.stop_event.wait(self.period):
             row = {"t": time.time()}
@@ -275,10 +275,10 @@ def _committed_backlog(kafka, group: str, offsets: dict[str, list[tuple[int, int
 def run(spark, rates=DEFAULT_RATES, seconds: float = 20.0, mix: Mix | None = None, catch_up_s: float = 10.0,
         final_drain_s: float = 120.0, growth_tolerance: float = 0.1, webhook_batch: int = 1,
         channels=CHANNELS, warmup=(500, 5.0), stop_at_failure: bool = True) -> dict:
-    from aldebaran import kafka_admin
     from aldebaran.audit.sparkjob import job
     from aldebaran.delivery.settings import DeliverySettings
-    from aldebaran.kafka_io import read_topic
+    from aldebaran.kafka import admin as kadmin
+    from aldebaran.kafka.io import read_topic
     from aldebaran.settings import load
     from aldebaran.storage import open_store
     from aldebaran_capacity.bench.dispatch import BusReader
@@ -305,8 +305,8 @@ def run(spark, rates=DEFAULT_RATES, seconds: float = 20.0, mix: Mix | None = Non
                                    "extra": {"from": "+15550001111", "to": "+15552223333", "lookup": True}}}
         if "bus" in channels:
             bus_topic = f"bench-{t}-bus"
-            kafka_admin.ensure_topics(kafka, [bus_topic], partitions=2)
-            stack.callback(kafka_admin.delete_topics, kafka, [bus_topic])
+            kadmin.ensure_topics(kafka, [bus_topic], partitions=2)
+            stack.callback(kadmin.delete_topics, kafka, [bus_topic])
             recipients["bus"] = BusReader(kafka, bus_topic).start()
             stack.callback(recipients["bus"].stop)
         dispatchers = Dispatchers(store, t, {**os.environ, "ALDEBARAN_DELIVERY_PREFIX": prefix,
@@ -433,7 +433,7 @@ def run(spark, rates=DEFAULT_RATES, seconds: float = 20.0, mix: Mix | None = Non
 
 
 def _delete_groups(kafka, groups: list[str]) -> None:
-    from aldebaran.kafka_admin import admin
+    from aldebaran.kafka.admin import admin
 
     client = admin(kafka)
     for group in groups:  # one per request: several groups in one DeleteGroups call never completed here

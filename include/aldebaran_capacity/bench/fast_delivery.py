@@ -50,7 +50,7 @@ class FastWebhook:
         from confluent_kafka import TopicPartition
 
         from aldebaran.delivery.fast import GROUP_SUFFIX
-        from aldebaran.kafka_io import consumer
+        from aldebaran.kafka.io import consumer
 
         group = f"bench-fast-{self.tag}-{CHANNEL}{GROUP_SUFFIX}"
         c = consumer(self.kafka, group)

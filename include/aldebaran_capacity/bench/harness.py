@@ -47,7 +47,7 @@ MIB = 1024 * 1024
 @contextlib.contextmanager
 def bench_topics(tag: str, partitions: int = 2):
     """Fresh trades/alerts/DLQ topics for one measurement, exported through ALDEBARAN_KAFKA_*."""
-    from aldebaran import kafka_admin
+    from aldebaran.kafka import admin as kadmin
     from aldebaran.settings import KafkaSettings, load
 
     names = {"trades_topic": f"bench-{tag}-trades", "alerts_topic": f"bench-{tag}-alerts",
@@ -56,13 +56,13 @@ def bench_topics(tag: str, partitions: int = 2):
     for f, topic in names.items():
         os.environ[f"ALDEBARAN_KAFKA_{f.upper()}"] = topic
     settings = load(KafkaSettings)
-    kafka_admin.ensure_topics(settings, partitions=partitions)
+    kadmin.ensure_topics(settings, partitions=partitions)
     try:
         yield settings
     finally:
         from aldebaran.storage import open_store
 
-        kafka_admin.delete_topics(settings, settings.topics())
+        kadmin.delete_topics(settings, settings.topics())
         open_store().delete_prefix(f"bench/{tag}")  # the runs' alert archives (bench/<tag>[_<run>]/archive)
         for f, value in saved.items():
             if value is None:
@@ -190,9 +190,9 @@ def compare(got: list[dict], expected: list[dict]) -> dict:
 
 
 def read_alerts(kafka) -> list[dict]:
-    from aldebaran import kafka_io
+    from aldebaran.kafka import io as kio
 
-    return [json.loads(m.value()) for m in kafka_io.read_topic(kafka, kafka.alerts_topic, timeout=120)]
+    return [json.loads(m.value()) for m in kio.read_topic(kafka, kafka.alerts_topic, timeout=120)]
 
 
 def expected_of(recs: Iterable[Record], stamps: Iterable[int] | None = None, ttl_ms: int = 600_000) -> list[dict]:
@@ -287,10 +287,10 @@ def python_peer(kafka, ttl_ms: int) -> dict:
     (same event id once, first request wins, OVERFILL once, ORPHAN at event-time expiry)."""
     from confluent_kafka import KafkaError, TopicPartition
 
-    from aldebaran import kafka_io
     from aldebaran.audit.rules import alert_id
+    from aldebaran.kafka import io as kio
 
-    c = kafka_io.consumer(kafka, group=f"bench-peer-{tag()}", **{"fetch.max.bytes": 52428800})
+    c = kio.consumer(kafka, group=f"bench-peer-{tag()}", **{"fetch.max.bytes": 52428800})
     meta = c.list_topics(kafka.trades_topic, timeout=10).topics[kafka.trades_topic]
     ends = {p: c.get_watermark_offsets(TopicPartition(kafka.trades_topic, p), timeout=10)[1] for p in meta.partitions}
     c.assign([TopicPartition(kafka.trades_topic, p, 0) for p in ends])
@@ -392,11 +392,11 @@ def drain(spark, backlog: Backlog, repeats: int = 1, ttl_s: float = 600.0, max_o
                          "peak_rss_mib": mem.peak / MIB, **check})
             log.info("drain run %d/%d: %s", r + 1, repeats, runs[-1])
             if r + 1 < repeats:  # the next run needs an empty alerts topic to compare
-                from aldebaran import kafka_admin
+                from aldebaran.kafka import admin as kadmin
 
-                kafka_admin.delete_topics(kafka, [kafka.alerts_topic])
+                kadmin.delete_topics(kafka, [kafka.alerts_topic])
                 time.sleep(1.0)
-                kafka_admin.ensure_topics(kafka, [kafka.alerts_topic])
+                kadmin.ensure_topics(kafka, [kafka.alerts_topic])
         out = {"events": sent.count, "produce_eps": sent.rate, "runs": runs, "max_offsets_per_trigger": per_trigger,
                "auditor_eps": statistics.median(x["sustained_eps"] for x in runs),
                "auditor_overall_eps": statistics.median(x["overall_eps"] for x in runs),
@@ -438,9 +438,9 @@ class AlertCollector(threading.Thread):
     def run(self) -> None:
         from confluent_kafka import TopicPartition
 
-        from aldebaran import kafka_io
+        from aldebaran.kafka import io as kio
 
-        c = kafka_io.consumer(self.kafka, group=f"bench-lat-{tag()}", **{"enable.partition.eof": False})
+        c = kio.consumer(self.kafka, group=f"bench-lat-{tag()}", **{"enable.partition.eof": False})
         topic = self.kafka.alerts_topic
         meta = c.list_topics(topic, timeout=10).topics[topic]
         c.assign([TopicPartition(topic, p, 0) for p in meta.partitions])

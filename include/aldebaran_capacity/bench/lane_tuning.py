@@ -107,7 +107,7 @@ def aggregate(variant: Variant, runs: list[dict], rates) -> dict:
 
 def run(variants=VARIANTS, rounds: int = 3, rates=DEFAULT_RATES, seconds: float = 10.0,
         warmup_seconds: float = 8.0, seed: int = 7) -> dict:
-    from aldebaran.kafka_admin import delete_topics, ensure_topics
+    from aldebaran.kafka.admin import delete_topics, ensure_topics
     from aldebaran.settings import KafkaSettings, load
     from aldebaran_capacity.bench import low_latency
 

@@ -94,7 +94,7 @@ class _Alerts(threading.Thread):
     apart, as a breakdown."""
 
     def __init__(self, kafka: KafkaSettings, topic: str) -> None:
-        from aldebaran.kafka_io import consumer
+        from aldebaran.kafka.io import consumer
 
         super().__init__(daemon=True, name=f"alerts-{topic}")
         self._c = consumer(kafka, f"rtm-bench-{uuid.uuid4().hex[:8]}", **{"auto.offset.reset": "earliest"})
@@ -356,10 +356,10 @@ def _log_segment(seg: dict, note: str = "") -> None:
 
 def exact_agreement(kafka: KafkaSettings, trades: str, lane_alerts: list[tuple[int, dict]], tag: str) -> dict:
     """The exact lane over the same trades (available-now), reconciled with the fast lane's alerts."""
-    from aldebaran import kafka_io
     from aldebaran import spark as sparkmod
     from aldebaran.audit.sparkjob import job
-    from aldebaran.kafka_admin import delete_topics, ensure_topics
+    from aldebaran.kafka import io as kio
+    from aldebaran.kafka.admin import delete_topics, ensure_topics
     from aldebaran.lanes.reconcile import Reconciliation
 
     exact_kafka = load(KafkaSettings, trades_topic=trades, alerts_topic=f"rtm-bench-exact-{tag}",
@@ -373,7 +373,7 @@ def exact_agreement(kafka: KafkaSettings, trades: str, lane_alerts: list[tuple[i
                                      shuffle_partitions=settings.shards)
             job.run(settings, spark=spark, kafka=exact_kafka)
         exact = [(m.timestamp()[1], json.loads(m.value()))
-                 for m in kafka_io.read_topic(exact_kafka, exact_kafka.alerts_topic, timeout=120)]
+                 for m in kio.read_topic(exact_kafka, exact_kafka.alerts_topic, timeout=120)]
     finally:
         delete_topics(exact_kafka, [exact_kafka.alerts_topic, exact_kafka.dlq_topic])
     # The start-up probes are not part of the comparison: the lane reads from the latest offsets, so it never
@@ -401,7 +401,7 @@ def run(rates=DEFAULT_RATES, seconds: float = 20.0, micro_batch: bool = False,
         checkpoint_interval: str = "5 minutes", runtime: str | None = "4.3", conf: dict[str, str] | None = None,
         exact: bool = True, warmup_seconds: float = WARMUP_SECONDS, fast_webhook: bool = False) -> dict:
     """Start the lane on fresh topics, run each segment, stop the lane. Returns ``{"low_latency": ...}``."""
-    from aldebaran.kafka_admin import delete_topics, ensure_topics
+    from aldebaran.kafka.admin import delete_topics, ensure_topics
 
     kafka = load(KafkaSettings)
     tag = uuid.uuid4().hex[:8]

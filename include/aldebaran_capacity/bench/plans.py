@@ -14,7 +14,7 @@ import statistics
 import tempfile
 import time
 
-from aldebaran import kafka_admin
+from aldebaran.kafka import admin as kadmin
 from aldebaran_capacity import loadgen
 from aldebaran_capacity.bench import harness
 
@@ -54,9 +54,9 @@ def compare(spark, backlog: harness.Backlog, repeats: int = 2, ttl_s: float = 60
         with tempfile.TemporaryDirectory(prefix="bench-plan-warmup-") as ckpt:
             harness.run_auditor(spark, harness.auditor_settings(
                 f"{t}_warmup", ckpt, ttl_seconds=ttl_s, max_offsets_per_trigger=per_trigger, idle_ticks=False))
-        kafka_admin.delete_topics(kafka, [kafka.alerts_topic])
+        kadmin.delete_topics(kafka, [kafka.alerts_topic])
         time.sleep(1.0)
-        kafka_admin.ensure_topics(kafka, [kafka.alerts_topic])
+        kadmin.ensure_topics(kafka, [kafka.alerts_topic])
         for r in range(repeats):
             order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
             for plan, parser, host in order:
@@ -77,9 +77,9 @@ def compare(spark, backlog: harness.Backlog, repeats: int = 2, ttl_s: float = 60
                     "state_ms_max_p50": statistics.median(f["state_ms_max"] for f in figures) if figures else None,
                     **check})
                 log.info("plans: %s/%s/%s run %d: %s", plan, parser, host, r + 1, runs[(plan, parser, host)][-1])
-                kafka_admin.delete_topics(kafka, [kafka.alerts_topic])  # the next variant compares a clean topic
+                kadmin.delete_topics(kafka, [kafka.alerts_topic])  # the next variant compares a clean topic
                 time.sleep(1.0)
-                kafka_admin.ensure_topics(kafka, [kafka.alerts_topic])
+                kadmin.ensure_topics(kafka, [kafka.alerts_topic])
             reads.append(spark_read(spark, kafka))
             batch_jobs.append(harness.spark_batch(spark, kafka))
         read_eps = statistics.median(x["messages"] / x["seconds"] for x in reads)

@@ -43,8 +43,8 @@ def build(env: dict, messages: int, run_size: int, unconfirmed: int) -> dict:
     """The synthetic history under the names in `env`; returns what the commands are asked about."""
     from aldebaran import heartbeat
     from aldebaran.delivery.runs import DELIVERED, RECORDED, Run
-    from aldebaran.kafka_admin import ensure_topics
-    from aldebaran.kafka_io import producer
+    from aldebaran.kafka.admin import ensure_topics
+    from aldebaran.kafka.io import producer
     from aldebaran.model import Alert
     from aldebaran.settings import KafkaSettings, load
     from aldebaran.storage import open_store
@@ -70,7 +70,7 @@ def build(env: dict, messages: int, run_size: int, unconfirmed: int) -> dict:
               on_delivery=lambda err, msg: where.update(err=err, at=(msg.partition(), msg.offset())))
     if p.flush(120) or where.get("err"):
         raise RuntimeError(f"bench status-commands: producing the history failed: {where.get('err')}")
-    from aldebaran.kafka_io import end_offsets
+    from aldebaran.kafka.io import end_offsets
 
     ends = end_offsets(kafka, kafka.alerts_topic)
     store = open_store()
@@ -176,7 +176,7 @@ def run(messages: int, run_size: int, unconfirmed: int, repeats: int = 3) -> dic
             store.delete_prefix(env[key] + "/")
         store.delete_prefix(env["ALDEBARAN_DELIVERY_PREFIX"] + "-index/")
         store.delete(f"heartbeats/lane/{env['ALDEBARAN_LANES_NAME']}.json")
-        from aldebaran.kafka_admin import delete_topics
+        from aldebaran.kafka.admin import delete_topics
 
         delete_topics(load(KafkaSettings), [env["ALDEBARAN_KAFKA_ALERTS_TOPIC"]])
     return {"sizes": {"messages": messages, "run_size": run_size, "unconfirmed": unconfirmed,

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Hashable, Iterable, Iterator, Mapping, Sequence
 
-from aldebaran import kafka_admin, kafka_io, paths, reference
+from aldebaran import paths, reference
 from aldebaran.checkpoint import Checkpoint
 from aldebaran.delivery.channels import sms_text
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT
 from aldebaran.exceptions import AldebaranError, NotFound, ObjectStoreError
+from aldebaran.kafka import admin as kadmin, io as kio
 from aldebaran.model import Alert
 from aldebaran.settings import KafkaSettings, load
 from aldebaran.storage import S3Store
@@ -61,7 +62,7 @@ class Workspace:
         topics = {"trades_topic": f"chaos-{tag}-trades", "alerts_topic": f"chaos-{tag}-alerts",
                   "dlq_topic": f"chaos-{tag}-dlq", "alerts_dlq_topic": f"chaos-{tag}-alerts-dlq"}
         settings = base.model_copy(update=topics)
-        kafka_admin.ensure_topics(settings)
+        kadmin.ensure_topics(settings)
         store = store or S3Store()
         store.ensure_bucket()
         prefix = f"chaos/{tag}"
@@ -85,7 +86,7 @@ class Workspace:
         from aldebaran.heartbeat import AUDITOR, key
 
         # alerts.dlq is not among topics(): its first writer creates it (aldebaran.delivery.decode).
-        kafka_admin.delete_topics(self.kafka, [*self.kafka.topics(), self.kafka.alerts_dlq_topic])
+        kadmin.delete_topics(self.kafka, [*self.kafka.topics(), self.kafka.alerts_dlq_topic])
         self.store.delete_prefix(self.prefix + "/")
         self.store.delete(key(AUDITOR, self.name))
 
@@ -242,7 +243,7 @@ def _committed(ws: Workspace) -> tuple[int, dict[int, int]]:
 
 
 def caught_up(ws: Workspace, ends: dict[int, int] | None = None) -> bool:
-    ends = ends if ends is not None else kafka_io.end_offsets(ws.kafka, ws.kafka.trades_topic)
+    ends = ends if ends is not None else kio.end_offsets(ws.kafka, ws.kafka.trades_topic)
     _, done = committed(ws)
     return all(done.get(p, 0) >= end for p, end in ends.items() if end > 0)
 
@@ -329,7 +330,7 @@ def compare_alerts(received: list[dict], expected: list[dict]) -> AlertVerdict:
 
 
 def topic_alerts(kafka: KafkaSettings, timeout: float = 120.0) -> list[dict]:
-    return [json.loads(m.value()) for m in kafka_io.read_topic(kafka, kafka.alerts_topic, timeout=timeout)]
+    return [json.loads(m.value()) for m in kio.read_topic(kafka, kafka.alerts_topic, timeout=timeout)]
 
 
 # --- results ------------------------------------------------------------------------------------------
@@ -633,7 +634,7 @@ def unsettled(kafka: KafkaSettings, ledger, channels: Iterable[str], lookup: Ite
     out = {}
     lookup = set(lookup)
     for channel in channels:
-        lag = kafka_admin.consumer_lag(kafka, f"{group or GROUP}-{channel}", kafka.alerts_topic)
+        lag = kadmin.consumer_lag(kafka, f"{group or GROUP}-{channel}", kafka.alerts_topic)
         left = {"lag": lag["lag"] if lag["committed"] else "nothing committed",
                 "retry": len(ledger.indexed("retry", channel))}
         if channel in lookup:
@@ -821,7 +822,7 @@ def bus_verdict(kafka: KafkaSettings, topic: str, ids: set[str]) -> tuple[dict, 
     copies: dict[str, int] = {}
     first: dict[str, float] = {}
     mismatched = 0
-    for m in kafka_io.read_topic(kafka, topic, timeout=300):
+    for m in kio.read_topic(kafka, topic, timeout=300):
         a = json.loads(m.value())
         key = (m.key() or b"").decode()
         if key != a.get("alert_id"):

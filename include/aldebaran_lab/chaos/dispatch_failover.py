@@ -39,9 +39,9 @@ import socket
 import time
 from typing import Iterable
 
-from aldebaran import kafka_admin, kafka_io
 from aldebaran.delivery.records import DELIVERED
 from aldebaran.exceptions import NotFound
+from aldebaran.kafka import admin as kadmin, io as kio
 from aldebaran.progress import Progress
 from aldebaran.settings import KafkaSettings, load
 from aldebaran_capacity.receivers import WebhookReceiver
@@ -210,7 +210,7 @@ def run(timeouts_ms: Iterable[int] = TIMEOUTS_MS, kills: int = 3, stalls_s: Iter
     faults = Progress("dispatch-failover", len(timeouts_ms) * (kills + len(stalls_s)), unit="faults", logger=log)
     state: Run | None = None
     try:
-        kafka_admin.ensure_topics(ws.kafka, [bus_topic], partitions=2)
+        kadmin.ensure_topics(ws.kafka, [bus_topic], partitions=2)
         with WebhookReceiver(secret) as webhook:
             # Enough alerts for the longest run; the publisher stops when the measurements are done.
             budget_s = sum(t / 1000 * 3 + 40 for t in timeouts_ms) * (kills + len(stalls_s)) + 300
@@ -279,7 +279,7 @@ def run(timeouts_ms: Iterable[int] = TIMEOUTS_MS, kills: int = 3, stalls_s: Iter
             if bus["unexpected"]:
                 failures.append(f"{bus['unexpected']} unexpected keys on the bus")
             partition_of = {(m.key() or b"").decode(): m.partition()
-                            for m in kafka_io.read_topic(ws.kafka, ws.kafka.alerts_topic, timeout=300)}
+                            for m in kio.read_topic(ws.kafka, ws.kafka.alerts_topic, timeout=300)}
             lost = {"webhook": len(web.lost_webhook),
                     "bus": len((ids - set(received["bus"])) | {i for i in ids if states["bus"].get(i) != DELIVERED})}
             duplicated = {"webhook": web.webhook_duplicated, "bus": bus["duplicated"]}
@@ -308,7 +308,7 @@ def run(timeouts_ms: Iterable[int] = TIMEOUTS_MS, kills: int = 3, stalls_s: Iter
                 d.kill()
             d.forget()
         if cleanup:
-            kafka_admin.delete_topics(ws.kafka, [bus_topic])
+            kadmin.delete_topics(ws.kafka, [bus_topic])
             ws.cleanup()
 
 

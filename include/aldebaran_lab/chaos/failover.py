@@ -21,7 +21,8 @@ import logging
 import random
 import time
 
-from aldebaran import kafka_io, reference
+from aldebaran import reference
+from aldebaran.kafka import io as kio
 from aldebaran.progress import Progress
 from aldebaran_lab.chaos.common import (
     AuditorProcess, CampaignResult, ChaosError, Workspace, auditor_args, caught_up, committed, compare_alerts,
@@ -82,7 +83,7 @@ def run(events: int = 300_000, kills: int = 4, cold: int = 2, seed: int = 1, mod
     try:
         values = produce_mix(ws, events, seed)
         expected = reference.expected_alerts(values, ttl_ms=int(TTL_SECONDS * 1000))
-        ends = kafka_io.end_offsets(ws.kafka, ws.kafka.trades_topic)
+        ends = kio.end_offsets(ws.kafka, ws.kafka.trades_topic)
         per_trigger = max_offsets or max(100, len(values) // ((kills + cold) * 25 + 25))  # outlasts the kills
         faults.start()
         active = new(standby=False)

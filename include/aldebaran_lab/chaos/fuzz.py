@@ -29,7 +29,8 @@ import random
 import subprocess
 import time
 
-from aldebaran import events, kafka_io, paths, reference
+from aldebaran import events, paths, reference
+from aldebaran.kafka import io as kio
 from aldebaran_capacity import loadgen
 from aldebaran_lab.chaos.fuzz_inputs import draw
 from aldebaran_lab.chaos.common import (
@@ -126,7 +127,7 @@ def run_trades(payloads: int = 10_000, orders: int = 2_000, big: int = 3, seed: 
             else:
                 mixed.append(good[gi])
                 gi += 1
-        kafka_io.produce_all(kafka_io.producer(ws.kafka), ws.kafka.trades_topic, mixed)
+        kio.produce_all(kio.producer(ws.kafka), ws.kafka.trades_topic, mixed)
         expected = reference.expected_alerts([v for _, v in mixed], ttl_ms=int(TTL_SECONDS * 1000))
         want_codes = {}
         for v in bad:
@@ -161,7 +162,7 @@ def run_trades(payloads: int = 10_000, orders: int = 2_000, big: int = 3, seed: 
                 crash = f"auditor exited {rc}: {auditor.tail(10)}"
         audit_s = time.monotonic() - t1
 
-        dlq = kafka_io.read_topic(ws.kafka, ws.kafka.dlq_topic, timeout=300)
+        dlq = kio.read_topic(ws.kafka, ws.kafka.dlq_topic, timeout=300)
         got = collections.Counter(m.value() or b"" for m in dlq)
         # The original publisher's mix is valid throughout: its purchases of int(limit/2 * random()) shares
         # are 0 for ~2 % of them, which the contract accepts (audited, counting 0). Anything of it the

@@ -20,7 +20,7 @@ import random
 import secrets
 import time
 
-from aldebaran import kafka_admin, kafka_io
+from aldebaran.kafka import admin as kadmin, io as kio
 from aldebaran_lab.chaos.common import Workspace
 from aldebaran_lab.chaos.fuzz_inputs import draw, hostile_documents
 
@@ -77,7 +77,7 @@ def run_alerts(inputs: int = 10_000, good: int = 50, seed: int = 5) -> dict:
 
     ws = Workspace.create("fuzz-alerts", s3a=False)
     ws.kafka = ws.kafka.model_copy(update={"fast_alerts_topic": f"chaos-{ws.name}-alerts-fast"})
-    kafka_admin.ensure_topics(ws.kafka, [ws.kafka.fast_alerts_topic])
+    kadmin.ensure_topics(ws.kafka, [ws.kafka.fast_alerts_topic])
     try:
         t0 = time.monotonic()
         hand = malformed_alerts()
@@ -85,9 +85,9 @@ def run_alerts(inputs: int = 10_000, good: int = 50, seed: int = 5) -> dict:
         bad = hand + hostile
         gen_s = time.monotonic() - t0
         oks = make_alerts(good, ws.name)
-        producer = kafka_io.producer(ws.kafka)
-        kafka_io.produce_all(producer, ws.kafka.alerts_topic, _mixed(oks, bad, seed))
-        kafka_io.produce_all(producer, ws.kafka.fast_alerts_topic, _mixed(oks, bad, seed + 1))
+        producer = kio.producer(ws.kafka)
+        kio.produce_all(producer, ws.kafka.alerts_topic, _mixed(oks, bad, seed))
+        kio.produce_all(producer, ws.kafka.fast_alerts_topic, _mixed(oks, bad, seed + 1))
         out: dict = {"hostile_per_topic": len(bad), "of_which_structure_aware": len(hostile),
                      "accidentally_valid_dropped": dropped, "good_sent": good, "generate_s": round(gen_s, 1)}
         crashes: list[str] = []
@@ -112,7 +112,7 @@ def run_alerts(inputs: int = 10_000, good: int = 50, seed: int = 5) -> dict:
         out["reconciler"] = _reconcile(ws, 2 * (len(bad) + good), crashes, AlertDeadLetters(ws.kafka), Reconciler)
         letters = collections.Counter()
         no_reason = 0
-        for m in kafka_io.read_topic(ws.kafka, ws.kafka.alerts_dlq_topic):
+        for m in kio.read_topic(ws.kafka, ws.kafka.alerts_dlq_topic):
             headers = dict(m.headers() or [])
             letters[(headers.get("aldebaran.consumer") or b"").decode().split(":")[0] + ":" +
                     (headers.get("aldebaran.source.topic") or b"").decode().rsplit("-", 1)[-1]] += 1
@@ -124,7 +124,7 @@ def run_alerts(inputs: int = 10_000, good: int = 50, seed: int = 5) -> dict:
         out["crashes"] = crashes
         return out
     finally:
-        kafka_admin.delete_topics(ws.kafka, [ws.kafka.fast_alerts_topic])
+        kadmin.delete_topics(ws.kafka, [ws.kafka.fast_alerts_topic])
         ws.cleanup()
 
 

@@ -33,8 +33,9 @@ import logging
 import threading
 import time
 
-from aldebaran import kafka_admin, kafka_io, reference
+from aldebaran import reference
 from aldebaran.exceptions import ObjectStoreError, ServiceError
+from aldebaran.kafka import admin as kadmin, io as kio
 from aldebaran.progress import Progress
 from aldebaran_capacity.bench.harness import percentile
 from aldebaran_lab.chaos import ha_probes
@@ -178,7 +179,7 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
     stop = threading.Event()
     progress = Progress("chaos ha", len(components), unit="faults", logger=log)
     try:
-        kafka_admin.ensure_topics(ws.kafka, [bus_topic], partitions=2)
+        kadmin.ensure_topics(ws.kafka, [bus_topic], partitions=2)
         receiver.start()
         conns = {"webhook": {"conn_type": "http", "host": receiver.url, "password": receiver.secret,
                              "extra": {"endpoint": "/alerts", "timeout": 10}},
@@ -218,7 +219,7 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
                                 f"{ladder['steps']}")
         orders = max(1, int(rate * seconds) // EVENTS_PER_ORDER)
         log.info("chaos ha: %d orders (%d trades at %.0f/s, %.0f s)", orders, orders * EVENTS_PER_ORDER, rate, seconds)
-        admin = kafka_admin.admin(ws.kafka)
+        admin = kadmin.admin(ws.kafka)
         probe_for = ha_probes.probes(platform, admin, [f"{group}-{c}" for c in CHANNELS],
                            [ws.kafka.trades_topic, ws.kafka.alerts_topic, bus_topic], step_timeout)
         detections: list[ha_probes.Probe | None] = []
@@ -265,7 +266,7 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
                  f"{trades['achieved_per_s']:,}")
 
         # --- catch up, settle, stop ---
-        ends = kafka_io.end_offsets(ws.kafka, ws.kafka.trades_topic)
+        ends = kio.end_offsets(ws.kafka, ws.kafka.trades_topic)
         t_end = time.monotonic()
         # The reference after the load, while the platform catches up (a minute per ~70k orders here: its CPU
         # would otherwise compete with the faults' measurements).
@@ -362,6 +363,6 @@ def _run(values, rate, components, down_s, warmup_s, baseline_s, seed, mode, pro
             platform.kill_all()
         receiver.stop()
         try:
-            kafka_admin.delete_topics(ws.kafka, [bus_topic])
+            kadmin.delete_topics(ws.kafka, [bus_topic])
         finally:
             ws.cleanup()

@@ -17,7 +17,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from aldebaran import kafka_io
+from aldebaran.kafka import io as kio
 from aldebaran_capacity.bench.harness import percentile
 from aldebaran_lab.chaos.common import ChaosError, Workspace, caught_up, wait_for
 from aldebaran_lab.chaos.under_load import EVENTS_PER_ORDER, ORDERS_PER_CHUNK, expected_keys
@@ -69,7 +69,7 @@ def read_alerts(ws: Workspace, timeout: float = 300.0) -> tuple[dict[str, dict],
     seen: dict[str, dict] = {}
     where: dict[str, tuple[int, float]] = {}
     raw = 0
-    for m in kafka_io.read_topic(ws.kafka, ws.kafka.alerts_topic, timeout=timeout):
+    for m in kio.read_topic(ws.kafka, ws.kafka.alerts_topic, timeout=timeout):
         a = json.loads(m.value())
         raw += 1
         if a["alert_id"] not in seen:
@@ -97,7 +97,7 @@ def find_rate(ws: Workspace, rates=LADDER, step_s: float = 40.0, producers: int 
         t0 = time.time()
         trades = load_result(start_load(ws, orders, seed * 1000 + k + 1, rate, producers), ws)
         t1 = time.time()
-        ends = kafka_io.end_offsets(ws.kafka, ws.kafka.trades_topic)
+        ends = kio.end_offsets(ws.kafka, ws.kafka.trades_topic)
         try:
             wait_for(lambda: caught_up(ws, ends), drain_timeout, 1.0, f"the auditor caught up after {rate}/s")
         except ChaosError:

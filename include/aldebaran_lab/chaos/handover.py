@@ -57,7 +57,7 @@ def member_config(mode: str, group: str, name: str) -> dict:
 
 def member(topic: str, group: str, mode: str, name: str, busy: float) -> int:
     """Consume until SIGTERM; print a JSON line on every change of the assignment."""
-    from aldebaran.kafka_io import consumer
+    from aldebaran.kafka.io import consumer
     from aldebaran.settings import KafkaSettings, load
 
     stop = threading.Event()
@@ -155,7 +155,7 @@ def trial(kafka, topic: str, partitions: int, mode: str, exit_: str, peer: str, 
 
 def feeder(kafka, topic: str, stop: threading.Event) -> None:
     """A trickle on every partition, so that a busy peer always has something to work on."""
-    from aldebaran.kafka_io import producer
+    from aldebaran.kafka.io import producer
 
     p = producer(kafka)
     n = 0
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     from aldebaran import logs
 
     logs.setup("chaos-handover")
-    from aldebaran.kafka_admin import delete_topics, ensure_topics
+    from aldebaran.kafka.admin import delete_topics, ensure_topics
     from aldebaran.settings import KafkaSettings, load
 
     kafka = load(KafkaSettings)

@@ -48,8 +48,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from aldebaran import kafka_io
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT
+from aldebaran.kafka import io as kio
 from aldebaran.progress import track
 from aldebaran_lab.chaos.common import (
     CampaignResult, ChaosError, DeliveryVerdict, Workspace, campaign_ledger, channel_connections, delivery_env,
@@ -124,7 +124,7 @@ class WavePublisher(threading.Thread):
             step = max(1, len(self.wave) // max(1, int(self.seconds * 4)))
             for i in range(0, len(self.wave), step):
                 chunk = self.wave[i:i + step]
-                kafka_io.produce_all(self.producer, self.topic, [(a["alert_id"], json.dumps(a)) for a in chunk])
+                kio.produce_all(self.producer, self.topic, [(a["alert_id"], json.dumps(a)) for a in chunk])
                 time.sleep(0.25)
         except BaseException as exc:  # noqa: BLE001 - reported by the campaign
             self.error = exc
@@ -172,7 +172,7 @@ def run(component: str, alerts: int = 3000, kills: int = 4, seed: int = 1, mode:
                 **delivery_env(prefix, LEASE_SECONDS, ALDEBARAN_DELIVERY_IDLE_SECONDS=str(IDLE_SECONDS)),
                 **channel_connections(webhook, secret, sms, sms_lookup),
             )
-            producer = kafka_io.producer(ws.kafka)
+            producer = kio.producer(ws.kafka)
 
             def publish(wave: list[dict], seconds: float) -> WavePublisher:
                 pub = WavePublisher(producer, ws.kafka.alerts_topic, wave, seconds)

@@ -23,7 +23,8 @@ import random
 import secrets
 import time
 
-from aldebaran import kafka_io, reference
+from aldebaran import reference
+from aldebaran.kafka import io as kio
 from aldebaran.progress import Progress
 from aldebaran_capacity import loadgen
 from aldebaran_lab.chaos import receipts
@@ -42,7 +43,7 @@ def produce_mix(ws: Workspace, events: int, seed: int) -> list[bytes]:
     """The original publisher's mix, keyed by order id, onto the workspace's trades topic."""
     recs = list(loadgen.records(loadgen.original_mix(max(1, events // 5), seed)))
     t0 = time.monotonic()
-    kafka_io.produce_all(kafka_io.producer(ws.kafka), ws.kafka.trades_topic, [(r.key, r.value) for r in recs])
+    kio.produce_all(kio.producer(ws.kafka), ws.kafka.trades_topic, [(r.key, r.value) for r in recs])
     log.info("produced %d events to %s in %.1fs", len(recs), ws.kafka.trades_topic, time.monotonic() - t0)
     return [r.value for r in recs]
 
@@ -127,7 +128,7 @@ def run(events: int = 1_000_000, kills: int = 20, seed: int = 1, mode: str = "fu
     try:
         values = produce_mix(ws, events, seed)
         expected = reference.expected_alerts(values, ttl_ms=int(TTL_SECONDS * 1000))
-        ends = kafka_io.end_offsets(ws.kafka, ws.kafka.trades_topic)
+        ends = kio.end_offsets(ws.kafka, ws.kafka.trades_topic)
         # Small enough batches that the backlog outlasts the kills: about 3 batches per kill.
         per_trigger = max_offsets or max(200, len(values) // (kills * 3 + 3))
         auditor = AuditorProcess(ws.env(), auditor_args(ws, max_offsets=per_trigger, ttl_seconds=TTL_SECONDS,

@@ -34,9 +34,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from aldebaran import kafka_io
 from aldebaran.audit.rules import alert_id
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT
+from aldebaran.kafka import io as kio
 from aldebaran.progress import Progress
 from aldebaran_capacity.receivers import SmsProvider, WebhookReceiver
 from aldebaran_lab.chaos.common import (
@@ -83,7 +83,7 @@ class Publisher(threading.Thread):
 
     def run(self) -> None:
         try:
-            producer = kafka_io.producer(self.ws.kafka)
+            producer = kio.producer(self.ws.kafka)
             while self.sent < len(self.stream) and not self.stop.is_set():
                 if self.flush.is_set():
                     n = len(self.stream) - self.sent
@@ -91,7 +91,7 @@ class Publisher(threading.Thread):
                     rate = self.rate or self._rate()
                     n = max(1, int(rate * 0.25))
                 chunk = self.stream[self.sent:self.sent + n]
-                kafka_io.produce_all(producer, self.ws.kafka.alerts_topic,
+                kio.produce_all(producer, self.ws.kafka.alerts_topic,
                                      [(a["alert_id"], json.dumps(a)) for a in chunk])
                 self.sent += len(chunk)
                 self.flush.wait(0.25)

@@ -50,8 +50,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aldebaran import kafka_io, paths
+from aldebaran import paths
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT
+from aldebaran.kafka import io as kio
 from aldebaran.progress import track
 from aldebaran_lab import airflow_api
 from aldebaran_lab.chaos.common import (
@@ -446,10 +447,10 @@ def run(alerts: int = 3000, kills: int = 3, seed: int = 1, mode: str = "full",
                                ALDEBARAN_DELIVERY_IDLE_SECONDS=str(idle_seconds)),
                 **channel_connections(webhook, secret, sms),
             )
-            producer = kafka_io.producer(ws.kafka)
+            producer = kio.producer(ws.kafka)
 
             def publish(wave: list[dict]) -> None:
-                kafka_io.produce_all(producer, ws.kafka.alerts_topic, [(a["alert_id"], json.dumps(a)) for a in wave])
+                kio.produce_all(producer, ws.kafka.alerts_topic, [(a["alert_id"], json.dumps(a)) for a in wave])
 
             with private_airflow(svcs["run_dir"], env_extra, PORTS["airflow_api"]) as airflow:
                 api, scheduler = airflow.api, airflow.scheduler

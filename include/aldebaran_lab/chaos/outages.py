@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from aldebaran import kafka_io, paths, reference
+from aldebaran import paths, reference
+from aldebaran.kafka import io as kio
 from aldebaran_capacity import loadgen
 from aldebaran_lab.chaos.common import (
     AuditorProcess, CampaignResult, ChaosError, Workspace, auditor_args, caught_up, compare_alerts, committed,
@@ -92,7 +93,7 @@ def scenario(outages: list[tuple[object, float]], events: int, seed: int, kill: 
     expected = reference.expected_alerts(values, ttl_ms=int(TTL_SECONDS * 1000))
 
     def produce(part) -> None:
-        kafka_io.produce_all(kafka_io.producer(ws.kafka), ws.kafka.trades_topic, [(r.key, r.value) for r in part])
+        kio.produce_all(kio.producer(ws.kafka), ws.kafka.trades_topic, [(r.key, r.value) for r in part])
 
     auditor = AuditorProcess(ws.env(), auditor_args(ws, max_offsets=max(200, events // 10), ttl_seconds=TTL_SECONDS),
                              ws.logs / "auditor.log")
@@ -132,7 +133,7 @@ def scenario(outages: list[tuple[object, float]], events: int, seed: int, kill: 
                 produce(chunk)
             recovery = wait_for(lambda: auditor.alive() and committed(ws)[0] > n_up, 600, 0.5,
                                 f"a batch after {service.name} came back", on_tick=supervise)
-            ends = kafka_io.end_offsets(ws.kafka, ws.kafka.trades_topic)
+            ends = kio.end_offsets(ws.kafka, ws.kafka.trades_topic)
             wait_for(lambda: caught_up(ws, ends), 600, 1.0, "auditor caught up", on_tick=supervise)
             how = "SIGKILLed, down" if kill else "stopped"
             rows.append({"scenario": f"{service.name} {how} {down:.0f} s", "faults": 1,

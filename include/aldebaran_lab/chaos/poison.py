@@ -117,7 +117,7 @@ def run(alerts: int = 200, trades: int = 200, seed: int = 1, timeout_s: float = 
 def _produce(kafka, topic: str, values: list[bytes]) -> dict:
     """Produce `values` (unkeyed); {"at": [(partition, offset)], "refused": {reason: count}}: a message the
     broker refuses (over its size limit) never reaches a consumer, so it is reported, not expected."""
-    from aldebaran import kafka_io
+    from aldebaran.kafka import io as kio
 
     at, refused = [], collections.Counter()
 
@@ -127,7 +127,7 @@ def _produce(kafka, topic: str, values: list[bytes]) -> dict:
         else:
             at.append((msg.partition(), msg.offset()))
 
-    p = kafka_io.producer(kafka)
+    p = kio.producer(kafka)
     for value in values:
         while True:
             try:
@@ -147,7 +147,7 @@ def _order(kafka, log_path, label: str, timeout_s: float) -> dict:
     tipping trade's Kafka timestamp) on `alerts` and in the log channel's file."""
     import json
 
-    from aldebaran import kafka_io
+    from aldebaran.kafka import io as kio
     from aldebaran_capacity.taps import LogTap, TopicTap
 
     order = f"poison-{label}-{uuid.uuid4().hex[:8]}"
@@ -159,7 +159,7 @@ def _order(kafka, log_path, label: str, timeout_s: float) -> dict:
         trades = [{"id": order, "#shares": 100, "client": "Sendence", "stock": "AAPL"},
                   {"id": f"{order}-p1", "initial_order_id": order, "#shares": 60, "client": "Sendence", "stock": "AAPL"},
                   {"id": f"{order}-p2", "initial_order_id": order, "#shares": 60, "client": "Sendence", "stock": "AAPL"}]
-        kafka_io.produce_all(kafka_io.producer(kafka), kafka.trades_topic,
+        kio.produce_all(kio.producer(kafka), kafka.trades_topic,
                              [(order.encode(), json.dumps(t).encode()) for t in trades])
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and not taps["log"].seen:
@@ -179,9 +179,9 @@ def _ends(kafka, topic: str) -> dict[int, int]:
     """The topic's high watermark per partition (where this campaign's dead letters will start)."""
     from confluent_kafka import TopicPartition
 
-    from aldebaran import kafka_io
+    from aldebaran.kafka import io as kio
 
-    c = kafka_io.consumer(kafka, f"aldebaran-poison-{uuid.uuid4().hex[:8]}")
+    c = kio.consumer(kafka, f"aldebaran-poison-{uuid.uuid4().hex[:8]}")
     try:
         parts = c.list_topics(topic, timeout=10).topics[topic].partitions
         return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
@@ -193,13 +193,13 @@ def _letters(kafka, topic: str, start: dict[int, int]) -> list[dict]:
     """The dead letters written to `topic` since `start`: their headers (name → text)."""
     from confluent_kafka import KafkaError, TopicPartition
 
-    from aldebaran import kafka_io
+    from aldebaran.kafka import io as kio
 
     ends = _ends(kafka, topic)
     todo = {p for p, hi in ends.items() if hi > start.get(p, 0)}
     if not todo:
         return []
-    c = kafka_io.consumer(kafka, f"aldebaran-poison-{uuid.uuid4().hex[:8]}")
+    c = kio.consumer(kafka, f"aldebaran-poison-{uuid.uuid4().hex[:8]}")
     out: list[dict] = []
     try:
         c.assign([TopicPartition(topic, p, start.get(p, 0)) for p in todo])

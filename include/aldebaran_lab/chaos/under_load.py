@@ -39,7 +39,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from aldebaran import kafka_admin, kafka_io, reference
+from aldebaran import reference
+from aldebaran.kafka import admin as kadmin, io as kio
 from aldebaran.progress import track
 from aldebaran_capacity import loadgen
 from aldebaran_lab.chaos.common import (
@@ -106,12 +107,12 @@ class Sampler:
         while not self.stop.wait(self.period):
             row: dict = {"t": round(time.time() - t0, 1)}
             with contextlib.suppress(Exception):  # a missed sample is a gap, not an error
-                ends = kafka_io.end_offsets(self.ws.kafka, self.ws.kafka.trades_topic)
+                ends = kio.end_offsets(self.ws.kafka, self.ws.kafka.trades_topic)
                 _, done = committed(self.ws)
                 row["auditor"] = sum(max(0, e - done.get(p, 0)) for p, e in ends.items())
             for c in self.channels:
                 with contextlib.suppress(Exception):
-                    row[c] = kafka_admin.consumer_lag(self.ws.kafka, f"{GROUP}-{c}", self.ws.kafka.alerts_topic)["lag"]
+                    row[c] = kadmin.consumer_lag(self.ws.kafka, f"{GROUP}-{c}", self.ws.kafka.alerts_topic)["lag"]
             self.rows.append(row)
 
     def max(self, what: str) -> int | None:
@@ -141,7 +142,7 @@ def run(rate: float = 20_000, seconds: float = 120.0, kills: int = 8, seed: int 
         expected = expected_keys(orders, seed)
         log.info("under-load: %d orders (%d trades), %d alerts expected (reference: %.0fs)", orders,
                  orders * EVENTS_PER_ORDER, len(expected), time.monotonic() - t_ref)
-        kafka_admin.ensure_topics(ws.kafka, [bus_topic], partitions=2)
+        kadmin.ensure_topics(ws.kafka, [bus_topic], partitions=2)
         receivers["webhook"] = ReceiverProcess("webhook").start()
         conns = {"webhook": {"conn_type": "http", "host": receivers["webhook"].url, "password": receivers["webhook"].secret,
                              "extra": {"endpoint": "/alerts", "timeout": 10, "batch": webhook_batch}},
@@ -229,7 +230,7 @@ def run(rate: float = 20_000, seconds: float = 120.0, kills: int = 8, seed: int 
         log.info("under-load: %d trades in %.1fs (%.0f/s)", trades.count, trades.seconds, trades.count / trades.seconds)
 
         # --- catch up, settle, stop ---
-        ends = kafka_io.end_offsets(ws.kafka, ws.kafka.trades_topic)
+        ends = kio.end_offsets(ws.kafka, ws.kafka.trades_topic)
         t_end = time.monotonic()
         wait_for(lambda: caught_up(ws, ends), catch_up_timeout, 2.0, "the auditor caught up",
                  on_tick=lambda: _supervise(auditor, dispatchers, deaths, pending_auditor, ws))
@@ -356,7 +357,7 @@ def run(rate: float = 20_000, seconds: float = 120.0, kills: int = 8, seed: int 
             r.stop()
         if cleanup:
             with contextlib.suppress(Exception):
-                kafka_admin.delete_topics(ws.kafka, [bus_topic])
+                kadmin.delete_topics(ws.kafka, [bus_topic])
             ws.cleanup()
 
 
@@ -391,7 +392,7 @@ def _topic_verdict(ws: Workspace, expected: dict[str, tuple]) -> dict:
     """The alerts topic against the reference, by alert id (repeats on the topic counted)."""
     seen: dict[str, tuple] = {}
     raw = 0
-    for m in kafka_io.read_topic(ws.kafka, ws.kafka.alerts_topic, timeout=300):
+    for m in kio.read_topic(ws.kafka, ws.kafka.alerts_topic, timeout=300):
         a = json.loads(m.value())
         raw += 1
         seen.setdefault(a["alert_id"], reference.key(a))

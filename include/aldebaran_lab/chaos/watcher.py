@@ -3,7 +3,7 @@ triggerer): does its consumer group hold the alerts topic, and did a run it woke
 
 from __future__ import annotations
 
-from aldebaran import kafka_admin
+from aldebaran.kafka import admin as kadmin
 from aldebaran_lab.services.airflow import WATCHER_CONSUMER
 
 
@@ -25,16 +25,16 @@ def watcher_assigned(kafka) -> bool:
     from confluent_kafka import KafkaException
 
     group = WATCHER_CONSUMER["group.id"]
-    client = kafka_admin.admin(kafka)  # held until the answer: a dropped client never completes its futures
+    client = kadmin.admin(kafka)  # held until the answer: a dropped client never completes its futures
     try:
         desc = client.describe_consumer_groups([group], request_timeout=10)[group].result(timeout=15)
     except (KafkaException, TimeoutError):  # no coordinator yet on a fresh broker: ask again
         return False
     held = {tp.partition for m in desc.members for tp in m.assignment.topic_partitions
             if tp.topic == kafka.alerts_topic}
-    return bool(held) and len(held) == kafka_admin.partition_count(kafka, kafka.alerts_topic)
+    return bool(held) and len(held) == kadmin.partition_count(kafka, kafka.alerts_topic)
 
 
 def watcher_committed(kafka) -> bool:
     """The alert watcher's group has committed an offset on the alerts topic (a restarted watcher resumes there)."""
-    return kafka_admin.consumer_lag(kafka, WATCHER_CONSUMER["group.id"], kafka.alerts_topic)["committed"]
+    return kadmin.consumer_lag(kafka, WATCHER_CONSUMER["group.id"], kafka.alerts_topic)["committed"]

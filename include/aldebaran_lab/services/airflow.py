@@ -44,7 +44,7 @@ def connections_env(kafka: KafkaSettings | None = None, spark_master: str | None
     the auditor and the dispatchers they start). There is no ``aws_default``: nothing reads it unless
     ALDEBARAN_S3_CONNECTION names it.
 
-    The platform's own Kafka clients read the Kafka connection ``aldebaran_kafka`` (aldebaran.kafka_conn;
+    The platform's own Kafka clients read the Kafka connection ``aldebaran_kafka`` (aldebaran.kafka.conn;
     a deployment defines it, the local platform needs none: ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS); the
     watcher's connection is derived from the same place (brokers, TLS, SASL), plus its own consumer group.
 
@@ -52,7 +52,7 @@ def connections_env(kafka: KafkaSettings | None = None, spark_master: str | None
     ``spark_master`` and ``s3`` default to this process's settings (the HA profile passes its own).
     """
     from aldebaran.connections import env_var
-    from aldebaran.kafka_conn import resolve
+    from aldebaran.kafka.conn import resolve
     from aldebaran.s3access import connection_of
 
     kafka = kafka or load(KafkaSettings)

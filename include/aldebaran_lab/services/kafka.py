@@ -196,7 +196,7 @@ class Kafka(Service):
             return False
 
     def after_start(self) -> None:
-        from aldebaran.kafka_admin import ensure_topics
+        from aldebaran.kafka.admin import ensure_topics
 
         created = ensure_topics(self.settings)
         for topic in created:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from aldebaran import kafka_io
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery.ledger import Ledger
+from aldebaran.kafka import io as kio
 
 
 def _alert(order_id: str) -> dict:
@@ -19,7 +19,7 @@ def _alert(order_id: str) -> dict:
 def test_alert_dispatch_dag_delivers_each_alert_once(airflow_db, dagbag, kafka_topics, store, s3_prefix,
                                                       tmp_path, monkeypatch, unique):
     alerts = [_alert(f"dag-{i}") for i in range(6)]
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.alerts_topic,
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.alerts_topic,
                          [(a["alert_id"], json.dumps(a)) for a in alerts + alerts[:3]])
     log_file = tmp_path / "alerts.jsonl"
     monkeypatch.setenv("ALDEBARAN_CHANNELS", "log")

@@ -13,10 +13,10 @@ import json
 
 import pytest
 
-from aldebaran import kafka_io
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery.ledger import Ledger
 from aldebaran import heartbeat
+from aldebaran.kafka import io as kio
 from aldebaran.storage import LocalStore
 from tests.conftest import assert_eventually
 from tests.integration.dags.test_dispatch_supervisor import dispatcher_env  # noqa: F401  (fixture)
@@ -79,7 +79,7 @@ def dispatch_env(monkeypatch, tmp_path):
 def test_dispatch_uses_a_connection_and_channel_list_created_through_the_api(
         airflow_db, dagbag, kafka_topics, api_objects, dispatch_env):
     alerts = [_alert(f"api-{i}") for i in range(4)]
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.alerts_topic,
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.alerts_topic,
                          [(a["alert_id"], json.dumps(a)) for a in alerts])
     log_file = dispatch_env / "api-channel.jsonl"
     api_objects("connections", {"connection_id": f"aldebaran_{CHANNEL}", "conn_type": "log",
@@ -122,7 +122,7 @@ def test_a_streaming_dispatcher_gets_the_connection_created_through_the_api(
                                 "extra": json.dumps({"path": str(log_file)})})
     api_objects("variables", {"key": "aldebaran_channels", "value": CHANNEL})
     alerts = [_alert(f"api-stream-{i}") for i in range(3)]
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.alerts_topic,
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.alerts_topic,
                          [(a["alert_id"], json.dumps(a)) for a in alerts])
 
     run = dagbag.dags["dispatch_supervisor"].test()

@@ -19,11 +19,12 @@ import time
 
 import pytest
 
-from aldebaran import kafka_io, paths, reference
+from aldebaran import paths, reference
 from aldebaran import lease as leases
 from aldebaran import heartbeat
 from aldebaran.audit.archive import Archive
 from aldebaran.exceptions import LeaseHeld
+from aldebaran.kafka import io as kio
 from aldebaran.platform import supervisor
 from aldebaran.platform.health import _offsets
 from aldebaran.platform.settings import SupervisorSettings
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 def _processed_all(store, query, kafka):
-    ends = kafka_io.end_offsets(kafka, kafka.trades_topic)
+    ends = kio.end_offsets(kafka, kafka.trades_topic)
     hb = heartbeat.read(store, heartbeat.AUDITOR, query) or {}
     done = _offsets(hb.get("kafka_end_offsets"), kafka.trades_topic) or {}
     assert hb.get("status") in ("running", "idle") and all(done.get(p, 0) >= e for p, e in ends.items()), (done, ends)
@@ -81,9 +82,9 @@ def supervised(kafka_topics, store, s3_prefix, tmp_path, monkeypatch, unique):
 def test_supervisor_restarts_a_killed_auditor_which_resumes_from_its_checkpoint(
         airflow_db, dagbag, supervised, kafka_topics, store, s3_prefix, unique):
     query, checkpoint = supervised
-    produce = kafka_io.producer(kafka_topics)
+    produce = kio.producer(kafka_topics)
     parts = [list(loadgen.records(loadgen.original_mix(n, seed))) for n, seed in ((60, 1), (80, 2), (20, 3))]
-    kafka_io.produce_all(produce, kafka_topics.trades_topic, [(r.key, r.value) for r in parts[0]])
+    kio.produce_all(produce, kafka_topics.trades_topic, [(r.key, r.value) for r in parts[0]])
     dag = dagbag.dags["auditor_supervisor"]
     state_key = supervisor.state_key(SupervisorSettings(), query)
 
@@ -103,7 +104,7 @@ def test_supervisor_restarts_a_killed_auditor_which_resumes_from_its_checkpoint(
         leases.acquire(store, checkpoint, "intruder", ttl_seconds=30)
 
     # 2. More trades, and the driver is SIGKILLed while it works through them.
-    kafka_io.produce_all(produce, kafka_topics.trades_topic, [(r.key, r.value) for r in parts[1]])
+    kio.produce_all(produce, kafka_topics.trades_topic, [(r.key, r.value) for r in parts[1]])
     killed_at = time.time()
     os.kill(driver, signal.SIGKILL)
 
@@ -127,7 +128,7 @@ def test_supervisor_restarts_a_killed_auditor_which_resumes_from_its_checkpoint(
         return True
 
     assert_eventually(resumed, timeout=120, interval=0.2, message="progress after the restart")
-    kafka_io.produce_all(produce, kafka_topics.trades_topic, [(r.key, r.value) for r in parts[2]])
+    kio.produce_all(produce, kafka_topics.trades_topic, [(r.key, r.value) for r in parts[2]])
     assert_eventually(lambda: _processed_all(store, query, kafka_topics), timeout=180, message="all trades audited")
 
     # 4. Healthy now: a third run leaves it alone; platform_health agrees.
@@ -145,13 +146,13 @@ def test_supervisor_restarts_a_killed_auditor_which_resumes_from_its_checkpoint(
 
     # 5. No alert lost, none duplicated: the archive is exactly the reference; the topic (at-least-once)
     #    holds exactly the reference's alert ids.
-    trades = [(m.value(), m.timestamp()[1]) for m in kafka_io.read_topic(kafka_topics, kafka_topics.trades_topic)]
+    trades = [(m.value(), m.timestamp()[1]) for m in kio.read_topic(kafka_topics, kafka_topics.trades_topic)]
     assert len(trades) == sum(len(p) for p in parts)
     expected = sorted(reference.key(a) for a in reference.expected_alerts(trades))
     assert expected, "the mix produces overfills"
     archived = [json.loads(line) for line in Archive(store, f"{s3_prefix}/archive", query).read_all()]
     assert sorted(reference.key(a) for a in archived) == expected
-    on_topic = [json.loads(m.value()) for m in kafka_io.read_topic(kafka_topics, kafka_topics.alerts_topic)]
+    on_topic = [json.loads(m.value()) for m in kio.read_topic(kafka_topics, kafka_topics.alerts_topic)]
     assert sorted({reference.key(a) for a in on_topic}) == expected
     duplicates = len(on_topic) - len({a["alert_id"] for a in on_topic})
 

@@ -29,9 +29,10 @@ import time
 
 import pytest
 
-from aldebaran import kafka_io, paths
+from aldebaran import paths
 from aldebaran import lease as leases
 from aldebaran import heartbeat
+from aldebaran.kafka import io as kio
 from aldebaran.platform import standby_slot, supervisor
 from aldebaran.platform.health import _offsets
 from aldebaran.platform.settings import SupervisorSettings
@@ -56,7 +57,7 @@ def _holder_session(store, checkpoint) -> int | None:
 
 
 def _audited(store, query, kafka):
-    ends = kafka_io.end_offsets(kafka, kafka.trades_topic)
+    ends = kio.end_offsets(kafka, kafka.trades_topic)
     done = _offsets((heartbeat.read(store, heartbeat.AUDITOR, query) or {}).get("kafka_end_offsets"), kafka.trades_topic) or {}
     assert all(done.get(p, 0) >= e for p, e in ends.items()), (done, ends)
     return True
@@ -105,9 +106,9 @@ def test_supervisor_keeps_a_standby_promotes_its_takeover_and_fails_over_to_it(
     query, checkpoint, sessions = supervised
     dag = dagbag.dags["auditor_supervisor"]
     key = supervisor.state_key(SupervisorSettings(), query)
-    produce = kafka_io.producer(kafka_topics)
+    produce = kio.producer(kafka_topics)
     parts = [list(loadgen.records(loadgen.original_mix(n, seed))) for n, seed in ((40, 1), (40, 2))]
-    kafka_io.produce_all(produce, kafka_topics.trades_topic, [(r.key, r.value) for r in parts[0]])
+    kio.produce_all(produce, kafka_topics.trades_topic, [(r.key, r.value) for r in parts[0]])
 
     # 1. An active auditor, then a standby waiting on its lease.
     first = dag.test(run_conf=PARAMS_NONE)
@@ -123,7 +124,7 @@ def test_supervisor_keeps_a_standby_promotes_its_takeover_and_fails_over_to_it(
     # 2. SIGKILL of the active (driver and JVM): the standby takes the lease by itself.
     os.killpg(active, signal.SIGKILL)
     killed_at = time.time()
-    kafka_io.produce_all(produce, kafka_topics.trades_topic, [(r.key, r.value) for r in parts[1]])
+    kio.produce_all(produce, kafka_topics.trades_topic, [(r.key, r.value) for r in parts[1]])
     assert_eventually(lambda: _holder_session(store, checkpoint) == standby, timeout=120, interval=0.1,
                       message="the standby holds the lease")
     took_lease_at = time.time()

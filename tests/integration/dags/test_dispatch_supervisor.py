@@ -18,9 +18,10 @@ import time
 
 import pytest
 
-from aldebaran import kafka_io, paths
+from aldebaran import paths
 from aldebaran.audit.model import alert_id
 from aldebaran import heartbeat
+from aldebaran.kafka import io as kio
 from aldebaran.platform import dispatch_supervisor as ds
 from aldebaran.platform import health, processes
 from aldebaran.runtime.procs import pid_alive
@@ -83,9 +84,9 @@ def test_supervisor_starts_a_dispatcher_and_restarts_it_after_a_kill(airflow_db,
     name, log_file = dispatcher_env
     dag = dagbag.dags["dispatch_supervisor"]
     assert dag.max_active_runs == 1 and dag.catchup is False and dag.is_paused_upon_creation is True
-    produce = kafka_io.producer(kafka_topics)
+    produce = kio.producer(kafka_topics)
     first_alerts = [_alert(f"ds-{i}") for i in range(3)]
-    kafka_io.produce_all(produce, kafka_topics.alerts_topic, [(a["alert_id"], json.dumps(a)) for a in first_alerts])
+    kio.produce_all(produce, kafka_topics.alerts_topic, [(a["alert_id"], json.dumps(a)) for a in first_alerts])
     cfg = ds.settings()
     state_key = processes.state_key(cfg, name)
 
@@ -109,7 +110,7 @@ def test_supervisor_starts_a_dispatcher_and_restarts_it_after_a_kill(airflow_db,
     os.kill(pid, signal.SIGKILL)
     assert_eventually(lambda: not pid_alive(pid), timeout=10)
     more = [_alert(f"ds-after-{i}") for i in range(2)]
-    kafka_io.produce_all(produce, kafka_topics.alerts_topic, [(a["alert_id"], json.dumps(a)) for a in more])
+    kio.produce_all(produce, kafka_topics.alerts_topic, [(a["alert_id"], json.dumps(a)) for a in more])
 
     # 3. The next run sees the dead process and restarts it: a new pid beats `running`. (Restart 2 of the
     # incident waits the backoff, 1 s here, after the first launch: on a fast machine the kill comes sooner.)

@@ -13,12 +13,12 @@ import time
 
 import pytest
 
-from aldebaran import kafka_io
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import configured_channels
 from aldebaran.delivery.dispatcher import Dispatcher, DispatchStats, default_ledger
 from aldebaran.delivery.service import Heartbeat
 from aldebaran.heartbeat import DISPATCHER, key as heartbeat_key
+from aldebaran.kafka import io as kio
 from aldebaran.platform import dispatch_supervisor as ds
 from aldebaran.platform import processes
 from aldebaran.platform.settings import DispatchSupervisorSettings
@@ -80,7 +80,7 @@ def env(kafka_topics, store, s3_prefix, tmp_path, monkeypatch, unique):
 
 def _run(name: str, wrap, alerts: list[dict], kafka_topics):
     """Produce `alerts`, then start a dispatcher on the wrapped log channel with its heartbeat thread."""
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.alerts_topic,
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.alerts_topic,
                          [(a["alert_id"], json.dumps(a)) for a in alerts])
     ledger = default_ledger()
     channels = [wrap(c) for c in configured_channels(["log"])]

@@ -16,8 +16,9 @@ import time
 
 import pytest
 
-from aldebaran import heartbeat, kafka_io, paths
+from aldebaran import heartbeat, paths
 from aldebaran.audit.model import alert_id
+from aldebaran.kafka import io as kio
 from aldebaran.lanes import keeper
 from aldebaran.lanes.settings import LaneSettings
 from aldebaran.runtime.procs import pid_alive
@@ -81,7 +82,7 @@ def test_supervisor_runs_the_lane_and_restarts_it_after_its_keeper_is_killed(air
     dag = dagbag.dags["lane_supervisor"]
     assert dag.max_active_runs == 1 and dag.catchup is False and dag.is_paused_upon_creation is True
     recs = list(loadgen.records(loadgen.CHALLENGE_EXAMPLE))
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
     lane_store = keeper.lane_store()
 
     # 1. Nothing runs: the supervisor launches the keeper and returns once its lane's query is active.
@@ -95,7 +96,7 @@ def test_supervisor_runs_the_lane_and_restarts_it_after_its_keeper_is_killed(air
     want = alert_id("OVERFILL", "1")
 
     def fast_alert():
-        got = [json.loads(m.value()) for m in kafka_io.read_topic(kafka_topics, kafka_topics.fast_alerts_topic, idle=1.0)]
+        got = [json.loads(m.value()) for m in kio.read_topic(kafka_topics, kafka_topics.fast_alerts_topic, idle=1.0)]
         assert [a["alert_id"] for a in got] == [want], got
         return got[0]
 
@@ -104,7 +105,7 @@ def test_supervisor_runs_the_lane_and_restarts_it_after_its_keeper_is_killed(air
 
     # 3. The exact lane's copy confirms it.
     exact = {k: v for k, v in alert.items() if k != "lane"}
-    kafka_io.produce_all(kafka_io.producer(kafka_topics), kafka_topics.alerts_topic, [(want, json.dumps(exact))])
+    kio.produce_all(kio.producer(kafka_topics), kafka_topics.alerts_topic, [(want, json.dumps(exact))])
 
     def confirmed():
         counts = (heartbeat.read(lane_store, heartbeat.LANE, cfg.name).get("reconcile") or {}).get("counts") or {}

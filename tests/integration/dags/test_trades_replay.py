@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 
-from aldebaran import kafka_io, reference
+from aldebaran import reference
 from aldebaran.audit.archive import Archive
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job
 from aldebaran.delivery.channels import LogChannel
 from aldebaran.delivery.dispatcher import Dispatcher
 from aldebaran.delivery.ledger import Ledger
+from aldebaran.kafka import io as kio
 from aldebaran.settings import load
 from aldebaran_capacity import loadgen
 
@@ -41,17 +42,17 @@ def test_replay_yields_the_live_alerts_and_no_new_deliveries(airflow_db, dagbag,
                                                   "extra": {"deploy-mode": "client", "spark-binary": "spark-submit"}}),
     }.items():
         monkeypatch.setenv(key, value)
-    producer = kafka_io.producer(kafka_topics)
+    producer = kio.producer(kafka_topics)
     in_range = list(loadgen.records(loadgen.original_mix(50, seed=11)))
-    kafka_io.produce_all(producer, kafka_topics.trades_topic, [(r.key, r.value) for r in in_range])
-    range_end = kafka_io.end_offsets(kafka_topics, kafka_topics.trades_topic)
+    kio.produce_all(producer, kafka_topics.trades_topic, [(r.key, r.value) for r in in_range])
+    range_end = kio.end_offsets(kafka_topics, kafka_topics.trades_topic)
 
     # The live run over the range, and its alerts delivered.
     live_query = f"live-{unique}"
     job.run(load(AuditorSettings, checkpoint=str(tmp_path / "live"), trigger="available-now", query_name=live_query,
                  archive_prefix=f"{s3_prefix}/archive"), spark=spark)
     live = [json.loads(line) for line in Archive(store, f"{s3_prefix}/archive", live_query).read_all()]
-    trades = [(m.value(), m.timestamp()[1]) for m in kafka_io.read_topic(kafka_topics, kafka_topics.trades_topic)]
+    trades = [(m.value(), m.timestamp()[1]) for m in kio.read_topic(kafka_topics, kafka_topics.trades_topic)]
     assert sorted(reference.key(a) for a in live) == sorted(reference.key(a) for a in reference.expected_alerts(trades))
     assert live, "the mix produces overfills"
     ledger = Ledger(store, prefix=f"{s3_prefix}/deliveries")
@@ -60,7 +61,7 @@ def test_replay_yields_the_live_alerts_and_no_new_deliveries(airflow_db, dagbag,
 
     # Trades past the range's end: the replay must not see them.
     later = list(loadgen.records(loadgen.original_mix(20, seed=12)))
-    kafka_io.produce_all(producer, kafka_topics.trades_topic, [(r.key, r.value) for r in later])
+    kio.produce_all(producer, kafka_topics.trades_topic, [(r.key, r.value) for r in later])
 
     run = dagbag.dags["trades_replay"].test(run_conf={
         "start": "earliest", "end": json.dumps({str(p): o for p, o in range_end.items()}),

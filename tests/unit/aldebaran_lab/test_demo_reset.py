@@ -35,8 +35,8 @@ def test_the_reset_recreates_the_fast_alerts_topic_with_the_others(monkeypatch):
     kafka = KafkaSettings(trades_topic="trades", alerts_topic="alerts", dlq_topic="trades.dlq",
                           fast_alerts_topic="alerts.fast")
     calls = []
-    monkeypatch.setattr(demo_platform.kafka_admin, "delete_topics", lambda k, topics: calls.append(("delete", topics)))
-    monkeypatch.setattr(demo_platform.kafka_admin, "ensure_topics", lambda k, topics=None: calls.append(("create", topics)))
+    monkeypatch.setattr(demo_platform.kadmin, "delete_topics", lambda k, topics: calls.append(("delete", topics)))
+    monkeypatch.setattr(demo_platform.kadmin, "ensure_topics", lambda k, topics=None: calls.append(("create", topics)))
     monkeypatch.setattr(demo_platform, "_delete_groups", lambda k, groups: None)
     monkeypatch.setattr(demo_platform, "_wait_gone", lambda k, topics: calls.append(("gone", topics)))
     monkeypatch.setattr(demo_platform, "_reset_lane", lambda: 2)

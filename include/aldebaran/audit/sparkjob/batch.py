@@ -43,7 +43,7 @@ class BatchWriter:
     Kafka and the archive object, side by side → return (Spark then commits the batch's offsets)."""
 
     def __init__(self, settings, kafka, archive, on_batch=None, plan=None, learn=None) -> None:
-        from aldebaran.kafka_io import AlertSink
+        from aldebaran.kafka.io import AlertSink
 
         self.settings = settings
         self.plan = plan or Plan("shuffle", settings.shards, partitioner=None)

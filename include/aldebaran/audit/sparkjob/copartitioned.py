@@ -29,7 +29,7 @@ import json
 from aldebaran import events
 from aldebaran.model import Event
 from aldebaran.audit.partitioning import owner
-from aldebaran.kafka_io import dlq_headers
+from aldebaran.kafka.io import dlq_headers
 from aldebaran.audit.sparkjob.rows import (
     BatchContext, alert_sink, dlq_sink, shard_rows, sources_header, store_for,
 )
@@ -87,7 +87,7 @@ def process(ctx: BatchContext, batch_id: int, partitions: int, shard_id: int, ba
 
     out = store.apply(batch_id, rows(), owns=_owns(shard_id, partitions, ctx.partitioner), expire_all=ctx.expire_all)
     if out.misrouted:
-        from aldebaran.kafka_io import DlqSink
+        from aldebaran.kafka.io import DlqSink
 
         reroute = DlqSink(ctx.kafka, topic=topic)
         by_owner: dict[int, list] = {}

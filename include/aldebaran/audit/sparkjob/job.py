@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 
 def kafka_source(spark, settings: AuditorSettings, kafka: KafkaSettings):
-    from aldebaran.kafka_conn import spark_kafka_options
+    from aldebaran.kafka.conn import spark_kafka_options
 
     reader = (
         spark.readStream.format("kafka")

@@ -65,9 +65,9 @@ class Plan:
 
 def decide(settings, kafka, state_root: str) -> Plan:
     """The plan for this run (logged), after checking it against the one the checkpoint was written with."""
-    from aldebaran import kafka_admin
+    from aldebaran.kafka import admin as kadmin
 
-    partitions = kafka_admin.partition_count(kafka, kafka.trades_topic)
+    partitions = kadmin.partition_count(kafka, kafka.trades_topic)
     recorded = read_recorded(state_root)
     chosen = None if settings.partitioner == "auto" else settings.partitioner
     if settings.plan == "auto" and recorded is not None:
@@ -160,7 +160,7 @@ def sample_keying(kafka, partitions: int) -> Sample:
     events, and how many of them each standard partitioner places where they are (keyed by order id)."""
     from confluent_kafka import TopicPartition
 
-    from aldebaran.kafka_io import consumer
+    from aldebaran.kafka.io import consumer
 
     c = consumer(kafka, group=f"aldebaran-plan-sample-{os.getpid()}", **{"enable.partition.eof": True})
     sample = Sample()

@@ -126,7 +126,7 @@ _ALERT_SINKS: dict = {}
 
 def dlq_sink(kafka):
     """This process's DLQ producer for `kafka`, its counts reset for a new task."""
-    from aldebaran.kafka_io import DlqSink
+    from aldebaran.kafka.io import DlqSink
 
     key = kafka.model_dump_json()
     sink = _DLQ_SINKS.get(key)
@@ -138,7 +138,7 @@ def dlq_sink(kafka):
 
 def alert_sink(kafka):
     """This process's alerts producer for `kafka` (shards that produce their own alerts)."""
-    from aldebaran.kafka_io import AlertSink
+    from aldebaran.kafka.io import AlertSink
 
     key = kafka.model_dump_json()
     sink = _ALERT_SINKS.get(key)

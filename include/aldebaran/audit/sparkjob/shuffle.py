@@ -19,7 +19,7 @@ Spark Python worker runs its task (the store's per-process cache).
 from __future__ import annotations
 
 from aldebaran.model import Event
-from aldebaran.kafka_io import dlq_headers
+from aldebaran.kafka.io import dlq_headers
 from aldebaran.audit.sparkjob.rows import (
     DLQ_FIELDS, EVENT_FIELDS, BatchContext, arrow_schema, dlq_sink, shard_rows, store_for,
 )

@@ -103,7 +103,7 @@ def warm_clients(spark, settings, kafka) -> None:
     t0 = time.monotonic()
     path = spark._jvm.org.apache.hadoop.fs.Path(Checkpoint(settings.checkpoint).spark)
     path.getFileSystem(spark._jsc.hadoopConfiguration()).exists(path)
-    from aldebaran.kafka_conn import spark_kafka_options
+    from aldebaran.kafka.conn import spark_kafka_options
 
     (spark.read.format("kafka").options(**spark_kafka_options(spark, kafka, "source"))
      .option("subscribe", kafka.trades_topic).load().limit(1).collect())

@@ -26,7 +26,7 @@ POLL_EVERY = 500  # messages produced between two polls of the delivery reports
 
 
 def _failover_keys() -> dict[str, object]:
-    from aldebaran.kafka_failover import librdkafka
+    from aldebaran.kafka.failover import librdkafka
     from aldebaran.settings import KafkaSettings, load
 
     return librdkafka(load(KafkaSettings), "producer")
@@ -51,7 +51,7 @@ class KafkaChannel(Channel):
         self.topic = topic
         if str(config.get("enable.idempotence", True)).lower() in ("false", "0"):
             raise ValueError(f"kafka {name}: enable.idempotence must stay true")
-        # The platform's failover keys (aldebaran.kafka_failover) under the connection's own configuration.
+        # The platform's failover keys (aldebaran.kafka.failover) under the connection's own configuration.
         self.config = {"log_level": 3, **_failover_keys(), **config, "enable.idempotence": True, "acks": "all"}
         if not self.config.get("bootstrap.servers"):
             raise ValueError(f"kafka {name}: bootstrap.servers is required")

@@ -96,7 +96,7 @@ def _start_group(members: list[Service]) -> None:
 
 
 def _provision(values: dict[str, str], layout: Layout) -> None:
-    from aldebaran.kafka_admin import ensure_topics
+    from aldebaran.kafka.admin import ensure_topics
     from aldebaran_lab.services.ha.members import kafka_settings
 
     for topic in ensure_topics(kafka_settings(layout)):

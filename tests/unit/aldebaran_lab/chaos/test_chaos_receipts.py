@@ -90,7 +90,7 @@ def test_the_bus_counts_its_messages_per_key(monkeypatch):
     # a1 twice under its key (a resend), a2 once, a3 once under key "x" (not its id: a duplicate)
     msgs = [_Message("a1", "a1", 1000), _Message("a1", "a1", 3000), _Message("a2", "a2", 2000),
             _Message("x", "a3", 2500)]
-    monkeypatch.setattr("aldebaran.kafka_io.read_topic", lambda kafka, topic, timeout: iter(msgs))
+    monkeypatch.setattr("aldebaran.kafka.io.read_topic", lambda kafka, topic, timeout: iter(msgs))
     figures, first = bus_verdict(None, "bus", {"a1", "a2", "a3"})
     assert figures == {"expected": 3, "received": 2, "lost": 1, "duplicated": 1, "resent_same_key_deduplicated": 1,
                        "unexpected": 1, "receipts": 4, "resent_same_key": 1}

@@ -146,13 +146,13 @@ def test_kafka_nodes_share_one_cluster_id(tmp_path):
 
 
 def test_topics_are_created_with_the_configured_replication_factor():
-    from aldebaran import kafka_admin
+    from aldebaran.kafka import admin as kadmin
 
     client = mock.Mock()
     client.list_topics.return_value.topics = {}
     client.create_topics.return_value = {}
-    with mock.patch.object(kafka_admin, "admin", return_value=client):
-        kafka_admin.ensure_topics(KafkaSettings(replication_factor=3))
+    with mock.patch.object(kadmin, "admin", return_value=client):
+        kadmin.ensure_topics(KafkaSettings(replication_factor=3))
     new_topics = client.create_topics.call_args.args[0]
     assert [t.replication_factor for t in new_topics] == [3, 3, 3]
 

@@ -1,5 +1,5 @@
-"""The platform's Kafka connection: librdkafka configuration from the connection (aldebaran.kafka_conn) and its
-translation into the Java client's options for Spark (aldebaran.kafka_java). No broker needed."""
+"""The platform's Kafka connection: librdkafka configuration from the connection (aldebaran.kafka.conn) and its
+translation into the Java client's options for Spark (aldebaran.kafka.java). No broker needed."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from aldebaran.connections import Connection
 from aldebaran.exceptions import ConfigError
-from aldebaran.kafka_conn import connection_env, from_connection, resolve
-from aldebaran.kafka_java import java_config, spark_options
+from aldebaran.kafka.conn import connection_env, from_connection, resolve
+from aldebaran.kafka.java import java_config, spark_options
 from aldebaran.settings import KafkaSettings
 
 SECRET = "s3cr3t-pa\"ss\\word"

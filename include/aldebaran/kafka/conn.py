@@ -14,11 +14,11 @@ task as Airflow resolves it (UI/REST API, ``AIRFLOW_CONN_*``, secrets backend); 
 the tasks that start those processes hand on (:func:`connection_env`). Without a connection, a plaintext
 client of ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS (the local platform's default).
 
-Under it, every client carries the failover keys of :mod:`aldebaran.kafka_failover` (a key in the extra
-wins over them). What reads it: the producers and consumers of :mod:`aldebaran.kafka_io` (auditor sinks,
-dispatchers, lanes, replay, explain, health lags), the admin client of :mod:`aldebaran.kafka_admin` and the health
+Under it, every client carries the failover keys of :mod:`aldebaran.kafka.failover` (a key in the extra
+wins over them). What reads it: the producers and consumers of :mod:`aldebaran.kafka.io` (auditor sinks,
+dispatchers, lanes, replay, explain, health lags), the admin client of :mod:`aldebaran.kafka.admin` and the health
 probe, and Spark's Kafka source and sink (:meth:`KafkaCluster.spark_options`: the Java client's names,
-translated by :mod:`aldebaran.kafka_java`). The lab derives the alert watcher's ``kafka_alerts_watcher``
+translated by :mod:`aldebaran.kafka.java`). The lab derives the alert watcher's ``kafka_alerts_watcher``
 from it (aldebaran_lab.services.airflow).
 
 - ``bootstrap.servers``: the extra, else ``host[:port]``, else ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS;
@@ -26,7 +26,7 @@ from it (aldebaran_lab.services.airflow).
   masks the password field; it also masks extra keys named like ``*password*``);
 - ``topic``, ``flush_timeout``, ``fast``: the ``kafka`` alert channel's own extras (a channel named
   ``kafka`` is defined by this same connection id), never given to the platform's clients;
-- ``spark_kafka_options``: Java client properties for Spark, given as they are (kafka_java);
+- ``spark_kafka_options``: Java client properties for Spark, given as they are (aldebaran.kafka.java);
 - OAUTHBEARER on Amazon MSK brokers gets the IAM token callback, as KafkaBaseHook adds it (needs
   aws-msk-iam-sasl-signer-python); dotted-path callbacks (``oauth_cb`` as a string) are refused.
 
@@ -42,10 +42,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from aldebaran import connections, kafka_failover
+from aldebaran import connections
 from aldebaran.connections import Connection, scrub
 from aldebaran.exceptions import AldebaranError, ConfigError
-from aldebaran.kafka_java import MSK_BOOTSTRAP, SPARK_OPTIONS_KEY, spark_options
+from aldebaran.kafka import failover
+from aldebaran.kafka.java import MSK_BOOTSTRAP, SPARK_OPTIONS_KEY, spark_options
 from aldebaran.settings import KafkaSettings, load
 
 log = logging.getLogger(__name__)
@@ -232,10 +233,10 @@ def protect_spark(spark) -> None:
 
 def spark_kafka_options(spark, settings: KafkaSettings | None = None, role: str = "source") -> dict[str, str]:
     """The options of Spark's Kafka `role` ("source" or "sink") for `spark` (secrets redacted in its plans):
-    the failover options (:func:`aldebaran.kafka_failover.java`), then :func:`resolve`'s
+    the failover options (:func:`aldebaran.kafka.failover.java`), then :func:`resolve`'s
     :meth:`KafkaCluster.spark_options`, which win."""
     settings = settings or load(KafkaSettings)
     options = resolve(settings).spark_options()
     if len(options) > 2:  # more than bootstrap.servers and security.protocol
         protect_spark(spark)
-    return {**kafka_failover.java(settings, role), **options}
+    return {**failover.java(settings, role), **options}

@@ -1,7 +1,7 @@
 """Producing and consuming with confluent-kafka (librdkafka): the load generator, the auditor's
 alert sink, the dispatcher and the tests all go through here. Every client is configured from the
-platform's failover settings (:mod:`aldebaran.kafka_failover`), then its Kafka connection
-(:mod:`aldebaran.kafka_conn`: brokers, TLS, SASL), then this module's defaults, then the caller's own keys."""
+platform's failover settings (:mod:`aldebaran.kafka.failover`), then its Kafka connection
+(:mod:`aldebaran.kafka.conn`: brokers, TLS, SASL), then this module's defaults, then the caller's own keys."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Iterable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from aldebaran import kafka_failover
 from aldebaran.exceptions import AldebaranError
-from aldebaran.kafka_conn import resolve
+from aldebaran.kafka import failover
+from aldebaran.kafka.conn import resolve
 from aldebaran.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 def producer(settings: KafkaSettings, **extra) -> Producer:
     conf = {
-        # Idempotence (acks=all) and the message timeout come with the failover keys (kafka_failover).
+        # Idempotence (acks=all) and the message timeout come with the failover keys (aldebaran.kafka.failover).
         # librdkafka's default partitioner (consistent_random: CRC32 of the key), as a user's plain
         # confluent-kafka Producer has it: the auditor detects whichever standard partitioner the
         # trades' producers use (aldebaran.audit.partitioning), so the platform's own tools need none.
@@ -33,7 +33,7 @@ def producer(settings: KafkaSettings, **extra) -> Producer:
         "log_level": 3,
     }
     # The connection's tuning (linger.ms, compression, ...) wins over these defaults; the caller's keys win over both.
-    return Producer({**kafka_failover.librdkafka(settings, "producer"), **conf, **resolve(settings).client_config(),
+    return Producer({**failover.librdkafka(settings, "producer"), **conf, **resolve(settings).client_config(),
                      **extra})
 
 
@@ -182,7 +182,7 @@ def consumer(settings: KafkaSettings, group: str, **extra) -> Consumer:
     }
     # The failover keys, the connection, then what this consumer needs (its group, no auto commit), then the
     # caller's keys.
-    return Consumer({**kafka_failover.librdkafka(settings, "consumer"), **resolve(settings).client_config(), **conf,
+    return Consumer({**failover.librdkafka(settings, "consumer"), **resolve(settings).client_config(), **conf,
                      **extra})
 
 

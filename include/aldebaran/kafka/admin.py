@@ -1,5 +1,5 @@
 """Kafka administration: topics, offsets and consumer lag (confluent-kafka AdminClient), configured
-from the platform's Kafka connection (:mod:`aldebaran.kafka_conn`). A cluster that cannot be reached
+from the platform's Kafka connection (:mod:`aldebaran.kafka.conn`). A cluster that cannot be reached
 or refuses the connection's credentials raises an error naming the connection."""
 
 from __future__ import annotations
@@ -7,16 +7,16 @@ from __future__ import annotations
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from aldebaran import kafka_failover
 from aldebaran.exceptions import AldebaranError
-from aldebaran.kafka_conn import resolve
+from aldebaran.kafka import failover
+from aldebaran.kafka.conn import resolve
 from aldebaran.settings import KafkaSettings
 
 OPERATION_REQUEST_TIMEOUT = 35.0  # seconds: the topic operations' 30 s on the broker, and the round trip
 
 
 def admin(settings: KafkaSettings, **extra) -> AdminClient:
-    return AdminClient({**kafka_failover.librdkafka(settings, "admin"), **resolve(settings).client_config(), **extra})
+    return AdminClient({**failover.librdkafka(settings, "admin"), **resolve(settings).client_config(), **extra})
 
 
 def list_topics(settings: KafkaSettings, topic: str | None = None, timeout: float = 10, client=None):
@@ -83,7 +83,7 @@ def consumer_lag(settings: KafkaSettings, group: str, topic: str) -> dict:
     from confluent_kafka import Consumer, TopicPartition
 
     cluster = resolve(settings)
-    c = Consumer({**kafka_failover.librdkafka(settings, "consumer"), **cluster.client_config(), "group.id": group,
+    c = Consumer({**failover.librdkafka(settings, "consumer"), **cluster.client_config(), "group.id": group,
                   "enable.auto.commit": False, "log_level": 3})
     try:
         meta = list_topics(settings, topic, client=c).topics.get(topic)
@@ -111,7 +111,7 @@ def commit_at_end(settings: KafkaSettings, group: str, topic: str) -> dict[int, 
     from confluent_kafka import Consumer, TopicPartition
 
     cluster = resolve(settings)
-    c = Consumer({**kafka_failover.librdkafka(settings, "consumer"), **cluster.client_config(), "group.id": group,
+    c = Consumer({**failover.librdkafka(settings, "consumer"), **cluster.client_config(), "group.id": group,
                   "enable.auto.commit": False, "log_level": 3})
     try:
         meta = list_topics(settings, topic, client=c).topics.get(topic)

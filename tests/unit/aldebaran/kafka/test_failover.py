@@ -1,4 +1,4 @@
-"""Failover settings of every Kafka client (aldebaran.kafka_failover): each builder carries them, the
+"""Failover settings of every Kafka client (aldebaran.kafka.failover): each builder carries them, the
 dispatchers' group hands a dead member's partitions over within the failover target, and the settings
 fail at start naming the variable. The expected values are written out from the settings' defaults and
 the libraries' documented defaults, never read back from the builders. No broker needed."""
@@ -9,10 +9,10 @@ import threading
 
 import pytest
 
-from aldebaran import kafka_admin, kafka_failover, kafka_io
 from aldebaran.delivery.settings import DeliverySettings
 from aldebaran.exceptions import ConfigError
-from aldebaran.kafka_conn import spark_kafka_options
+from aldebaran.kafka import admin as kadmin, failover, io as kio
+from aldebaran.kafka.conn import spark_kafka_options
 from aldebaran.settings import KafkaSettings, load
 
 FAILOVER_TARGET_MS = 10_000  # detection + takeover for any single fault (the design brief's target)
@@ -66,10 +66,10 @@ def subset(conf: dict, expected: dict) -> dict:
 
 # --- librdkafka clients ----------------------------------------------------------------------------------
 def test_producers_carry_the_common_and_the_producer_keys(clean):
-    seen = capture(clean, kafka_io, "Producer")
+    seen = capture(clean, kio, "Producer")
     settings = load(KafkaSettings)
-    for build in (lambda: kafka_io.producer(settings), lambda: kafka_io.AlertSink(settings).send([("a", b"{}")]),
-                  lambda: kafka_io.DlqSink(settings).add([(b"k", b"v", [])])):
+    for build in (lambda: kio.producer(settings), lambda: kio.AlertSink(settings).send([("a", b"{}")]),
+                  lambda: kio.DlqSink(settings).add([(b"k", b"v", [])])):
         with pytest.raises(Captured):
             build()
     assert len(seen) == 3
@@ -80,12 +80,12 @@ def test_producers_carry_the_common_and_the_producer_keys(clean):
 def test_consumers_and_admin_clients_carry_the_common_keys_and_no_producer_key(clean):
     import confluent_kafka
 
-    consumers = capture(clean, kafka_io, "Consumer")
-    admins = capture(clean, kafka_admin, "AdminClient")
+    consumers = capture(clean, kio, "Consumer")
+    admins = capture(clean, kadmin, "AdminClient")
     lag = capture(clean, confluent_kafka, "Consumer")
     settings = load(KafkaSettings)
-    for build in (lambda: kafka_io.consumer(settings, "g"), lambda: kafka_admin.admin(settings),
-                  lambda: kafka_admin.consumer_lag(settings, "g", "alerts")):
+    for build in (lambda: kio.consumer(settings, "g"), lambda: kadmin.admin(settings),
+                  lambda: kadmin.consumer_lag(settings, "g", "alerts")):
         with pytest.raises(Captured):
             build()
     for conf in (*consumers, *admins, *lag):
@@ -97,9 +97,9 @@ def test_consumers_and_admin_clients_carry_the_common_keys_and_no_producer_key(c
 def test_the_connection_extra_wins_over_the_failover_keys_and_the_caller_over_both(clean):
     clean.setenv("AIRFLOW_CONN_ALDEBARAN_KAFKA", '{"conn_type": "kafka", "extra": {"bootstrap.servers": "b:9092", '
                                                  '"socket.timeout.ms": 30000}}')
-    seen = capture(clean, kafka_io, "Consumer")
+    seen = capture(clean, kio, "Consumer")
     with pytest.raises(Captured):
-        kafka_io.consumer(load(KafkaSettings), "g", **{"reconnect.backoff.max.ms": 2000})
+        kio.consumer(load(KafkaSettings), "g", **{"reconnect.backoff.max.ms": 2000})
     assert (seen[0]["socket.timeout.ms"], seen[0]["reconnect.backoff.max.ms"]) == (30000, 2000)
     assert seen[0]["retry.backoff.max.ms"] == 1_000
 
@@ -114,14 +114,21 @@ def test_the_bus_channels_producer_carries_the_failover_keys_under_its_own(clean
 
 def test_a_kind_the_module_does_not_know_is_refused(clean):
     with pytest.raises(ValueError, match="kind"):
-        kafka_failover.librdkafka(load(KafkaSettings), "streams")
+        failover.librdkafka(load(KafkaSettings), "streams")
     with pytest.raises(ValueError, match="role"):
-        kafka_failover.java(load(KafkaSettings), "both")
+        failover.java(load(KafkaSettings), "both")
 
 
 # --- the dispatchers' group --------------------------------------------------------------------------------
+def group_of(settings: DeliverySettings) -> dict[str, object]:
+    """The group keys of these delivery settings, passed in as the dispatcher passes them."""
+    return failover.dispatcher_group(session_timeout_ms=settings.session_timeout_ms,
+                                     assignment_strategy=settings.assignment_strategy,
+                                     max_poll_interval_ms=settings.max_poll_interval_ms)
+
+
 def test_the_dispatcher_group_defaults_hand_a_dead_members_partitions_over_within_the_target(clean):
-    group = kafka_failover.dispatcher_group(load(DeliverySettings))
+    group = group_of(load(DeliverySettings))
     assert group == {"session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_200,
                      "partition.assignment.strategy": "cooperative-sticky", "max.poll.interval.ms": 300_000}
     # The coordinator expires the dead member after the session; the survivor hears of it at its next heartbeat.
@@ -129,7 +136,7 @@ def test_the_dispatcher_group_defaults_hand_a_dead_members_partitions_over_withi
 
 
 def test_the_heartbeat_is_a_fifth_of_the_session_and_never_below_half_a_second():
-    assert [kafka_failover.heartbeat_ms(s) for s in (1_000, 6_000, 10_000, 45_000)] == [500, 1_200, 2_000, 9_000]
+    assert [failover.heartbeat_ms(s) for s in (1_000, 6_000, 10_000, 45_000)] == [500, 1_200, 2_000, 9_000]
 
 
 def test_a_dispatchers_consumer_is_built_with_the_group_keys(clean, tmp_path):
@@ -140,7 +147,7 @@ def test_a_dispatchers_consumer_is_built_with_the_group_keys(clean, tmp_path):
     from aldebaran.storage import LocalStore
 
     clean.setenv("ALDEBARAN_DELIVERY_SESSION_TIMEOUT_MS", "7000")
-    seen = capture(clean, kafka_io, "Consumer")
+    seen = capture(clean, kio, "Consumer")
     ledger = Ledger(LocalStore(tmp_path / "ledger"))
     worker = ChannelDispatcher(LogChannel("log", tmp_path / "alerts.jsonl"), ledger, load(DeliverySettings),
                                load(KafkaSettings), "g", "me", DispatchStats(), AlertDeadLetters(load(KafkaSettings)))
@@ -258,7 +265,7 @@ def test_the_lanes_sink_writes_with_the_sink_options(clean):
      "ALDEBARAN_KAFKA_API_TIMEOUT_MS: Value error, must be at least ALDEBARAN_KAFKA_REQUEST_TIMEOUT_MS (10000)"),
     ({"ALDEBARAN_KAFKA_METADATA_REFRESH_MS": "soon"}, "ALDEBARAN_KAFKA_METADATA_REFRESH_MS: Input should be a valid"),
 ])
-def test_a_bad_kafka_failover_setting_fails_at_start_naming_it(clean, env, message):
+def test_a_bad_failover_setting_fails_at_start_naming_it(clean, env, message):
     for name, value in env.items():
         clean.setenv(name, value)
     with pytest.raises(ConfigError, match="^invalid settings: .*" + message.replace("(", r"\(").replace(")", r"\)")):
@@ -279,4 +286,4 @@ def test_a_bad_group_setting_fails_at_start_naming_it(clean, env, message):
 
 def test_an_eager_strategy_can_be_chosen(clean):
     clean.setenv("ALDEBARAN_DELIVERY_ASSIGNMENT_STRATEGY", "range,roundrobin")
-    assert kafka_failover.dispatcher_group(load(DeliverySettings))["partition.assignment.strategy"] == "range,roundrobin"
+    assert group_of(load(DeliverySettings))["partition.assignment.strategy"] == "range,roundrobin"

@@ -2,17 +2,17 @@
 
 One place per client kind, each key with the reason for its value:
 
-- :func:`librdkafka`: the confluent-kafka producers, consumers and admin clients (aldebaran.kafka_io,
-  aldebaran.kafka_admin, the auditor's alert and DLQ sinks, the dispatchers, the lane's reconciler, replay,
+- :func:`librdkafka`: the confluent-kafka producers, consumers and admin clients (aldebaran.kafka.io,
+  aldebaran.kafka.admin, the auditor's alert and DLQ sinks, the dispatchers, the lane's reconciler, replay,
   explain, health, and the ``kafka`` bus channel's producer);
 - :func:`dispatcher_group`: the dispatchers' consumer group (how a dead dispatcher's partitions reach its
-  partner);
+  partner), from the values the delivery side passes in;
 - :func:`java`: the Java client under Spark's Kafka source and sink (the auditor, its warm standby, the
   low-latency lane), as ``kafka.``-prefixed options.
 
 The values are settings (ALDEBARAN_KAFKA_* in :class:`aldebaran.settings.KafkaSettings`, the group's
-ALDEBARAN_DELIVERY_* in :class:`aldebaran.delivery.settings.DeliverySettings`), validated at start. They are
-the bottom layer of each client's configuration: the platform's Kafka connection (aldebaran.kafka_conn) comes
+ALDEBARAN_DELIVERY_*, read by the delivery side and passed in), validated at start. They are
+the bottom layer of each client's configuration: the platform's Kafka connection (aldebaran.kafka.conn) comes
 next, so a key in its extra (or, for Spark, its ``spark_kafka_options``) wins for that cluster, and a
 caller's own keys win over both. docs/reliability.md, "Kafka broker/leader loss and the dispatcher handover",
 lists each key's library default, the value here and the gap it bounds.
@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from aldebaran.delivery.settings import DeliverySettings
     from aldebaran.settings import KafkaSettings
 
 Kind = Literal["producer", "consumer", "admin"]
@@ -81,26 +80,28 @@ def heartbeat_ms(session_timeout_ms: int) -> int:
     return max(MIN_HEARTBEAT_MS, session_timeout_ms // 5)
 
 
-def dispatcher_group(settings: DeliverySettings) -> dict[str, object]:
-    """The consumer-group keys of a dispatcher (streaming or one pass: one group per channel, one protocol)."""
+def dispatcher_group(*, session_timeout_ms: int, assignment_strategy: str,
+                     max_poll_interval_ms: int) -> dict[str, object]:
+    """The consumer-group keys of a dispatcher (streaming or one pass: one group per channel, one protocol),
+    from its delivery settings' values."""
     return {
         # The coordinator learns that a SIGKILLed dispatcher is gone only when its session expires: then its
         # partitions move to a live member. The broker refuses less than group.min.session.timeout.ms
         # (6 s by default). Library default 45 s.
-        "session.timeout.ms": settings.session_timeout_ms,
+        "session.timeout.ms": session_timeout_ms,
         # Library default 3 s (heartbeat_ms).
-        "heartbeat.interval.ms": heartbeat_ms(settings.session_timeout_ms),
+        "heartbeat.interval.ms": heartbeat_ms(session_timeout_ms),
         # Cooperative rebalancing moves only the partitions that change owner: the survivor keeps delivering
         # its own through the dead member's expiry and through the restarted member's return, instead of
         # revoking them all and taking them anew (each new partition costs an owner epoch and a read of
         # its recent runs). Library default range,roundrobin (eager: every member revokes every partition).
         # Every member of a group must use the same protocol.
-        "partition.assignment.strategy": settings.assignment_strategy,
+        "partition.assignment.strategy": assignment_strategy,
         # How long a rebalance may wait for a member that stopped polling, and how long without a poll a
         # member stays in the group. A kill's handover waits for it only if a survivor is stuck in one
         # iteration that long; a lower value would expel slow but live dispatchers mid-send (a channel's
         # poll of up to ALDEBARAN_DELIVERY_POLL_MAX alerts). The library's default (300 s), named here.
-        "max.poll.interval.ms": settings.max_poll_interval_ms,
+        "max.poll.interval.ms": max_poll_interval_ms,
     }
 
 
