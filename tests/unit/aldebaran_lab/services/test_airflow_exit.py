@@ -52,3 +52,31 @@ def test_the_same_child_ending_normally_tears_down():
     code = CHILD.replace("run(entry)", "entry()").format(body="return None")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "torn down" in done.stdout, done.stdout
+
+
+def test_the_triggerer_waits_for_its_runner_s_exit_in_short_selects_once_no_socket_is_left(monkeypatch):
+    """A runner with no socket left can only be waited for by looking at its exit: Airflow's own select then
+    slept out the whole wait (10 s at the triggerer's stop) when the runner closed its sockets a moment before
+    it was a zombie. The wait is cut to RUNNER_EXIT_POLL then, and only then."""
+    import selectors
+    import socket
+    from types import SimpleNamespace
+
+    from airflow.jobs.triggerer_job_runner import TriggerRunnerSupervisor
+
+    from aldebaran_lab.services import airflow_exit
+
+    calls = []
+    monkeypatch.setattr(TriggerRunnerSupervisor, "_service_subprocess",
+                        lambda self, max_wait_time, raise_on_timeout=False, expect_signal=None:
+                        calls.append((max_wait_time, raise_on_timeout, expect_signal)) or 7)
+    airflow_exit._runner_exit_seen_promptly()
+    patched = TriggerRunnerSupervisor._service_subprocess
+    a, b = socket.socketpair()
+    with selectors.DefaultSelector() as selector, a, b:
+        sup = SimpleNamespace(selector=selector)
+        assert patched(sup, 10.0, expect_signal=2) == 7  # nothing registered: the runner is exiting
+        selector.register(a, selectors.EVENT_READ)
+        patched(sup, 10.0, raise_on_timeout=True)  # a socket open: Airflow's wait as it was
+        patched(sup, 0.05)
+    assert calls == [(airflow_exit.RUNNER_EXIT_POLL, False, 2), (10.0, True, None), (0.05, False, None)]
