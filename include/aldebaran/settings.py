@@ -23,6 +23,38 @@ TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
 # Room for the reason/origin headers a DLQ record adds to the original bytes.
 DLQ_HEADER_HEADROOM = 64 * 1024
 
+# --- tiers of the configuration -------------------------------------------------------------------
+# What a deployment must know: where Kafka and S3 are, the topics, the channels, who is paged. The
+# first block of .env.example; the rest of it is OFTEN_TUNED. Every other setting stays out of
+# .env.example and is in the generated reference (docs/operations.md) with its scope: tuning unless
+# named in TEST_ONLY (tests, demos and bounded runs set it). tests/unit/deploy/test_compose.py keeps
+# these names, .env.example and the reference in step.
+DEPLOYMENT = (
+    "ALDEBARAN_KAFKA_CONNECTION", "ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS", "ALDEBARAN_KAFKA_REPLICATION_FACTOR",
+    "ALDEBARAN_KAFKA_TRADES_TOPIC", "ALDEBARAN_KAFKA_ALERTS_TOPIC", "ALDEBARAN_KAFKA_FAST_ALERTS_TOPIC",
+    "ALDEBARAN_KAFKA_DLQ_TOPIC", "ALDEBARAN_KAFKA_ALERTS_DLQ_TOPIC", "ALDEBARAN_S3_CONNECTION",
+    "ALDEBARAN_S3_ENDPOINT_URL", "ALDEBARAN_S3_BUCKET", "ALDEBARAN_S3_REGION", "ALDEBARAN_SPARK_MASTER",
+    "ALDEBARAN_CHANNELS", "ALDEBARAN_ONCALL_CONNECTION",
+)
+OFTEN_TUNED = (
+    "ALDEBARAN_KAFKA_PARTITIONS", "ALDEBARAN_AUDIT_TTL_SECONDS", "ALDEBARAN_AUDIT_TRIGGER_INTERVAL",
+    "ALDEBARAN_AUDIT_MAX_OFFSETS_PER_TRIGGER", "ALDEBARAN_AUDIT_SHARDS", "ALDEBARAN_DELIVERY_MAX_ATTEMPTS",
+    "ALDEBARAN_DELIVERY_CONCURRENCY", "ALDEBARAN_LANES_ENABLED", "ALDEBARAN_LANES_MASTER",
+    "ALDEBARAN_LANES_CONFIRM_TTL_SECONDS", "ALDEBARAN_SUPERVISOR_NICE", "ALDEBARAN_SPARK_RUNTIME_ARCHIVE",
+    "ALDEBARAN_LOG_FORMAT", "ALDEBARAN_RUN_DIR",
+)
+TEST_ONLY = (
+    "ALDEBARAN_AUDIT_ENDING_OFFSETS", "ALDEBARAN_AUDIT_TRIGGER", "ALDEBARAN_AUDIT_EXPIRE_AT_END",
+    "ALDEBARAN_AUDIT_TIMEOUT_SECONDS", "ALDEBARAN_AUDIT_ALERTS_FROM", "ALDEBARAN_DELIVERY_STORE",
+)
+
+
+def scope(env_var: str) -> str:
+    """deployment, tuning or test-only: where a setting belongs (the tiers above)."""
+    if env_var in DEPLOYMENT:
+        return "deployment"
+    return "test-only" if env_var in TEST_ONLY else "tuning"
+
 
 class KafkaSettings(BaseSettings):
     """The Kafka cluster and the platform's topics."""

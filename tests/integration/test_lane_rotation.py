@@ -2,8 +2,9 @@
 expires a book): `aldebaran lanes run` on real Kafka and the Spark 4.3 runtime, rotated by SIGUSR1 (what
 ALDEBARAN_LANES_ROTATE_SECONDS does on age: tests/unit/aldebaran/lanes/test_lane_keeper.py; here once, at a known moment, as a
 loaded machine takes a minute to start a lane). The first generation runs, then the keeper starts a second one
-from the latest trades and removes the first's checkpoint; trades sent after the rotation alert on the fast
-topic; SIGTERM stops keeper and lane."""
+from the latest trades, and stops the first and removes its checkpoint only once the second reads (make before
+break). An overfilled order sent every second from before the rotation until after the first generation has
+stopped alerts on the fast topic, every one: no gap. SIGTERM stops keeper and lane."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import json
 import os
 import signal
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 from aldebaran import events, heartbeat, paths
@@ -29,6 +32,7 @@ def test_the_keeper_rotates_the_lane_onto_a_fresh_checkpoint(kafka_topics, s3_pr
         "ALDEBARAN_LANES_CHECKPOINT": str(tmp_path / "checkpoint"),
         "ALDEBARAN_LANES_CHECKPOINT_INTERVAL": "10 seconds",
         "ALDEBARAN_LANES_ROTATE_SECONDS": "0",
+        "ALDEBARAN_LANES_ROTATION_OVERLAP_SECONDS": "5",
         "ALDEBARAN_LANES_HEARTBEAT_SECONDS": "1",
         "ALDEBARAN_LANES_START_TIMEOUT_SECONDS": "420",  # a loaded 2-core box took over 180 s once
         "ALDEBARAN_LANES_RECORDS_PREFIX": f"{s3_prefix}/lanes",
@@ -51,14 +55,6 @@ def test_the_keeper_rotates_the_lane_onto_a_fresh_checkpoint(kafka_topics, s3_pr
 
         first = None
         first = assert_eventually(lambda: generation(False), timeout=450, interval=1, message="the first generation")
-        os.kill(proc.pid, signal.SIGUSR1)
-        second = assert_eventually(lambda: generation(True), timeout=450, interval=1,
-                                   message="the second generation running")
-        assert Path(second["checkpoint"]).parent == tmp_path / "checkpoint"
-        assert not Path(first["checkpoint"]).exists(), "the first generation's checkpoint is still there"
-
-        # The new generation reads from the latest offsets as its query resolves them: send an overfilled
-        # order every few seconds until one alerts (the bench's probe), then the challenge's example.
         producer = kio.producer(kafka_topics)
         probes: list[str] = []
 
@@ -66,15 +62,47 @@ def test_the_keeper_rotates_the_lane_onto_a_fresh_checkpoint(kafka_topics, s3_pr
             return {json.loads(m.value())["alert_id"]
                     for m in kio.read_topic(kafka_topics, kafka_topics.fast_alerts_topic, idle=1.0)}
 
-        def probe_alerted():
+        def send_probe() -> None:
             order = f"probe-{len(probes)}"
             probes.append(order)
             kio.produce_all(producer, kafka_topics.trades_topic, [
                 (order, events.encode(events.request(order, 1, "probe", "P"))),
                 (order, events.encode(events.purchase(f"{order}-p", order, 2, "probe", "P")))])
+
+        def probe_alerted():
+            send_probe()
             assert {alert_id("OVERFILL", o) for o in probes} & fast_alert_ids()
 
-        assert_eventually(probe_alerted, timeout=180, interval=3, message="a probe's alert after the rotation")
+        # The first generation reads from the latest offsets as its query resolves them: probe until one alerts.
+        assert_eventually(probe_alerted, timeout=180, interval=3, message="a probe's alert before the rotation")
+        across = len(probes)  # from here on, one probe a second through the rotation: each must alert
+        stop = threading.Event()
+
+        def keep_probing() -> None:
+            while not stop.wait(1.0):
+                send_probe()
+
+        prober = threading.Thread(target=keep_probing, daemon=True)
+        prober.start()
+        try:
+            os.kill(proc.pid, signal.SIGUSR1)
+            second = assert_eventually(lambda: generation(True), timeout=450, interval=1,
+                                       message="the second generation running")
+            assert Path(second["checkpoint"]).parent == tmp_path / "checkpoint"
+            assert_eventually(lambda: not Path(first["checkpoint"]).exists(), timeout=120, interval=1,
+                              message="the first generation stopped and its checkpoint removed")
+            time.sleep(5)  # probes after the first generation stopped: only the second can alert on them
+        finally:
+            stop.set()
+            prober.join(10)
+        sent = probes[across:]
+        assert len(sent) >= 10, sent
+
+        def every_probe_alerted():
+            missing = {alert_id("OVERFILL", o) for o in sent} - fast_alert_ids()
+            assert not missing, f"{len(missing)} of {len(sent)} probes sent across the rotation never alerted"
+
+        assert_eventually(every_probe_alerted, timeout=120, interval=3, message="every probe across the rotation")
         recs = list(loadgen.records(loadgen.CHALLENGE_EXAMPLE))
         kio.produce_all(producer, kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
         assert_eventually(lambda: alert_id("OVERFILL", "1") in fast_alert_ids(), timeout=120, interval=2,
@@ -85,4 +113,4 @@ def test_the_keeper_rotates_the_lane_onto_a_fresh_checkpoint(kafka_topics, s3_pr
         store.delete(heartbeat.key(heartbeat.LANE, cfg.name))
     assert rc == 0, (tmp_path / "keeper.log").read_text()[-3000:]
     hb_log = (tmp_path / "keeper.log").read_text()
-    assert "rotating: generation" in hb_log
+    assert "rotating: generation" in hb_log and "reads since" in hb_log

@@ -15,9 +15,11 @@ It runs in the control venv and
         "reconcile": <Reconciler.status()>, "gaps": {"count", "skipped", "last"}, "error"}
 
 The lane is ``running`` once its driver reports an active query. Its checkpoint is one *generation* under
-the checkpoint root (``<root>/gen-<start time>``): every ``ALDEBARAN_LANES_ROTATE_SECONDS`` the keeper stops
-the lane and starts it on a fresh generation from the latest trades, which bounds the lane's state (its
-books never expire; design.md); a restarted keeper resumes the generation its last heartbeat names while
+the checkpoint root (``<root>/gen-<start time>``): every ``ALDEBARAN_LANES_ROTATE_SECONDS`` the keeper starts
+the lane on a fresh generation from the latest trades, which bounds the lane's state (its books never expire;
+design.md). Make before break: the old generation runs on until the new one's first batch has started and
+``ALDEBARAN_LANES_ROTATION_OVERLAP_SECONDS`` more have passed (:func:`retire_due`), so a rotation leaves no second
+without fast alerts; what both raise in the overlap has the same alert ids. A restarted keeper resumes the generation its last heartbeat names while
 it is younger than that, unless the trades that checkpoint resumes from are gone (the topic recreated, or
 retention): then the checkpoint is moved under ``<root>/abandoned/`` and a fresh generation starts at
 ``ALDEBARAN_LANES_GAP_STARTING_OFFSETS``, checked before the resume and again when the lane fails, so a
@@ -75,6 +77,16 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
+def retire_due(query: dict | None, triggered_at: float | None, overlap_s: float, now: float) -> tuple[float | None, bool]:
+    """During a rotation: (when the new generation's first batch was seen started, whether the old one may stop
+    now). The new query's status says its trigger is active once its first batch runs, i.e. once its
+    starting offsets are fixed and its long-running tasks read; the old one stops `overlap_s` after that."""
+    if triggered_at is None:
+        started = bool(query and query.get("active") and (query.get("status") or {}).get("isTriggerActive"))
+        return (now if started else None), False
+    return triggered_at, now - triggered_at >= overlap_s
+
+
 def _read_status(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
@@ -105,6 +117,9 @@ class Keeper:
         self.lane_started_at = 0.0
         self.generation: dict | None = None  # {"name", "started_at", "checkpoint"}
         self.rotating = False  # a new generation is starting
+        # During a rotation: the old generation's lane, still running until the new one reads (retire_due).
+        self.retiring: tuple[subprocess.Popen, dict] | None = None
+        self.retire_seen: float | None = None  # when the new generation's first batch was seen started
         self.rotate_now = threading.Event()  # SIGUSR1
         self.last_body: dict | None = None  # the last heartbeat, also what /metrics reports (aldebaran.metrics_roles)
         # Checkpoint gaps (aldebaran.lanes.gap): how many, the trades known skipped, the last one (carried
@@ -120,7 +135,9 @@ class Keeper:
                 "started_at": self.started_at, "at": time.time(), "error": error,
                 "lane": {"pid": self.proc.pid if self.proc else None,
                          "log": str(self.log_path) if self.log_path else None, "query": self.query,
-                         "generation": self.generation},
+                         "generation": self.generation,
+                         "retiring": None if self.retiring is None else {"pid": self.retiring[0].pid,
+                                                                        "generation": self.retiring[1]}},
                 "topics": {"trades": self.kafka.trades_topic, "fast": self.kafka.fast_alerts_topic,
                            "exact": self.kafka.alerts_topic},
                 "reconcile": self.reconciler.status() if self.reconciler else None, "gaps": self.gaps}
@@ -168,16 +185,41 @@ class Keeper:
                  self.generation["checkpoint"], starting_offsets, self.log_path)
 
     def rotate(self) -> None:
-        """Stop the lane, start it on a new generation from the latest trades, drop the old local checkpoint."""
-        import shutil
-
+        """Start the lane on a new generation from the latest trades; the old one runs on until
+        :meth:`retire` (make before break: module docstring)."""
         old = self.generation
-        log.info("lane %s: rotating: generation %s is %.0fs old (ALDEBARAN_LANES_ROTATE_SECONDS %.0f, or SIGUSR1)",
-                 self.name, old["name"], time.time() - float(old["started_at"]), self.settings.rotate_seconds)
-        self.stop_lane()
+        log.info("lane %s: rotating: generation %s is %.0fs old (ALDEBARAN_LANES_ROTATE_SECONDS %.0f, or SIGUSR1); "
+                 "it runs on until the new one reads", self.name, old["name"], time.time() - float(old["started_at"]),
+                 self.settings.rotate_seconds)
+        self.stop_retiring()  # a rotation asked for before the last one ended: that old lane goes now
+        self.retiring, self.retire_seen = (self.proc, old), None
         self.rotating = True
         self.generation, offsets = self.pick_generation({"generation": old}, time.time(), rotate=True)
         self.start_lane(offsets)
+
+    def retire(self) -> None:
+        """The end of a rotation: stop the old generation's lane once the new one has read for the overlap."""
+        if self.retiring is None:
+            return
+        self.retire_seen, due = retire_due(self.query, self.retire_seen, self.settings.rotation_overlap_seconds,
+                                           time.time())
+        if due:
+            log.info("lane %s: generation %s reads since %.1fs: stopping generation %s", self.name,
+                     self.generation["name"], time.time() - self.retire_seen, self.retiring[1]["name"])
+            self.stop_retiring()
+
+    def stop_retiring(self) -> None:
+        """Stop the old generation's lane and drop its local checkpoint (an object-store one is left)."""
+        import shutil
+
+        from aldebaran.lanes.launch import stop
+
+        if self.retiring is None:
+            return
+        proc, old = self.retiring
+        self.retiring, self.retire_seen = None, None
+        if proc is not None and proc.poll() is None:
+            stop(proc, timeout=self.settings.stop_timeout_seconds)
         if "://" not in old["checkpoint"] or old["checkpoint"].startswith("file://"):
             shutil.rmtree(old["checkpoint"].removeprefix("file://"), ignore_errors=True)
         else:
@@ -248,6 +290,7 @@ class Keeper:
 
         if self.proc is not None and self.proc.poll() is None:
             stop(self.proc, timeout=self.settings.stop_timeout_seconds)
+        self.stop_retiring()
 
     # --- the loop --------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -298,10 +341,11 @@ class Keeper:
                     self.beat("failed", error=problem[-4000:])
                     return 1
                 due = s.rotate_seconds and time.time() - float(self.generation["started_at"]) >= s.rotate_seconds
-                if self.running_since and (due or self.rotate_now.is_set()):
+                if self.running_since and self.retiring is None and (due or self.rotate_now.is_set()):
                     self.rotate_now.clear()
                     self.rotate()
-                if self.running_since:
+                self.retire()
+                if self.running_since and self.retiring is None:
                     self.rotating = False
                 self.beat("running" if self.running_since else "rotating" if self.rotating else "starting")
         except BaseException as exc:

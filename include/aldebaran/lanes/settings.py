@@ -59,7 +59,15 @@ class LaneSettings(SupervisionSettings):
         21600.0, ge=0,
         description="ALDEBARAN_LANES_ROTATE_SECONDS: start the lane on a fresh checkpoint (from the latest trades) "
                     "this long after it started, which bounds its state (it never expires books); 0 = never. Each "
-                    "rotation is a gap of one lane start, and orders open across it are left to the exact lane",
+                    "rotation overlaps the old generation with the new one (ALDEBARAN_LANES_ROTATION_OVERLAP_SECONDS); "
+                    "orders open across it are left to the exact lane",
+    )
+    rotation_overlap_seconds: float = Field(
+        15.0, ge=0,
+        description="ALDEBARAN_LANES_ROTATION_OVERLAP_SECONDS: a rotation starts the new generation before it stops "
+                    "the old one, and stops the old one this long after the new one's first batch has started (its "
+                    "tasks reading), so that no second goes without fast alerts; the alerts both raise meanwhile "
+                    "have the same ids (the ledger and the reconciler count them once)",
     )
     confirm_ttl_seconds: float = Field(
         300.0, gt=0,

@@ -1,7 +1,8 @@
 """Policy tests for the container setup (docker-compose.yml, Dockerfile, .env.example): fast, no
 Docker needed. They pin what docs/docker.md promises: the service names, loopback-only ports, no
 default secrets, Airflow components that share their keys, an Astro Runtime 3 base image, and an
-.env.example that documents exactly the variables the code reads."""
+.env.example in tiers that, with the configuration reference of docs/operations.md, documents exactly the
+variables the code reads."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aldebaran import envfile, paths
+from aldebaran import envfile, paths, settings
 
 ROOT = paths.ROOT
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 ENV_EXAMPLE = ROOT / ".env.example"
+OPERATIONS = ROOT / "docs" / "operations.md"
 # The product and the capacity and lab packages beside it: .env.example documents what any of them reads.
 PACKAGES = sorted((ROOT / "include").glob("aldebaran*/"))
 # Handed by a test receiver's or benchmark client's parent to the child process it starts (a secret
@@ -306,14 +308,53 @@ def test_env_example_aldebaran_variables_are_read_by_the_package():
     assert not unread, f".env.example documents variables nothing under include/ reads: {unread}"
 
 
+def reference_variables() -> set[str]:
+    """The variables of docs/operations.md's configuration reference: the first column of its tables
+    (the generated one of the settings classes and the hand-written one of the others)."""
+    text = OPERATIONS.read_text().split("\n## Configuration reference\n", 1)[1].split("\n## ", 1)[0]
+    return {m.group(1) for m in re.finditer(r"^\| `([A-Z][A-Z0-9_]*)` \|", text, flags=re.MULTILINE)}
+
+
+def example_blocks() -> dict[str, list[str]]:
+    """The ALDEBARAN_ variables of each numbered block of .env.example (``# --- 1. Required …``)."""
+    blocks, current = {}, None
+    for line in ENV_EXAMPLE.read_text().splitlines():
+        heading = re.match(r"^# --- (\d)\. ", line)
+        if heading:
+            current = blocks.setdefault(heading.group(1), [])
+        match = re.match(r"^# (ALDEBARAN_[A-Z0-9_]*)=", line)
+        if match and current is not None:
+            current.append(match.group(1))
+    return blocks
+
+
+def test_env_example_opens_with_what_a_deployment_must_set_then_what_is_often_tuned():
+    blocks = example_blocks()
+    assert blocks["1"] == list(settings.DEPLOYMENT) and len(blocks["1"]) <= 15
+    assert blocks["2"] == list(settings.OFTEN_TUNED)
+    everything = [name for names in blocks.values() for name in names]
+    assert len(everything) <= 40, f".env.example has {len(everything)} ALDEBARAN_ lines (at most 40)"
+    assert not set(everything) & set(settings.TEST_ONLY), "a test-only setting in .env.example"
+
+
+def test_the_tiers_name_settings_that_exist():
+    for name in (*settings.DEPLOYMENT, *settings.OFTEN_TUNED, *settings.TEST_ONLY):
+        assert name in settings_variables(), f"{name} is named in a tier of aldebaran.settings but is no setting"
+
+
+def test_the_reference_scan_finds_both_tables():
+    found = reference_variables()
+    assert {"ALDEBARAN_S3_BUCKET", "ALDEBARAN_AUDIT_TTL_SECONDS", "ALDEBARAN_KAFKA_HEAP"} <= found
+
+
 def test_variables_read_by_the_package_are_documented():
-    documented = set(example_variables())
+    documented = set(example_variables()) | reference_variables()
     read = {n for n in literal_variables() if n.startswith("ALDEBARAN_") or n.startswith("AIRFLOW_CONN_")}
     read |= set(settings_variables()) | set(envfile.GENERATED)
     read -= CHILD_PROCESS_HANDOFF
     missing = {name: str((literal_variables().get(name) or settings_variables().get(name) or ROOT / "include").relative_to(ROOT))
                for name in sorted(read - documented)}
-    assert not missing, f"read by the package but not documented in .env.example: {missing}"
+    assert not missing, f"read by the package but documented neither in .env.example nor docs/operations.md: {missing}"
 
 
 def test_settings_scan_finds_the_known_settings():

@@ -50,3 +50,16 @@ def test_a_rotation_always_starts_a_new_generation_from_the_latest_trades():
     for k in (keeper(), keeper(rotate_seconds=0)):
         gen, offsets = k.pick_generation(previous, NOW, rotate=True)
         assert gen["name"] == f"gen-{int(NOW * 1000)}" and offsets == "latest"
+
+
+def test_the_old_generation_stops_only_once_the_new_one_has_read_for_the_overlap():
+    from aldebaran.lanes.keeper import retire_due
+
+    starting = {"active": True, "status": {"message": "Initializing sources", "isTriggerActive": False}}
+    reading = {"active": True, "status": {"message": "Processing new data", "isTriggerActive": True}}
+    assert retire_due(None, None, 15, NOW) == (None, False)  # the new lane has not reported yet
+    assert retire_due(starting, None, 15, NOW) == (None, False)
+    assert retire_due({**reading, "active": False}, None, 15, NOW) == (None, False)
+    assert retire_due(reading, None, 15, NOW) == (NOW, False)  # its first batch seen: the overlap starts
+    assert retire_due(reading, NOW, 15, NOW + 14.9) == (NOW, False)
+    assert retire_due(starting, NOW, 15, NOW + 15) == (NOW, True)  # once seen reading, time alone decides
