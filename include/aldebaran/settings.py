@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
-from pydantic import Field, PrivateAttr, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aldebaran.exceptions import ConfigError
@@ -94,75 +94,10 @@ class KafkaSettings(BaseSettings):
     max_message_bytes: int = Field(
         16 * 1024 * 1024, ge=1024, description="ALDEBARAN_KAFKA_MAX_MESSAGE_BYTES: largest message the topics take"
     )
-    # Failover behaviour of every client, librdkafka and Spark's Java client alike (aldebaran.kafka.failover
-    # applies them and says why each value; docs/reliability.md gives the gaps they bound).
-    metadata_refresh_ms: int = Field(
-        5_000, ge=1_000, le=300_000,
-        description="ALDEBARAN_KAFKA_METADATA_REFRESH_MS: periodic metadata refresh of every Kafka client "
-                    "(librdkafka topic.metadata.refresh.interval.ms, metadata.max.age.ms 3x this; Java "
-                    "metadata.max.age.ms): finds a moved leader when the old one's connection hangs silently",
-    )
-    reconnect_backoff_ms: int = Field(
-        100, ge=0, le=60_000,
-        description="ALDEBARAN_KAFKA_RECONNECT_BACKOFF_MS: first wait before reconnecting to a broker (doubles per try)",
-    )
-    reconnect_backoff_max_ms: int = Field(
-        1_000, ge=0, le=60_000,
-        description="ALDEBARAN_KAFKA_RECONNECT_BACKOFF_MAX_MS: longest wait before reconnecting to a broker: how "
-                    "soon a restarted broker is used again (librdkafka's default 10 s)",
-    )
-    retry_backoff_ms: int = Field(
-        100, ge=1, le=60_000,
-        description="ALDEBARAN_KAFKA_RETRY_BACKOFF_MS: first wait before a failed request or a metadata query "
-                    "after a leader loss is retried (doubles per try)",
-    )
-    retry_backoff_max_ms: int = Field(
-        1_000, ge=1, le=60_000,
-        description="ALDEBARAN_KAFKA_RETRY_BACKOFF_MAX_MS: longest such wait: a new leader is seen at most this long "
-                    "after its election",
-    )
-    request_timeout_ms: int = Field(
-        10_000, ge=1_000, le=300_000,
-        description="ALDEBARAN_KAFKA_REQUEST_TIMEOUT_MS: a request to a broker that died without closing its "
-                    "connections fails after this and is retried on the leader (librdkafka socket.timeout.ms, "
-                    "Java request.timeout.ms)",
-    )
-    connect_timeout_ms: int = Field(
-        10_000, ge=1_000, le=300_000,
-        description="ALDEBARAN_KAFKA_CONNECT_TIMEOUT_MS: a connection to a broker (TCP, TLS and SASL) not set up "
-                    "within this is given up and tried again (socket.connection.setup.timeout.ms)",
-    )
-    api_timeout_ms: int = Field(
-        60_000, ge=1_000, le=3_600_000,
-        description="ALDEBARAN_KAFKA_API_TIMEOUT_MS: Spark's Kafka source: how long the driver's offset lookups "
-                    "and the executors' blocking calls retry before they fail the batch (Java default.api.timeout.ms; "
-                    "at least ALDEBARAN_KAFKA_REQUEST_TIMEOUT_MS)",
-    )
-    delivery_timeout_ms: int = Field(
-        300_000, ge=60_000, le=3_600_000,
-        description="ALDEBARAN_KAFKA_DELIVERY_TIMEOUT_MS: a produced message fails only after this (librdkafka "
-                    "message.timeout.ms, Java delivery.timeout.ms): far longer than a leader election, so an "
-                    "election never drops one; at least a minute and three request timeouts",
-    )
-
     # The cluster this object's clients reach, resolved once from the connection (aldebaran.kafka.conn.resolve)
     # and pickled with it: Spark's executors write the DLQ and alerts with the driver's resolution, whatever
     # their own environment holds.
     _cluster: object = PrivateAttr(default=None)
-
-    @field_validator("reconnect_backoff_max_ms", "retry_backoff_max_ms", "api_timeout_ms", "delivery_timeout_ms")
-    @classmethod
-    def _not_below(cls, value: int, info: ValidationInfo) -> int:
-        """Each of these against the setting it must not undercut (validated before it)."""
-        floor_field, factor = {"reconnect_backoff_max_ms": ("reconnect_backoff_ms", 1),
-                               "retry_backoff_max_ms": ("retry_backoff_ms", 1),
-                               "api_timeout_ms": ("request_timeout_ms", 1),
-                               "delivery_timeout_ms": ("request_timeout_ms", 3)}[info.field_name]
-        floor = info.data.get(floor_field)
-        if floor is not None and value < factor * floor:
-            times = f"{factor} x " if factor > 1 else ""
-            raise ValueError(f"must be at least {times}{env_var_of(cls, floor_field)} ({factor * floor})")
-        return value
 
     def topics(self) -> list[str]:
         return [self.trades_topic, self.alerts_topic, self.dlq_topic]

@@ -16,7 +16,7 @@ OPERATION_REQUEST_TIMEOUT = 35.0  # seconds: the topic operations' 30 s on the b
 
 
 def admin(settings: KafkaSettings, **extra) -> AdminClient:
-    return AdminClient({**failover.librdkafka(settings, "admin"), **resolve(settings).client_config(), **extra})
+    return AdminClient({**failover.librdkafka("admin"), **resolve(settings).client_config(), **extra})
 
 
 def list_topics(settings: KafkaSettings, topic: str | None = None, timeout: float = 10, client=None):
@@ -83,7 +83,7 @@ def consumer_lag(settings: KafkaSettings, group: str, topic: str) -> dict:
     from confluent_kafka import Consumer, TopicPartition
 
     cluster = resolve(settings)
-    c = Consumer({**failover.librdkafka(settings, "consumer"), **cluster.client_config(), "group.id": group,
+    c = Consumer({**failover.librdkafka("consumer"), **cluster.client_config(), "group.id": group,
                   "enable.auto.commit": False, "log_level": 3})
     try:
         meta = list_topics(settings, topic, client=c).topics.get(topic)
@@ -111,7 +111,7 @@ def commit_at_end(settings: KafkaSettings, group: str, topic: str) -> dict[int, 
     from confluent_kafka import Consumer, TopicPartition
 
     cluster = resolve(settings)
-    c = Consumer({**failover.librdkafka(settings, "consumer"), **cluster.client_config(), "group.id": group,
+    c = Consumer({**failover.librdkafka("consumer"), **cluster.client_config(), "group.id": group,
                   "enable.auto.commit": False, "log_level": 3})
     try:
         meta = list_topics(settings, topic, client=c).topics.get(topic)

@@ -239,4 +239,4 @@ def spark_kafka_options(spark, settings: KafkaSettings | None = None, role: str 
     options = resolve(settings).spark_options()
     if len(options) > 2:  # more than bootstrap.servers and security.protocol
         protect_spark(spark)
-    return {**failover.java(settings, role), **options}
+    return {**failover.java(role), **options}

@@ -33,7 +33,7 @@ def producer(settings: KafkaSettings, **extra) -> Producer:
         "log_level": 3,
     }
     # The connection's tuning (linger.ms, compression, ...) wins over these defaults; the caller's keys win over both.
-    return Producer({**failover.librdkafka(settings, "producer"), **conf, **resolve(settings).client_config(),
+    return Producer({**failover.librdkafka("producer"), **conf, **resolve(settings).client_config(),
                      **extra})
 
 
@@ -182,7 +182,7 @@ def consumer(settings: KafkaSettings, group: str, **extra) -> Consumer:
     }
     # The failover keys, the connection, then what this consumer needs (its group, no auto commit), then the
     # caller's keys.
-    return Consumer({**failover.librdkafka(settings, "consumer"), **resolve(settings).client_config(), **conf,
+    return Consumer({**failover.librdkafka("consumer"), **resolve(settings).client_config(), **conf,
                      **extra})
 
 

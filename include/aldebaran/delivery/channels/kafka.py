@@ -27,9 +27,8 @@ POLL_EVERY = 500  # messages produced between two polls of the delivery reports
 
 def _failover_keys() -> dict[str, object]:
     from aldebaran.kafka.failover import librdkafka
-    from aldebaran.settings import KafkaSettings, load
 
-    return librdkafka(load(KafkaSettings), "producer")
+    return librdkafka("producer")
 
 
 @register("kafka")

@@ -1,7 +1,7 @@
 """Failover settings of every Kafka client (aldebaran.kafka.failover): each builder carries them, the
-dispatchers' group hands a dead member's partitions over within the failover target, and the settings
-fail at start naming the variable. The expected values are written out from the settings' defaults and
-the libraries' documented defaults, never read back from the builders. No broker needed."""
+dispatchers' group hands a dead member's partitions over within the failover target, the Kafka connection's
+extra wins over them (there is no second name for them as settings), and the group settings fail at start
+naming the variable. The expected values are written out, never read back from the builders. No broker needed."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from aldebaran.settings import KafkaSettings, load
 
 FAILOVER_TARGET_MS = 10_000  # detection + takeover for any single fault (the design brief's target)
 
-# Our values, written out: the default of each setting.
+# Our values, written out.
 LIBRDKAFKA_COMMON = {
     "topic.metadata.refresh.interval.ms": 5_000, "metadata.max.age.ms": 15_000,
     "reconnect.backoff.ms": 100, "reconnect.backoff.max.ms": 1_000,
@@ -35,11 +35,7 @@ JAVA_COMMON = {
 @pytest.fixture
 def clean(monkeypatch):
     for var in ("AIRFLOW_CONN_ALDEBARAN_KAFKA", "ALDEBARAN_KAFKA_CONNECTION", "ALDEBARAN_KAFKA_BOOTSTRAP_SERVERS",
-                "ALDEBARAN_KAFKA_METADATA_REFRESH_MS", "ALDEBARAN_KAFKA_RECONNECT_BACKOFF_MS",
-                "ALDEBARAN_KAFKA_RECONNECT_BACKOFF_MAX_MS", "ALDEBARAN_KAFKA_RETRY_BACKOFF_MS",
-                "ALDEBARAN_KAFKA_RETRY_BACKOFF_MAX_MS", "ALDEBARAN_KAFKA_REQUEST_TIMEOUT_MS",
-                "ALDEBARAN_KAFKA_CONNECT_TIMEOUT_MS", "ALDEBARAN_KAFKA_API_TIMEOUT_MS",
-                "ALDEBARAN_KAFKA_DELIVERY_TIMEOUT_MS", "ALDEBARAN_DELIVERY_SESSION_TIMEOUT_MS",
+                "ALDEBARAN_DELIVERY_SESSION_TIMEOUT_MS",
                 "ALDEBARAN_DELIVERY_ASSIGNMENT_STRATEGY", "ALDEBARAN_DELIVERY_MAX_POLL_INTERVAL_MS"):
         monkeypatch.delenv(var, raising=False)
     return monkeypatch
@@ -114,9 +110,9 @@ def test_the_bus_channels_producer_carries_the_failover_keys_under_its_own(clean
 
 def test_a_kind_the_module_does_not_know_is_refused(clean):
     with pytest.raises(ValueError, match="kind"):
-        failover.librdkafka(load(KafkaSettings), "streams")
+        failover.librdkafka("streams")
     with pytest.raises(ValueError, match="role"):
-        failover.java(load(KafkaSettings), "both")
+        failover.java("both")
 
 
 # --- the dispatchers' group --------------------------------------------------------------------------------
@@ -252,26 +248,22 @@ def test_the_lanes_sink_writes_with_the_sink_options(clean):
     assert subset(writer.options_seen, JAVA_COMMON) == JAVA_COMMON
 
 
-# --- the settings validate ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("env, message", [
-    ({"ALDEBARAN_KAFKA_RECONNECT_BACKOFF_MAX_MS": "50"},
-     "ALDEBARAN_KAFKA_RECONNECT_BACKOFF_MAX_MS: Value error, must be at least ALDEBARAN_KAFKA_RECONNECT_BACKOFF_MS (100)"),
-    ({"ALDEBARAN_KAFKA_RETRY_BACKOFF_MS": "2000"},
-     "ALDEBARAN_KAFKA_RETRY_BACKOFF_MAX_MS: Value error, must be at least ALDEBARAN_KAFKA_RETRY_BACKOFF_MS (2000)"),
-    ({"ALDEBARAN_KAFKA_REQUEST_TIMEOUT_MS": "30000", "ALDEBARAN_KAFKA_DELIVERY_TIMEOUT_MS": "60000"},
-     "ALDEBARAN_KAFKA_DELIVERY_TIMEOUT_MS: Value error, must be at least 3 x ALDEBARAN_KAFKA_REQUEST_TIMEOUT_MS (90000)"),
-    ({"ALDEBARAN_KAFKA_DELIVERY_TIMEOUT_MS": "10000"}, "ALDEBARAN_KAFKA_DELIVERY_TIMEOUT_MS: Input should be greater"),
-    ({"ALDEBARAN_KAFKA_API_TIMEOUT_MS": "5000"},
-     "ALDEBARAN_KAFKA_API_TIMEOUT_MS: Value error, must be at least ALDEBARAN_KAFKA_REQUEST_TIMEOUT_MS (10000)"),
-    ({"ALDEBARAN_KAFKA_METADATA_REFRESH_MS": "soon"}, "ALDEBARAN_KAFKA_METADATA_REFRESH_MS: Input should be a valid"),
-])
-def test_a_bad_failover_setting_fails_at_start_naming_it(clean, env, message):
-    for name, value in env.items():
-        clean.setenv(name, value)
-    with pytest.raises(ConfigError, match="^invalid settings: .*" + message.replace("(", r"\(").replace(")", r"\)")):
-        load(KafkaSettings)
+# --- no second name: the connection's extra is the configuration ------------------------------------------
+def test_the_failover_keys_are_no_settings_of_ours_and_the_extra_changes_them(clean):
+    clean.setenv("ALDEBARAN_KAFKA_REQUEST_TIMEOUT_MS", "30000")  # a name this platform once read: ignored now
+    assert "request_timeout_ms" not in KafkaSettings.model_fields
+    seen = capture(clean, kio, "Producer")
+    with pytest.raises(Captured):
+        kio.producer(load(KafkaSettings))
+    assert seen[0]["socket.timeout.ms"] == 10_000
+    clean.setenv("AIRFLOW_CONN_ALDEBARAN_KAFKA", '{"conn_type": "kafka", "extra": {"bootstrap.servers": "b:9092", '
+                                                 '"socket.timeout.ms": 30000, "message.timeout.ms": 600000}}')
+    with pytest.raises(Captured):
+        kio.producer(load(KafkaSettings))
+    assert (seen[1]["socket.timeout.ms"], seen[1]["message.timeout.ms"]) == (30000, 600000)
 
 
+# --- the group settings validate ------------------------------------------------------------------------------
 @pytest.mark.parametrize("env, message", [
     ({"ALDEBARAN_DELIVERY_ASSIGNMENT_STRATEGY": "sticky"}, "ALDEBARAN_DELIVERY_ASSIGNMENT_STRATEGY: Input should be"),
     ({"ALDEBARAN_DELIVERY_SESSION_TIMEOUT_MS": "20000", "ALDEBARAN_DELIVERY_MAX_POLL_INTERVAL_MS": "10000"},
