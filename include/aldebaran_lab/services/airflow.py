@@ -80,8 +80,9 @@ class Airflow(Service):
     start_timeout = 300.0
     stop_signal = signal.SIGINT
     task_grace = 8.0  # how long the running tasks (and their supervisors' reports) get before the components stop
-    # Then SIGTERM to each process left but the scheduler `stop_grace` after the standalone's SIGINT (a second
-    # signal forces a triggerer still waiting for its trigger runner), and SIGKILL 15 s after the request.
+    # Then SIGTERM to each process left but the scheduler `stop_grace` after the standalone's SIGINT, and
+    # SIGKILL 15 s after the request. (A triggerer waiting for its exited trigger runner used to need both;
+    # airflow_exit ends that wait.)
     stop_grace = 6.0
     stop_timeout = 15.0
 
