@@ -4,6 +4,8 @@ or refuses the connection's credentials raises an error naming the connection.""
 
 from __future__ import annotations
 
+import contextlib
+
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -80,17 +82,10 @@ def consumer_lag(settings: KafkaSettings, group: str, topic: str) -> dict:
     Returns {"lag": total, "partitions": {p: lag}, "committed": bool}; a group that never committed
     lags by the whole retained log.
     """
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    cluster = resolve(settings)
-    c = Consumer({**failover.librdkafka("consumer"), **cluster.client_config(), "group.id": group,
-                  "enable.auto.commit": False, "log_level": 3})
-    try:
-        meta = list_topics(settings, topic, client=c).topics.get(topic)
-        if meta is None or meta.error is not None:
-            raise AldebaranError(f"topic {topic} not found on {cluster.describe()}")
-        parts = [TopicPartition(topic, p) for p in meta.partitions]
-        committed = c.committed(parts, timeout=10)
+    with _group_client(settings, group, topic) as (c, partitions):
+        committed = c.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
         out, any_committed = {}, False
         for tp in committed:
             low, high = c.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)
@@ -100,15 +95,26 @@ def consumer_lag(settings: KafkaSettings, group: str, topic: str) -> dict:
             else:
                 out[tp.partition] = max(0, high - low)
         return {"lag": sum(out.values()), "partitions": out, "committed": any_committed}
-    finally:
-        c.close()
 
 
 def commit_at_end(settings: KafkaSettings, group: str, topic: str) -> dict[int, int]:
     """Commit `group`'s offsets at the log end of every partition of `topic`: a consumer group that is new to
     the topic then reads only what comes next (a channel added for a test or a bench, not the topic's history).
     Returns {partition: offset committed}."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
+
+    with _group_client(settings, group, topic) as (c, partitions):
+        ends = [TopicPartition(topic, p, c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1])
+                for p in partitions]
+        c.commit(offsets=ends, asynchronous=False)
+        return {tp.partition: tp.offset for tp in ends}
+
+
+@contextlib.contextmanager
+def _group_client(settings: KafkaSettings, group: str, topic: str):
+    """A consumer of `group` that never commits by itself, and `topic`'s partitions (AldebaranError: no such
+    topic); closed on exit."""
+    from confluent_kafka import Consumer
 
     cluster = resolve(settings)
     c = Consumer({**failover.librdkafka("consumer"), **cluster.client_config(), "group.id": group,
@@ -117,10 +123,7 @@ def commit_at_end(settings: KafkaSettings, group: str, topic: str) -> dict[int, 
         meta = list_topics(settings, topic, client=c).topics.get(topic)
         if meta is None or meta.error is not None:
             raise AldebaranError(f"topic {topic} not found on {cluster.describe()}")
-        ends = [TopicPartition(topic, p, c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1])
-                for p in meta.partitions]
-        c.commit(offsets=ends, asynchronous=False)
-        return {tp.partition: tp.offset for tp in ends}
+        yield c, list(meta.partitions)
     finally:
         c.close()
 

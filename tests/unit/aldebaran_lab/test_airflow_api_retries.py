@@ -160,8 +160,17 @@ def test_each_server_error_retry_logs_one_warning_with_the_answer(server, caplog
 
 
 def test_an_unreachable_api_server_is_retried_until_the_patience_runs_out(monkeypatch):
-    sleeps = []
-    monkeypatch.setattr(airflow_api.time, "sleep", sleeps.append)
+    import threading
+
+    sleeps, me, real_sleep = [], threading.get_ident(), airflow_api.time.sleep
+
+    def sleep(seconds: float) -> None:  # `time` is global: another test's leftover thread sleeps through it
+        if threading.get_ident() == me:
+            sleeps.append(seconds)
+        else:
+            real_sleep(seconds)
+
+    monkeypatch.setattr(airflow_api.time, "sleep", sleep)
     srv = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     port = srv.server_port
     srv.server_close()  # nothing listens there now: every connection is refused
