@@ -137,11 +137,16 @@ def run_once(kafka: KafkaSettings, rate: int, seconds: float, rotate_at: float, 
     window = [ts - int(a["trigger_event_ts"]) for ts, a in got
               if WINDOW[0] <= second_of[a["alert_id"]] - rotate_at <= WINDOW[1]]
     latencies = [ts - int(a["trigger_event_ts"]) for ts, a in got]
+    # The same alerts by their Kafka timestamp (the lane's producer stamps it on send): what the lane itself took,
+    # apart from the broker and this consumer.
+    sink = [alerts.produced[a["alert_id"]] - int(a["trigger_event_ts"]) for _, a in got
+            if a["alert_id"] in alerts.produced]
     return {"rate": rate, "seconds": seconds, "rotate_at": rotate_at, "overlap_s": overlap, "start_s": start_s,
             "events": sent.count, "expected_alerts": len(want), "received": len(first_seen),
             "missing": len(want - set(first_seen)), "received_twice": len(got) - len(first_seen),
             "gap_s": gap_seconds(set(second_of.values()), {second_of[i] for i in first_seen}),
             "p50_ms": _percentile(latencies, 50), "p99_ms": _percentile(latencies, 99),
+            "sink_p50_ms": _percentile(sink, 50), "sink_p99_ms": _percentile(sink, 99),
             "rotation_p99_ms": _percentile(window, 99),
             # SIGUSR1 → the old generation stopped (the new one read for the overlap by then); None: not rotated
             "rotation_s": round(retired - asked[0], 1) if retired and asked else None,

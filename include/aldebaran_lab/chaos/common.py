@@ -396,14 +396,23 @@ def markdown(result: CampaignResult, command: str) -> str:
         resent = receipts.cell(r.get("resent_same_key"))
         out.append(f"| {r['scenario']} | {r['runs']} | {r['faults']} | {r['lost']} | {r['duplicated']} | {resent} "
                    f"| {r['recovery']} |")
-    out += ["", "<details><summary>details</summary>", "", "```json",
-            json.dumps(result.details, indent=2, default=str), "```", "</details>", ""]
+    out += ["", f"Details (every fault, its events and timings): [`img/{details_name(result)}`](img/{details_name(result)}).", ""]
     return "\n".join(out)
 
 
+def details_name(result: CampaignResult) -> str:
+    return f"chaos-{result.campaign}.json"
+
+
 def write_report(result: CampaignResult, command: str, path: Path | None = None) -> Path:
-    """Replace this campaign's section of docs/reliability.md (between its markers) with the new table."""
+    """Replace this campaign's section of docs/reliability.md (between its markers) with the new table; its
+    details go to ``docs/img/chaos-<campaign>.json`` beside it (reliability.md holds the method and each
+    campaign's latest table, and stays short: tests/unit/test_house.py)."""
     path = path or paths.ROOT / "docs" / "reliability.md"
+    img = path.parent / "img"
+    img.mkdir(parents=True, exist_ok=True)
+    (img / details_name(result)).write_text(json.dumps({"command": command, "started": result.started,
+                                                        "details": result.details}, indent=1, default=str) + "\n")
     begin, end = f"<!-- chaos:{result.campaign} -->", f"<!-- /chaos:{result.campaign} -->"
     text = path.read_text() if path.exists() else "# Reliability\n"
     section = f"{begin}\n{markdown(result, command)}{end}"

@@ -113,3 +113,21 @@ def test_the_report_has_the_resent_same_key_column():
     # a campaign without rows: its own figures
     single = CampaignResult("failover", "short", runs=2, faults=1, lost=0, duplicated=0, recovery_s=[2.0])
     assert markdown(single, "c").splitlines()[4].startswith("| failover | 2 | 1 | 0 | 0 | – | median 2.0 s")
+
+
+def test_a_campaign_report_keeps_reliability_md_short_and_its_details_beside_it(tmp_path):
+    import json
+
+    from aldebaran_lab.chaos.common import CampaignResult, write_report
+
+    doc = tmp_path / "reliability.md"
+    doc.write_text("# Reliability\n\n<!-- chaos:kill-x -->\nold table\n<!-- /chaos:kill-x -->\nafter\n")
+    events = [{"kill": i, "pid": 1000 + i, "at": i * 1.5} for i in range(200)]
+    result = CampaignResult("kill-x", "short", runs=3, faults=2, lost=0, duplicated=0, details={"events": events})
+    write_report(result, "aldebaran chaos kill-x --short", doc)
+    text = doc.read_text()
+    assert "old table" not in text and text.endswith("<!-- /chaos:kill-x -->\nafter\n")
+    assert len(text.splitlines()) < 20  # 200 events and not one line of them in the doc
+    assert "[`img/chaos-kill-x.json`](img/chaos-kill-x.json)" in text
+    saved = json.loads((tmp_path / "img" / "chaos-kill-x.json").read_text())
+    assert saved["command"] == "aldebaran chaos kill-x --short" and saved["details"]["events"] == events
