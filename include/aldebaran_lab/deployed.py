@@ -71,7 +71,7 @@ def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start
            "peer": "the hand-rolled confluent-kafka loop (aldebaran_capacity.bench.peer), same box, same run",
            "webhook_batch": webhook_batch}
     if rest_s and not lane_only:
-        out["rest"] = deployed_rest.measure(rest_s)
+        out["rest"] = deployed_rest.measure(rest_s, kafka=kafka, query=platform.query)
     with deployed_runs.peer_topic(kafka):
         if lane_only:
             from aldebaran_lab import deployed_lane
@@ -95,7 +95,8 @@ def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start
             # demo, includes the JVMs' warm-up (the JIT compiles the idle loop for minutes); this one does not.
             log.info("deployed: quiet for %.0f s before the steady rest sample", REST_QUIET_S)
             time.sleep(REST_QUIET_S)
-            out["rest_steady"] = deployed_rest.measure(rest_s, label="rest, steady")
+            out["rest_steady"] = deployed_rest.measure(rest_s, label="rest, steady", kafka=kafka,
+                                                       query=platform.query)
         if with_lane:
             from aldebaran_lab import deployed_lane
 

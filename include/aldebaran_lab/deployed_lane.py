@@ -132,7 +132,7 @@ def run(api, kafka, log_path, query: str, rates, runs: int, seconds: float, drai
     with LaneOn(api):
         time.sleep(SETTLE_S)
         if rest_s:
-            out["rest"] = deployed_rest.measure(rest_s, "rest with the lane")
+            out["rest"] = deployed_rest.measure(rest_s, "rest with the lane", kafka=kafka, query=query)
         with Channels(api, kafka, webhook_batch) as channels:
             log.info("deployed: with the lane: waiting for the log, webhook and bus dispatchers")
             channels.wait_dispatchers()

@@ -74,3 +74,25 @@ def test_the_rest_total_is_the_platforms_roles_only():
     assert rest["quiet"] is False and rest["other_cores"] == 0.25 and rest["bench_cores"] == 0.4
     assert list(rest["roles"])[0] == "bench"  # busiest first
     assert summarise({"kafka": 0.1, "other": 0.2})["quiet"] is True
+
+
+def test_the_rest_sample_waits_for_the_platform_to_be_idle():
+    """A previous bench's deliveries still going out are load, not rest: wait_idle polls until nothing is left."""
+    from aldebaran_lab.deployed_rest import wait_idle
+
+    left = [{"auditor": 120, "aldebaran-dispatch-log on alerts": 40}, {"auditor": 0, "x on alerts": 3}, {"auditor": 0}]
+    seen = []
+
+    def fake_backlog():  # failure injection: a backlog that drains in three polls
+        seen.append(1)
+        return left[len(seen) - 1]
+
+    waited, still = wait_idle(fake_backlog, max_wait=60, step=0.01)
+    assert still == {} and len(seen) == 3 and waited < 60
+
+
+def test_a_platform_that_never_gets_idle_is_sampled_and_named():
+    from aldebaran_lab.deployed_rest import wait_idle
+
+    waited, still = wait_idle(lambda: {"auditor": 7, "idle": 0}, max_wait=0.05, step=0.01)
+    assert still == {"auditor": 7} and waited > 0.05
