@@ -16,7 +16,7 @@ if ! "$ALD" services up; then
 fi
 echo "make test: services up in $(( $(date +%s) - t0 ))s"
 
-.venv/bin/pytest --durations=25 "$@"
+.venv/bin/pytest --durations=25 --junitxml=.run/pytest-junit.xml "$@"  # every test's time, for the 20-minute budget
 rc=$?
 stop
 if [ "$rc" -eq 5 ]; then
