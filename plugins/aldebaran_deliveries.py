@@ -57,7 +57,7 @@ SECURITY_HEADERS = {
 # --- request inputs ------------------------------------------------------------------------------
 def ledger_prefix(value: str | None, default: str) -> str:
     """The ledger prefix a request asks for, validated: `default`, or `<segment>/.../deliveries`."""
-    from aldebaran.storage import safe_segment
+    from aldebaran.storage.store import safe_segment
 
     if value is None or value == default:
         return default
@@ -75,7 +75,7 @@ def ledger_prefix(value: str | None, default: str) -> str:
 def _store():
     from aldebaran.delivery.settings import DeliverySettings
     from aldebaran.settings import load
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     return open_store(load(DeliverySettings).store)
 
@@ -127,7 +127,7 @@ def create_app():
 
     from aldebaran.delivery import corrupt, pages
     from aldebaran.exceptions import ConfigError, LedgerCorrupt, ObjectStoreError
-    from aldebaran.storage import safe_segment
+    from aldebaran.storage.store import safe_segment
     from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
     from fastapi.exception_handlers import http_exception_handler
     from fastapi.responses import HTMLResponse, RedirectResponse

@@ -23,7 +23,7 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 
-from aldebaran.connections import env_var  # noqa: E402
+from aldebaran.storage.connections import env_var  # noqa: E402
 from aldebaran.settings import ObjectStoreSettings, load  # noqa: E402
 from aldebaran_lab.services.airflow import connections_env  # noqa: E402  (after AIRFLOW_HOME is set)
 

@@ -147,7 +147,7 @@ def kafka_topics(services_up, unique, monkeypatch):
 
 @pytest.fixture
 def store(services_up):
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     return open_store()
 

@@ -56,7 +56,7 @@ class PlatformUnhealthy(AldebaranError):
 
 class LedgerCorrupt(AldebaranError):
     """A delivery-ledger object cannot be parsed (or its index key is odd). The message names its key;
-    `key` and `reason` let the reader quarantine it (aldebaran.quarantine): nothing is sent on the strength
+    `key` and `reason` let the reader quarantine it (aldebaran.storage.quarantine): nothing is sent on the strength
     of an unreadable object, and no process stops for one."""
 
     def __init__(self, message: str, key: str | None = None, reason: str | None = None) -> None:

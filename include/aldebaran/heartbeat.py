@@ -31,7 +31,7 @@ import time
 from typing import Callable
 
 from aldebaran.exceptions import NotFound, ObjectStoreError
-from aldebaran.storage import safe_segment
+from aldebaran.storage.store import safe_segment
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ from typing import Callable
 from aldebaran.checkpoint import Checkpoint
 from aldebaran.exceptions import AlreadyExists, LeaseHeld, LeaseLost, NotFound, ObjectStoreError, PreconditionFailed
 from aldebaran.runtime.procs import pid_alive
-from aldebaran.storage import Store, writer_token
+from aldebaran.storage.store import Store, writer_token
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def set_aside(store: Store, checkpoint: str, record: dict, etag: str, grace_seco
     that is free after `grace_seconds` (the taker's ttl): a holder that may still run fails its next
     renewal on the changed ETag and stops well before, as after a supervisor's revoke. False if it
     changed meanwhile (read it again)."""
-    from aldebaran.quarantine import quarantine
+    from aldebaran.storage.quarantine import quarantine
 
     key = lease_key(checkpoint)
     quarantine(store, key, record["note"], reader, remove=False)

@@ -40,7 +40,7 @@ import msgspec
 
 from pydantic_core import from_json
 
-from aldebaran.storage import safe_segment
+from aldebaran.storage.store import safe_segment
 
 class Event(NamedTuple):
     """One valid trade event (BRIEF §2 "Input"): what the input contract's validator

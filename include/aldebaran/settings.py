@@ -139,7 +139,7 @@ class ObjectStoreSettings(BaseSettings):
         description="ALDEBARAN_S3_CONNECTION: the Airflow AWS connection to reach the object store with (e.g. "
                     "aws_default): inside an Airflow task as Airflow resolves it, outside Airflow "
                     "AIRFLOW_CONN_<ID>; where it is not defined, the ALDEBARAN_S3_* settings (not the bucket: "
-                    "ALDEBARAN_S3_BUCKET always). Empty: ALDEBARAN_S3_* only (aldebaran.s3access)",
+                    "ALDEBARAN_S3_BUCKET always). Empty: ALDEBARAN_S3_* only (aldebaran.storage.s3access)",
     )
 
     def endpoint(self) -> str | None:

@@ -86,13 +86,13 @@ def connector_jars(s3a: bool = False) -> list[str]:
 
 def s3a_conf(prefix: str = "spark.hadoop.", access=None) -> dict[str, str]:
     """Hadoop s3a settings for the object store, from the same resolved access as boto3's
-    (aldebaran.s3access: the connection ``aldebaran_s3``, else ALDEBARAN_S3_*; `access` overrides it).
+    (aldebaran.storage.s3access: the connection ``aldebaran_s3``, else ALDEBARAN_S3_*; `access` overrides it).
 
     Credentials: keys → SimpleAWSCredentialsProvider; keys + session token →
     TemporaryAWSCredentialsProvider; a role → AssumedRoleCredentialProvider (``fs.s3a.assumed.role.*``, its
     source the keys or the default chain); none → the AWS SDK's default chain (environment, profile, web
     identity/IRSA, container, instance profile), as boto3 uses it."""
-    from aldebaran.s3access import resolve
+    from aldebaran.storage.s3access import resolve
 
     a = access or resolve()
     conf = {

@@ -123,7 +123,7 @@ class Auditor:
 
     def _wait_running(self) -> None:
         from aldebaran import heartbeat
-        from aldebaran.storage import open_store
+        from aldebaran.storage.store import open_store
 
         store = open_store()
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -143,7 +143,7 @@ class Auditor:
     def batch_id(self) -> int:
         """The auditor's latest batch id (its heartbeat, beaten after every batch)."""
         from aldebaran import heartbeat
-        from aldebaran.storage import open_store
+        from aldebaran.storage.store import open_store
 
         return int((heartbeat.read(open_store(), heartbeat.AUDITOR, self.platform.query) or {}).get("batch_id") or 0)
 
@@ -199,7 +199,7 @@ def run(rates=(1000, 5000), seconds: float = 30.0, runs: int = 3, warmup_s: floa
     from aldebaran import paths
     from aldebaran.platform import supervisor
     from aldebaran.settings import KafkaSettings, load
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
     from aldebaran_lab.demo_platform import Platform, api_from_env
     from aldebaran_lab.deployed_parts import produce_in_process
 

@@ -178,7 +178,7 @@ class Demo:
                channels: dict) -> int:
         from aldebaran import reference
         from aldebaran.delivery.ledger import Ledger
-        from aldebaran.storage import open_store
+        from aldebaran.storage.store import open_store
 
         kafka = self.platform.kafka
         self.step("6. results")
@@ -245,7 +245,7 @@ class Demo:
         from aldebaran.exceptions import NotFound
         from aldebaran.platform.settings import HealthSettings
         from aldebaran.settings import load
-        from aldebaran.storage import open_store
+        from aldebaran.storage.store import open_store
 
         store = open_store()
         try:

@@ -103,7 +103,7 @@ def stop(platform: Platform | None = None, reason: str = "demo reset") -> list[s
     this host runs for the platform's defaults.
     Returns what was stopped. The supervisors must be paused first, or they start them again."""
     from aldebaran.platform import dispatch_supervisor, standby_slot, supervisor
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     platform = platform or Platform.load()
     stopped = []
@@ -147,7 +147,7 @@ def shut_down() -> None:
 def reset(platform: Platform) -> dict:
     """Fresh topics, consumer groups and object-store state for the platform's defaults. The DAGs must be
     paused and the processes stopped (:func:`stop`) first."""
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     platform.require_local()
     kafka = platform.kafka
@@ -173,7 +173,7 @@ def _reset_lane() -> int:
     from aldebaran.heartbeat import LANE, key
     from aldebaran.lanes import keeper
     from aldebaran.lanes.settings import LaneSettings
-    from aldebaran.storage import open_prefix
+    from aldebaran.storage.store import open_prefix
 
     lanes = load(LaneSettings)
     store = keeper.lane_store()

@@ -86,7 +86,7 @@ class Watcher(threading.Thread):
     """Every second: the auditor's batches (from its heartbeat) and the pids behind the heartbeats."""
 
     def __init__(self, query: str, dispatchers: list[str]) -> None:
-        from aldebaran.storage import open_store
+        from aldebaran.storage.store import open_store
         from aldebaran.platform import dispatch_supervisor
 
         super().__init__(daemon=True, name="deployed-watcher")
@@ -135,7 +135,7 @@ class Watcher(threading.Thread):
 
 def auditor_running(query: str, max_age: float = 60.0) -> bool:
     from aldebaran import heartbeat
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     hb = heartbeat.read(open_store(), heartbeat.AUDITOR, query)
     return bool(hb) and hb.get("status") in ("running", "idle") and time.time() - hb.get("updated_at_ms", 0) / 1000 < max_age

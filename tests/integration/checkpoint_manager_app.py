@@ -15,7 +15,7 @@ def main() -> None:
     try:
         jvm = session._jvm
         # the JVM this process launched: its command line (what `ps` shows every user) holds no secret
-        from aldebaran.s3access import resolve
+        from aldebaran.storage.s3access import resolve
 
         secret = resolve().secret_key
         cmdline = open(f"/proc/{jvm.java.lang.ProcessHandle.current().pid()}/cmdline", "rb").read()

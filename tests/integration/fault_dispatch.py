@@ -37,7 +37,7 @@ def main() -> None:
     from aldebaran.delivery.dispatcher import Dispatcher
     from aldebaran.delivery.ledger import Ledger
     from aldebaran.delivery.settings import DeliverySettings
-    from aldebaran.storage import S3Store
+    from aldebaran.storage.store import S3Store
 
     prefix, group, lease = sys.argv[1], sys.argv[2], float(sys.argv[3])
     sent = int(sys.argv[4]) if len(sys.argv) > 4 else None

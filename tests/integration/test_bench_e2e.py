@@ -14,7 +14,7 @@ def test_every_recipient_gets_each_expected_alert_exactly_once(services_up, spar
     from aldebaran.delivery.settings import DeliverySettings
     from aldebaran.kafka import admin as kadmin
     from aldebaran.settings import KafkaSettings, load
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     out = e2e.run(spark, [500], seconds=5.0, mix=e2e.custom_mix(0.5), warmup=(200, 2.0), final_drain_s=90.0)
 

@@ -134,7 +134,7 @@ def test_the_demo_stop_leaves_no_auditor_or_dispatcher(demo):
     stopped = aldebaran("demo", "--stop", timeout=300)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     from aldebaran.platform.supervisor import load_state, settings_with, state_key
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     state, _ = load_state(open_store(), state_key(settings_with(None), "auditor"))
     submit = state.get("submit") or {}

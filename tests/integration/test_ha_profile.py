@@ -103,7 +103,7 @@ def test_kafka_takes_acks_all_writes_with_the_controller_broker_dead(profile):
 
 def test_minio_reads_and_writes_with_a_node_dead(profile):
     from aldebaran.exceptions import AlreadyExists
-    from aldebaran.storage import S3Store
+    from aldebaran.storage.store import S3Store
 
     from aldebaran.settings import ObjectStoreSettings
 

@@ -103,7 +103,7 @@ def test_the_auditor_is_ready_while_its_batches_progress_and_not_when_one_hangs(
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.audit.sparkjob import job
     from aldebaran.settings import load
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     # Above the idle record's period (HeartbeatPoller.IDLE_AFTER_S): an idle auditor stays ready.
     monkeypatch.setenv("ALDEBARAN_SUPERVISOR_STALE_AFTER_SECONDS", "12")

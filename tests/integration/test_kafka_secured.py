@@ -127,7 +127,7 @@ def test_inside_an_airflow_task_the_connection_comes_from_airflow(
     through the REST API); the environment has none and its broker list is a closed port. The dispatcher
     reads the alerts, so its consumer went through the connection Airflow resolved."""
     from aldebaran.delivery.ledger import Ledger
-    from aldebaran.storage import LocalStore
+    from aldebaran.storage.store import LocalStore
 
     alerts = [_alert(f"secured-{i}") for i in range(3)]
     kio.produce_all(kio.producer(kafka_topics), kafka_topics.alerts_topic,

@@ -14,7 +14,7 @@ from aldebaran.delivery.records import CLAIMED, DEAD, DELIVERED, IN_DOUBT, RETRY
 from aldebaran.delivery.runs import MALFORMED, PENDING, RECORDED, REPEAT, RETRYING
 from aldebaran.exceptions import AlreadyExists, Fenced, LedgerCorrupt, NotFound, PreconditionFailed
 from aldebaran.model import Alert
-from aldebaran.storage import LocalStore
+from aldebaran.storage.store import LocalStore
 
 ALERT = Alert.from_dict({"alert_id": "a" * 32, "kind": "OVERFILL", "order_id": "1"})
 # What the ledger reads of a channel: its name and whether it deduplicates.
@@ -77,7 +77,7 @@ class StoreAndLedgerContract:
 
     def test_a_conditional_write_repeated_with_its_token_is_recognised_as_landed(self, store, root):
         """A write whose reply was lost, repeated with the same writer token, is ours; another's is a race."""
-        from aldebaran.storage import writer_token
+        from aldebaran.storage.store import writer_token
 
         key, t1, t2 = f"{root}/token.json", writer_token(), writer_token()
         e1 = store.create(key, b"1", token=t1)
@@ -294,7 +294,7 @@ class StoreAndLedgerContract:
 class TestOnMinio(StoreAndLedgerContract):
     @pytest.fixture
     def store(self, services_up):
-        from aldebaran.storage import S3Store
+        from aldebaran.storage.store import S3Store
 
         return S3Store()
 

@@ -7,7 +7,7 @@ condition no longer holds: the object is the write's own). Every assertion pins 
 really met a landed write (`lost == [200]`) and the retry really got 412 (`retried == [412]`), and the writer
 took the object for its own write (its writer token, read back): not Fenced, LeaseLost, LeaseHeld, BUSY or a
 lost race. The storage layer's own case is tests/integration/test_ledger_contract.py (TestOnMinio); the same
-writers against an in-memory fake of the client are in tests/unit/aldebaran/test_writer_token.py."""
+writers against an in-memory fake of the client are in tests/unit/aldebaran/storage/test_writer_token.py."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def alert(i: int) -> Alert:
 
 @pytest.fixture
 def s3(store):
-    from aldebaran.storage import S3Store
+    from aldebaran.storage.store import S3Store
 
     assert isinstance(store, S3Store), "these tests inject below botocore: they need the S3 backend"
     return store

@@ -107,7 +107,7 @@ def test_the_auditor_counts_batches_rows_and_alerts_as_trades_arrive(spark, kafk
     from aldebaran import events
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.audit.sparkjob import job
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     monkeypatch.setenv("ALDEBARAN_METRICS_TARGETS_DIR", str(tmp_path / "targets"))
     query = f"metrics-{unique}"

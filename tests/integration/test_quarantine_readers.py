@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from aldebaran import quarantine
+from aldebaran.storage import quarantine
 from aldebaran.delivery import pages
 from aldebaran.delivery.channels.base import Outcome
 from aldebaran.delivery.channels.log import LogChannel

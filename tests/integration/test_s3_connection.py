@@ -1,4 +1,4 @@
-"""The object store through the Airflow AWS connection ``aldebaran_s3`` (aldebaran.s3access), on the real
+"""The object store through the Airflow AWS connection ``aldebaran_s3`` (aldebaran.storage.s3access), on the real
 MinIO and a real Airflow (the DAG tests' metadata DB, connections created through its REST API):
 
 - inside a task (dispatch_supervisor with ``dag.test()``) the storage layer reads and writes MinIO through
@@ -29,7 +29,7 @@ from aldebaran.exceptions import ObjectStoreError  # noqa: E402
 from aldebaran.platform import dispatch_supervisor as ds  # noqa: E402
 from aldebaran.platform import processes  # noqa: E402
 from aldebaran.settings import ObjectStoreSettings, load  # noqa: E402
-from aldebaran.storage import S3Store  # noqa: E402
+from aldebaran.storage.store import S3Store  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -93,7 +93,7 @@ def test_a_wrong_secret_fails_the_task_naming_the_connection(airflow_db, dagbag,
 
 # --- outside Airflow: AIRFLOW_CONN_ALDEBARAN_S3 ----------------------------------------------------------
 def _env_access(real: ObjectStoreSettings):
-    from aldebaran.s3access import from_settings
+    from aldebaran.storage.s3access import from_settings
 
     return from_settings(real)
 
@@ -165,7 +165,7 @@ def test_spark_s3a_uses_the_connections_session_token(minio, unique):
     """Spark's s3a settings come from the same connection as boto3's: under a real session (the driver
     outside Airflow, ALDEBARAN_S3_* reaching nothing), temporary credentials from MinIO's STS go through
     TemporaryAWSCredentialsProvider to write and read a path. (A role through s3a needs an https STS on
-    port 443, which the local MinIO is not: tests/unit/aldebaran/test_s3_access.py checks that it fails, named.)"""
+    port 443, which the local MinIO is not: tests/unit/aldebaran/storage/test_s3access.py checks that it fails, named.)"""
     creds = _temporary_credentials(minio)
     conn = {"conn_type": "aws", "login": creds["AccessKeyId"], "password": creds["SecretAccessKey"],
             "extra": {"endpoint_url": minio.endpoint(), "aws_session_token": creds["SessionToken"]}}

@@ -1,4 +1,4 @@
-"""The platform's least-privilege S3 policy (aldebaran.s3access.platform_policy, template docs/s3-policy.json)
+"""The platform's least-privilege S3 policy (aldebaran.storage.s3access.platform_policy, template docs/s3-policy.json)
 on the real MinIO: credentials from MinIO's STS whose session policy is that policy (the effective rights are
 the policy's alone) carry every kind of write the platform makes — conditional creates and replaces, the ledger's
 runs, the checkpoint lease, heartbeats, the quarantine's copies, listings, and Spark's s3a checkpoint files
@@ -15,7 +15,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from aldebaran import heartbeat, quarantine
+from aldebaran import heartbeat
+from aldebaran.storage import quarantine
 from aldebaran import lease as leases
 from aldebaran import spark as sparkmod
 from aldebaran.delivery import handles
@@ -23,7 +24,7 @@ from aldebaran.delivery.channels.base import Outcome
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.runs import RECORDED
 from aldebaran.model import Alert
-from aldebaran.s3access import platform_policy
+from aldebaran.storage.s3access import platform_policy
 from aldebaran.settings import ObjectStoreSettings, load
 
 CONN_VAR = "AIRFLOW_CONN_ALDEBARAN_S3"
@@ -61,7 +62,7 @@ def test_the_template_is_the_policy_the_code_states():
 def test_the_platform_works_within_the_policy_and_is_refused_outside_it(restricted, unique):
     from botocore.exceptions import ClientError
 
-    from aldebaran.storage import S3Store
+    from aldebaran.storage.store import S3Store
 
     store = S3Store()
     assert store.access.credentials == "session"

@@ -26,7 +26,7 @@ from aldebaran.delivery.channels import alert_body, signature, signed_headers
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.envfile import GENERATED
 from aldebaran.exceptions import ConfigError
-from aldebaran.storage import safe_segment
+from aldebaran.storage.store import safe_segment
 from aldebaran_capacity.receivers import WebhookReceiver
 from aldebaran_lab import services
 

@@ -309,7 +309,7 @@ def test_the_class_scan_sees_a_second_alert(tmp_path):
 HOUSE_TEST = Path(__file__).resolve()
 OLD_STORAGE_NAME = re.compile(r"\bobjectstore\b|\bObjectStore\b")  # the layer's former module and alias
 TEXT_SUFFIXES = {".py", ".md", ".txt", ".json", ".yml", ".yaml", ".toml", ".cfg", ".ini", ".sh", ".conf"}
-STORAGE_MODULE = INCLUDE / "aldebaran" / "storage.py"
+STORAGE_MODULE = INCLUDE / "aldebaran" / "storage" / "store.py"
 BACKENDS = {"S3Store", "LocalStore"}
 
 
@@ -329,7 +329,7 @@ def old_storage_names(folders: list[Path]) -> list[str]:
 def test_the_storage_layer_has_one_name():
     folders = [ROOT / f for f in ("include", "dags", "plugins", "spark_apps", "tests") if (ROOT / f).is_dir()]
     found = old_storage_names(folders)
-    assert not found, "the storage layer is aldebaran.storage (a Store, opened by open_store): " + ", ".join(found)
+    assert not found, "the storage layer is aldebaran.storage.store (a Store, opened by open_store): " + ", ".join(found)
 
 
 def test_the_name_scan_sees_the_old_name(tmp_path):
@@ -350,13 +350,13 @@ def test_the_product_opens_a_store_one_way():
     """Product code opens a store with storage.open_store / open_prefix: only storage.py picks the backend."""
     found = [f"{p.relative_to(ROOT)}:{line}" for p in sorted((INCLUDE / PRODUCT).rglob("*.py")) if p != STORAGE_MODULE
              for line in backend_constructions(p)]
-    assert not found, "open the store with aldebaran.storage.open_store(location): " + ", ".join(found)
+    assert not found, "open the store with aldebaran.storage.store.open_store(location): " + ", ".join(found)
     assert backend_constructions(STORAGE_MODULE), "the scan no longer sees where the backends are built"
 
 
 def test_the_construction_scan_sees_a_backend_built_by_hand(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("from aldebaran import storage\nfrom aldebaran.storage import S3Store\n"
+    bad.write_text("from aldebaran.storage import store as storage\nfrom aldebaran.storage.store import S3Store\n"
                    "a = S3Store()\nb = storage.LocalStore('/tmp/x')\nc = storage.open_store()\n")
     assert backend_constructions(bad) == [3, 4]
 

@@ -3,7 +3,7 @@ batch id, so a re-executed batch overwrites its own object instead of adding a s
 
 from __future__ import annotations
 
-from aldebaran.storage import safe_segment, Store
+from aldebaran.storage.store import safe_segment, Store
 
 
 class Archive:

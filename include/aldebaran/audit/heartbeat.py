@@ -18,7 +18,7 @@ import threading
 import time
 
 from aldebaran.heartbeat import AUDITOR, identity, publish
-from aldebaran.storage import Store
+from aldebaran.storage.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ import logging
 import threading
 
 from aldebaran.exceptions import AlreadyExists, ConfigError, LedgerCorrupt, NotFound, PreconditionFailed
-from aldebaran.storage import safe_segment, writer_token
+from aldebaran.storage.store import safe_segment, writer_token
 
 log = logging.getLogger(__name__)
 

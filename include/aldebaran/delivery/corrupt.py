@@ -13,8 +13,8 @@ import itertools
 import logging
 
 from aldebaran.exceptions import LedgerCorrupt, ObjectStoreError
-from aldebaran.quarantine import WHY
-from aldebaran.storage import safe_segment
+from aldebaran.storage.quarantine import WHY
+from aldebaran.storage.store import safe_segment
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT, Record
 from aldebaran.delivery.runs import Run
 from aldebaran.model import Alert
-from aldebaran.storage import writer_token
+from aldebaran.storage.store import writer_token
 
 # What a claim sequence found. SEND: the handle holds what to send. ALREADY: settled (for now: a retry
 # not yet due counts too). BUSY: another worker holds it under a live lease, or moved it meanwhile.

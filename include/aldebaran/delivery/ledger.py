@@ -1,6 +1,6 @@
 """The delivery ledger: the repository of runs, per-alert records and partition owners (BRIEF §2).
 
-Layout under ``<prefix>`` (default ``deliveries``) in one :class:`aldebaran.storage.Store`:
+Layout under ``<prefix>`` (default ``deliveries``) in one :class:`aldebaran.storage.store.Store`:
 
     <prefix>/<channel>/runs/<topic>/<partition:05d>/<start:020d>.json    a run (aldebaran.delivery.runs)
     <prefix>/<channel>/owners/<topic>/<partition:05d>.json                the partition's owner epoch
@@ -42,8 +42,8 @@ from aldebaran.delivery.runs import MALFORMED, PENDING, RECORDED, REPEAT, Run
 from aldebaran.delivery.settings import DeliverySettings
 from aldebaran.exceptions import AlreadyExists, Fenced, LedgerCorrupt, NotFound, PreconditionFailed
 from aldebaran.model import Alert
-from aldebaran.quarantine import quarantine
-from aldebaran.storage import Store, safe_segment
+from aldebaran.storage.quarantine import quarantine
+from aldebaran.storage.store import Store, safe_segment
 
 INDEXED = {RETRY: "retry", DEAD: "dead", IN_DOUBT: "in_doubt"}
 # How far before an offset run_covering looks for its run's key, in turn (offsets): a recent alert's run
@@ -65,7 +65,7 @@ class Ledger(LedgerOwners, LedgerReports):
 
     @classmethod
     def from_settings(cls, settings: DeliverySettings, store: Store | None = None) -> "Ledger":
-        from aldebaran.storage import open_store
+        from aldebaran.storage.store import open_store
 
         return cls(store or open_store(settings.store), prefix=settings.prefix, lease_seconds=settings.lease_seconds,
                    policy=RetryPolicy(settings.max_attempts, settings.backoff_base_seconds, settings.backoff_max_seconds))
@@ -99,7 +99,7 @@ class Ledger(LedgerOwners, LedgerReports):
     def quarantine(self, key: str, reason: str, reader: str, channel: str, body: bytes | None = None,
                    remove: bool = True) -> str | None:
         """Move a corrupt ledger object (or an odd index key) to ``<prefix>-quarantine/<key>`` with its
-        reason (aldebaran.quarantine), counted per channel in `quarantined`."""
+        reason (aldebaran.storage.quarantine), counted per channel in `quarantined`."""
         where = quarantine(self.store, key, reason, reader, body, self.quarantine_prefix(), remove)
         with self._count:
             self.quarantined[channel] = self.quarantined.get(channel, 0) + 1
@@ -317,7 +317,7 @@ class Ledger(LedgerOwners, LedgerReports):
 
     def save_run(self, run: Run, etag: str, token: str | None = None) -> str:
         """Store the run's new state (adopted, recorded) if nobody changed it since `etag`; else Fenced.
-        `token`: the writer token of a write that may be repeated (aldebaran.storage)."""
+        `token`: the writer token of a write that may be repeated (aldebaran.storage.store)."""
         key = self.run_key(run.channel, run.topic, run.partition, run.start)
         try:
             if token is not None:

@@ -18,7 +18,7 @@ def latest_records(ledger, channel: str, limit: int, corrupt: list | None = None
     """The `limit` most recently written per-alert records of a channel, newest first (failures, doubts,
     pages: alerts delivered inside a run have no record of their own; find them by id). The listing's
     LastModified picks them, so only `limit` records are read."""
-    from aldebaran.storage import safe_segment
+    from aldebaran.storage.store import safe_segment
 
     prefix = f"{ledger.prefix}/{safe_segment(channel, 'channel')}/alerts/"
     newest = sorted(ledger.store.list(prefix), key=lambda o: o["LastModified"], reverse=True)
@@ -97,7 +97,7 @@ def channel_promise(channel: str) -> dict | None:
 def delivers_fast(ledger, channel: str, fast_topic: str) -> bool:
     """Whether the channel is delivered from the fast lane: a fast dispatcher has owned a partition of the
     fast topic for it (what the ledger shows, whatever the configuration says now)."""
-    from aldebaran.storage import safe_segment
+    from aldebaran.storage.store import safe_segment
 
     prefix = f"{ledger.prefix}/{safe_segment(channel, 'channel')}/owners/{safe_segment(fast_topic, 'topic')}/"
     return any(True for _ in ledger.store.list(prefix))
@@ -106,7 +106,7 @@ def delivers_fast(ledger, channel: str, fast_topic: str) -> bool:
 def retractions(ledger, channel: str, limit: int, corrupt: list | None = None) -> list:
     """The channel's retractions and reinstatements of fast-lane alerts (aldebaran.delivery.retraction),
     newest first: per-alert records whose id starts ``retract-`` / ``reinstate-``."""
-    from aldebaran.storage import safe_segment
+    from aldebaran.storage.store import safe_segment
 
     base = f"{ledger.prefix}/{safe_segment(channel, 'channel')}/alerts/"
     found = [o for start in ("retract-", "reinstate-") for o in ledger.store.list(base + start)]

@@ -29,7 +29,7 @@ import socket
 import time
 
 from aldebaran.model import Alert
-from aldebaran.storage import safe_segment
+from aldebaran.storage.store import safe_segment
 
 log = logging.getLogger(__name__)
 

@@ -184,7 +184,7 @@ def main(args: argparse.Namespace) -> int:
     settings = load(DeliverySettings, prefix=args.prefix)
     ledger = Ledger.from_settings(settings)
     if args.action == "quarantine":
-        from aldebaran.quarantine import listed
+        from aldebaran.storage.quarantine import listed
 
         rows = listed(ledger.store, ledger.quarantine_prefix())[: args.limit]
         for w in rows:

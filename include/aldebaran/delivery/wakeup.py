@@ -57,7 +57,7 @@ def _covered() -> bool:
     from aldebaran.delivery.settings import DeliverySettings
     from aldebaran.exceptions import ObjectStoreError
     from aldebaran.settings import load
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     settings = load(DeliverySettings)
     try:

@@ -8,7 +8,7 @@ librdkafka configuration, ``bootstrap.servers`` included, e.g.
      "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "aldebaran", "sasl.password": "<secret>",
      "ssl.ca.location": "/etc/ssl/kafka-ca.pem"}}
 
-It is found as every connection of the product is (:mod:`aldebaran.connections`): inside an Airflow
+It is found as every connection of the product is (:mod:`aldebaran.storage.connections`): inside an Airflow
 task as Airflow resolves it (UI/REST API, ``AIRFLOW_CONN_*``, secrets backend); outside Airflow
 (spark-submit's driver, the streaming dispatchers, the CLI) from ``AIRFLOW_CONN_ALDEBARAN_KAFKA``, which
 the tasks that start those processes hand on (:func:`connection_env`). Without a connection, a plaintext
@@ -42,8 +42,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from aldebaran import connections
-from aldebaran.connections import Connection, scrub
+from aldebaran.storage import connections
+from aldebaran.storage.connections import Connection, scrub
 from aldebaran.exceptions import AldebaranError, ConfigError
 from aldebaran.kafka import failover
 from aldebaran.kafka.java import MSK_BOOTSTRAP, SPARK_OPTIONS_KEY, spark_options

@@ -164,7 +164,7 @@ def checkpoint_offsets(checkpoint: str, topic: str) -> dict[int, int] | None:
     """Where the query at `checkpoint` (a directory or ``s3a://bucket/prefix``) resumes reading `topic`:
     per partition, the lower of the latest offsets/ entry and the last committed batch's (Spark re-runs an
     uncommitted batch; a real-time batch logs its start offsets). None: no offsets logged yet."""
-    from aldebaran.storage import open_prefix
+    from aldebaran.storage.store import open_prefix
 
     store, prefix = open_prefix(checkpoint)
     offsets = _batches(store, prefix, "offsets")
@@ -209,7 +209,7 @@ def abandon(checkpoint: str, now: float | None = None) -> str:
     A directory is renamed; on S3 each object is copied, then the old prefix deleted."""
     import os
 
-    from aldebaran.storage import open_prefix
+    from aldebaran.storage.store import open_prefix
 
     parent, _, name = checkpoint.rstrip("/").rpartition("/")
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))

@@ -51,7 +51,7 @@ def lane_store():
     """The store of the lane's heartbeat and records: the delivery ledger's, where the supervisors keep theirs."""
     from aldebaran.delivery.settings import DeliverySettings
     from aldebaran.settings import load
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     return open_store(load(DeliverySettings).store)
 

@@ -34,7 +34,7 @@ from aldebaran.delivery.decode import AlertDeadLetters, Rejected, decode
 from aldebaran.delivery.exceptions import RetryableError
 from aldebaran.exceptions import NotFound
 from aldebaran.lanes.reconcile import Reconciliation
-from aldebaran.storage import safe_segment
+from aldebaran.storage.store import safe_segment
 
 log = logging.getLogger(__name__)
 

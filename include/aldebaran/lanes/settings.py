@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from aldebaran.settings import StatePrefix, SupervisionSettings
-from aldebaran.storage import safe_segment
+from aldebaran.storage.store import safe_segment
 
 _INTERVAL = re.compile(r"^\s*(\d+)\s*(second|seconds|minute|minutes)\s*$")
 

@@ -29,7 +29,7 @@ def collect(now: float | None = None, lanes=None, exact: tuple[str, dict | None]
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.lanes import keeper, reconciler
     from aldebaran.lanes.settings import LaneSettings
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
     from aldebaran.settings import KafkaSettings, load
 
     now = now or time.time()
@@ -72,7 +72,7 @@ def _records(store, lanes, ids: list[str]) -> list[dict]:
     """The records of the first :data:`SHOWN` ids (one GET each); an id confirmed or resolved since the
     heartbeat has no record any more and is left out."""
     from aldebaran.lanes import reconciler
-    from aldebaran.storage import read_json
+    from aldebaran.storage.store import read_json
 
     out = []
     for alert_id in ids[:SHOWN]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from aldebaran import lease as leases
 from aldebaran.exceptions import AuditorError
-from aldebaran.storage import safe_segment, open_store, Store
+from aldebaran.storage.store import safe_segment, open_store, Store
 from aldebaran.platform.settings import SupervisorSettings
 from aldebaran.platform.supervisor_state import MAX_HISTORY, load_state, save_state, settings_with, start_ticks, state_key
 
@@ -22,10 +22,10 @@ log = logging.getLogger(__name__)
 
 def launch(command: list[str], env: dict[str, str], query: str) -> tuple[subprocess.Popen, Path]:
     """Start spark-submit detached (own session: it outlives the task that started it). The driver runs
-    outside Airflow: it also gets the object store's connection as Airflow resolved it (aldebaran.s3access),
+    outside Airflow: it also gets the object store's connection as Airflow resolved it (aldebaran.storage.s3access),
     for its book state and, through s3a, its checkpoint."""
     from aldebaran import paths
-    from aldebaran.s3access import connection_env
+    from aldebaran.storage.s3access import connection_env
     from aldebaran.settings import load
 
     nice = load(SupervisorSettings).nice

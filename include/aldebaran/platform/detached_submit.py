@@ -11,7 +11,7 @@ process like it followed spark-submit itself (pid, session, process group).
 
 The hook's arguments travel in :data:`SPEC_VAR` (JSON; an environment variable rather than argv, so
 that ``ps`` does not show them), the Spark connection as ``AIRFLOW_CONN_<CONN_ID>`` the way a task hands
-any connection to a process it starts (:func:`aldebaran.connections.connections_env`).
+any connection to a process it starts (:func:`aldebaran.storage.connections.connections_env`).
 
 Cost: one more Python process per launched auditor, importing the provider (a few seconds before
 spark-submit starts, ~130 MB resident). Usage (what the operator runs)::
@@ -26,7 +26,7 @@ import logging
 import os
 import sys
 
-from aldebaran import connections
+from aldebaran.storage import connections
 
 SPEC_VAR = "ALDEBARAN_SUBMIT_SPEC"
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from aldebaran.exceptions import AldebaranError, ConfigError, DispatcherError
 from aldebaran.platform import processes
 from aldebaran.platform.settings import DispatchSupervisorSettings
-from aldebaran.storage import safe_segment
+from aldebaran.storage.store import safe_segment
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def delivery_store():
     """The store the dispatchers write their heartbeats to: the delivery ledger's."""
     from aldebaran.delivery.settings import DeliverySettings
     from aldebaran.settings import load
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     return open_store(load(DeliverySettings).store)
 

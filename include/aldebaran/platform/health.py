@@ -298,7 +298,7 @@ def check(run_id: str, query_name: str | None = None, overrides: dict | None = N
     from aldebaran.delivery.channels import channel_names
     from aldebaran.exceptions import ObjectStoreError
     from aldebaran.lanes.settings import LaneSettings
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
     from aldebaran.settings import KafkaSettings, load
 
     settings = load(HealthSettings, **{k: v for k, v in (overrides or {}).items() if v not in (None, "")})

@@ -54,7 +54,7 @@ def health_record(run_id: str) -> dict | None:
     from aldebaran.exceptions import ObjectStoreError
     from aldebaran.platform.settings import HealthSettings
     from aldebaran.settings import load
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     try:
         record = open_store().get(f"{load(HealthSettings).prefix.strip('/')}/latest.json").json()
@@ -79,7 +79,7 @@ def run_findings(dag_id: str, run_id: str, task_id: str | None, reason: str | No
 # --- the target ------------------------------------------------------------------------------------
 def target(settings: OnCallSettings):
     """The on-call channel, built by the channel classes from the connection (errors name it, never a secret)."""
-    from aldebaran import connections
+    from aldebaran.storage import connections
     from aldebaran.delivery.channels import channel_from_connection
 
     conn = connections.lookup(settings.connection)
@@ -163,7 +163,7 @@ def page(dag_id: str, run_id: str, findings: dict[str, dict], settings: OnCallSe
     from aldebaran.exceptions import ObjectStoreError
     from aldebaran.platform import oncall_state
     from aldebaran.settings import load
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     settings = settings or load(OnCallSettings)
     now = time.time() if now is None else now

@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass, field
 
 from aldebaran.exceptions import AlreadyExists, NotFound, PreconditionFailed
-from aldebaran.storage import Store, safe_segment
+from aldebaran.storage.store import Store, safe_segment
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from aldebaran.probes import stalled  # noqa: F401  (one rule for the supervisor
 from aldebaran.exceptions import AlreadyExists, DispatcherError, PreconditionFailed
 from aldebaran.runtime.procs import pid_alive, start_ticks
 from aldebaran.platform.supervisor import _wait_gone, backoff_seconds, load_state
-from aldebaran.storage import safe_segment
+from aldebaran.storage.store import safe_segment
 
 log = logging.getLogger(__name__)
 
@@ -211,11 +211,11 @@ def launch_detached(log_name: str, command: list[str], extra_env: dict[str, str]
                     ) -> tuple[subprocess.Popen, Path]:
     """Start `command` in a session of its own (it outlives the task that started it), its output in
     ``<run dir>/logs/<log_name>-<time>.log``. It runs outside Airflow and reads only its environment, so
-    it also gets the object store's connection as Airflow resolved it for this task (aldebaran.s3access):
+    it also gets the object store's connection as Airflow resolved it for this task (aldebaran.storage.s3access):
     every such process keeps its heartbeat, and the dispatchers their ledger, there."""
     from aldebaran import paths
     from aldebaran.platform import executors
-    from aldebaran.s3access import connection_env
+    from aldebaran.storage.s3access import connection_env
 
     executors.check(log_name)  # it must outlive the task: not in a pod per task
     logs = paths.run_dir() / "logs"

@@ -129,10 +129,10 @@ def export_kafka_connection(context=None) -> None:
     """``pre_execute`` of the replay's spark-submit task: the provider's hook starts spark-submit with this
     task's environment plus ``env_vars`` (an XCom, no place for a secret), so the platform's Kafka
     connection as Airflow resolved it (aldebaran.kafka.conn) goes into this task process's environment, and
-    the object store's too (aldebaran.s3access: the replay's books and s3a checkpoint)."""
+    the object store's too (aldebaran.storage.s3access: the replay's books and s3a checkpoint)."""
     import os
 
-    from aldebaran import s3access
+    from aldebaran.storage import s3access
     from aldebaran.kafka.conn import connection_env
 
     # Not configuration: the resolved connections go into the environment spark-submit inherits.
@@ -262,7 +262,7 @@ def report(replay: dict) -> dict:
     from aldebaran.audit.archive import Archive
     from aldebaran.delivery.channels import channel_names
     from aldebaran.delivery.dispatcher import default_ledger
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     store = open_store()
     alerts = [json.loads(line) for line in Archive(store, replay["archive_prefix"], replay["query_name"]).read_all()]

@@ -7,7 +7,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aldebaran.settings import BackoffMax, StaleAfter, StartTimeout, StatePrefix, SupervisionSettings
-from aldebaran.storage import safe_segment
+from aldebaran.storage.store import safe_segment
 
 
 class SupervisorSettings(SupervisionSettings):

@@ -39,7 +39,7 @@ from pathlib import Path
 from aldebaran import lease as leases
 from aldebaran.audit.sparkjob.standby import READY_LINE
 from aldebaran.exceptions import AuditorError
-from aldebaran.storage import open_store, Store
+from aldebaran.storage.store import open_store, Store
 from aldebaran.platform import auditor_submit
 from aldebaran.platform import supervisor_state as sup
 from aldebaran.platform.settings import SupervisorSettings

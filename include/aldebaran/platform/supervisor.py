@@ -40,7 +40,7 @@ import signal
 import socket
 import time
 
-from aldebaran.storage import safe_segment, open_store, Store
+from aldebaran.storage.store import safe_segment, open_store, Store
 from aldebaran import lease as leases
 from aldebaran.model import Alert
 from aldebaran.platform import standby_slot

@@ -11,7 +11,7 @@ import time
 
 from aldebaran.exceptions import AlreadyExists, AuditorError, NotFound, PreconditionFailed
 from aldebaran.runtime import procs
-from aldebaran.storage import safe_segment, Store
+from aldebaran.storage.store import safe_segment, Store
 from aldebaran.platform.settings import SupervisorSettings
 
 NONE, WAIT, RESTART = "none", "wait", "restart"

@@ -59,7 +59,7 @@ def config_from_params(params: dict):
 def run(params: dict, run_id: str) -> dict:
     """Measure, store the report in the object store, return its location, markdown and verdict.
     Raises when a run's alerts differ from the reference model (after storing the report)."""
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
     from aldebaran_capacity.bench import report, suite
 
     config = config_from_params(params)

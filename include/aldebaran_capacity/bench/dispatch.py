@@ -72,7 +72,7 @@ def ledger_ceiling(run_size: int, pairs: int = 200, concurrency: int = 8) -> dic
     from aldebaran.delivery.channels.base import Outcome
     from aldebaran.delivery.ledger import Ledger
     from aldebaran.model import Alert
-    from aldebaran.storage import S3Store
+    from aldebaran.storage.store import S3Store
 
     store = S3Store()
     tag = uuid.uuid4().hex[:8]
@@ -243,7 +243,7 @@ def channel_run(kind: str, alerts: int, duplicates: float = 0.1, timeout: float 
     from aldebaran import heartbeat
     from aldebaran.kafka import admin as kadmin, io as kio
     from aldebaran.settings import KafkaSettings, load
-    from aldebaran.storage import S3Store
+    from aldebaran.storage.store import S3Store
 
     tag = uuid.uuid4().hex[:8]
     design = FAST_KINDS.get(kind)  # None: the exact lane's dispatcher over the alerts topic

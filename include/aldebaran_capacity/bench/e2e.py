@@ -280,7 +280,7 @@ def run(spark, rates=DEFAULT_RATES, seconds: float = 20.0, mix: Mix | None = Non
     from aldebaran.kafka import admin as kadmin
     from aldebaran.kafka.io import read_topic
     from aldebaran.settings import load
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
     from aldebaran_capacity.bench.dispatch import BusReader
     from aldebaran_capacity.receivers import ReceiverProcess
 

@@ -60,7 +60,7 @@ def bench_topics(tag: str, partitions: int = 2):
     try:
         yield settings
     finally:
-        from aldebaran.storage import open_store
+        from aldebaran.storage.store import open_store
 
         kadmin.delete_topics(settings, settings.topics())
         open_store().delete_prefix(f"bench/{tag}")  # the runs' alert archives (bench/<tag>[_<run>]/archive)

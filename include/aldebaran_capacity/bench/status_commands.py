@@ -47,7 +47,7 @@ def build(env: dict, messages: int, run_size: int, unconfirmed: int) -> dict:
     from aldebaran.kafka.io import producer
     from aldebaran.model import Alert
     from aldebaran.settings import KafkaSettings, load
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     kafka = load(KafkaSettings, alerts_topic=env["ALDEBARAN_KAFKA_ALERTS_TOPIC"])
     ensure_topics(kafka, [kafka.alerts_topic], partitions=PARTITIONS)
@@ -144,7 +144,7 @@ def _time(args: list[str], env: dict, repeats: int) -> dict:
 
 def run(messages: int, run_size: int, unconfirmed: int, repeats: int = 3) -> dict:
     from aldebaran.settings import KafkaSettings, load
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     tag = uuid.uuid4().hex[:8]
     env = {**os.environ, "ALDEBARAN_KAFKA_ALERTS_TOPIC": f"bench-status-alerts-{tag}",

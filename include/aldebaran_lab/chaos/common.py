@@ -25,7 +25,7 @@ from aldebaran.exceptions import AldebaranError, NotFound, ObjectStoreError
 from aldebaran.kafka import admin as kadmin, io as kio
 from aldebaran.model import Alert
 from aldebaran.settings import KafkaSettings, load
-from aldebaran.storage import S3Store
+from aldebaran.storage.store import S3Store
 from aldebaran_lab.chaos import receipts
 
 log = logging.getLogger(__name__)

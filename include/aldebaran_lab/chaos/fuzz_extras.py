@@ -1,6 +1,6 @@
 """`aldebaran chaos fuzz`, connection extras: hostile configuration through every channel kind's builder.
 
-A channel is built from its connection (``AIRFLOW_CONN_ALDEBARAN_<NAME>``): aldebaran.connections parses it,
+A channel is built from its connection (``AIRFLOW_CONN_ALDEBARAN_<NAME>``): aldebaran.storage.connections parses it,
 aldebaran.delivery.channels.config.channel_from_connection picks the kind, the kind's ``from_connection``
 reads its extras. Each input is a valid connection of one kind (the shapes of .env.example) whose ``extra``
 is a structure-aware hostile variant (aldebaran_lab.chaos.fuzz_inputs), inline or as Airflow stores it

@@ -54,7 +54,7 @@ def heartbeats(store, n: int, seed: int) -> dict:
 def leases(store, n: int, seed: int) -> dict:
     from aldebaran import lease
     from aldebaran.exceptions import LeaseHeld
-    from aldebaran.quarantine import PREFIX
+    from aldebaran.storage.quarantine import PREFIX
 
     now = time.time()
     template = {"checkpoint": "s3a://b/cp", "query": "q", "state": lease.HELD, "owner": "o", "host": "elsewhere",

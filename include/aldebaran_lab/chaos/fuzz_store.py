@@ -75,7 +75,7 @@ class Warnings(logging.Handler):
 
 def private_store():
     from aldebaran.settings import ObjectStoreSettings, load
-    from aldebaran.storage import S3Store
+    from aldebaran.storage.store import S3Store
 
     store = S3Store(load(ObjectStoreSettings, bucket=f"chaos-fuzz-{uuid.uuid4().hex[:8]}"))
     store.ensure_bucket()
@@ -124,9 +124,9 @@ def _dispatcher(ledger, kafka):
 
 
 def is_quarantined(store, key: str, prefix: str) -> bool:
-    """Whether `key` has a copy with its reason in the quarantine at `prefix` (aldebaran.quarantine)."""
+    """Whether `key` has a copy with its reason in the quarantine at `prefix` (aldebaran.storage.quarantine)."""
     from aldebaran.exceptions import NotFound
-    from aldebaran.quarantine import WHY, copy_key
+    from aldebaran.storage.quarantine import WHY, copy_key
 
     try:
         return bool(json.loads(store.get(copy_key(key, prefix) + WHY).body).get("reason"))

@@ -40,7 +40,7 @@ def connections_env(kafka: KafkaSettings | None = None, spark_master: str | None
     """AIRFLOW_CONN_* for the Airflow connections the DAGs name, derived from the Aldebaran settings:
     ``kafka_alerts_watcher`` (alert_dispatch's AssetWatcher), ``spark_default`` (SparkSubmitOperator) and
     ``aldebaran_s3`` (ALDEBARAN_S3_CONNECTION: the object store as an AWS connection, MinIO's endpoint and
-    generated keys; every S3 client and Spark's s3a read it, aldebaran.s3access, and the tasks hand it to
+    generated keys; every S3 client and Spark's s3a read it, aldebaran.storage.s3access, and the tasks hand it to
     the auditor and the dispatchers they start). There is no ``aws_default``: nothing reads it unless
     ALDEBARAN_S3_CONNECTION names it.
 
@@ -51,9 +51,9 @@ def connections_env(kafka: KafkaSettings | None = None, spark_master: str | None
     A variable already present in the environment (a real deployment's secret) wins. ``kafka``,
     ``spark_master`` and ``s3`` default to this process's settings (the HA profile passes its own).
     """
-    from aldebaran.connections import env_var
+    from aldebaran.storage.connections import env_var
     from aldebaran.kafka.conn import resolve
-    from aldebaran.s3access import connection_of
+    from aldebaran.storage.s3access import connection_of
 
     kafka = kafka or load(KafkaSettings)
     s3 = s3 or load(ObjectStoreSettings)

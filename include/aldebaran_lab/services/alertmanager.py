@@ -28,7 +28,7 @@ def wanted(environ: dict[str, str] | None = None) -> bool:
     platform DAGs read them outside Airflow). `make up` starts it then, and `make setup` builds it."""
     import os
 
-    from aldebaran import connections
+    from aldebaran.storage import connections
     from aldebaran.delivery.channels import CONN_TYPES, channel_names, env_connection
 
     env = os.environ if environ is None else environ

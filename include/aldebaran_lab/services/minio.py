@@ -61,7 +61,7 @@ class MinIO(Service):
         return minio_health(self.address)
 
     def after_start(self) -> None:
-        from aldebaran.storage import S3Store
+        from aldebaran.storage.store import S3Store
 
         if S3Store(self.settings).ensure_bucket():
             log.info("minio: created bucket %s", self.settings.bucket)

@@ -17,7 +17,7 @@ from aldebaran.audit.model import alert_id
 from aldebaran.delivery.ledger import Ledger
 from aldebaran import heartbeat
 from aldebaran.kafka import io as kio
-from aldebaran.storage import LocalStore
+from aldebaran.storage.store import LocalStore
 from tests.conftest import assert_eventually
 from tests.integration.dags.test_dispatch_supervisor import dispatcher_env  # noqa: F401  (fixture)
 

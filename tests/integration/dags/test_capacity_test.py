@@ -4,7 +4,7 @@ and that the report exists — never a figure (figures belong to `make bench`)."
 
 from __future__ import annotations
 
-from aldebaran.storage import Store
+from aldebaran.storage.store import Store
 
 TINY = {
     "rates": [300],

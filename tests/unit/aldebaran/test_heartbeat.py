@@ -16,7 +16,7 @@ from aldebaran import heartbeat
 from aldebaran.delivery.service import Heartbeat
 from aldebaran.exceptions import ObjectStoreError
 from aldebaran.heartbeat import DISPATCHER, LANE, Beater, Progress, publish
-from aldebaran.storage import open_store
+from aldebaran.storage.store import open_store
 
 
 # --- where heartbeats live ---------------------------------------------------------------------------

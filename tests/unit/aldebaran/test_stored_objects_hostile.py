@@ -19,13 +19,14 @@ import time
 
 import pytest
 
-from aldebaran import heartbeat, lease, quarantine
+from aldebaran import heartbeat, lease
+from aldebaran.storage import quarantine
 from aldebaran.audit.sparkjob.plans import Plan, read_recorded, write_recorded
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.records import Record, RetryPolicy
 from aldebaran.delivery.runs import Run
 from aldebaran.exceptions import AuditorError, LeaseHeld, LedgerCorrupt, ObjectStoreError
-from aldebaran.storage import LocalStore
+from aldebaran.storage.store import LocalStore
 
 DEEP = [b"[" * 100_000, b'{"a":' * 20_000 + b"1" + b"}" * 20_000]
 

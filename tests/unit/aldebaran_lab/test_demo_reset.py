@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from aldebaran.lanes import keeper
 from aldebaran.settings import KafkaSettings
-from aldebaran.storage import LocalStore
+from aldebaran.storage.store import LocalStore
 from aldebaran_lab import demo_platform
 
 
@@ -45,7 +45,7 @@ def test_the_reset_recreates_the_fast_alerts_topic_with_the_others(monkeypatch):
         def delete_prefix(self, prefix):
             return 1
 
-    monkeypatch.setattr("aldebaran.storage.open_store", lambda: Store())
+    monkeypatch.setattr("aldebaran.storage.store.open_store", lambda: Store())
     platform = demo_platform.Platform(kafka=kafka, bucket="b", checkpoint="s3a://b/ck", query="q",
                                       archive_prefix="archive", ledger_prefix="deliveries", channels=["log"],
                                       group_prefix="g")

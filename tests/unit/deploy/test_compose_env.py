@@ -162,8 +162,8 @@ def test_connections_point_at_the_containers():
 
 
 def test_the_object_store_connection_points_at_the_minio_container():
-    from aldebaran.connections import Connection
-    from aldebaran.s3access import from_connection
+    from aldebaran.storage.connections import Connection
+    from aldebaran.storage.s3access import from_connection
 
     env = airflow_env()
     var = conn_var("aldebaran_s3")

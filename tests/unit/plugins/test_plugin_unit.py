@@ -40,7 +40,7 @@ class FakeUser:
 @pytest.fixture
 def ledger(tmp_path):
     from aldebaran.delivery.dispatcher import default_ledger
-    from aldebaran.storage import LocalStore
+    from aldebaran.storage.store import LocalStore
 
     return default_ledger(LocalStore(tmp_path / "ledger"))
 

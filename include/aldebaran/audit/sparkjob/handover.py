@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from aldebaran.checkpoint import Checkpoint
 from aldebaran.exceptions import NotFound, ObjectStoreError
-from aldebaran.storage import Store
+from aldebaran.storage.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -91,7 +91,7 @@ def prepare_query(spark, settings: AuditorSettings, on_batch=None, guard=None, k
     from aldebaran.audit.sparkjob import plans
     from aldebaran.audit.archive import Archive
     from aldebaran.audit.rules import resolve
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     resolve(settings.rule_names())  # fail at start on an unknown rule, naming the setting
     from aldebaran.audit.sparkjob.endpass import refuse_if_finished
@@ -165,7 +165,7 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
     spark.conf.set("spark.sql.adaptive.enabled", "false")  # shard id = shuffle partition id
     lease = prepared = None
     if settings.lease_seconds:  # never two auditors on one checkpoint (aldebaran.lease)
-        from aldebaran.storage import open_store
+        from aldebaran.storage.store import open_store
         from aldebaran.lease import acquire
 
         store = open_store()
@@ -286,7 +286,7 @@ def _active(query) -> bool:
 def print_status(settings: AuditorSettings) -> None:
     """`aldebaran auditor status`: the latest heartbeat and its age."""
     from aldebaran.heartbeat import AUDITOR, key, read
-    from aldebaran.storage import open_store
+    from aldebaran.storage.store import open_store
 
     store = open_store()
     hb = read(store, AUDITOR, settings.query_name)

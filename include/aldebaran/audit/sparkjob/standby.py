@@ -132,7 +132,7 @@ def last_committed(checkpoint: str) -> int | None:
     cp = Checkpoint(checkpoint)
     root = cp.spark_commits
     if cp.is_s3:
-        from aldebaran.storage import open_prefix
+        from aldebaran.storage.store import open_prefix
 
         store, prefix = open_prefix(root)
         names = [o["Key"].rsplit("/", 1)[-1] for o in store.list(prefix)]

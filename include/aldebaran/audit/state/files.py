@@ -1,4 +1,4 @@
-"""Where a shard's state files live: the keys under one prefix of an aldebaran.storage Store (a local
+"""Where a shard's state files live: the keys under one prefix of an aldebaran.storage.store Store (a local
 directory or an object-store prefix), behind four calls."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import re
 
 from aldebaran.exceptions import NotFound
-from aldebaran.storage import Store, open_prefix
+from aldebaran.storage.store import Store, open_prefix
 
 _NAME = re.compile(r"^(delta|snapshot)-(\d{12})\.jsonl\.gz$")
 

@@ -3,14 +3,14 @@ inside an Airflow task as Airflow resolves it, outside Airflow the env var
 ``AIRFLOW_CONN_ALDEBARAN_<NAME>`` (channels/sources.py).
 
 The parser and its typed accessors (errors name the source and the field, never a value) are the
-product's one for every connection: :mod:`aldebaran.connections`; this module adds the channels' naming.
+product's one for every connection: :mod:`aldebaran.storage.connections`; this module adds the channels' naming.
 """
 
 from __future__ import annotations
 
 import re
 
-from aldebaran.connections import ENV_PREFIX, SECRET_KEY_PATTERN, Connection, env_var, scrub
+from aldebaran.storage.connections import ENV_PREFIX, SECRET_KEY_PATTERN, Connection, env_var, scrub
 
 __all__ = ["CONN_ID_PREFIX", "ENV_PREFIX", "NAME_PATTERN", "SECRET_KEY_PATTERN", "Connection", "conn_env_var",
            "conn_id", "scrub"]

@@ -12,15 +12,15 @@ the metadata database).
 Outside Airflow (the ``aldebaran`` CLI, the streaming dispatchers, the lab): the environment only,
 ``AIRFLOW_CONN_ALDEBARAN_<NAME>`` and ALDEBARAN_CHANNELS, and Airflow is never imported (it costs
 seconds and ~100 MB per process). The connection lookup is the product's one for every connection
-(:mod:`aldebaran.connections`); this module names the channels' connections and reads their list.
+(:mod:`aldebaran.storage.connections`); this module names the channels' connections and reads their list.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aldebaran import connections
-from aldebaran.connections import Connection, in_airflow_task
+from aldebaran.storage import connections
+from aldebaran.storage.connections import Connection, in_airflow_task
 from aldebaran.delivery.channels.connection import conn_id
 from aldebaran.delivery.settings import ChannelSettings
 from aldebaran.settings import load

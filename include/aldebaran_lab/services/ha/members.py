@@ -142,7 +142,7 @@ class MinIONode(Service):
         return minio_health(self.address, "cluster")
 
     def after_start(self) -> None:
-        from aldebaran.storage import S3Store
+        from aldebaran.storage.store import S3Store
 
         settings = self.settings()
         if S3Store(settings).ensure_bucket():

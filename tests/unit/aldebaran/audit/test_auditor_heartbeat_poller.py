@@ -9,7 +9,7 @@ import json
 
 from aldebaran import heartbeat
 from aldebaran.audit.heartbeat import HeartbeatPoller
-from aldebaran.storage import LocalStore
+from aldebaran.storage.store import LocalStore
 
 
 class FakeProgress:

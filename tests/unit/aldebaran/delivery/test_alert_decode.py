@@ -25,7 +25,7 @@ from aldebaran.exceptions import AldebaranError
 from aldebaran.lanes import reconciler
 from aldebaran.model import MAX_ALERT_BYTES, MAX_ALERT_DEPTH, Alert, AlertError
 from aldebaran.settings import KafkaSettings
-from aldebaran.storage import LocalStore
+from aldebaran.storage.store import LocalStore
 
 TOPIC = "alerts"
 GOOD = {"alert_id": "a-1", "kind": "OVERFILL", "order_id": "1", "client": "c", "stock": "s", "requested": 1,

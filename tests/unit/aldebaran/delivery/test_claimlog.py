@@ -8,7 +8,7 @@ import pytest
 from aldebaran.delivery.claimlog import ClaimLog, merge
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.exceptions import LedgerCorrupt
-from aldebaran.storage import LocalStore
+from aldebaran.storage.store import LocalStore
 
 FAST, EXACT = "p/hook/runs/alerts.fast/00000/00000000000000000000.json", "p/hook/runs/alerts/00000/00000000000000000007.json"
 

@@ -14,7 +14,7 @@ from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.settings import DeliverySettings
 from aldebaran.delivery.settle import Partition
 from aldebaran.settings import KafkaSettings, load
-from aldebaran.storage import LocalStore
+from aldebaran.storage.store import LocalStore
 
 
 class FatalConsumerFake(ChannelDispatcher):

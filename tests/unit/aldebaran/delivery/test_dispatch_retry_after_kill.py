@@ -23,7 +23,7 @@ from aldebaran.delivery.channels.webhook import WebhookChannel
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.records import RetryPolicy
 from aldebaran.delivery.runs import CLAIMED, RECORDED
-from aldebaran.storage import LocalStore
+from aldebaran.storage.store import LocalStore
 from tests.unit.aldebaran.delivery.test_dispatch_runs import SimulatedCrash, partition, runs, settler
 
 SECRET = "retry-after-kill-" + "s" * 24

@@ -28,7 +28,7 @@ from aldebaran.delivery.settle import Partition, RunSettler
 from aldebaran.exceptions import ObjectStoreError
 from aldebaran.model import Alert
 from aldebaran.settings import KafkaSettings
-from aldebaran.storage import LocalStore
+from aldebaran.storage.store import LocalStore
 
 TOPIC = "alerts"
 

@@ -22,7 +22,7 @@ from aldebaran.exceptions import ConfigError
 from aldebaran.lanes import reconciler
 from aldebaran.platform.dispatch_supervisor import plan
 from aldebaran.platform.settings import DispatchSupervisorSettings
-from aldebaran.storage import LocalStore
+from aldebaran.storage.store import LocalStore
 
 WEBHOOK = {"conn_type": "http", "host": "http://127.0.0.1:9", "password": "s3cret"}
 

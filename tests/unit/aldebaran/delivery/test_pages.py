@@ -14,7 +14,7 @@ from aldebaran.delivery import pages
 from aldebaran.delivery.channels.base import Outcome
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.model import Alert
-from aldebaran.storage import LocalStore
+from aldebaran.storage.store import LocalStore
 
 ROOT = Path(__file__).resolve().parents[4]
 HOSTILE = "<script>alert('x')</script>\"><img src=x onerror=alert(1)>"

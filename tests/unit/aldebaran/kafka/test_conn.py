@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from aldebaran.connections import Connection
+from aldebaran.storage.connections import Connection
 from aldebaran.exceptions import ConfigError
 from aldebaran.kafka.conn import connection_env, from_connection, resolve
 from aldebaran.kafka.java import java_config, spark_options

@@ -140,7 +140,7 @@ def test_a_dispatchers_consumer_is_built_with_the_group_keys(clean, tmp_path):
     from aldebaran.delivery.decode import AlertDeadLetters
     from aldebaran.delivery.dispatcher import ChannelDispatcher, DispatchStats
     from aldebaran.delivery.ledger import Ledger
-    from aldebaran.storage import LocalStore
+    from aldebaran.storage.store import LocalStore
 
     clean.setenv("ALDEBARAN_DELIVERY_SESSION_TIMEOUT_MS", "7000")
     seen = capture(clean, kio, "Consumer")

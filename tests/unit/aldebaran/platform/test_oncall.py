@@ -12,7 +12,7 @@ from aldebaran.delivery.channels import Outcome
 from aldebaran.exceptions import ConfigError
 from aldebaran.platform import oncall, oncall_state
 from aldebaran.platform.oncall import OnCallSettings
-from aldebaran.storage_local import LocalStore
+from aldebaran.storage.local import LocalStore
 
 A, B = "aldebaran.platform-health.kafka", "aldebaran.platform-health.auditor-progress"
 
@@ -71,7 +71,7 @@ class Recording:
 @pytest.fixture
 def env(tmp_path, monkeypatch):
     store = LocalStore(tmp_path / "store")
-    monkeypatch.setattr("aldebaran.storage.open_store", lambda location=None: store)
+    monkeypatch.setattr("aldebaran.storage.store.open_store", lambda location=None: store)
     settings = OnCallSettings(connection="aldebaran_oncall", state_prefix="oncall", hold_seconds=1800)
     return store, settings
 

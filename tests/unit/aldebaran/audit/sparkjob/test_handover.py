@@ -7,7 +7,7 @@ import threading
 import time
 
 from aldebaran.audit.sparkjob import handover
-from aldebaran.storage import LocalStore
+from aldebaran.storage.store import LocalStore
 
 CHECKPOINT = "s3a://aldebaran/checkpoints/auditor"
 

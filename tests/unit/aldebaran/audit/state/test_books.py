@@ -295,7 +295,7 @@ def test_loading_a_version_that_was_never_written_is_a_clear_error(tmp_path):
 
 
 class MissingKeyStoreFake:
-    """Failure-path fake of aldebaran.storage.S3Store: every key is missing."""
+    """Failure-path fake of aldebaran.storage.store.S3Store: every key is missing."""
 
     def get(self, key: str):
         raise NotFound(f"s3://fake/{key} not found")

@@ -13,7 +13,7 @@ from aldebaran import paths
 from aldebaran.delivery import channels as ch
 from aldebaran.delivery import pages
 from aldebaran.delivery.ledger import Ledger
-from aldebaran.storage import LocalStore
+from aldebaran.storage.store import LocalStore
 
 ROOT = paths.ROOT
 OPERATIONS = ROOT / "docs" / "operations.md"

@@ -1,5 +1,5 @@
 """A conditional write whose reply was lost is recognised by its writer token on read-back, never taken
-for a lost race (aldebaran.storage), while a genuine race with another writer still is one.
+for a lost race (aldebaran.storage.store), while a genuine race with another writer still is one.
 
 S3Store runs against ``LostReplyFakeClient``, a failure-injection fake of boto3's S3 client: it keeps
 objects in memory with S3's conditional-PUT semantics and, when told to, plays what botocore does when a
@@ -20,7 +20,7 @@ from botocore.exceptions import ClientError
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.runs import RECORDED, Run
 from aldebaran.exceptions import AlreadyExists, NotFound, PreconditionFailed
-from aldebaran.storage import WRITER, LocalStore, S3Store, writer_token
+from aldebaran.storage.store import WRITER, LocalStore, S3Store, writer_token
 
 
 class LostReplyFakeClient:

@@ -8,8 +8,8 @@ Two backends honour one contract (tests/integration/test_ledger_contract.py runs
   runs against MinIO here and S3 in AWS. botocore errors are translated at this boundary:
   412 → AlreadyExists / PreconditionFailed, 404 → NotFound, anything else → ObjectStoreError (a refused
   credential names where the credentials came from). How it reaches the store (the Airflow connection
-  ``aldebaran_s3``, else ALDEBARAN_S3_*; keys, token, role or the AWS chain) is aldebaran.s3access.
-- :class:`LocalStore` (aldebaran.storage_local, imported from here): a directory, for tests and demos on
+  ``aldebaran_s3``, else ALDEBARAN_S3_*; keys, token, role or the AWS chain) is aldebaran.storage.s3access.
+- :class:`LocalStore` (aldebaran.storage.local, imported from here): a directory, for tests and demos on
   one machine: O_EXCL create, and compare-and-swap by content hash under an exclusive flock.
 
 The contract: ``create`` stores only if absent (AlreadyExists otherwise); ``replace`` only if the
@@ -32,9 +32,9 @@ import uuid
 from typing import Any, Iterator, Protocol
 
 from aldebaran.exceptions import AlreadyExists, NotFound, ObjectStoreError, PreconditionFailed
-from aldebaran.s3access import S3Access, resolve, session
+from aldebaran.storage.s3access import S3Access, resolve, session
 from aldebaran.settings import ObjectStoreSettings, load
-from aldebaran.storage_local import LocalStore, StoredObject
+from aldebaran.storage.local import LocalStore, StoredObject
 
 __all__ = ["LocalStore", "S3Store", "Store", "StoredObject", "open_prefix", "open_store", "read_json", "safe_segment",
            "writer_token", "WRITER"]
@@ -72,7 +72,7 @@ def read_json(store: "Store", key: str) -> Any | None:
 
 class S3Store:
     """One bucket of S3/MinIO. Cheap to create: the connection is resolved and the boto3 client built on
-    first use. `access` overrides the resolved one (aldebaran.s3access.resolve)."""
+    first use. `access` overrides the resolved one (aldebaran.storage.s3access.resolve)."""
 
     def __init__(self, settings: ObjectStoreSettings | None = None, access: S3Access | None = None) -> None:
         self.settings = settings or load(ObjectStoreSettings)
@@ -279,7 +279,7 @@ class Store(Protocol):
 def open_store(location: str | None = None) -> "S3Store | LocalStore":
     """The store at `location`: ``file:///dir`` or a plain path → LocalStore; None or ``s3://…``
     (``s3a://…``, Spark's spelling) → that (or the configured) bucket of the object store
-    aldebaran.s3access resolves. A key path after the bucket is ignored; :func:`open_prefix` keeps it."""
+    aldebaran.storage.s3access resolves. A key path after the bucket is ignored; :func:`open_prefix` keeps it."""
     return open_prefix(location)[0]
 
 

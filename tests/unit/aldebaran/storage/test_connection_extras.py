@@ -1,5 +1,5 @@
 """A connection's numbers and JSON, however hostile, fail as a ConfigError naming the connection and the field
-(aldebaran.connections): Infinity, NaN, integers too large for a float, numbers of too many digits and
+(aldebaran.storage.connections): Infinity, NaN, integers too large for a float, numbers of too many digits and
 nesting too deep for the parser raised OverflowError, ValueError or RecursionError instead."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from aldebaran.connections import Connection
+from aldebaran.storage.connections import Connection
 from aldebaran.exceptions import ConfigError
 
 SOURCE = "Airflow connection aldebaran_hook"

@@ -13,7 +13,7 @@ Where a connection comes from (:func:`lookup`):
 A task hands the connections Airflow resolved to a process it starts outside Airflow with
 :func:`connections_env` (``AIRFLOW_CONN_<CONN_ID>`` = Airflow's JSON form). Users: the channels
 (``aldebaran_<channel>``, aldebaran.delivery.channels), the object store (``aldebaran_s3``,
-aldebaran.s3access).
+aldebaran.storage.s3access).
 
 "Inside an Airflow task" is Airflow's own test (``ensure_secrets_backend_loaded``): the Task SDK's task
 runner is loaded and holds its channel to the supervisor (``SUPERVISOR_COMMS``).

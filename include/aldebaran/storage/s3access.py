@@ -16,7 +16,7 @@ Precedence (:func:`resolve`):
    backend), read by the Amazon provider's ``AwsConnectionWrapper``;
 2. outside Airflow (the auditor under spark-submit, the streaming dispatchers, the CLI):
    ``AIRFLOW_CONN_ALDEBARAN_S3``, which a task sets for the processes it starts
-   (aldebaran.connections.connections_env), read here in the same shape without importing Airflow;
+   (aldebaran.storage.connections.connections_env), read here in the same shape without importing Airflow;
 3. no such connection: ALDEBARAN_S3_* (endpoint, region, keys, session token, role).
 
 A connection is used whole: a field it lacks is not taken from ALDEBARAN_S3_* (no ``endpoint_url`` means
@@ -35,8 +35,8 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from aldebaran import connections
-from aldebaran.connections import Connection
+from aldebaran.storage import connections
+from aldebaran.storage.connections import Connection
 from aldebaran.exceptions import ConfigError
 from aldebaran.settings import ObjectStoreSettings, load
 

@@ -1,5 +1,5 @@
 """A corrupt stored object is quarantined with its key and reason, never fatal; the sweep cannot crash the
-dispatcher in a loop (aldebaran.quarantine, aldebaran.delivery.dispatcher).
+dispatcher in a loop (aldebaran.storage.quarantine, aldebaran.delivery.dispatcher).
 
 The real dispatcher's sweep and the real ledger on a local-directory store (the LocalStore backend), with
 corrupt objects planted in it: not JSON, a JSON list, a record with a wrong-typed field, odd index keys,
@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from aldebaran import quarantine
+from aldebaran.storage import quarantine
 from aldebaran.delivery.channels.log import LogChannel
 from aldebaran.delivery.decode import AlertDeadLetters
 from aldebaran.delivery.dispatcher import SWEEP_BACKOFF_MAX, ChannelDispatcher, DispatchStats
@@ -24,7 +24,7 @@ from aldebaran.delivery.settings import DeliverySettings
 from aldebaran.exceptions import LedgerCorrupt, NotFound, ObjectStoreError
 from aldebaran.model import Alert
 from aldebaran.settings import KafkaSettings, load
-from aldebaran.storage import LocalStore
+from aldebaran.storage.store import LocalStore
 
 NOW = 1_000_000.0
 

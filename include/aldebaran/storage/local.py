@@ -1,10 +1,10 @@
-"""The storage layer's local-directory backend (aldebaran.storage's contract, for tests and demos on one
-machine), and the object both backends return. Import both from aldebaran.storage, which opens stores;
+"""The storage layer's local-directory backend (aldebaran.storage.store's contract, for tests and demos on one
+machine), and the object both backends return. Import both from aldebaran.storage.store, which opens stores;
 they live here so that the layer's module stays one screen of S3 and one of opening.
 
 Create is a link of a finished temporary file (atomic create-if-absent, never a half-written object);
 replace is compare-and-swap by content hash under an exclusive flock; a conditional write's writer token
-(aldebaran.storage, "Writer tokens") is a hidden ``.<name>.writer`` beside the object, set under its lock.
+(aldebaran.storage.store, "Writer tokens") is a hidden ``.<name>.writer`` beside the object, set under its lock.
 """
 
 from __future__ import annotations
