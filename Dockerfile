@@ -20,7 +20,7 @@
 
 # --- stage 1: Spark connector jars --------------------------------------------------------------
 # The auditor puts spark-sql-kafka (and hadoop-aws for s3a:// checkpoints) on spark.jars from
-# $ALDEBARAN_CACHE/jars/<pom name>-<first 12 hex of the pom's sha256>/ (aldebaran.paths.jar_dir), the
+# $ALDEBARAN_CACHE/jars/<pom name>-<first 12 hex of the pom's sha256>/ (aldebaran.runtime.paths.jar_dir), the
 # layout scripts/setup.sh creates. Resolve the same poms here so nothing is fetched at run time.
 FROM maven:3.9-eclipse-temurin-17 AS connector-jars
 WORKDIR /build
@@ -92,11 +92,11 @@ RUN --mount=type=bind,target=/tmp/context \
     mkdir -p .run; \
     chown -R astro:0 dags plugins include spark_apps setup pyproject.toml setup.py README.md .run
 
-# Connector jars where aldebaran.paths looks for them (ALDEBARAN_CACHE is its cache root).
+# Connector jars where aldebaran.runtime.paths looks for them (ALDEBARAN_CACHE is its cache root).
 ENV ALDEBARAN_CACHE=/opt/aldebaran/cache
 COPY --from=connector-jars --chown=astro:0 /jars/ /opt/aldebaran/cache/jars/
 
 USER astro
 # The platform's own checkpoint file manager (include/aldebaran/jvm), compiled beside the connector jars now
 # rather than by the first spark-submit.
-RUN python -c "from aldebaran import spark; spark.connector_jars(s3a=True)"
+RUN python -c "from aldebaran.runtime import spark; spark.connector_jars(s3a=True)"

@@ -28,7 +28,7 @@ from airflow.sdk import Param, dag, task
 from aldebaran.platform.oncall_notifier import oncall_callbacks
 from aldebaran.platform.replay import export_kafka_connection
 from aldebaran.platform.spark_submit import AUDITOR_APP
-from aldebaran.spark import SUBMIT_CONF
+from aldebaran.runtime.spark import SUBMIT_CONF
 
 
 @dag(

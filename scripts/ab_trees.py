@@ -79,7 +79,7 @@ def pick(result: dict, path: tuple[str, ...]):
 
 
 def main() -> int:
-    from aldebaran import logs
+    from aldebaran.runtime import logs
 
     logs.setup("ab-trees")
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

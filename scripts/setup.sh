@@ -216,7 +216,7 @@ python_venv() {
 
 spark_runtimes() {
   # A job runtime is a venv with only what a Spark entry script needs (its own pyspark and SPARK_HOME);
-  # the product is imported from the work tree (PYTHONPATH, aldebaran.spark.spark_env), so one runtime
+  # the product is imported from the work tree (PYTHONPATH, aldebaran.runtime.spark.spark_env), so one runtime
   # serves every clone: keyed by its pins and the interpreter, not by the tree.
   local req name key dir
   for req in "$ROOT"/setup/runtimes/*.txt; do
@@ -262,7 +262,7 @@ platform_jar() {
   # pyspark's and the s3a jars into $CACHE/jars/aldebaran-jvm-<hash of the sources>/.
   local jar
   if ! compgen -G "$CACHE/jars/aldebaran-jvm-$(jvm_key)/aldebaran-jvm.jar" >/dev/null; then built; fi
-  jar=$("$ROOT/.venv/bin/python" -c 'from aldebaran import spark; print(spark.connector_jars(s3a=True)[-1])')
+  jar=$("$ROOT/.venv/bin/python" -c 'from aldebaran.runtime import spark; print(spark.connector_jars(s3a=True)[-1])')
   echo "    $jar"
 }
 
@@ -271,7 +271,7 @@ jvm_key() {  # the platform jar's key, as aldebaran.jvm names its directory
 }
 
 alertmanager_wanted() {  # whether a channel or on-call target configured here needs the local Alertmanager
-  "$ROOT/.venv/bin/python" -c 'from aldebaran import envfile; envfile.load_env()
+  "$ROOT/.venv/bin/python" -c 'from aldebaran.runtime import envfile; envfile.load_env()
 from aldebaran_lab.services import alertmanager as a; raise SystemExit(0 if a.wanted() else 1)' 2>/dev/null
 }
 

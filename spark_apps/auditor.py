@@ -8,7 +8,7 @@
 
 Every option also reads its ALDEBARAN_AUDIT_* environment variable (`--help` lists them); Kafka and
 object-store settings come from ALDEBARAN_KAFKA_* / ALDEBARAN_S3_*. The logic is aldebaran.audit.sparkjob.job.
-The JIT flag lets HotSpot compile the parse's large generated method (aldebaran.spark.JVM_OPTIONS); the
+The JIT flag lets HotSpot compile the parse's large generated method (aldebaran.runtime.spark.JVM_OPTIONS); the
 Airflow operators pass it themselves.
 """
 
@@ -18,7 +18,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from aldebaran import envfile, logs
+    from aldebaran.runtime import envfile, logs
     from aldebaran.audit.sparkjob import job
     from aldebaran.audit.settings import AuditorSettings, add_cli_flags
     from aldebaran.exceptions import AldebaranError

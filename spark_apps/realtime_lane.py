@@ -10,7 +10,7 @@ command line and environment (what the benchmark and the tests run). By hand, fr
         spark_apps/realtime_lane.py --checkpoint /tmp/rtm-lane --trades-topic trades --alerts-topic alerts.fast
 
 local[4]: the real-time query needs a slot for each of its long-running tasks at once (lanes.launch.MASTER).
-The session (connector jars, JIT flag, RocksDB state) is aldebaran.spark.session; Kafka comes from
+The session (connector jars, JIT flag, RocksDB state) is aldebaran.runtime.spark.session; Kafka comes from
 ALDEBARAN_KAFKA_*; the logic is aldebaran.lanes.realtime.
 """
 
@@ -24,8 +24,8 @@ def main(argv: list[str] | None = None, transform=None) -> int:
     variants, aldebaran_capacity.bench.lane_app)."""
     import threading
 
-    from aldebaran import logs
-    from aldebaran import spark as sparkmod
+    from aldebaran.runtime import logs
+    from aldebaran.runtime import spark as sparkmod
     from aldebaran.kafka.conn import spark_kafka_options
     from aldebaran.lanes import driver, realtime
     from aldebaran.settings import KafkaSettings, load

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from aldebaran import envfile
+from aldebaran.runtime import envfile
 
 envfile.load_env()
 # An idle auditor runs one micro-batch per expiry period (30 s by default, a deployment's resting cost). A test
@@ -96,7 +96,7 @@ def services_up():
 @pytest.fixture(scope="session")
 def spark():
     """One local Spark session (local[2]) with the Kafka connector, shared by the whole run."""
-    from aldebaran import spark as sparkmod
+    from aldebaran.runtime import spark as sparkmod
 
     session = sparkmod.session("aldebaran-tests", master="local[2]", shuffle_partitions=2,
                                conf={"spark.sql.adaptive.enabled": "false"})

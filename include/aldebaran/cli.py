@@ -13,7 +13,7 @@ tree editable (the code under include/ is live), and reinstalls it when pyprojec
 a package added to include/ gets its commands after that reinstall (`pip install -e .`). An entry point
 whose package is not importable here (metadata older than the tree) is skipped (a debug message).
 
-Modes are nested subcommands (aldebaran.cliparse): `aldebaran bench deployed --help` shows only that
+Modes are nested subcommands (aldebaran.runtime.cliparse): `aldebaran bench deployed --help` shows only that
 bench's options.
 """
 
@@ -24,8 +24,8 @@ import logging
 import sys
 from types import ModuleType
 
-from aldebaran import envfile, logs
-from aldebaran.cliparse import Parser, add_modes, load_entry_points, opt
+from aldebaran.runtime import envfile, logs
+from aldebaran.runtime.cliparse import Parser, add_modes, load_entry_points, opt
 from aldebaran.exceptions import AldebaranError
 
 log = logging.getLogger("aldebaran")

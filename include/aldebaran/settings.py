@@ -1,7 +1,7 @@
 """Typed settings shared by every part of the platform.
 
 Each field is read from an environment variable named in its description (pydantic-settings; the
-git-ignored .env is loaded first by :func:`aldebaran.envfile.load_env`). A missing or invalid
+git-ignored .env is loaded first by :func:`aldebaran.runtime.envfile.load_env`). A missing or invalid
 setting fails at start with :class:`ConfigError` naming the variable, never later in the hot path.
 """
 
@@ -166,7 +166,7 @@ class PathSettings(BaseSettings):
 
 
 class LogSettings(BaseSettings):
-    """The platform's own log lines (aldebaran.logs): every process, every line an ISO-8601 UTC time."""
+    """The platform's own log lines (aldebaran.runtime.logs): every process, every line an ISO-8601 UTC time."""
 
     model_config = SettingsConfigDict(env_prefix="ALDEBARAN_LOG_", extra="ignore")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from aldebaran.cliparse import add_modes, load_entry_points, opt
+from aldebaran.runtime.cliparse import add_modes, load_entry_points, opt
 
 USAGE = """\
     aldebaran loadgen                                  produce trades in the original publisher's mix
@@ -45,6 +45,8 @@ BENCH_MODES = {
     "lane-rotation": "the lane's start and a rotation under load beside the running platform: gap, p99, start",
     "reconcile-cost": "the lane keeper's reconciliation, CPU per alert after a long run: shipped vs the scanning "
                       "design, interleaved",
+    "shared-jvm": "both lanes in one Spark application vs apart (what ships): start, rest CPU, memory, both "
+                  "lanes' p99 under load, interleaved",
     "status-commands": "lanes status, deliveries stats/show, explain and health timed on a long synthetic history "
                        "(a day at 5k events/s by default)",
 }
@@ -75,7 +77,7 @@ BENCH_OPTIONS = [
         help="comma-separated subset of webhook,webhook_batch,bus,sms,log,alertmanager,pagerduty,opsgenie,fcm,apns,"
              "fast_markers,fast_log (the fast lane's cross-lane designs on a batched webhook; default all)"),
     opt("--repeats", modes="dispatch,parse-cost,checkpoint-files,lane-tuning,alerts-from,metrics-cost,status-commands,"
-                              "reconcile-cost,lane-rotation",
+                              "reconcile-cost,lane-rotation,shared-jvm",
         type=int,
         default=3,
         help={"*": "runs; the median is reported (default 3)", "checkpoint-files": "rounds (default 3)",
@@ -91,24 +93,26 @@ BENCH_OPTIONS = [
     opt("--candidates", modes="state-designs", default=None, help="comma-separated subset (default all)"),
     opt("--per-order-seconds", modes="state-designs", type=float, default=60.0,
         help="time allowed to the per-order Python state candidate (default 60)"),
-    opt("--rates", modes="e2e,low-latency,lane-tuning,alerts-from,reconcile-cost,lane-rotation", default=None,
-        help={"lane-rotation": "comma-separated paced rates, events/s (default 5000)","reconcile-cost": "comma-separated alerts/s (default 1000,5000)","e2e": "comma-separated trade rates to ramp through, trades/s (default 5000,10000,20000,50000)",
+    opt("--rates", modes="e2e,low-latency,lane-tuning,alerts-from,reconcile-cost,lane-rotation,shared-jvm", default=None,
+        help={"lane-rotation": "comma-separated paced rates, events/s (default 5000)","shared-jvm": "comma-separated paced rates, events/s (default 1000)","reconcile-cost": "comma-separated alerts/s (default 1000,5000)","e2e": "comma-separated trade rates to ramp through, trades/s (default 5000,10000,20000,50000)",
               "low-latency": "the paced rates, events/s (default 1000,10000,50000)",
               "lane-tuning": "the paced rates of each round, events/s",
               "alerts-from": "the paced rate, trades/s (default 5000)"}),
-    opt("--seconds", modes="e2e,low-latency,lane-tuning,alerts-from,reconcile-cost,lane-rotation", type=float,
+    opt("--seconds", modes="e2e,low-latency,lane-tuning,alerts-from,reconcile-cost,lane-rotation,shared-jvm", type=float,
         default=20.0,
         help={"*": "how long each rate is produced, seconds (default 20)",
               "lane-tuning": "how long each rate is produced, seconds (default 10)",
               "reconcile-cost": "simulated seconds of each measured window (default 20)",
               "lane-rotation": "how long the load lasts, the rotation inside it, seconds (default 120)"}),
+    opt("--rest-seconds", modes="shared-jvm", type=float, default=60.0,
+        help="the CPU sample at rest, after both lanes answer and settle, seconds (default 60)"),
     opt("--micro-batch", modes="low-latency", action="store_true",
         help="run the lane's plan as back-to-back micro-batches (the comparison)"),
     opt("--runtime", modes="low-latency", default="4.3", choices=["4.3", "control"],
         help="the Spark runtime (control: the control venv's pyspark 4.2, micro-batch only)"),
     opt("--conf", modes="low-latency", action="append", default=None, metavar="KEY=VALUE",
         help="a Spark setting of the lane's spark-submit (repeatable)"),
-    opt("--report", modes="low-latency,lane-tuning,alerts-from,status-commands,reconcile-cost,lane-rotation",
+    opt("--report", modes="low-latency,lane-tuning,alerts-from,status-commands,reconcile-cost,lane-rotation,shared-jvm",
         action="store_true",
         help="write its section of docs/benchmarks.md and its key of docs/img/bench-results.json"),
     opt("--rotate-at", modes="lane-rotation", type=float, default=30.0,
@@ -181,6 +185,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from aldebaran_capacity.bench import lane_rotation
 
         return lane_rotation.main(args)
+    if args.which == "shared-jvm":
+        from aldebaran_capacity.bench import shared_jvm
+
+        return shared_jvm.main(args)
     if args.which == "reconcile-cost":
         from aldebaran_capacity.bench import reconcile_cost
 

@@ -340,7 +340,7 @@ def _watch(topic: str):
 
 
 def main(args: argparse.Namespace) -> None:
-    from aldebaran import paths
+    from aldebaran.runtime import paths
     from aldebaran.settings import KafkaSettings, load
 
     topic = args.topic or load(KafkaSettings).trades_topic

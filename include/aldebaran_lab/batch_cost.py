@@ -111,7 +111,7 @@ class Auditor:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "Auditor":
-        from aldebaran import paths
+        from aldebaran.runtime import paths
 
         env = {**os.environ, "SPARK_CONF_DIR": str(self.conf_dir)}
         cmd = [sys.executable, str(paths.ROOT / "spark_apps" / "auditor.py"), "--checkpoint", self.platform.checkpoint,
@@ -122,7 +122,7 @@ class Auditor:
         return self
 
     def _wait_running(self) -> None:
-        from aldebaran import heartbeat
+        from aldebaran.runtime import heartbeat
         from aldebaran.storage.store import open_store
 
         store = open_store()
@@ -142,7 +142,7 @@ class Auditor:
 
     def batch_id(self) -> int:
         """The auditor's latest batch id (its heartbeat, beaten after every batch)."""
-        from aldebaran import heartbeat
+        from aldebaran.runtime import heartbeat
         from aldebaran.storage.store import open_store
 
         return int((heartbeat.read(open_store(), heartbeat.AUDITOR, self.platform.query) or {}).get("batch_id") or 0)
@@ -196,7 +196,7 @@ def _r(v):
 
 def run(rates=(1000, 5000), seconds: float = 30.0, runs: int = 3, warmup_s: float = 45.0,
         variants=tuple(VARIANTS), on_segment=None) -> dict:
-    from aldebaran import paths
+    from aldebaran.runtime import paths
     from aldebaran.platform import supervisor
     from aldebaran.settings import KafkaSettings, load
     from aldebaran.storage.store import open_store
@@ -293,7 +293,7 @@ def render(result: dict) -> str:
 def main(args) -> int:
     import json
 
-    from aldebaran import paths
+    from aldebaran.runtime import paths
     from aldebaran_capacity.bench import machine, sections
 
     rates = [int(r) for r in args.rates.split(",")] if args.rates else [1000, 5000]

@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="say what would be pruned, delete nothing")
     args = parser.parse_args(argv)
     if args.cache is None:
-        from aldebaran import paths
+        from aldebaran.runtime import paths
 
         args.cache = paths.cache_dir()
     entries, live = plan(args.cache)

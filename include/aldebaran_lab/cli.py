@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from aldebaran import envfile
+from aldebaran.runtime import envfile
 
 USAGE = """\
     aldebaran services up|down|status|kill [NAME ...]   local Kafka, MinIO, Airflow (+ Spark cluster)
@@ -190,7 +190,7 @@ def register(sub) -> None:
     s = sub.add_parser("services", help="start/stop/inspect the local services",
                        description="The local services: Kafka, MinIO, Airflow (+ a Spark cluster), or with --ha "
                                    "the members of the HA profile.")
-    from aldebaran.cliparse import add_modes, opt
+    from aldebaran.runtime.cliparse import add_modes, opt
 
     add_modes(s, "action", {"up": "start them (default: minio kafka airflow) and wait until healthy",
                             "down": "stop them (default: all, and what the platform's supervisors started)",

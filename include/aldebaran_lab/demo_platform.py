@@ -74,8 +74,8 @@ class Platform:
     def state_prefixes(self) -> list[str]:
         """Every object-store prefix the platform's defaults write under (checkpoint, archive, ledger,
         heartbeats, supervisors' state, health records, the checkpoint's lease)."""
-        from aldebaran import lease
-        from aldebaran.heartbeat import AUDITOR, DISPATCHER, key, prefix
+        from aldebaran.runtime import lease
+        from aldebaran.runtime.heartbeat import AUDITOR, DISPATCHER, key, prefix
         from aldebaran.platform.settings import DispatchSupervisorSettings, HealthSettings, SupervisorSettings
 
         prefixes = [self.archive_prefix, self.ledger_prefix, prefix(DISPATCHER), key(AUDITOR, self.query),
@@ -170,7 +170,7 @@ def _reset_lane() -> int:
     """The low-latency lane's state: its checkpoint generations (abandoned ones too: they name the old
     topic's offsets), its keeper's heartbeat (which names the generation to resume and where the reconciler
     resumes), its supervisor's state and the reconciler's records. Returns the objects removed."""
-    from aldebaran.heartbeat import LANE, key
+    from aldebaran.runtime.heartbeat import LANE, key
     from aldebaran.lanes import keeper
     from aldebaran.lanes.settings import LaneSettings
     from aldebaran.storage.store import open_prefix

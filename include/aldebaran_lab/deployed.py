@@ -110,7 +110,7 @@ def _ints(text: str | None, default) -> list[int]:
 
 
 def main(args) -> int:
-    from aldebaran import paths
+    from aldebaran.runtime import paths
     from aldebaran_capacity.bench import machine
     from aldebaran_lab import deployed_capacity, deployed_report
 

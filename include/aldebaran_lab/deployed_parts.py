@@ -103,7 +103,7 @@ class Watcher(threading.Thread):
             seen.append(pid)
 
     def sample(self) -> None:
-        from aldebaran import heartbeat
+        from aldebaran.runtime import heartbeat
 
         hb = heartbeat.read(self.store, heartbeat.AUDITOR, self.query)
         self._pid("auditor", hb)
@@ -134,7 +134,7 @@ class Watcher(threading.Thread):
 
 
 def auditor_running(query: str, max_age: float = 60.0) -> bool:
-    from aldebaran import heartbeat
+    from aldebaran.runtime import heartbeat
     from aldebaran.storage.store import open_store
 
     hb = heartbeat.read(open_store(), heartbeat.AUDITOR, query)
@@ -189,7 +189,7 @@ class Channels:
 
     def wait_dispatchers(self, timeout: float = 240.0) -> None:
         """Trigger dispatch_supervisor until a running dispatcher of each channel owns its partitions."""
-        from aldebaran import heartbeat
+        from aldebaran.runtime import heartbeat
         from aldebaran.platform import dispatch_supervisor
 
         store = dispatch_supervisor.delivery_store()

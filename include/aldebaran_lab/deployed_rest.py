@@ -50,7 +50,7 @@ def backlog(kafka, query: str) -> dict[str, int]:
     a stopped bench channel keeps its lag forever and costs nothing."""
     from confluent_kafka import ConsumerGroupState
 
-    from aldebaran import heartbeat
+    from aldebaran.runtime import heartbeat
     from aldebaran.kafka import admin as kadmin
     from aldebaran.kafka import io as kio
     from aldebaran.storage.store import open_store

@@ -29,7 +29,8 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
 import aldebaran
-from aldebaran import paths, settings
+from aldebaran import settings
+from aldebaran.runtime import paths
 from aldebaran.exceptions import AldebaranError
 
 log = logging.getLogger(__name__)

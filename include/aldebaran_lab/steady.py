@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 def run(rate: int, seconds: float, linger: float = 30.0, seed: int | None = None) -> dict:
-    from aldebaran import paths
+    from aldebaran.runtime import paths
     from aldebaran.delivery.channels import configured_channels
     from aldebaran_lab.deployed_parts import DeployedError, Watcher, auditor_running
 

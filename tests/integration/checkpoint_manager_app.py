@@ -5,7 +5,7 @@ and writes what it saw as JSON to argv[2]. Usage: python checkpoint_manager_app.
 import json
 import sys
 
-from aldebaran import spark as sparkmod
+from aldebaran.runtime import spark as sparkmod
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ class HangWhileFileExistsFaultInjection:
 
 
 def main() -> int:
-    from aldebaran import logs
+    from aldebaran.runtime import logs
     from aldebaran.delivery import channels as channels_mod
     from aldebaran.delivery import service
 

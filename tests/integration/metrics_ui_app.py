@@ -1,5 +1,5 @@
 """A spark-submit application for tests/integration/test_metrics.py: builds its session the auditor's way
-(aldebaran.spark.session with aldebaran.metrics.spark_conf()), runs a rate query for a few seconds and
+(aldebaran.runtime.spark.session with aldebaran.runtime.metrics.spark_conf()), runs a rate query for a few seconds and
 writes what its Spark UI serves to the JSON file named by its argument."""
 
 import json
@@ -7,8 +7,8 @@ import sys
 import time
 import urllib.request
 
-from aldebaran import metrics
-from aldebaran import spark as sparkmod
+from aldebaran.runtime import metrics
+from aldebaran.runtime import spark as sparkmod
 
 
 def main(out: str) -> None:

@@ -4,7 +4,7 @@ settings it ended with as JSON to argv[1]. Usage: spark-submit [--conf k=v ...] 
 import json
 import sys
 
-from aldebaran import spark as sparkmod
+from aldebaran.runtime import spark as sparkmod
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from confluent_kafka import TopicPartition
 from aldebaran import events
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job
-from aldebaran.checkpoint import Checkpoint
+from aldebaran.runtime.checkpoint import Checkpoint
 from aldebaran.kafka import admin as kadmin, io as kio
 from aldebaran.lanes import gap
 from aldebaran.settings import load

@@ -10,7 +10,7 @@ from tests.conftest import assert_eventually
 
 
 def test_every_recipient_gets_each_expected_alert_exactly_once(services_up, spark):
-    from aldebaran.heartbeat import DISPATCHER, prefix
+    from aldebaran.runtime.heartbeat import DISPATCHER, prefix
     from aldebaran.delivery.settings import DeliverySettings
     from aldebaran.kafka import admin as kadmin
     from aldebaran.settings import KafkaSettings, load

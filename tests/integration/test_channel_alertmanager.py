@@ -67,7 +67,7 @@ def test_crash_between_send_and_record_holds_each_alert_once(kafka_topics, store
 
 def test_the_dispatch_benchmark_reads_each_alert_back_once(tmp_path, monkeypatch):
     """The wiring of `aldebaran bench dispatch`'s alertmanager recipient (no benchmark is run)."""
-    from aldebaran import paths
+    from aldebaran.runtime import paths
     from aldebaran_capacity.bench import dispatch
 
     monkeypatch.setattr(paths, "run_dir", lambda: tmp_path)

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran_lab.chaos import ha as chaos_ha
 from aldebaran_lab.services import ha
 from aldebaran_lab.services.base import port_open

@@ -17,7 +17,7 @@ import subprocess
 import httpx
 import pytest
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.runtime.procs import pid_alive
 
 AIRFLOW = f"http://{os.environ.get('ALDEBARAN_AIRFLOW_HOST', '127.0.0.1')}:{os.environ.get('ALDEBARAN_AIRFLOW_PORT', '8080')}"

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from aldebaran import explain, heartbeat, paths
+from aldebaran import explain
+from aldebaran.runtime import heartbeat, paths
 from aldebaran.delivery import fast
 from aldebaran.delivery.channels import configured_channels
 from aldebaran.delivery.claimlog import LanesMisaligned

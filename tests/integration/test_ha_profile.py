@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran_lab.services import ha
 from aldebaran_lab.services.base import port_open
 from aldebaran_lab.services.ha.members import kafka_settings

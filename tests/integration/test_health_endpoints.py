@@ -1,4 +1,4 @@
-"""/healthz and /readyz of the real long-running processes, on the port of their /metrics (aldebaran.probes):
+"""/healthz and /readyz of the real long-running processes, on the port of their /metrics (aldebaran.runtime.probes):
 
 - a streaming dispatcher (``aldebaran dispatch --follow`` as a subprocess on real Kafka and MinIO, through
   tests/integration/fault_stall.py, whose channel sends hang while a file exists): alive and ready once
@@ -22,7 +22,7 @@ import urllib.request
 
 import pytest
 
-from aldebaran import heartbeat, metrics, paths
+from aldebaran.runtime import heartbeat, metrics, paths
 from aldebaran.kafka import io as kio
 from tests.conftest import assert_eventually
 from tests.integration.test_dispatch_failures import make_alert, publish

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import logging
 
 import pytest
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.exceptions import ConfigError
 from aldebaran.kafka import admin as kadmin, io as kio
 from aldebaran.kafka.conn import resolve, spark_kafka_options

@@ -15,7 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from aldebaran import events, heartbeat, paths
+from aldebaran import events
+from aldebaran.runtime import heartbeat, paths
 from aldebaran.audit.model import alert_id
 from aldebaran.kafka import admin as kadmin, io as kio
 from aldebaran.lanes import gap, keeper, status

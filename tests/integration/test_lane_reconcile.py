@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from aldebaran import heartbeat
+from aldebaran.runtime import heartbeat
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery import dispatcher
 from aldebaran.kafka import io as kio

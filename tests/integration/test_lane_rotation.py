@@ -16,7 +16,8 @@ import threading
 import time
 from pathlib import Path
 
-from aldebaran import events, heartbeat, paths
+from aldebaran import events
+from aldebaran.runtime import heartbeat, paths
 from aldebaran.audit.model import alert_id
 from aldebaran.kafka import io as kio
 from aldebaran.lanes import keeper

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from aldebaran.exceptions import LeaseHeld, LeaseLost
-from aldebaran import lease as leases
+from aldebaran.runtime import lease as leases
 
 
 @pytest.fixture
@@ -127,7 +127,7 @@ def test_a_killed_local_holder_is_taken_over_at_once(store, cp, cleanup):
     import subprocess
     import sys
 
-    code = ("import sys, time; from aldebaran.storage.store import open_store; from aldebaran import lease; "
+    code = ("import sys, time; from aldebaran.storage.store import open_store; from aldebaran.runtime import lease; "
             "lease.acquire(open_store(), sys.argv[1], 'victim', ttl_seconds=300); print('held', flush=True); "
             "time.sleep(300)")
     victim = subprocess.Popen([sys.executable, "-c", code, cp], stdout=subprocess.PIPE, text=True)

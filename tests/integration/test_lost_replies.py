@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from aldebaran import lease as leases
+from aldebaran.runtime import lease as leases
 from aldebaran.delivery import handles
 from aldebaran.delivery.channels.base import Outcome
 from aldebaran.delivery.ledger import Ledger

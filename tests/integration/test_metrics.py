@@ -19,7 +19,7 @@ import urllib.request
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from aldebaran import heartbeat, metrics, paths
+from aldebaran.runtime import heartbeat, metrics, paths
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.settings import DeliverySettings
 from aldebaran.kafka import io as kio
@@ -172,7 +172,7 @@ def test_the_auditor_counts_batches_rows_and_alerts_as_trades_arrive(spark, kafk
 def test_one_setting_each_starts_the_spark_ui_and_its_prometheus_servlet_under_spark_submit(tmp_path):
     """ALDEBARAN_SPARK_UI reaches a session built under a real spark-submit (the auditor's way), and
     ALDEBARAN_METRICS_SPARK_SERVLET adds Spark's PrometheusServlet with the streaming query's metrics."""
-    from aldebaran import spark as sparkmod
+    from aldebaran.runtime import spark as sparkmod
 
     out = tmp_path / "ui.json"
     env = {**sparkmod.spark_env(), "ALDEBARAN_SPARK_UI": "true", "ALDEBARAN_METRICS_SPARK_SERVLET": "true",

@@ -6,7 +6,7 @@ PYTHONPATH, no venv on its PATH, and a Python that cannot import aldebaran (chec
 test proves the isolation rather than assumes it). The challenge's example on fresh topics gives the
 OVERFILL of order 1. Marked `campaign` (`make chaos-short`): building the runtime takes minutes; the
 archive's contract and the submit arguments built from the setting are unit tests
-(tests/unit/aldebaran/test_spark_runtime_archive.py)."""
+(tests/unit/aldebaran/runtime/test_spark_runtime_archive.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.kafka import io as kio
 from aldebaran_capacity import loadgen
 from aldebaran_lab.chaos.common import AuditorProcess, topic_alerts

@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from aldebaran import reference
 from aldebaran.audit.partitioning import LIBRDKAFKA, partition_of
 from aldebaran.audit.sparkjob import plans
-from aldebaran.checkpoint import Checkpoint
+from aldebaran.runtime.checkpoint import Checkpoint
 from aldebaran.exceptions import ConfigError
 from aldebaran.kafka import admin as kadmin, io as kio
 from aldebaran_capacity import loadgen

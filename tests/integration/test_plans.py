@@ -19,7 +19,7 @@ from aldebaran import reference
 from aldebaran.audit.partitioning import owner
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job, shardhost
-from aldebaran.checkpoint import Checkpoint
+from aldebaran.runtime.checkpoint import Checkpoint
 from aldebaran.exceptions import ConfigError
 from aldebaran.kafka import io as kio
 from aldebaran.settings import load

@@ -23,8 +23,8 @@ from tests.conftest import assert_eventually
 from tests.integration.dags.test_alert_dispatch_airflow_connection import airflow_api, api_objects  # noqa: F401
 from tests.integration.dags.test_dispatch_supervisor import dispatcher_env  # noqa: F401  (fixture)
 
-from aldebaran import spark as sparkmod  # noqa: E402
-from aldebaran import heartbeat  # noqa: E402
+from aldebaran.runtime import spark as sparkmod  # noqa: E402
+from aldebaran.runtime import heartbeat  # noqa: E402
 from aldebaran.exceptions import ObjectStoreError  # noqa: E402
 from aldebaran.platform import dispatch_supervisor as ds  # noqa: E402
 from aldebaran.platform import processes  # noqa: E402
@@ -149,7 +149,7 @@ def test_outside_airflow_a_wrong_secret_names_the_env_var(minio, monkeypatch, un
 
 SPARK_APP = """
 import sys
-from aldebaran import spark as sparkmod
+from aldebaran.runtime import spark as sparkmod
 spark = sparkmod.session("s3a-connection-test", master="local[1]", s3a=True)
 try:
     conf = spark.sparkContext._jsc.hadoopConfiguration()

@@ -15,10 +15,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from aldebaran import heartbeat
+from aldebaran.runtime import heartbeat
 from aldebaran.storage import quarantine
-from aldebaran import lease as leases
-from aldebaran import spark as sparkmod
+from aldebaran.runtime import lease as leases
+from aldebaran.runtime import spark as sparkmod
 from aldebaran.delivery import handles
 from aldebaran.delivery.channels.base import Outcome
 from aldebaran.delivery.ledger import Ledger

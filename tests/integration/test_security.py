@@ -18,13 +18,13 @@ import psutil
 import pytest
 import requests
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.audit.archive import Archive
-from aldebaran.heartbeat import AUDITOR, key as heartbeat_key
+from aldebaran.runtime.heartbeat import AUDITOR, key as heartbeat_key
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import alert_body, signature, signed_headers
 from aldebaran.delivery.ledger import Ledger
-from aldebaran.envfile import GENERATED
+from aldebaran.runtime.envfile import GENERATED
 from aldebaran.exceptions import ConfigError
 from aldebaran.storage.store import safe_segment
 from aldebaran_capacity.receivers import WebhookReceiver

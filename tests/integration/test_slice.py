@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from aldebaran import events, reference
-from aldebaran import heartbeat
+from aldebaran.runtime import heartbeat
 from aldebaran.audit.model import alert_id as alert_id_of
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job

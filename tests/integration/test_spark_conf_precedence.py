@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from aldebaran import spark as sparkmod
+from aldebaran.runtime import spark as sparkmod
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,8 @@ import time
 
 import pytest
 
-from aldebaran import cli, heartbeat
+from aldebaran import cli
+from aldebaran.runtime import heartbeat
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery import locate
 from aldebaran.delivery.ledger import Ledger

@@ -240,7 +240,7 @@ def test_the_image_leaves_the_lab_out_and_keeps_the_rest():
 # --- one Checkpoint ----------------------------------------------------------------------------------
 # A string that builds a path of the checkpoint's layout: its books, Spark's state, the lease, the markers.
 CHECKPOINT_LAYOUT = re.compile(r"/(books|spark)(/|$)|^(books|spark)/|FINISHED\.json|plan\.json|leases/auditor")
-CHECKPOINT_MODULE = INCLUDE / "aldebaran" / "checkpoint.py"
+CHECKPOINT_MODULE = INCLUDE / "aldebaran" / "runtime" / "checkpoint.py"
 
 
 def layout_strings(path: Path) -> list[tuple[int, str]]:
@@ -256,12 +256,12 @@ def layout_strings(path: Path) -> list[tuple[int, str]]:
 
 
 def test_only_the_checkpoint_module_builds_checkpoint_paths():
-    """aldebaran.checkpoint.Checkpoint owns the layout: nothing else spells `/books`, `/spark`, the lease's
+    """aldebaran.runtime.checkpoint.Checkpoint owns the layout: nothing else spells `/books`, `/spark`, the lease's
     prefix or a marker's name."""
     files = [p for folder in ("include", "dags", "plugins", "spark_apps") for p in sorted((ROOT / folder).rglob("*.py"))
              if p != CHECKPOINT_MODULE]
     found = [f"{p.relative_to(ROOT)}:{line} {text!r}" for p in files for line, text in layout_strings(p)]
-    assert not found, "build these with aldebaran.checkpoint.Checkpoint: " + "; ".join(found)
+    assert not found, "build these with aldebaran.runtime.checkpoint.Checkpoint: " + "; ".join(found)
     assert layout_strings(CHECKPOINT_MODULE), "the scan no longer sees the layout where it is built"
 
 

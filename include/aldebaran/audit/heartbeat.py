@@ -1,6 +1,6 @@
 """The auditor's heartbeat: a driver thread that publishes, per micro-batch, Spark's progress
 merged with the books' own figures, as one JSON object in the object store
-(``heartbeats/auditor/<query>.json``, written and read through aldebaran.heartbeat) and as a log line.
+(``heartbeats/auditor/<query>.json``, written and read through aldebaran.runtime.heartbeat) and as a log line.
 The supervisor and the health DAG read it; `aldebaran auditor status` prints it.
 
 Unlike the dispatcher's, this heartbeat is progress itself (one per micro-batch, or an ``idle`` event
@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 
-from aldebaran.heartbeat import AUDITOR, identity, publish
+from aldebaran.runtime.heartbeat import AUDITOR, identity, publish
 from aldebaran.storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ class HeartbeatPoller:
         self._last_batch: int | None = None
         self._last_record: dict | None = None
         self._last_at = time.monotonic()
-        self.last: dict | None = None  # the last record published: what /readyz judges (aldebaran.probes)
+        self.last: dict | None = None  # the last record published: what /readyz judges (aldebaran.runtime.probes)
 
     def _publish(self, record: dict) -> None:
         self.last = record
@@ -115,7 +115,7 @@ class HeartbeatPoller:
         self._publish(self._event("started"))
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{self.query_name}", daemon=True)
         self._thread.start()
-        from aldebaran import probes
+        from aldebaran.runtime import probes
 
         probes.watch_auditor(self, self._thread)  # /healthz, /readyz: this thread is the loop that reads the query
         return self
@@ -144,7 +144,7 @@ class HeartbeatPoller:
     def on_progress(self, progress: dict) -> None:
         record = build(progress, self.books_by_batch(progress.get("batchId")), "running")
         self._last_record = record
-        from aldebaran.metrics_roles import auditor_batch
+        from aldebaran.runtime.metrics_roles import auditor_batch
 
         auditor_batch(record)  # once per micro-batch
         log.info("heartbeat %s", json.dumps({k: record[k] for k in (
@@ -167,6 +167,6 @@ class HeartbeatPoller:
         except (Py4JError, ConnectionError, OSError) as exc:  # best effort: the end record matters more
             log.debug("heartbeat: last poll: %s", exc)
         self._publish(self._event("failed" if error else "stopped", error=(error or "")[:2000]))
-        from aldebaran import probes
+        from aldebaran.runtime import probes
 
         probes.unwatch(f"auditor/{self.query_name}")  # the query ended: a driver run in a test's process goes on

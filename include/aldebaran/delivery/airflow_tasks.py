@@ -21,7 +21,7 @@ def streaming_dispatcher(store, channel: str) -> str | None:
     (its heartbeat is named after the channel unless the supervisor groups channels)."""
     import time
 
-    from aldebaran import heartbeat
+    from aldebaran.runtime import heartbeat
     from aldebaran.delivery.settings import DeliverySettings
     from aldebaran.settings import load
 

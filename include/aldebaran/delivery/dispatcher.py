@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import tenacity
 
-from aldebaran import logs
+from aldebaran.runtime import logs
 from aldebaran.delivery import claimlog
 from aldebaran.delivery.corrupt import set_aside
 from aldebaran.delivery.decode import AlertDeadLetters, decode

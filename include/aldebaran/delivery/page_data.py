@@ -119,7 +119,7 @@ def rejected(store) -> int | None:
     """Alerts the streaming dispatchers dead-lettered to alerts.dlq since each started (their heartbeats'
     ``malformed``, as platform_health shows them): one listing and one read per dispatcher. None when the
     heartbeats cannot be read (the page still renders)."""
-    from aldebaran import heartbeat
+    from aldebaran.runtime import heartbeat
     from aldebaran.exceptions import ObjectStoreError
 
     try:

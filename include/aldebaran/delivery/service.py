@@ -1,7 +1,7 @@
 """A long-running dispatcher: ``aldebaran dispatch --follow [--channel NAME ...]``.
 
 It delivers until SIGTERM/SIGINT (then finishes the runs in hand, commits, leaves its consumer groups and
-exits 0). A thread of its own (aldebaran.heartbeat.Beater) publishes its heartbeat every
+exits 0). A thread of its own (aldebaran.runtime.heartbeat.Beater) publishes its heartbeat every
 ``ALDEBARAN_DELIVERY_HEARTBEAT_SECONDS`` at ``heartbeats/dispatcher/<name>.json``, however busy the channel
 loops are; the loops only report their progress to it:
 
@@ -12,7 +12,7 @@ loops are; the loops only report their progress to it:
      "progress": {channel: {"loop_at", "progress_at", "pending", "outcomes"}}}
 
 ``fast`` says it delivers the fast lane's topic (``--fast``, aldebaran.delivery.fast); ``metrics`` is where its
-/metrics is served (aldebaran.metrics). ``settled`` is the next offset to commit (everything below it is settled
+/metrics is served (aldebaran.runtime.metrics). ``settled`` is the next offset to commit (everything below it is settled
 on the channel), ``position`` the consumer's, ``high`` the partition's high watermark as last fetched;
 ``pending`` says the channel holds work it has not settled (alerts buffered, or read past what is settled,
 on a partition that is not broken); ``progress_at`` is when its settled offsets or its count of
@@ -29,7 +29,7 @@ import signal
 import threading
 import time
 
-from aldebaran.heartbeat import DISPATCHER, Beater, Progress, identity
+from aldebaran.runtime.heartbeat import DISPATCHER, Beater, Progress, identity
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class Heartbeat:
                      "ledger_writes": self.ledger.writes if self.ledger is not None else None,
                      "quarantined": dict(getattr(self.ledger, "quarantined", None) or {}),
                      "partitions": partitions, "progress": progress}
-        return self.last  # also what /metrics reports between beats (aldebaran.metrics_roles)
+        return self.last  # also what /metrics reports between beats (aldebaran.runtime.metrics_roles)
 
     # --- writing -----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -169,8 +169,8 @@ def follow(channel_names: list[str] | None = None, name: str | None = None, fast
     signal.signal(signal.SIGINT, on_signal)
     heartbeat = Heartbeat(ledger.store, name, [c.name for c in channels], dispatcher.owner, stats,
                           dispatcher.settings.heartbeat_seconds, ledger, fast=fast)
-    from aldebaran import metrics, probes
-    from aldebaran.metrics_roles import watch_dispatcher
+    from aldebaran.runtime import metrics, probes
+    from aldebaran.runtime.metrics_roles import watch_dispatcher
 
     metrics.serve("dispatcher", name)  # before the first beat, which names the address
     watch_dispatcher(heartbeat)

@@ -52,7 +52,7 @@ ACTIONS = {
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from aldebaran.cliparse import add_modes, opt
+    from aldebaran.runtime.cliparse import add_modes, opt
 
     add_modes(p, "action", ACTIONS, [
         opt("alert", modes="show,retry,resolve", nargs="?", help="the alert id (same as --alert-id)"),

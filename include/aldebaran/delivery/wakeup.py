@@ -53,7 +53,7 @@ def _covered() -> bool:
     now = time.monotonic()
     if now - _cover[0] < COVER_CHECK_SECONDS:
         return _cover[1]
-    from aldebaran import heartbeat
+    from aldebaran.runtime import heartbeat
     from aldebaran.delivery.settings import DeliverySettings
     from aldebaran.exceptions import ObjectStoreError
     from aldebaran.settings import load

@@ -14,7 +14,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.exceptions import SetupError
 
 SOURCES = Path(__file__).parent

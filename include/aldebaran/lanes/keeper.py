@@ -41,8 +41,8 @@ import threading
 import time
 from pathlib import Path
 
-from aldebaran import heartbeat
-from aldebaran.heartbeat import LANE, identity, publish
+from aldebaran.runtime import heartbeat
+from aldebaran.runtime.heartbeat import LANE, identity, publish
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def lane_store():
 
 
 def lane_dir(settings) -> Path:
-    from aldebaran import paths
+    from aldebaran.runtime import paths
 
     return paths.run_dir() / "lanes" / settings.name
 
@@ -121,7 +121,7 @@ class Keeper:
         self.retiring: tuple[subprocess.Popen, dict] | None = None
         self.retire_seen: float | None = None  # when the new generation's first batch was seen started
         self.rotate_now = threading.Event()  # SIGUSR1
-        self.last_body: dict | None = None  # the last heartbeat, also what /metrics reports (aldebaran.metrics_roles)
+        self.last_body: dict | None = None  # the last heartbeat, also what /metrics reports (aldebaran.runtime.metrics_roles)
         # Checkpoint gaps (aldebaran.lanes.gap): how many, the trades known skipped, the last one (carried
         # over from the previous keeper's heartbeat).
         self.gaps: dict = {"count": 0, "skipped": 0, "last": None}
@@ -313,8 +313,8 @@ class Keeper:
         self.generation, offsets = self.pick_generation(previous.get("lane"), time.time())
         if not self.generation.get("fresh"):
             offsets = self.after_gap() or offsets
-        from aldebaran import metrics, probes
-        from aldebaran.metrics_roles import watch_lane
+        from aldebaran.runtime import metrics, probes
+        from aldebaran.runtime.metrics_roles import watch_lane
 
         metrics.serve("lane", self.name)  # before the first beat, which names the address
         watch_lane(self)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aldebaran import paths
-from aldebaran import spark as sparkmod
+from aldebaran.runtime import paths
+from aldebaran.runtime import spark as sparkmod
 from aldebaran.lanes.realtime import DEFAULT_CHECKPOINT_INTERVAL
 
 RUNTIME = "4.3"

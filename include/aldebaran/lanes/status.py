@@ -25,7 +25,7 @@ def collect(now: float | None = None, lanes=None, exact: tuple[str, dict | None]
     """Both lanes' state, as plain JSON. A caller that has them already passes `lanes` (the LaneSettings)
     and `exact` (the auditor's query name and its heartbeat, None when it has none); else they are read here.
     `full`: every unconfirmed record, listed (slow); else the heartbeat's count and its first ids' records."""
-    from aldebaran import heartbeat
+    from aldebaran.runtime import heartbeat
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.lanes import keeper, reconciler
     from aldebaran.lanes.settings import LaneSettings
@@ -135,7 +135,7 @@ ACTIONS = {
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from aldebaran.cliparse import add_modes, opt
+    from aldebaran.runtime.cliparse import add_modes, opt
 
     add_modes(p, "action", ACTIONS, [
         opt("alert_id", modes="resolve", nargs="?", help="the unconfirmed alert's id"),

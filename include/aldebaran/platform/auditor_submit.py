@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from aldebaran import lease as leases
+from aldebaran.runtime import lease as leases
 from aldebaran.exceptions import AuditorError
 from aldebaran.storage.store import safe_segment, open_store, Store
 from aldebaran.platform.settings import SupervisorSettings
@@ -24,7 +24,7 @@ def launch(command: list[str], env: dict[str, str], query: str) -> tuple[subproc
     """Start spark-submit detached (own session: it outlives the task that started it). The driver runs
     outside Airflow: it also gets the object store's connection as Airflow resolved it (aldebaran.storage.s3access),
     for its book state and, through s3a, its checkpoint."""
-    from aldebaran import paths
+    from aldebaran.runtime import paths
     from aldebaran.storage.s3access import connection_env
     from aldebaran.settings import load
 
@@ -67,7 +67,7 @@ def wait_started(decision: dict, submitted_at: float, proc: subprocess.Popen | N
                  log_path: Path | None = None) -> dict:
     """Block until the new auditor holds the lease and its query started; fail with the log tail
     if spark-submit exits first or the start timeout passes."""
-    from aldebaran import heartbeat
+    from aldebaran.runtime import heartbeat
 
     settings = settings_with(decision.get("settings"))
     store = open_store()

@@ -74,8 +74,8 @@ def master(hook_args: dict) -> str:
 
 
 def main() -> int:
-    # A relay, not aldebaran.logs: the hook logs each line of spark-submit's output, which already carries
-    # its time (the auditor's lines: aldebaran.logs; Spark's: aldebaran.spark.SPARK_LOG4J2); a prefix of
+    # A relay, not aldebaran.runtime.logs: the hook logs each line of spark-submit's output, which already carries
+    # its time (the auditor's lines: aldebaran.runtime.logs; Spark's: aldebaran.runtime.spark.SPARK_LOG4J2); a prefix of
     # ours would double it (and wrap a JSON line in text).
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
     # Not configuration: the operator's hand-over to this process (module docstring).

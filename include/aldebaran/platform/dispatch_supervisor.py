@@ -103,7 +103,7 @@ def launch(name: str, channels: list[str]) -> tuple[subprocess.Popen, Path]:
     It runs outside Airflow and reads only its environment, so it gets the channels' connections as
     Airflow resolved them for this task (UI, API, secrets backend) as ``AIRFLOW_CONN_ALDEBARAN_*``, and the
     platform's Kafka connection the same way (aldebaran.kafka.conn)."""
-    from aldebaran import paths
+    from aldebaran.runtime import paths
     from aldebaran.delivery.channels.sources import connections_env
     from aldebaran.kafka.conn import connection_env
 

@@ -142,7 +142,7 @@ def check_object_store(store) -> dict:
 
 
 def check_auditor_progress(store, query: str, heartbeat: dict | None, max_age: float, now: float) -> dict:
-    from aldebaran.heartbeat import AUDITOR, key
+    from aldebaran.runtime.heartbeat import AUDITOR, key
 
     uri = store.uri(key(AUDITOR, query))
     if heartbeat is None:
@@ -219,7 +219,7 @@ def check_quarantine(ledger, rejected: list[int | None]) -> dict:
 
 def check_dispatchers(settings: HealthSettings, now: float) -> dict:
     from aldebaran.exceptions import ObjectStoreError
-    from aldebaran.heartbeat import DISPATCHER, key, read
+    from aldebaran.runtime.heartbeat import DISPATCHER, key, read
     from aldebaran.platform import dispatch_supervisor, processes
 
     store = dispatch_supervisor.delivery_store()
@@ -293,7 +293,7 @@ def check_lane(now: float, lanes=None, exact: tuple[str, dict | None] | None = N
 
 def check(run_id: str, query_name: str | None = None, overrides: dict | None = None) -> dict:
     """Run every check, write the health record, return it (the verdict is :func:`raise_if_unhealthy`)."""
-    from aldebaran import heartbeat as hbmod
+    from aldebaran.runtime import heartbeat as hbmod
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.delivery.channels import channel_names
     from aldebaran.exceptions import ObjectStoreError

@@ -39,7 +39,7 @@ def launch():
     """``aldebaran lanes run`` detached (its settings come from this task's environment). It retracts unconfirmed
     alerts on the channels with ``fast: true``: they are handed to it as the dispatch supervisor hands a
     dispatcher its channels (ALDEBARAN_CHANNELS and their connections as Airflow resolved them)."""
-    from aldebaran import paths
+    from aldebaran.runtime import paths
     from aldebaran.delivery.channels.sources import connections_env
     from aldebaran.delivery.fast import fast_channel_names
     from aldebaran.kafka.conn import connection_env

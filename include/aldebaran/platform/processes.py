@@ -8,7 +8,7 @@ what is left, SIGKILL to its process group after ``stop_timeout_seconds``, launc
 log, record pid/start ticks/log, return once its heartbeat says ``running``. State: one object per
 process, ``<state prefix>/<name>.json``, written with If-Match.
 
-The heartbeat is written by a thread of its own (aldebaran.heartbeat), so a stale one means the process
+The heartbeat is written by a thread of its own (aldebaran.runtime.heartbeat), so a stale one means the process
 is frozen or dead, never merely busy. Whether it works is judged on the progress its heartbeat carries
 (:func:`stalled`): a unit with work pending whose marks have not moved for the progress limit has lost
 progress; a slow unit that progresses is healthy however long each step takes.
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from aldebaran import heartbeat
-from aldebaran.probes import stalled  # noqa: F401  (one rule for the supervisors and /readyz; imported from here too)
+from aldebaran.runtime import heartbeat
+from aldebaran.runtime.probes import stalled  # noqa: F401  (one rule for the supervisors and /readyz; imported from here too)
 from aldebaran.exceptions import AlreadyExists, DispatcherError, PreconditionFailed
 from aldebaran.runtime.procs import pid_alive, start_ticks
 from aldebaran.platform.supervisor import _wait_gone, backoff_seconds, load_state
@@ -45,7 +45,7 @@ MAX_HISTORY = 20
 class Kind:
     """A kind of supervised process: what it is called, where its heartbeat is, how its command line looks."""
 
-    label: str  # "dispatcher", "lane": in messages, and the heartbeat's role (aldebaran.heartbeat)
+    label: str  # "dispatcher", "lane": in messages, and the heartbeat's role (aldebaran.runtime.heartbeat)
     argv_words: tuple[bytes, ...]  # all in /proc/<pid>/cmdline: a pid read from a heartbeat is this process
     stale_env: str  # the setting of the stale limit, named in the reason
     start_env: str  # the setting of the start timeout
@@ -213,7 +213,7 @@ def launch_detached(log_name: str, command: list[str], extra_env: dict[str, str]
     ``<run dir>/logs/<log_name>-<time>.log``. It runs outside Airflow and reads only its environment, so
     it also gets the object store's connection as Airflow resolved it for this task (aldebaran.storage.s3access):
     every such process keeps its heartbeat, and the dispatchers their ledger, there."""
-    from aldebaran import paths
+    from aldebaran.runtime import paths
     from aldebaran.platform import executors
     from aldebaran.storage.s3access import connection_env
 

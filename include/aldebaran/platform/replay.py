@@ -113,8 +113,8 @@ def submit_env() -> dict[str, str]:
     interpreter (the one with the platform's packages) for the driver and the workers."""
     import os
 
-    from aldebaran import paths
-    from aldebaran import spark as sparkmod
+    from aldebaran.runtime import paths
+    from aldebaran.runtime import spark as sparkmod
 
     from aldebaran.platform.detached_submit import master
 
@@ -146,7 +146,7 @@ def replay_name(run_id: str) -> str:
 
 def checkpoint_root(given: str | None) -> str:
     from aldebaran.audit.settings import AuditorSettings
-    from aldebaran.checkpoint import Checkpoint
+    from aldebaran.runtime.checkpoint import Checkpoint
     from aldebaran.platform.settings import ReplaySettings
     from aldebaran.settings import load
 
@@ -163,7 +163,7 @@ def plan(run_id: str, topic: str | None = None, start: str | None = None, end: s
     `expire_at_end` (default off): also report the books still open at the range's end as if their time
     had run out (ORPHANs). Off, a replay equals the live auditor's alerts for the same input; on, it may
     add ORPHANs the live auditor never sent (a request that came after the range's end)."""
-    from aldebaran import spark as sparkmod
+    from aldebaran.runtime import spark as sparkmod
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.platform.settings import ReplaySettings
     from aldebaran.settings import KafkaSettings, load

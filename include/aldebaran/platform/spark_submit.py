@@ -34,7 +34,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 
 AUDITOR_APP = str(paths.ROOT / "spark_apps" / "auditor.py")
 
@@ -76,7 +76,7 @@ class AuditorSubmitOperator(SparkSubmitOperator):
         return auditor_submit.wait_started(decision, submitted_at, proc, log_path)
 
     def _hook_args(self, application_args: list[str]) -> dict:
-        from aldebaran import spark as sparkmod
+        from aldebaran.runtime import spark as sparkmod
         from aldebaran.platform import detached_submit
 
         jars = self.hook_args.get("jars") or ",".join(
@@ -97,7 +97,7 @@ class AuditorSubmitOperator(SparkSubmitOperator):
         (:mod:`aldebaran.platform.detached_submit`), which outlives this task."""
         import sys
 
-        from aldebaran import spark as sparkmod
+        from aldebaran.runtime import spark as sparkmod
         from aldebaran.kafka.conn import connection_env
         from aldebaran.platform import auditor_submit, detached_submit, executors
 

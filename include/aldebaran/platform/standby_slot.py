@@ -36,7 +36,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from aldebaran import lease as leases
+from aldebaran.runtime import lease as leases
 from aldebaran.audit.sparkjob.standby import READY_LINE
 from aldebaran.exceptions import AuditorError
 from aldebaran.storage.store import open_store, Store

@@ -2,7 +2,7 @@
 
 One supervisor run (every minute, one at a time):
 
-1. **assess** — observe the auditor: its checkpoint lease (aldebaran.lease), its heartbeat
+1. **assess** — observe the auditor: its checkpoint lease (aldebaran.runtime.lease), its heartbeat
    (aldebaran.audit.heartbeat: Spark progress per micro-batch) and, when it runs on this host, its
    driver processes. Unhealthy = the driver process is gone, the query terminated (heartbeat
    ``failed``/``stopped``), no live lease, or no progress for longer than
@@ -41,7 +41,7 @@ import socket
 import time
 
 from aldebaran.storage.store import safe_segment, open_store, Store
-from aldebaran import lease as leases
+from aldebaran.runtime import lease as leases
 from aldebaran.model import Alert
 from aldebaran.platform import standby_slot
 from aldebaran.platform.settings import SupervisorSettings
@@ -58,7 +58,7 @@ TERMINATED = ("failed", "stopped")
 def target(query_name: str | None = None, checkpoint: str | None = None) -> dict:
     """The supervised auditor: its query name and checkpoint (Params, else ALDEBARAN_AUDIT_*)."""
     from aldebaran.audit.settings import AuditorSettings
-    from aldebaran.checkpoint import Checkpoint
+    from aldebaran.runtime.checkpoint import Checkpoint
     from aldebaran.settings import load
 
     audit = load(AuditorSettings, query_name=query_name or None, checkpoint=checkpoint or None)
@@ -69,7 +69,7 @@ def target(query_name: str | None = None, checkpoint: str | None = None) -> dict
 # --- 1. assess -----------------------------------------------------------------------------------
 def observe(store: Store, tgt: dict, state: dict, now: float) -> dict:
     """Everything the decision rests on, as plain JSON (it is logged and kept in the state)."""
-    from aldebaran import heartbeat
+    from aldebaran.runtime import heartbeat
     host = socket.gethostname()
     hb = heartbeat.read(store, heartbeat.AUDITOR, tgt["query_name"])
     got = leases.read(store, tgt["checkpoint"])

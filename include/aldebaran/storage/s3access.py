@@ -1,6 +1,6 @@
 """How the product reaches the object store: the Airflow AWS connection ``aldebaran_s3`` (its id is
 ALDEBARAN_S3_CONNECTION, e.g. ``aws_default``), else the ALDEBARAN_S3_* settings; the boto3 session and
-the Spark s3a settings (aldebaran.spark.s3a_conf) both come from the one :class:`S3Access` resolved here.
+the Spark s3a settings (aldebaran.runtime.spark.s3a_conf) both come from the one :class:`S3Access` resolved here.
 
 The connection has the Amazon provider's shape (conn type ``aws``): login = access key id, password =
 secret access key, extra ``endpoint_url`` (MinIO or any S3-compatible server; none: AWS S3),

@@ -21,7 +21,7 @@ VAR = "ALDEBARAN_AUDIT_ALERTS_FROM"
 
 
 def run(rate: int = 5000, seconds: float = 20.0, repeats: int = 3) -> dict:
-    from aldebaran import spark as sparkmod
+    from aldebaran.runtime import spark as sparkmod
     from aldebaran_capacity.bench import harness
     from aldebaran_capacity.bench.boxstate import BoxSampler
 
@@ -75,7 +75,7 @@ def render(result: dict) -> str:
 
 
 def main(args) -> int:
-    from aldebaran import paths
+    from aldebaran.runtime import paths
     from aldebaran_capacity.bench import machine, sections
 
     rate = int((args.rates or "5000").split(",")[0])

@@ -55,7 +55,7 @@ def _one(spark, prefix: str, label: str, manager: str | None, batches: int, time
 
 
 def run(batches: int = 10, rounds: int = 2, timeout: float = 180.0) -> dict:
-    from aldebaran import spark as sparkmod
+    from aldebaran.runtime import spark as sparkmod
     from aldebaran.settings import ObjectStoreSettings, load
 
     spark = sparkmod.session("aldebaran-bench-checkpoint-files", master="local[1]", s3a=True)

@@ -175,7 +175,7 @@ def _recipient(kind: str, kafka, tag: str):
                                                 "linger.ms": 5}}
         return reader, conn, lambda: (reader.stop(), kadmin.delete_topics(kafka, [topic]))
     if kind == "log":
-        from aldebaran import paths
+        from aldebaran.runtime import paths
 
         path = paths.run_dir() / "bench" / f"dispatch-{tag}.alerts.log.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -203,7 +203,7 @@ OPERATIONS_KINDS = ("alertmanager", "pagerduty", "opsgenie", "fcm", "apns")
 
 def _operations_recipient(kind: str, tag: str):
     """The operations channels' recipients (module docstring), as :func:`_recipient` returns them."""
-    from aldebaran import paths
+    from aldebaran.runtime import paths
     from aldebaran_capacity import receivers
 
     home = paths.run_dir() / "bench" / f"dispatch-{tag}-{kind}"
@@ -239,8 +239,8 @@ def channel_run(kind: str, alerts: int, duplicates: float = 0.1, timeout: float 
     import subprocess
     import sys
 
-    from aldebaran import paths
-    from aldebaran import heartbeat
+    from aldebaran.runtime import paths
+    from aldebaran.runtime import heartbeat
     from aldebaran.kafka import admin as kadmin, io as kio
     from aldebaran.settings import KafkaSettings, load
     from aldebaran.storage.store import S3Store

@@ -141,7 +141,7 @@ class Dispatchers:
         return f"{GROUP}-{self.channel_name(channel)}"
 
     def start(self, channel: str, conn: dict, timeout: float = 90.0) -> None:
-        from aldebaran import heartbeat, paths
+        from aldebaran.runtime import heartbeat, paths
 
         own = self.channel_name(channel)
         env = {**self.env, "ALDEBARAN_CHANNELS": own, f"AIRFLOW_CONN_ALDEBARAN_{own.upper()}": json.dumps(conn)}
@@ -175,7 +175,7 @@ class Dispatchers:
                 p.kill()
                 p.wait(10)
             with contextlib.suppress(Exception):
-                from aldebaran.heartbeat import DISPATCHER, key
+                from aldebaran.runtime.heartbeat import DISPATCHER, key
 
                 self.store.delete(key(DISPATCHER, self.name(channel)))
         self.procs.clear()
@@ -229,7 +229,7 @@ def _cpu_seconds(pids: list[int]) -> float:
 def _roles(dispatchers: Dispatchers, receivers: dict) -> dict:
     import psutil
 
-    from aldebaran import paths
+    from aldebaran.runtime import paths
 
     def spark() -> list[int]:
         with contextlib.suppress(psutil.Error):
@@ -451,7 +451,7 @@ def _stop_auditor(spark, query_name: str, runner: threading.Thread) -> None:
 
 def main(args) -> int:
     """`aldebaran bench e2e`: run, print the results as JSON; 1 if a recipient saw a duplicate or lost an alert."""
-    from aldebaran import spark as sparkmod
+    from aldebaran.runtime import spark as sparkmod
     from aldebaran_capacity.bench import machine
 
     rates = [int(r) for r in args.rates.split(",") if r.strip()] if args.rates else list(DEFAULT_RATES)

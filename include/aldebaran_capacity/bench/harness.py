@@ -33,7 +33,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from aldebaran.checkpoint import Checkpoint
+from aldebaran.runtime.checkpoint import Checkpoint
 from aldebaran.reference import expected_grouped
 from aldebaran_capacity import loadgen
 from aldebaran_capacity.loadgen import Mix, Record
@@ -265,7 +265,7 @@ def spark_batch(spark, kafka) -> dict:
 
 def kafka_consume(kafka, messages: int) -> dict:
     """Kafka's own consumer perf tool (org.apache.kafka.tools.ConsumerPerformance) over the topic."""
-    from aldebaran import paths
+    from aldebaran.runtime import paths
     from aldebaran.exceptions import AldebaranError
 
     cmd = [paths.java(), "-Xmx512m", "-cp", f"{paths.jar_dir('kafka-broker')}/*", "org.apache.kafka.tools.ConsumerPerformance",
@@ -744,7 +744,7 @@ def p99_alert_batches(records: list[dict], segment: str, alerts: list[tuple[dict
 
 def batch_log_path(tagname: str):
     """Where a latency run writes its per-batch log: <run dir>/bench/batches/latency-<UTC time>-<tag>.jsonl."""
-    from aldebaran import paths
+    from aldebaran.runtime import paths
 
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     return paths.run_dir() / "bench" / "batches" / f"latency-{stamp}-{tagname}.jsonl"
@@ -844,7 +844,7 @@ def latency(spark, rates: list[int], duration_s: float, mix: Mix | None = None, 
 
 def _shown(path) -> str:
     """A path under the work tree as relative to it (how the report names it), others as they are."""
-    from aldebaran import paths
+    from aldebaran.runtime import paths
 
     try:
         return str(path.resolve().relative_to(paths.ROOT.resolve()))

@@ -32,7 +32,7 @@ import time
 import uuid
 from pathlib import Path
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.settings import KafkaSettings
 from aldebaran_capacity import loadgen
 from aldebaran_capacity.bench.low_latency import PROBE, _Alerts, _mix, _percentile, _probe

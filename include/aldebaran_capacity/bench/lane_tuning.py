@@ -25,8 +25,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aldebaran import paths
-from aldebaran import spark as sparkmod
+from aldebaran.runtime import paths
+from aldebaran.runtime import spark as sparkmod
 from aldebaran.exceptions import AldebaranError
 from aldebaran.lanes.launch import MASTER, Lane
 from aldebaran_capacity.bench.low_latency import JVM_OPTS

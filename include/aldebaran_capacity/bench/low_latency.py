@@ -52,7 +52,8 @@ import time
 import uuid
 from pathlib import Path
 
-from aldebaran import paths, reference
+from aldebaran import reference
+from aldebaran.runtime import paths
 from aldebaran.lanes.launch import Lane
 from aldebaran.lanes.launch import stop as stop_lane
 from aldebaran.settings import KafkaSettings, load
@@ -306,7 +307,7 @@ def measure(lane: Lane, kafka: KafkaSettings, trades: str, alerts_topic: str, ra
     the rates in `fast_rates` run once more with it, after the lane's own segments: the lane's figures are
     taken with only the core services beside it (the targets' condition), and each gets its rate's trade →
     recipient figures and the lane's latency while the fast dispatcher shared the box (``with_fast``)."""
-    from aldebaran import spark as sparkmod
+    from aldebaran.runtime import spark as sparkmod
     from aldebaran_capacity.bench.boxstate import wait_for_quiet
 
     before = wait_for_quiet(FOREIGN, log=log)
@@ -356,7 +357,7 @@ def _log_segment(seg: dict, note: str = "") -> None:
 
 def exact_agreement(kafka: KafkaSettings, trades: str, lane_alerts: list[tuple[int, dict]], tag: str) -> dict:
     """The exact lane over the same trades (available-now), reconciled with the fast lane's alerts."""
-    from aldebaran import spark as sparkmod
+    from aldebaran.runtime import spark as sparkmod
     from aldebaran.audit.sparkjob import job
     from aldebaran.kafka import io as kio
     from aldebaran.kafka.admin import delete_topics, ensure_topics

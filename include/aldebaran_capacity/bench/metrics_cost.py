@@ -39,8 +39,8 @@ def _dispatcher_like(reg) -> Callable[[], bytes]:
     """A scrape of a registry holding what one dispatcher exports (3 channels × 2 partitions)."""
     from aldebaran.delivery.dispatcher import DispatchStats
     from aldebaran.delivery.service import Heartbeat
-    from aldebaran.metrics import _Sources
-    from aldebaran.metrics_roles import dispatcher_families
+    from aldebaran.runtime.metrics import _Sources
+    from aldebaran.runtime.metrics_roles import dispatcher_families
     from prometheus_client import generate_latest
 
     stats = DispatchStats(alerts=10_000, runs=100)

@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.exceptions import AldebaranError
 from aldebaran_capacity import loadgen
 

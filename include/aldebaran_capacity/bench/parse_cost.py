@@ -114,8 +114,8 @@ def main(args) -> int:
     import sys
     from pathlib import Path
 
-    from aldebaran import paths
-    from aldebaran import spark as sparkmod
+    from aldebaran.runtime import paths
+    from aldebaran.runtime import spark as sparkmod
     from aldebaran_capacity.bench import machine
 
     spark = sparkmod.session("aldebaran-bench-parse", master="local[2]", shuffle_partitions=2,

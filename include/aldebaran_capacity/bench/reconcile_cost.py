@@ -174,7 +174,7 @@ def render(result: dict) -> str:
 
 
 def main(args) -> int:
-    from aldebaran import paths
+    from aldebaran.runtime import paths
     from aldebaran_capacity.bench import machine, sections
 
     rates = tuple(int(x) for x in args.rates.split(",")) if args.rates else DEFAULT_RATES

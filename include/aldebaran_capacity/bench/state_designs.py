@@ -297,8 +297,8 @@ def main(args) -> int:
 
     from pyspark.sql import SparkSession
 
-    from aldebaran import paths
-    from aldebaran import spark as sparkmod
+    from aldebaran.runtime import paths
+    from aldebaran.runtime import spark as sparkmod
     from aldebaran_capacity.bench import machine
 
     own = SparkSession.getActiveSession() is None

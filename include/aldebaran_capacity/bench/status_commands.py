@@ -41,7 +41,7 @@ PARTITIONS = 6
 
 def build(env: dict, messages: int, run_size: int, unconfirmed: int) -> dict:
     """The synthetic history under the names in `env`; returns what the commands are asked about."""
-    from aldebaran import heartbeat
+    from aldebaran.runtime import heartbeat
     from aldebaran.delivery.runs import DELIVERED, RECORDED, Run
     from aldebaran.kafka.admin import ensure_topics
     from aldebaran.kafka.io import producer
@@ -111,7 +111,8 @@ def build(env: dict, messages: int, run_size: int, unconfirmed: int) -> dict:
 # answer: the interpreter's start (the same for every command, `startup_s`) is left out of `<command>_s`.
 _TIMED = """
 import json, sys, time
-from aldebaran import cli, envfile
+from aldebaran import cli
+from aldebaran.runtime import envfile
 envfile.load_env()
 argv = json.loads(sys.argv[1])
 t0 = time.perf_counter()
@@ -188,7 +189,7 @@ def run(messages: int, run_size: int, unconfirmed: int, repeats: int = 3) -> dic
 def _startup(env: dict) -> float:
     """The interpreter and `aldebaran`'s own start (what every command pays before it reads anything)."""
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "from aldebaran import cli, envfile; envfile.load_env()"], env=env,
+    subprocess.run([sys.executable, "-c", "from aldebaran import cli; from aldebaran.runtime import envfile; envfile.load_env()"], env=env,
                    capture_output=True, timeout=120)
     return round(time.perf_counter() - t0, 3)
 
@@ -216,7 +217,7 @@ def _box(m: dict) -> str:
 
 
 def main(args) -> int:
-    from aldebaran import paths
+    from aldebaran.runtime import paths
     from aldebaran_capacity.bench import machine, sections
 
     sizes = dict(QUICK if args.quick else DAY)

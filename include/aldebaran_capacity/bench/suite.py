@@ -108,7 +108,7 @@ def run(config: Config, spark=None) -> dict:
     if spark is None and needs_spark:
         from pyspark.sql import SparkSession
 
-        from aldebaran import spark as sparkmod
+        from aldebaran.runtime import spark as sparkmod
 
         # Reuse a session this process already has (a test's, a task's); stop only one we started.
         own_spark = SparkSession.getActiveSession() is None
@@ -170,7 +170,7 @@ def run(config: Config, spark=None) -> dict:
 def main(args) -> int:
     """`aldebaran bench all [--quick] [--out DIR] [--sections a,b]`: run, write the report, exit 1 if any
     run's alerts differ from the reference model."""
-    from aldebaran import paths
+    from aldebaran.runtime import paths
     from aldebaran_capacity.bench import report
 
     config = Config.quick_config() if args.quick else Config.full()

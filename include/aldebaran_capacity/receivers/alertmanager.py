@@ -26,7 +26,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.exceptions import SetupError
 from aldebaran_capacity.receivers.base import LOCALHOST, free_port
 

@@ -33,7 +33,7 @@ import urllib.request
 from pathlib import Path
 from typing import Literal
 
-from aldebaran import logs
+from aldebaran.runtime import logs
 from aldebaran_capacity.receivers.base import LOCALHOST, STATS_PATH, HttpReceiver
 from aldebaran_capacity.receivers.sms import SmsProvider
 from aldebaran_capacity.receivers.webhook import WebhookReceiver

@@ -55,7 +55,7 @@ PRIVATE_HELP = ("run on a Kafka and a MinIO of the campaign's own (free ports, o
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from aldebaran.cliparse import add_modes, opt
+    from aldebaran.runtime.cliparse import add_modes, opt
 
     modes = {name: DESCRIPTIONS[name] for name in (*CAMPAIGNS, *LIVE_CAMPAIGNS, *HA_CAMPAIGNS, "all")}
     add_modes(p, "campaign", modes, [
@@ -198,7 +198,7 @@ def main(args: argparse.Namespace) -> int:
         log.info("%s: %s — runs %d, faults %d, lost %s, duplicated %s, resent under the same key %s, %.0f s", name,
                  verdict, result.runs, result.faults, result.lost, result.duplicated, result.resent_same_key,
                  result.seconds)
-        from aldebaran import paths
+        from aldebaran.runtime import paths
 
         full = paths.ROOT / ".run" / "chaos" / f"{name}-details.json"  # every figure, also with --no-report
         full.parent.mkdir(parents=True, exist_ok=True)

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Hashable, Iterable, Iterator, Mapping, Sequence
 
-from aldebaran import paths, reference
-from aldebaran.checkpoint import Checkpoint
+from aldebaran import reference
+from aldebaran.runtime import paths
+from aldebaran.runtime.checkpoint import Checkpoint
 from aldebaran.delivery.channels import sms_text
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT
 from aldebaran.exceptions import AldebaranError, NotFound, ObjectStoreError
@@ -83,7 +84,7 @@ class Workspace:
         return env
 
     def cleanup(self) -> None:
-        from aldebaran.heartbeat import AUDITOR, key
+        from aldebaran.runtime.heartbeat import AUDITOR, key
 
         # alerts.dlq is not among topics(): its first writer creates it (aldebaran.delivery.decode).
         kadmin.delete_topics(self.kafka, [*self.kafka.topics(), self.kafka.alerts_dlq_topic])
@@ -722,7 +723,7 @@ class DispatcherProcess:
         return None if self.proc is None else self.proc.poll()
 
     def heartbeat(self) -> dict:
-        from aldebaran.heartbeat import DISPATCHER, read
+        from aldebaran.runtime.heartbeat import DISPATCHER, read
 
         if self.store is None:
             return {}
@@ -788,7 +789,7 @@ class DispatcherProcess:
 
     def forget(self) -> None:
         """Delete its heartbeat (the campaign's dispatchers must not look like live ones afterwards)."""
-        from aldebaran.heartbeat import DISPATCHER, key
+        from aldebaran.runtime.heartbeat import DISPATCHER, key
 
         if self.store is not None:
             with contextlib.suppress(AldebaranError):

@@ -75,7 +75,7 @@ class StopAfterSendFaultInjection:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from aldebaran import envfile, logs
+    from aldebaran.runtime import envfile, logs
     from aldebaran.delivery import channels as channels_mod
     from aldebaran.delivery import service
 

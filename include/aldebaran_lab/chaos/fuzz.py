@@ -29,7 +29,8 @@ import random
 import subprocess
 import time
 
-from aldebaran import events, paths, reference
+from aldebaran import events, reference
+from aldebaran.runtime import paths
 from aldebaran.kafka import io as kio
 from aldebaran_capacity import loadgen
 from aldebaran_lab.chaos.fuzz_inputs import draw

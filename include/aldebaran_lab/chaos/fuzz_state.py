@@ -3,9 +3,9 @@
 The same method as aldebaran_lab.chaos.fuzz_store (hostile variants of a real object under its real key,
 in the campaign's own bucket, read by the real reader), for the objects outside the delivery ledger:
 
-- heartbeats (``heartbeats/dispatcher/<name>.json``): aldebaran.heartbeat.read / read_all, what every
+- heartbeats (``heartbeats/dispatcher/<name>.json``): aldebaran.runtime.heartbeat.read / read_all, what every
   supervisor, page and probe reads; a corrupt one is skipped and logged (read as no heartbeat);
-- checkpoint leases: aldebaran.lease.acquire, an auditor starting on the checkpoint; a corrupt lease is
+- checkpoint leases: aldebaran.runtime.lease.acquire, an auditor starting on the checkpoint; a corrupt lease is
   quarantined and revoked (free after the taker's ttl), or the taker gets LeaseHeld naming the holder;
 - the books' ``plan.json``: aldebaran.audit.sparkjob.plans.read_recorded at an auditor's start; a corrupt
   one stops it with AuditorError and the reason (a guessed plan would read the books wrongly).
@@ -22,7 +22,7 @@ from aldebaran_lab.chaos.fuzz_store import Tally, Warnings, each, is_quarantined
 
 
 def heartbeats(store, n: int, seed: int) -> dict:
-    from aldebaran import heartbeat
+    from aldebaran.runtime import heartbeat
 
     now = time.time()
     template = {"host": socket.gethostname(), "pid": os.getpid(), "metrics": None, "name": "fz", "status": "running",
@@ -52,7 +52,7 @@ def heartbeats(store, n: int, seed: int) -> dict:
 
 
 def leases(store, n: int, seed: int) -> dict:
-    from aldebaran import lease
+    from aldebaran.runtime import lease
     from aldebaran.exceptions import LeaseHeld
     from aldebaran.storage.quarantine import PREFIX
 
@@ -83,7 +83,7 @@ def leases(store, n: int, seed: int) -> dict:
 def plans(store, n: int, seed: int) -> dict:
     from aldebaran.audit.sparkjob.plans import read_recorded
     from aldebaran.audit.state.files import files_for
-    from aldebaran.checkpoint import PLAN, Checkpoint
+    from aldebaran.runtime.checkpoint import PLAN, Checkpoint
     from aldebaran.exceptions import AuditorError
 
     template = {"plan": "copartitioned", "shards": 4, "parser": "python", "partitioner": "murmur2"}

@@ -115,7 +115,7 @@ def _dispatcher(ledger, kafka):
     from aldebaran.delivery.decode import AlertDeadLetters
     from aldebaran.delivery.dispatcher import ChannelDispatcher, DispatchStats
     from aldebaran.delivery.settings import DeliverySettings
-    from aldebaran import paths
+    from aldebaran.runtime import paths
 
     out = paths.run_dir() / "chaos" / f"fuzz-log-{uuid.uuid4().hex[:8]}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "member":
         return member(args.topic, args.group, args.mode, args.name, args.busy_seconds)
 
-    from aldebaran import logs
+    from aldebaran.runtime import logs
 
     logs.setup("chaos-handover")
     from aldebaran.kafka.admin import delete_topics, ensure_topics

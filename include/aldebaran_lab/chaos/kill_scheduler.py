@@ -50,7 +50,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT
 from aldebaran.kafka import io as kio
 from aldebaran.progress import track

@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from aldebaran import paths, reference
+from aldebaran import reference
+from aldebaran.runtime import paths
 from aldebaran.kafka import io as kio
 from aldebaran_capacity import loadgen
 from aldebaran_lab.chaos.common import (

@@ -34,7 +34,7 @@ LATENCY_SLACK_S = 5.0  # ... or the first order's time plus this
 
 def run(alerts: int = 200, trades: int = 200, seed: int = 1, timeout_s: float = 180.0, mode: str = "full") -> CampaignResult:
     """`alerts` / `trades`: hostile messages per topic (the hand-made alert cases come on top)."""
-    from aldebaran import heartbeat
+    from aldebaran.runtime import heartbeat
     from aldebaran.delivery.channels import configured_channels
     from aldebaran.platform import dispatch_supervisor
     from aldebaran.settings import KafkaSettings, load

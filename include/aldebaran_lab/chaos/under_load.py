@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     """The load of the campaign, in its own process: ``python -m aldebaran_lab.chaos.under_load --orders N --seed S
     --rate R`` produces :func:`mix` to ALDEBARAN_KAFKA_TRADES_TOPIC at R trades/s and prints
     ``{"count", "seconds"}`` as its last line."""
-    from aldebaran import envfile, logs
+    from aldebaran.runtime import envfile, logs
     from aldebaran.settings import KafkaSettings, load
 
     p = argparse.ArgumentParser(description=main.__doc__)

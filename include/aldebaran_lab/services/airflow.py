@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.exceptions import ConfigError
 from aldebaran.settings import KafkaSettings, ObjectStoreSettings, load
 from aldebaran_lab.services.base import Service, describe, processes, session

@@ -8,16 +8,16 @@ import os
 import uuid
 from pathlib import Path
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.exceptions import ServiceError
-from aldebaran.logs import LOG4J2_DATE
+from aldebaran.runtime.logs import LOG4J2_DATE
 from aldebaran.settings import KafkaSettings, load
 from aldebaran_lab.services import kafka_tls
 from aldebaran_lab.services.base import Service
 
 log = logging.getLogger(__name__)
 
-# The brokers' log lines with the platform's time (ISO-8601 UTC: aldebaran.logs.LOG4J2_DATE), so they join
+# The brokers' log lines with the platform's time (ISO-8601 UTC: aldebaran.runtime.logs.LOG4J2_DATE), so they join
 # with the platform's own and Spark's.
 LOG4J2 = """\
 status = warn

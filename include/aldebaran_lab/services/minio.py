@@ -7,7 +7,7 @@ import os
 import urllib.request
 from urllib.parse import urlparse
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.exceptions import ConfigError
 from aldebaran.settings import ObjectStoreSettings, load
 from aldebaran_lab.services.base import Service

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from aldebaran.spark import log4j2_file, spark_env
+from aldebaran.runtime.spark import log4j2_file, spark_env
 from aldebaran_lab.services.base import Service, port_open
 
 
@@ -72,7 +72,7 @@ class SparkWorker(Service):
 
 
 def daemon_logging(env: dict[str, str]) -> dict[str, str]:
-    """`env` with the daemons' log lines in the platform's time (aldebaran.spark.SPARK_LOG4J2), through
+    """`env` with the daemons' log lines in the platform's time (aldebaran.runtime.spark.SPARK_LOG4J2), through
     SPARK_DAEMON_JAVA_OPTS, unless a log4j option is there already."""
     path = log4j2_file()
     opts = env.get("SPARK_DAEMON_JAVA_OPTS", "")

@@ -15,7 +15,7 @@ import pytest
 
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery.ledger import Ledger
-from aldebaran import heartbeat
+from aldebaran.runtime import heartbeat
 from aldebaran.kafka import io as kio
 from aldebaran.storage.store import LocalStore
 from tests.conftest import assert_eventually

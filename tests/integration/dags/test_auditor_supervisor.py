@@ -19,9 +19,10 @@ import time
 
 import pytest
 
-from aldebaran import paths, reference
-from aldebaran import lease as leases
-from aldebaran import heartbeat
+from aldebaran import reference
+from aldebaran.runtime import paths
+from aldebaran.runtime import lease as leases
+from aldebaran.runtime import heartbeat
 from aldebaran.audit.archive import Archive
 from aldebaran.exceptions import LeaseHeld
 from aldebaran.kafka import io as kio

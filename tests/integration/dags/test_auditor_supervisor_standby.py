@@ -29,9 +29,9 @@ import time
 
 import pytest
 
-from aldebaran import paths
-from aldebaran import lease as leases
-from aldebaran import heartbeat
+from aldebaran.runtime import paths
+from aldebaran.runtime import lease as leases
+from aldebaran.runtime import heartbeat
 from aldebaran.kafka import io as kio
 from aldebaran.platform import standby_slot, supervisor
 from aldebaran.platform.health import _offsets

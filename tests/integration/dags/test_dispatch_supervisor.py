@@ -18,9 +18,9 @@ import time
 
 import pytest
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.audit.model import alert_id
-from aldebaran import heartbeat
+from aldebaran.runtime import heartbeat
 from aldebaran.kafka import io as kio
 from aldebaran.platform import dispatch_supervisor as ds
 from aldebaran.platform import health, processes

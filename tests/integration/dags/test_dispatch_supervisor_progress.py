@@ -17,7 +17,7 @@ from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import configured_channels
 from aldebaran.delivery.dispatcher import Dispatcher, DispatchStats, default_ledger
 from aldebaran.delivery.service import Heartbeat
-from aldebaran.heartbeat import DISPATCHER, key as heartbeat_key
+from aldebaran.runtime.heartbeat import DISPATCHER, key as heartbeat_key
 from aldebaran.kafka import io as kio
 from aldebaran.platform import dispatch_supervisor as ds
 from aldebaran.platform import processes

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from aldebaran import heartbeat, paths
+from aldebaran.runtime import heartbeat, paths
 from aldebaran.audit.model import alert_id
 from aldebaran.kafka import io as kio
 from aldebaran.lanes import keeper

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from aldebaran import heartbeat
+from aldebaran.runtime import heartbeat
 from aldebaran.exceptions import PlatformUnhealthy
 from aldebaran.platform import health
 

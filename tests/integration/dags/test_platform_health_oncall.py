@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from aldebaran import heartbeat
+from aldebaran.runtime import heartbeat
 
 FINDING = "aldebaran.platform-health.auditor-progress"
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from aldebaran import cli, paths
-from aldebaran.cliparse import subcommands
+from aldebaran import cli
+from aldebaran.runtime import paths
+from aldebaran.runtime.cliparse import subcommands
 
 ROOT = paths.ROOT
 

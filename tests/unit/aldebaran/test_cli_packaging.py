@@ -14,8 +14,9 @@ import setuptools
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from aldebaran import cli, cliparse, paths
-from aldebaran.cliparse import subcommands
+from aldebaran import cli
+from aldebaran.runtime import cliparse, paths
+from aldebaran.runtime.cliparse import subcommands
 
 ROOT = paths.ROOT
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -82,7 +83,7 @@ def test_an_entry_point_whose_package_is_absent_is_skipped(monkeypatch, caplog):
     others = {g: list(entry_points(group=g)) for g in ("aldebaran.bench",)}
     monkeypatch.setattr(cliparse, "entry_points",
                         lambda group: [*real, ghost] if group == cli.COMMANDS_GROUP else others[group])
-    with caplog.at_level(logging.DEBUG, logger="aldebaran.cliparse"):
+    with caplog.at_level(logging.DEBUG, logger="aldebaran.runtime.cliparse"):
         parser = cli.build_parser()
     assert "aldebaran_ghost.cli" in caplog.text
     assert {"bench", "chaos", "services"} <= set(subcommands(parser))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from aldebaran import paths, spark
+from aldebaran.runtime import paths, spark
 from aldebaran.exceptions import ConfigError
 from aldebaran.settings import SparkSettings, load
 

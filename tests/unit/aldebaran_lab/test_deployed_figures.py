@@ -105,7 +105,7 @@ def test_a_segment_carries_its_cpu_per_event():
 def test_a_lane_only_run_keeps_the_earlier_exact_figures_and_adds_its_nice_levels(tmp_path):
     import json
 
-    from aldebaran import paths
+    from aldebaran.runtime import paths
 
     earlier = json.loads((paths.ROOT / "docs" / "img" / "bench-results.json").read_text())["deployed"]
     (tmp_path / "img").mkdir()
@@ -134,7 +134,7 @@ def test_a_lane_only_run_keeps_the_earlier_exact_figures_and_adds_its_nice_level
 def test_a_run_without_the_capacity_ladder_keeps_the_earlier_ladder_and_says_whose_it_is(tmp_path):
     import json
 
-    from aldebaran import paths
+    from aldebaran.runtime import paths
 
     earlier = json.loads((paths.ROOT / "docs" / "img" / "bench-results.json").read_text())["deployed"]
     (tmp_path / "img").mkdir()

@@ -27,7 +27,6 @@ class _FakeSettings(BaseSettings):
 
 def test_every_settings_class_of_the_package_is_found():
     assert docsgen.settings_class_names() == [
-        ("aldebaran.metrics", "MetricsSettings"),
         ("aldebaran.settings", "KafkaSettings"),
         ("aldebaran.settings", "ObjectStoreSettings"),
         ("aldebaran.settings", "PathSettings"),
@@ -43,6 +42,7 @@ def test_every_settings_class_of_the_package_is_found():
         ("aldebaran.platform.settings", "HealthSettings"),
         ("aldebaran.platform.settings", "OnCallSettings"),
         ("aldebaran.platform.settings", "ReplaySettings"),
+        ("aldebaran.runtime.metrics", "MetricsSettings"),
     ]
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aldebaran import envfile, paths, settings
+from aldebaran import settings
+from aldebaran.runtime import envfile, paths
 
 ROOT = paths.ROOT
 COMPOSE = ROOT / "docker-compose.yml"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.delivery.channels import channel_from_connection, channel_names, env_connection
 from aldebaran.delivery.channels.sources import CHANNELS_SETTING, CHANNELS_VARIABLE
 from aldebaran_lab import docsgen

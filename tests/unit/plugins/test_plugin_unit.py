@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 
 ROOT = paths.ROOT
 PLUGIN = ROOT / "plugins" / "aldebaran_deliveries.py"

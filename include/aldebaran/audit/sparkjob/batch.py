@@ -17,7 +17,7 @@ import json
 import logging
 import time
 
-from aldebaran import logs
+from aldebaran.runtime import logs
 from aldebaran.audit.sparkjob.plans import Plan
 from aldebaran.audit.sparkjob.rows import OUTPUT_SCHEMA, batch_context, sources_header
 

@@ -22,7 +22,7 @@ import logging
 import time
 
 from aldebaran.audit.state.files import files_for, versions
-from aldebaran.checkpoint import FINISHED, Checkpoint
+from aldebaran.runtime.checkpoint import FINISHED, Checkpoint
 from aldebaran.exceptions import AuditorError
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from aldebaran.checkpoint import Checkpoint
+from aldebaran.runtime.checkpoint import Checkpoint
 from aldebaran.exceptions import NotFound, ObjectStoreError
 from aldebaran.storage.store import Store
 

@@ -8,7 +8,7 @@ import time
 
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob.batch import TICK_TOPIC, BatchWriter
-from aldebaran.checkpoint import Checkpoint
+from aldebaran.runtime.checkpoint import Checkpoint
 from aldebaran.exceptions import AuditorError
 from aldebaran.settings import KafkaSettings, load
 
@@ -154,8 +154,8 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
     """Run the auditor until it stops (available-now), the timeout passes, or it is interrupted.
 
     `kafka` (default: from the environment) names the cluster and topics; the CLI's topic flags set it."""
-    from aldebaran import metrics
-    from aldebaran import spark as sparkmod
+    from aldebaran.runtime import metrics
+    from aldebaran.runtime import spark as sparkmod
 
     spark = spark or sparkmod.session(
         f"aldebaran-{settings.query_name}", master=settings.master, s3a=settings.uses_s3a(),
@@ -164,9 +164,9 @@ def run(settings: AuditorSettings, spark=None, on_batch=None, kafka: KafkaSettin
     metrics.serve("auditor", settings.query_name)  # this driver's /metrics (before any heartbeat names it)
     spark.conf.set("spark.sql.adaptive.enabled", "false")  # shard id = shuffle partition id
     lease = prepared = None
-    if settings.lease_seconds:  # never two auditors on one checkpoint (aldebaran.lease)
+    if settings.lease_seconds:  # never two auditors on one checkpoint (aldebaran.runtime.lease)
         from aldebaran.storage.store import open_store
-        from aldebaran.lease import acquire
+        from aldebaran.runtime.lease import acquire
 
         store = open_store()
         if settings.standby:
@@ -285,7 +285,7 @@ def _active(query) -> bool:
 
 def print_status(settings: AuditorSettings) -> None:
     """`aldebaran auditor status`: the latest heartbeat and its age."""
-    from aldebaran.heartbeat import AUDITOR, key, read
+    from aldebaran.runtime.heartbeat import AUDITOR, key, read
     from aldebaran.storage.store import open_store
 
     store = open_store()

@@ -31,7 +31,7 @@ import os
 
 from aldebaran import events
 from aldebaran.audit.partitioning import PARTITIONERS, placements
-from aldebaran.checkpoint import PLAN
+from aldebaran.runtime.checkpoint import PLAN
 from aldebaran.exceptions import AuditorError, ConfigError
 
 log = logging.getLogger(__name__)

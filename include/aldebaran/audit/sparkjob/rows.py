@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 from aldebaran.audit.state.store import Config, ShardStore
-from aldebaran.checkpoint import Checkpoint
+from aldebaran.runtime.checkpoint import Checkpoint
 
 OUTPUT_SCHEMA = (
     "row_type string, alert_id string, kind string, order_id string, alert_json string, sources string, "

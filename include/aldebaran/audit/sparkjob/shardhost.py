@@ -382,7 +382,7 @@ def stop_function(state_root: str):
 
 
 if __name__ == "__main__":
-    from aldebaran import logs
+    from aldebaran.runtime import logs
 
     logs.setup("shardhost")
     serve(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))

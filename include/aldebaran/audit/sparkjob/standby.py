@@ -1,7 +1,7 @@
 """A warm standby auditor (``ALDEBARAN_AUDIT_STANDBY``, ``aldebaran auditor run --standby true``).
 
 It is an auditor started before it is needed: its JVM and Spark session are up, its Python imported,
-and it waits on the checkpoint's lease (:mod:`aldebaran.lease`) instead of failing when another auditor
+and it waits on the checkpoint's lease (:mod:`aldebaran.runtime.lease`) instead of failing when another auditor
 holds it. Every ``standby_refresh_seconds`` it also prefetches the books: with the co-partitioned plan
 (the plan of keyed topics) it asks each shard's host on its own executor to load the shard's latest
 version (:func:`aldebaran.audit.sparkjob.shardhost.warm_function`); the query it starts on takeover runs
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from aldebaran.audit.sparkjob.handover import announce, withdraw
-from aldebaran.checkpoint import Checkpoint
+from aldebaran.runtime.checkpoint import Checkpoint
 from aldebaran.exceptions import AldebaranError, LeaseHeld, ObjectStoreError
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ READY_LINE = "waiting for the lease"
 def wait_for_lease(spark, settings, kafka, store):
     """Wait (without limit) for the checkpoint's lease while a thread prefetches the books; returns the
     Lease. The lease is looked at every POLL_SECONDS whatever the prefetch is doing."""
-    from aldebaran.lease import acquire
+    from aldebaran.runtime.lease import acquire
 
     log.info("standby %s: Spark up; %s on %s (books prefetched every %.0fs)",
              settings.query_name, READY_LINE, settings.checkpoint, settings.standby_refresh_seconds)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.delivery.channels.base import DEDUPE_MAX_RUN, Channel, Outcome, Promise, register
 from aldebaran.delivery.channels.connection import Connection
 from aldebaran.delivery.exceptions import RetryableError

@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.exceptions import ConfigError, ServiceError
 from aldebaran.settings import ObjectStoreSettings
 from aldebaran_lab.services.airflow import TRIGGERER_HEALTH_CHECK_THRESHOLD, connections_env

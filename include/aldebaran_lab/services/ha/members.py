@@ -9,7 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.exceptions import ConfigError
 from aldebaran.settings import KafkaSettings, ObjectStoreSettings
 from aldebaran_lab.services.base import Service, port_open

@@ -10,7 +10,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from aldebaran import envfile, paths
+from aldebaran.runtime import envfile, paths
 
 HOST = "127.0.0.1"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from aldebaran import heartbeat
+from aldebaran.runtime import heartbeat
 from aldebaran.audit.heartbeat import HeartbeatPoller
 from aldebaran.storage.store import LocalStore
 

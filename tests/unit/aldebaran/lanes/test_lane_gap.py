@@ -161,7 +161,7 @@ def test_the_gaps_are_counted_in_the_keepers_metrics():
 
     from prometheus_client import CollectorRegistry
 
-    from aldebaran.metrics_roles import lane_families
+    from aldebaran.runtime.metrics_roles import lane_families
 
     class Collector:
         def __init__(self, fn):

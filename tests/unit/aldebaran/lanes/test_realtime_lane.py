@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from aldebaran import events, paths
-from aldebaran import spark as sparkmod
+from aldebaran import events
+from aldebaran.runtime import paths
+from aldebaran.runtime import spark as sparkmod
 from aldebaran.audit.model import alert_id
 from aldebaran.exceptions import SetupError
 from aldebaran.lanes import launch, realtime

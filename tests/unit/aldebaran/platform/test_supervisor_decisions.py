@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from aldebaran import lease as leases
+from aldebaran.runtime import lease as leases
 from aldebaran.platform.settings import SupervisorSettings
 from aldebaran.platform import standby_slot
 from aldebaran.platform.standby_slot import DEAD, FAILOVER, READY, STARTING, STUCK, choose, promote, status

@@ -229,7 +229,7 @@ class LandsThenFailsFake:
 
 
 def test_a_lease_renewal_whose_reply_was_lost_is_not_a_lost_lease(tmp_path):
-    from aldebaran import lease as leases
+    from aldebaran.runtime import lease as leases
     from aldebaran.exceptions import LeaseLost, ObjectStoreError
 
     store = LandsThenFailsFake(LocalStore(tmp_path / "store"))

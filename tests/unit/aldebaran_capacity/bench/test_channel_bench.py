@@ -20,7 +20,7 @@ def test_the_operations_channels_are_in_the_default_run_and_push_counts_as_in_do
 
 @pytest.mark.parametrize("kind", ["pagerduty", "opsgenie", "fcm", "apns"])
 def test_recipient_and_connection_of_each_kind(kind, tmp_path, monkeypatch):
-    from aldebaran import paths
+    from aldebaran.runtime import paths
 
     monkeypatch.setattr(paths, "run_dir", lambda: tmp_path)
     recipient, conn, stop = dispatch._operations_recipient(kind, "t1")

@@ -51,7 +51,7 @@ def test_the_watchers_consumer_gives_a_killed_triggerers_partitions_up_within_te
 def test_every_airflow_the_platform_writes_moves_a_dead_triggerers_watcher_after_15_seconds(tmp_path):
     import yaml
 
-    from aldebaran import paths
+    from aldebaran.runtime import paths
     from aldebaran_lab.services.airflow import TRIGGERER_HEALTH_CHECK_THRESHOLD
 
     assert TRIGGERER_HEALTH_CHECK_THRESHOLD == "15"

@@ -1,12 +1,12 @@
 """The JVMs the lab starts (its Kafka broker, its Spark daemons) log as the product's JVMs do: the product's
-log4j2 date (aldebaran.logs.LOG4J2_DATE) and its Spark config file (aldebaran.spark)."""
+log4j2 date (aldebaran.runtime.logs.LOG4J2_DATE) and its Spark config file (aldebaran.runtime.spark)."""
 
 from __future__ import annotations
 
 import pytest
 
-from aldebaran import logs
-from aldebaran import spark as sparkmod
+from aldebaran.runtime import logs
+from aldebaran.runtime import spark as sparkmod
 
 
 @pytest.fixture

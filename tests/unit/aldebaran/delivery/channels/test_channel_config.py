@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.delivery import channels as ch
 from aldebaran.delivery.channels import (
     Connection,

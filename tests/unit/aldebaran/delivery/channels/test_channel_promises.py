@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 from aldebaran.delivery import channels as ch
 from aldebaran.delivery import pages
 from aldebaran.delivery.ledger import Ledger

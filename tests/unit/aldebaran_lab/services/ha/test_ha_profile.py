@@ -8,7 +8,7 @@ from unittest import mock
 
 import pytest
 
-from aldebaran import envfile
+from aldebaran.runtime import envfile
 from aldebaran.settings import KafkaSettings, ObjectStoreSettings
 from aldebaran_lab.services import ha
 from aldebaran_lab.services.ha import profile
@@ -164,7 +164,7 @@ def test_every_minio_node_gets_the_same_endpoints_each_with_its_own_drive(tmp_pa
     assert endpoints[0] == f"http://127.0.0.1:19000{tmp_path}/minio-1/data"
     assert len({e.split("/", 3)[2] for e in endpoints}) == 4  # four host:port
     assert len({e.split("/", 3)[3] for e in endpoints}) == 4  # four drives
-    with mock.patch("aldebaran.paths.minio_binary", return_value=Path("/bin/minio")):
+    with mock.patch("aldebaran.runtime.paths.minio_binary", return_value=Path("/bin/minio")):
         for node in nodes:
             cmd = node.command()
             assert cmd[cmd.index("--address") + 1] == node.address

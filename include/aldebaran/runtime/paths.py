@@ -12,7 +12,7 @@ from pathlib import Path
 from aldebaran.exceptions import SetupError
 from aldebaran.settings import PathSettings, load
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _settings() -> PathSettings:

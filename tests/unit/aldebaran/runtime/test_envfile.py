@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from aldebaran import envfile
+from aldebaran.runtime import envfile
 
 JWT = "AIRFLOW__API_AUTH__JWT_SECRET"
 
@@ -40,7 +40,7 @@ def test_a_short_jwt_secret_alone_is_regenerated_and_logged_without_its_value(tm
     text = path.read_text()
     values = envfile.parse(text)
     path.write_text(text.replace(f"{JWT}={values[JWT]}", f"{JWT}={old}"))
-    with caplog.at_level(logging.WARNING, logger="aldebaran.envfile"):
+    with caplog.at_level(logging.WARNING, logger="aldebaran.runtime.envfile"):
         envfile.ensure(path)
     after = envfile.parse(path.read_text())
     assert len(after[JWT].encode()) >= 64

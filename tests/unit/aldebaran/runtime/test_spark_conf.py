@@ -1,11 +1,11 @@
-"""The precedence of Spark settings (aldebaran.spark.resolve_conf): the caller's explicit values, then the
+"""The precedence of Spark settings (aldebaran.runtime.spark.resolve_conf): the caller's explicit values, then the
 user's (--conf, spark-defaults.conf, the Spark connection), then the platform's defaults."""
 
 from __future__ import annotations
 
 import pytest
 
-from aldebaran import spark as sparkmod
+from aldebaran.runtime import spark as sparkmod
 from aldebaran.exceptions import ConfigError
 
 DEFAULTS = {"spark.sql.session.timeZone": "UTC", "spark.jars": "/c/kafka.jar,/c/pool.jar",
@@ -69,7 +69,7 @@ def test_a_submit_keeps_the_users_jvm_options_and_adds_the_jit_flag_and_the_log_
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
     monkeypatch.setattr(sparkmod.paths, "run_dir", lambda: tmp_path)
     conf = sparkmod.submit_conf({"spark.sql.shuffle.partitions": "4"})
-    log4j2 = f"-Dlog4j2.configurationFile={tmp_path / 'spark-log4j2.properties'}"  # aldebaran.logs: ISO-8601 UTC
+    log4j2 = f"-Dlog4j2.configurationFile={tmp_path / 'spark-log4j2.properties'}"  # aldebaran.runtime.logs: ISO-8601 UTC
     assert conf["spark.driver.extraJavaOptions"] == f"-Xss4m -Dsite=1 {sparkmod.JVM_OPTIONS} {log4j2}"
     assert conf["spark.executor.extraJavaOptions"] == sparkmod.JVM_OPTIONS
     assert conf["spark.sql.shuffle.partitions"] == "4"

@@ -8,8 +8,8 @@ import re
 import sys
 from pathlib import Path
 
-from aldebaran import paths
-from aldebaran.logs import LOG4J2_DATE
+from aldebaran.runtime import paths
+from aldebaran.runtime.logs import LOG4J2_DATE
 from aldebaran.settings import SparkSettings, load
 
 
@@ -160,7 +160,7 @@ JVM_OPTIONS = "-XX:-DontCompileHugeMethods"
 SUBMIT_CONF = {"spark.driver.extraJavaOptions": JVM_OPTIONS, "spark.executor.extraJavaOptions": JVM_OPTIONS}
 
 
-# Spark's own log lines with the platform's time (ISO-8601 UTC, aldebaran.logs.LOG4J2_DATE) instead of its
+# Spark's own log lines with the platform's time (ISO-8601 UTC, aldebaran.runtime.logs.LOG4J2_DATE) instead of its
 # default ``yy/MM/dd HH:mm:ss`` in local time: Spark's log4j2-defaults.properties with that date, written to
 # the run directory and named by -Dlog4j2.configurationFile (:func:`with_log4j2`).
 SPARK_LOG4J2 = f"""\

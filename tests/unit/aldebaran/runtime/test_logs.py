@@ -1,4 +1,4 @@
-"""The platform's log lines (aldebaran.logs): an ISO-8601 UTC time on every line, text or one JSON object
+"""The platform's log lines (aldebaran.runtime.logs): an ISO-8601 UTC time on every line, text or one JSON object
 per line (ALDEBARAN_LOG_FORMAT), and the same date in the log4j2 configs the project writes for Spark and
 Kafka."""
 
@@ -14,8 +14,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from aldebaran import logs
-from aldebaran import spark as sparkmod
+from aldebaran.runtime import logs
+from aldebaran.runtime import spark as sparkmod
 from aldebaran.exceptions import ConfigError
 from aldebaran.settings import LogSettings, load
 
@@ -90,7 +90,7 @@ def test_the_format_setting():
 @pytest.mark.parametrize("log_format", ["text", "json"])
 def test_setup_configures_a_fresh_process_from_the_environment(log_format):
     # A process of its own: pytest's capture handlers sit on this one's root logger.
-    code = ("import logging; from aldebaran import logs; logs.setup('dispatch'); "
+    code = ("import logging; from aldebaran.runtime import logs; logs.setup('dispatch'); "
             "logging.getLogger('aldebaran.delivery.dispatcher').warning('webhook: down', "
             "extra=logs.fields(channel='webhook', partition=0)); "
             "logging.getLogger('botocore').info('noise')")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from aldebaran import paths
-from aldebaran import spark as sparkmod
+from aldebaran.runtime import paths
+from aldebaran.runtime import spark as sparkmod
 from aldebaran.exceptions import ConfigError
 
 CLUSTER = "spark://10.0.0.5:7077"

@@ -1,6 +1,6 @@
 """Prometheus / OpenMetrics endpoints of the long-running processes: the auditor's driver, the streaming
 dispatchers and the lane keeper each serve ``/metrics`` over HTTP (prometheus_client), with ``/healthz`` and
-``/readyz`` beside it (aldebaran.probes), bound to
+``/readyz`` beside it (aldebaran.runtime.probes), bound to
 ``ALDEBARAN_METRICS_BIND`` (127.0.0.1) on a port from ``ALDEBARAN_METRICS_<ROLE>_PORT``.
 
 Port 0 (the default) is an ephemeral port the kernel picks, so any number of dispatchers share a host
@@ -12,7 +12,7 @@ by the next process that starts serving on the host. docs/operations.md "Metrics
 
 The hot path pays nothing per event: the auditor updates its metrics once per micro-batch (its query
 listener), and the dispatchers and the keeper are read at scrape time from what their heartbeats already
-hold (:mod:`aldebaran.metrics_roles`). prometheus_client is imported only when a server starts or a metric
+hold (:mod:`aldebaran.runtime.metrics_roles`). prometheus_client is imported only when a server starts or a metric
 is made, never at DAG parse time.
 """
 
@@ -194,9 +194,9 @@ def serve(role: Role, name: str, settings: MetricsSettings | None = None) -> str
             log.warning("%s %s: metrics port %s:%d not available (%s); serving on an ephemeral port instead",
                         role, name, settings.bind, port, exc)
             _server = start_http_server(0, addr=settings.bind, registry=registry())
-        from aldebaran import probes
+        from aldebaran.runtime import probes
 
-        # /healthz and /readyz on the same server and port (aldebaran.probes); /metrics goes on as before.
+        # /healthz and /readyz on the same server and port (aldebaran.runtime.probes); /metrics goes on as before.
         _server[0].set_app(probes.wsgi(_server[0].get_app()))
         bound = _server[0].server_address[1]
         host = settings.bind if settings.bind not in ("0.0.0.0", "::", "") else socket.gethostname()
@@ -221,7 +221,7 @@ def stop() -> None:
 def targets_dir(settings: MetricsSettings) -> Path:
     if settings.targets_dir is not None:
         return settings.targets_dir
-    from aldebaran import paths
+    from aldebaran.runtime import paths
 
     return paths.run_dir() / "metrics-targets"
 

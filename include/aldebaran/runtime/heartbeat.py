@@ -6,7 +6,7 @@ A :class:`Beater` writes the heartbeat from a thread of its own, every period, w
 work loop is doing: a busy loop still beats, so a heartbeat that goes stale means the process is frozen
 or gone, never merely busy. Whether the work advances is a separate question, answered by what the body
 carries (:class:`Progress`: when the loop last turned, whether work is pending, when its marks last
-moved) and judged by one rule (aldebaran.probes.stalled): the supervisors (aldebaran.platform.processes)
+moved) and judged by one rule (aldebaran.runtime.probes.stalled): the supervisors (aldebaran.platform.processes)
 apply it to the stored heartbeat, each process's own ``/readyz`` to the body it holds in memory.
 
 Every heartbeat is one JSON object at ``heartbeats/<role>/<name>.json`` (:func:`key`) in the store of its
@@ -98,7 +98,7 @@ def _checked(store, where: str, body) -> dict | None:
         return _skipped(store, where, "field 'channels' is not a list of names")
     if body.get("pid") is not None and not 0 < body["pid"] < 2**31:  # a supervisor signals it
         return _skipped(store, where, f"field 'pid' out of range: {body['pid']}")
-    for unit, p in (body.get("progress") or {}).items():  # aldebaran.probes.stalled's arithmetic
+    for unit, p in (body.get("progress") or {}).items():  # aldebaran.runtime.probes.stalled's arithmetic
         if p is not None and (not isinstance(p, dict) or not all(
                 v is None or (type(v) in (int, float) and abs(v) < 1e15 and math.isfinite(v))  # bound first:
                 # math.isfinite of an int beyond a float's range raises OverflowError
@@ -114,8 +114,8 @@ def _skipped(store, where: str, reason: str) -> None:
 
 def identity() -> dict:
     """Where a heartbeat comes from: the supervisors signal this pid on this host; Prometheus scrapes
-    ``metrics`` (host:port of its /metrics, None when it serves none: aldebaran.metrics)."""
-    from aldebaran.metrics import address
+    ``metrics`` (host:port of its /metrics, None when it serves none: aldebaran.runtime.metrics)."""
+    from aldebaran.runtime.metrics import address
 
     return {"host": socket.gethostname(), "pid": os.getpid(), "metrics": address()}
 

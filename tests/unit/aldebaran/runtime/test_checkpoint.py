@@ -1,11 +1,11 @@
-"""The checkpoint's layout (aldebaran.checkpoint.Checkpoint): one root, every path and key built from it."""
+"""The checkpoint's layout (aldebaran.runtime.checkpoint.Checkpoint): one root, every path and key built from it."""
 
 from __future__ import annotations
 
 import pytest
 
-from aldebaran import lease
-from aldebaran.checkpoint import Checkpoint
+from aldebaran.runtime import lease
+from aldebaran.runtime.checkpoint import Checkpoint
 
 
 def test_the_layout_hangs_off_the_root_whatever_its_trailing_slash():

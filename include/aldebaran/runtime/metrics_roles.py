@@ -1,4 +1,4 @@
-"""What each long-running process exports on /metrics (:mod:`aldebaran.metrics` serves it).
+"""What each long-running process exports on /metrics (:mod:`aldebaran.runtime.metrics` serves it).
 
 - the auditor (its driver's query listener, once per micro-batch: :func:`auditor_batch`);
 - a streaming dispatcher (:func:`watch_dispatcher`: read at scrape time from its DispatchStats, which the
@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 
-from aldebaran.metrics import add_source, family, registry, remove_source
+from aldebaran.runtime.metrics import add_source, family, registry, remove_source
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ def dispatcher_families(heartbeat, ledger_counts: LedgerCounts | None = None, no
 
 def watch_dispatcher(heartbeat, refresh_seconds: float | None = None) -> str:
     """Export `heartbeat`'s dispatcher (aldebaran.delivery.service.Heartbeat) until :func:`unwatch`."""
-    from aldebaran.metrics import MetricsSettings
+    from aldebaran.runtime.metrics import MetricsSettings
     from aldebaran.settings import load
 
     refresh = refresh_seconds if refresh_seconds is not None else load(MetricsSettings).ledger_refresh_seconds

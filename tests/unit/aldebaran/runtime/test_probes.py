@@ -1,5 +1,5 @@
-"""/healthz and /readyz (aldebaran.probes), pure: the readiness rules on heartbeat bodies, and that a
-dispatcher's /readyz and its supervisor agree on every body (one rule, aldebaran.heartbeat.stalled, with
+"""/healthz and /readyz (aldebaran.runtime.probes), pure: the readiness rules on heartbeat bodies, and that a
+dispatcher's /readyz and its supervisor agree on every body (one rule, aldebaran.runtime.heartbeat.stalled, with
 the supervisor's settings); the WSGI wrapper's codes and JSON, /metrics passed through."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import threading
 
 import pytest
 
-from aldebaran import probes
+from aldebaran.runtime import probes
 from aldebaran.platform.processes import diagnose
 from aldebaran.platform.settings import DispatchSupervisorSettings
-from aldebaran.probes import Verdict, Watched, auditor_ready, dispatcher_ready, lane_ready
+from aldebaran.runtime.probes import Verdict, Watched, auditor_ready, dispatcher_ready, lane_ready
 
 NOW = 1_000_000.0
 S = DispatchSupervisorSettings(stale_after_seconds=30, progress_limit_seconds=120)
@@ -174,7 +174,7 @@ def test_healthz_follows_the_main_loop_thread_and_readyz_the_rule(watched):
 @pytest.fixture
 def served(tmp_path, monkeypatch):
     """This process's /metrics server (process-global), stopped afterwards."""
-    from aldebaran import metrics
+    from aldebaran.runtime import metrics
 
     metrics.stop()
     monkeypatch.setenv("ALDEBARAN_METRICS_TARGETS_DIR", str(tmp_path / "targets"))

@@ -1,6 +1,6 @@
 """``/healthz`` and ``/readyz`` of the long-running processes (the auditor's driver, the streaming
 dispatchers, the lane keeper), served by the same HTTP server and port as their ``/metrics``
-(aldebaran.metrics wraps its WSGI app with :func:`wsgi`). docs/operations.md "Health endpoints" has the
+(aldebaran.runtime.metrics wraps its WSGI app with :func:`wsgi`). docs/operations.md "Health endpoints" has the
 systemd and Kubernetes probes.
 
 - ``/healthz`` (alive): the thread of the process's main loop is running and its work has not ended
@@ -49,7 +49,7 @@ def _ended(what: str, body: dict) -> Verdict:
     return Verdict(False, body["status"], f"{what} {body['status']}{error}")
 
 
-# --- the readiness rules (pure: tests/unit/aldebaran/test_probes.py) -----
+# --- the readiness rules (pure: tests/unit/aldebaran/runtime/test_probes.py) -----
 def stalled(progress: dict | None, now: float, limit: float) -> dict[str, str]:
     """{unit: why} for each unit of a heartbeat's ``progress`` that has lost progress: its marks (settled
     offsets, settled deliveries) have not moved for more than `limit` seconds while it has work pending,

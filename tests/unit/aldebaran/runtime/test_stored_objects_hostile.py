@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from aldebaran import heartbeat, lease
+from aldebaran.runtime import heartbeat, lease
 from aldebaran.storage import quarantine
 from aldebaran.audit.sparkjob.plans import Plan, read_recorded, write_recorded
 from aldebaran.delivery.ledger import Ledger
@@ -93,7 +93,7 @@ def test_an_odd_index_key_near_the_name_limit_is_quarantined_by_digest():
 ])
 def test_a_corrupt_heartbeat_reads_as_none_and_is_logged(store, caplog, body, reason):
     store.put(heartbeat.key(heartbeat.DISPATCHER, "w1"), body)
-    with caplog.at_level(logging.WARNING, "aldebaran.heartbeat"):
+    with caplog.at_level(logging.WARNING, "aldebaran.runtime.heartbeat"):
         assert heartbeat.read(store, heartbeat.DISPATCHER, "w1") is None
         assert heartbeat.read_all(store, heartbeat.DISPATCHER) == [{}]
     assert reason in caplog.text and "w1.json" in caplog.text

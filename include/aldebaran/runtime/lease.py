@@ -1,6 +1,6 @@
 """The checkpoint lease: never two auditors on one checkpoint.
 
-One object per checkpoint in the object store (its key: ``aldebaran.checkpoint.Checkpoint.lease_key``):
+One object per checkpoint in the object store (its key: ``aldebaran.runtime.checkpoint.Checkpoint.lease_key``):
 
     {"checkpoint", "query", "state": held|released|revoked|broken, "generation", "owner",
      "host", "pid", "acquired_at", "renewed_at", "expires_at", "ttl_seconds", "note"}
@@ -41,7 +41,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
-from aldebaran.checkpoint import Checkpoint
+from aldebaran.runtime.checkpoint import Checkpoint
 from aldebaran.exceptions import AlreadyExists, LeaseHeld, LeaseLost, NotFound, ObjectStoreError, PreconditionFailed
 from aldebaran.runtime.procs import pid_alive
 from aldebaran.storage.store import Store, writer_token

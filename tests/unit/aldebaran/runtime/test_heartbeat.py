@@ -1,4 +1,4 @@
-"""The heartbeat writer (aldebaran.heartbeat) and the dispatcher's heartbeat body (aldebaran.delivery.service):
+"""The heartbeat writer (aldebaran.runtime.heartbeat) and the dispatcher's heartbeat body (aldebaran.delivery.service):
 beats come from a thread whatever the work loop does, the final word is never overwritten, and the body
 carries each channel's progress (settled offsets, pending work, when it last moved). No services: a local
 directory store and fake workers (named as such)."""
@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from aldebaran.delivery.dispatcher import DispatchStats
 import pytest
 
-from aldebaran import heartbeat
+from aldebaran.runtime import heartbeat
 from aldebaran.delivery.service import Heartbeat
 from aldebaran.exceptions import ObjectStoreError
-from aldebaran.heartbeat import DISPATCHER, LANE, Beater, Progress, publish
+from aldebaran.runtime.heartbeat import DISPATCHER, LANE, Beater, Progress, publish
 from aldebaran.storage.store import open_store
 
 

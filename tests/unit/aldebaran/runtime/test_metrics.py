@@ -1,4 +1,4 @@
-"""aldebaran.metrics and aldebaran.metrics_roles: the settings, the /metrics server of a process (a real HTTP
+"""aldebaran.runtime.metrics and aldebaran.runtime.metrics_roles: the settings, the /metrics server of a process (a real HTTP
 server on 127.0.0.1), its file_sd target, and what each role exports, checked against hand-written values."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from aldebaran import metrics, paths
+from aldebaran.runtime import metrics, paths
 from aldebaran.audit.heartbeat import consumer_lag
 from aldebaran.delivery.dispatcher import DispatchStats
 from aldebaran.delivery.service import Heartbeat
 from aldebaran.exceptions import ConfigError
-from aldebaran.metrics import MetricsSettings, family, prune_targets
-from aldebaran.metrics_roles import AuditorMetrics, LedgerCounts, dispatcher_families, lane_families
+from aldebaran.runtime.metrics import MetricsSettings, family, prune_targets
+from aldebaran.runtime.metrics_roles import AuditorMetrics, LedgerCounts, dispatcher_families, lane_families
 from aldebaran.settings import load
 
 
@@ -83,7 +83,7 @@ def test_serve_on_an_ephemeral_port_publishes_its_address_and_target(served):
     host, port = address.rsplit(":", 1)
     assert host == "127.0.0.1" and int(port) > 0
     assert metrics.serve("auditor", "other") == address  # once per process
-    from aldebaran.heartbeat import identity
+    from aldebaran.runtime.heartbeat import identity
 
     assert identity()["metrics"] == address
     samples = scrape(address)
@@ -102,7 +102,7 @@ def test_a_taken_fixed_port_falls_back_to_an_ephemeral_one(served, monkeypatch, 
         taken.listen()
         port = taken.getsockname()[1]
         monkeypatch.setenv("ALDEBARAN_METRICS_LANE_PORT", str(port))
-        with caplog.at_level(logging.WARNING, logger="aldebaran.metrics"):
+        with caplog.at_level(logging.WARNING, logger="aldebaran.runtime.metrics"):
             address = metrics.serve("lane", "fast")
     assert int(address.rsplit(":", 1)[1]) not in (0, port)
     assert f"metrics port 127.0.0.1:{port} not available" in caplog.text

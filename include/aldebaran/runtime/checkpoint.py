@@ -2,7 +2,7 @@
 
     <root>/spark/                Spark's own state: offsets/, commits/, sources/, metadata
     <root>/books/                the books (aldebaran.audit.state): shard-NNNN/, plan.json, FINISHED.json
-    leases/auditor/<digest>.json the lease in the object store (aldebaran.lease), named by the root
+    leases/auditor/<digest>.json the lease in the object store (aldebaran.runtime.lease), named by the root
 
 Every path and key of that layout is built here and nowhere else (tests/unit/test_house.py checks it), so
 a change of layout is a change of this module. Pure strings: it imports nothing and touches no storage.

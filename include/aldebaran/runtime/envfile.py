@@ -6,7 +6,7 @@ variables that are already set, so a real deployment's environment always wins.
 
 The file is read and edited with python-dotenv (the parser docker compose and most tools share): a
 value's trailing ``# comment`` is dropped, double-quoted values take shell escapes, and a line it cannot
-parse is skipped with a warning (tests/unit/aldebaran/test_envfile.py keeps the corpus it was checked against).
+parse is skipped with a warning (tests/unit/aldebaran/runtime/test_envfile.py keeps the corpus it was checked against).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import dotenv
 
-from aldebaran import paths
+from aldebaran.runtime import paths
 
 log = logging.getLogger(__name__)
 
