@@ -23,7 +23,7 @@ EXTENSIONS = {
 
 
 def entry_points() -> dict[str, list[str]]:
-    groups: dict[str, list[str]] = {"console_scripts": ["aldebaran = aldebaran.cli:main"]}
+    groups: dict[str, list[str]] = {"console_scripts": ["aldebaran = aldebaran.cli.main:main"]}
     for package, points in EXTENSIONS.items():
         if (INCLUDE / package / "cli.py").is_file():
             for group, point in points.items():

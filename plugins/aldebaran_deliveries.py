@@ -214,9 +214,9 @@ def create_app():
     @app.get("/deliveries/explain", response_class=HTMLResponse)
     def explain_page(alert_id: str, user: User, backend: Backend, ledger: LedgerPrefix = None,
                      limit: Limit = pages.DEFAULT_LIMIT):
-        """`aldebaran explain` as a page: the one function that builds it (aldebaran.explain.explain)."""
+        """`aldebaran explain` as a page: the one function that builds it (aldebaran.cli.explain.explain)."""
         from aldebaran.exceptions import AlertNotFound
-        from aldebaran.explain import explain
+        from aldebaran.cli.explain import explain
 
         checked_id(alert_id)
         book = open_or_400(backend, ledger)

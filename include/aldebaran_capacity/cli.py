@@ -1,5 +1,5 @@
 """The capacity package's subcommands of `aldebaran`: `loadgen` and `bench MODE` (the ``capacity`` entry
-point of the ``aldebaran.commands`` group, read by :mod:`aldebaran.cli`).
+point of the ``aldebaran.commands`` group, read by :mod:`aldebaran.cli.main`).
 
 Each bench mode is a subcommand with its own options (:data:`BENCH_OPTIONS` names the modes of each);
 other packages add modes through the ``aldebaran.bench`` entry-point group: a function taking the bench

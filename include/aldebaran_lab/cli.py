@@ -1,5 +1,5 @@
 """The lab's subcommands of `aldebaran` (the ``lab`` entry point of the ``aldebaran.commands`` group, read by
-:mod:`aldebaran.cli`), and its bench modes `deployed` and `steady` (the ``lab`` entry point of the capacity
+:mod:`aldebaran.cli.main`), and its bench modes `deployed` and `steady` (the ``lab`` entry point of the capacity
 package's ``aldebaran.bench`` group: :func:`add_bench_modes`)."""
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start
             raise DeployedError(f"the auditor {platform.query!r} is not running: run `make demo` first (or pass "
                                 "--start)")
         log.info("deployed: the platform is not running; `aldebaran demo` first")
-        subprocess.run([sys.executable, "-m", "aldebaran.cli", "demo"], check=True)
+        subprocess.run([sys.executable, "-m", "aldebaran.cli.main", "demo"], check=True)
     kafka = load(KafkaSettings)
     api = api_from_env()
     log_path = configured_channels(["log"])[0].path

@@ -34,7 +34,7 @@ def run(rate: int, seconds: float, linger: float = 30.0, seed: int | None = None
     seed = seed if seed is not None else int(time.time())
     expected_path = paths.run_dir() / "bench" / f"steady-{seed}-expected.json"
     t0 = time.time()
-    rc = subprocess.call([sys.executable, "-m", "aldebaran.cli", "loadgen", "--rate", str(rate), "--seconds",
+    rc = subprocess.call([sys.executable, "-m", "aldebaran.cli.main", "loadgen", "--rate", str(rate), "--seconds",
                           str(seconds), "--seed", str(seed), "--watch", "--watch-linger", str(linger),
                           "--expected", str(expected_path)])
     watcher.sample()

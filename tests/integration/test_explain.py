@@ -14,8 +14,9 @@ import json
 
 import pytest
 
-from aldebaran import cli, events
-from aldebaran import explain as ex
+from aldebaran import events
+from aldebaran.cli import main as cli
+from aldebaran.cli import explain as ex
 from aldebaran.audit import provenance
 from aldebaran.audit.model import alert_id as alert_id_of
 from aldebaran.audit.settings import AuditorSettings

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from aldebaran import explain
+from aldebaran.cli import explain
 from aldebaran.runtime import heartbeat, paths
 from aldebaran.delivery import fast
 from aldebaran.delivery.channels import configured_channels

@@ -84,7 +84,7 @@ def still_there(store, *keys_: str) -> None:
 
 
 def test_readers_that_only_look_skip_each_corrupt_object_and_name_it(planted, store, capsys, unique):
-    from aldebaran import cli
+    from aldebaran.cli import main as cli
 
     p, ledger = planted, planted.ledger
     [webhook] = pages.overview(ledger, 20, fast_topic="no-fast-topic")
@@ -178,7 +178,7 @@ def test_the_dispatcher_quarantines_what_it_meets_and_goes_on(planted, store, tm
 
 
 def test_deliveries_stats_counts_the_quarantine(planted, store, capsys):
-    from aldebaran import cli
+    from aldebaran.cli import main as cli
 
     ledger = planted.ledger
     ledger.quarantine(planted.record, "Expecting property name", "test", CHANNEL)
@@ -188,7 +188,7 @@ def test_deliveries_stats_counts_the_quarantine(planted, store, capsys):
 
 
 def test_deliveries_show_names_a_corrupt_run_that_holds_the_alert(kafka_topics, store, s3_prefix, unique, capsys):
-    from aldebaran import cli
+    from aldebaran.cli import main as cli
     from aldebaran.delivery.tools import locate_alert
     from tests.integration.test_dispatch_failures import make_alert, publish
 

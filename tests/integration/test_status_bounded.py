@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from aldebaran import cli
+from aldebaran.cli import main as cli
 from aldebaran.runtime import heartbeat
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery import locate

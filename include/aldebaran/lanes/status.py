@@ -148,7 +148,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """``run``, ``status``, ``resolve``; ``stop`` is the lane supervisor's (aldebaran.cli routes it there)."""
+    """``run``, ``status``, ``resolve``; ``stop`` is the lane supervisor's (aldebaran.cli.main routes it there)."""
     from aldebaran.exceptions import ConfigError
 
     if args.action == "run":

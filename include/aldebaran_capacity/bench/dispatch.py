@@ -267,7 +267,7 @@ def channel_run(kind: str, alerts: int, duplicates: float = 0.1, timeout: float 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "aldebaran.cli", "dispatch", *(["--fast"] if design else []),
+        proc = subprocess.Popen([sys.executable, "-m", "aldebaran.cli.main", "dispatch", *(["--fast"] if design else []),
                                  "--follow", "--channel", name,
                                  "--name", dispatcher_name], env=env, stdout=log_file, stderr=subprocess.STDOUT)
     beat: dict = {}

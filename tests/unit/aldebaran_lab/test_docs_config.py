@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from aldebaran import cli
+from aldebaran.cli import main as cli
 from aldebaran_lab import docsgen
 
 

@@ -217,8 +217,8 @@ def test_an_unreachable_object_store_is_a_503_that_names_it(plugin, client, app)
 
 
 def fake_explain(hostile: str):
-    """Stands in for aldebaran.explain.explain (which reads Kafka): an Explanation full of hostile values."""
-    from aldebaran.explain import Entry, Explanation
+    """Stands in for aldebaran.cli.explain.explain (which reads Kafka): an Explanation full of hostile values."""
+    from aldebaran.cli.explain import Entry, Explanation
     from aldebaran.model import Event
 
     def explain(alert_id, ledger, **_):
@@ -236,7 +236,7 @@ def fake_explain(hostile: str):
 
 
 def test_explain_page_shows_the_story_with_every_value_escaped(client, monkeypatch):
-    monkeypatch.setattr("aldebaran.explain.explain", fake_explain(HOSTILE_ORDER))
+    monkeypatch.setattr("aldebaran.cli.explain.explain", fake_explain(HOSTILE_ORDER))
 
     page = client.get("/deliveries/explain", params={"alert_id": "e1"})
 
@@ -254,7 +254,7 @@ def test_explain_page_of_an_unknown_alert_is_404_and_a_hostile_id_400(client, mo
     def not_found(alert_id, ledger, **_):
         raise AlertNotFound(f"no alert {alert_id!r} on the alerts topic")
 
-    monkeypatch.setattr("aldebaran.explain.explain", not_found)
+    monkeypatch.setattr("aldebaran.cli.explain.explain", not_found)
     resp = client.get("/deliveries/explain", params={"alert_id": "nope"}, headers={"accept": "text/html"})
     assert resp.status_code == 404 and "no alert &#x27;nope&#x27; on the alerts topic" in resp.text
     resp = client.get("/deliveries/explain", params={"alert_id": "<script>x"}, headers={"accept": "text/html"})

@@ -207,7 +207,7 @@ def test_taking_a_partition_raises_what_is_not_a_store_outage(tmp_path):
 
 
 def test_the_cli_lists_the_quarantine(tmp_path, monkeypatch, capsys):
-    from aldebaran import cli
+    from aldebaran.cli import main as cli
 
     ledger = Ledger(LocalStore(tmp_path / "ledger"))
     key = plant(ledger, "retry", f"{9:032x}", b"[]")

@@ -114,7 +114,7 @@ def test_the_readme_claims_each_kind_at_its_declared_promise_and_no_more():
 
 
 def test_the_cli_lists_each_configured_channel_with_its_promise(monkeypatch, capsys):
-    from aldebaran import cli
+    from aldebaran.cli import main as cli
 
     monkeypatch.setenv("ALDEBARAN_CHANNELS", "log,alerts_bus,pager")
     monkeypatch.setenv("AIRFLOW_CONN_ALDEBARAN_ALERTS_BUS", json.dumps({"conn_type": "kafka", "extra": {"topic": "t"}}))

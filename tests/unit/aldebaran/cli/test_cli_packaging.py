@@ -14,7 +14,7 @@ import setuptools
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from aldebaran import cli
+from aldebaran.cli import main as cli
 from aldebaran.runtime import cliparse, paths
 from aldebaran.runtime.cliparse import subcommands
 
@@ -66,7 +66,7 @@ def test_setup_py_declares_an_entry_point_per_package_present(tmp_path, present,
         (tmp_path / "include" / package).mkdir(parents=True)
         (tmp_path / "include" / package / "cli.py").write_text("")
     points = setup_entry_points(tmp_path)
-    assert points["console_scripts"] == ["aldebaran = aldebaran.cli:main"]
+    assert points["console_scripts"] == ["aldebaran = aldebaran.cli.main:main"]
     assert points.get("aldebaran.commands") == commands
     assert ("aldebaran.bench" in points) == ("aldebaran_lab" in present)
 

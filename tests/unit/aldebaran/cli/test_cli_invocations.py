@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from aldebaran import cli
+from aldebaran.cli import main as cli
 from aldebaran.runtime import paths
 from aldebaran.runtime.cliparse import subcommands
 

@@ -106,7 +106,7 @@ def cmd_deliveries(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from aldebaran import explain
+    from aldebaran.cli import explain
 
     return explain.main(args)
 
@@ -180,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("explain", help="one alert: the trades that built its book, its trigger, its deliveries",
                         description="One alert's whole story: the alert, the trades that built its book (read back "
                                     "from Kafka), the trigger event and every channel's delivery state.")
-    from aldebaran.explain import add_arguments as explain_arguments
+    from aldebaran.cli.explain import add_arguments as explain_arguments
 
     explain_arguments(ex)
     ex.set_defaults(func=cmd_explain)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aldebaran import cli
+from aldebaran.cli import main as cli
 from aldebaran.settings import ConfigError
 
 

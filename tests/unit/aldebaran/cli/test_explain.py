@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from aldebaran import cli, events
-from aldebaran import explain as ex
+from aldebaran import events
+from aldebaran.cli import main as cli
+from aldebaran.cli import explain as ex
 from aldebaran.audit import book as step
 from aldebaran.audit import provenance
 from aldebaran.audit.model import Book
