@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, sys.argv[1] if len(sys.argv) > 1 else "include")
 
-from aldebaran import events  # noqa: E402
+from aldebaran.audit import parse as events  # noqa: E402
 from aldebaran.audit import book, rules  # noqa: E402
 try:  # the event type of the tree under test: one of today's, or an older one's (A/B across trees)
     from aldebaran.model import Event as EventRow  # noqa: E402

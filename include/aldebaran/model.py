@@ -44,13 +44,13 @@ from aldebaran.storage.store import safe_segment
 
 class Event(NamedTuple):
     """One valid trade event (BRIEF §2 "Input"): what the input contract's validator
-    (:func:`aldebaran.events.validate`, :class:`aldebaran.events.Parser`) returns and the books apply.
+    (:func:`aldebaran.audit.parse.validate`, :class:`aldebaran.audit.parse.Parser`) returns and the books apply.
 
     A NamedTuple, not a dataclass: the auditor builds one per event on its hot path, and a tuple is the
     cheapest object CPython builds from positional fields (no per-instance dict, no Python ``__init__``);
     the Spark glue builds them straight from Arrow columns with ``Event._make``."""
 
-    kind: str  # aldebaran.events.REQUEST ("PR") or PURCHASE ("P")
+    kind: str  # aldebaran.audit.parse.REQUEST ("PR") or PURCHASE ("P")
     event_id: str
     order_id: str  # a request's own id, a purchase's initial_order_id (ids compare as strings)
     shares: int

@@ -3,7 +3,7 @@
 Written from the brief, not from the auditor's code (aldebaran.audit.book / rules / state): one
 loop over the messages in order, one plain dict of books, no heaps, no files, no batches. Tests and
 the demo hold the auditor to it: the same input must give the same alerts. It shares only the
-contract-level parts with the auditor: :func:`aldebaran.events.validate` (which messages are
+contract-level parts with the auditor: :func:`aldebaran.audit.parse.validate` (which messages are
 valid, as :class:`aldebaran.model.Event`) and :func:`aldebaran.audit.model.alert_id` (the id of an alert
 is a function of its kind and order id).
 
@@ -50,7 +50,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Iterable, Union
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 from aldebaran.audit.model import alert_id
 from aldebaran.model import Alert, Event
 

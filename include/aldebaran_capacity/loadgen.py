@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 
 log = logging.getLogger(__name__)
 

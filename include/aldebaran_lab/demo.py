@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 from aldebaran.exceptions import AldebaranError
 from aldebaran.kafka import io as kio
 from aldebaran_capacity import loadgen

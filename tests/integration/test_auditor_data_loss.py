@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from confluent_kafka import TopicPartition
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job
 from aldebaran.runtime.checkpoint import Checkpoint

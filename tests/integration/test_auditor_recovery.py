@@ -13,7 +13,8 @@ import logging
 
 import pytest
 
-from aldebaran import events, reference
+from aldebaran import reference
+from aldebaran.audit import parse as events
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job
 from aldebaran.kafka import admin as kadmin, io as kio

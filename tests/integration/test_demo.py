@@ -102,7 +102,7 @@ def test_explain_tells_the_story_of_the_demo_alert_from_the_cli_and_the_page(dem
     """`aldebaran explain` on the demo's OVERFILL of order 1: its request and the two purchases it counts, where
     the platform's trades topic holds them, the purchase of 30 as the trigger, the log channel's delivery;
     then the same view on the running Airflow's Deliveries page."""
-    from aldebaran import events
+    from aldebaran.audit import parse as events
     from aldebaran.kafka import io as kio
     from aldebaran.settings import KafkaSettings, load
 

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 from aldebaran.cli import main as cli
 from aldebaran.cli import explain as ex
 from aldebaran.audit import provenance

@@ -99,7 +99,7 @@ class HangingBatchFaultInjection:
 
 def test_the_auditor_is_ready_while_its_batches_progress_and_not_when_one_hangs(
         spark, kafka_topics, checkpoint, s3_prefix, unique, monkeypatch, tmp_path):
-    from aldebaran import events
+    from aldebaran.audit import parse as events
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.audit.sparkjob import job
     from aldebaran.settings import load

@@ -8,7 +8,7 @@ import json
 import threading
 import time
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job
 from aldebaran.kafka import io as kio

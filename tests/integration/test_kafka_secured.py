@@ -179,7 +179,8 @@ def test_the_auditor_runs_through_the_secured_listener(secured, spark, checkpoin
     """The whole auditor on the connection alone (its environment's broker list is a closed port): Spark's
     Kafka source (the Java client), and the alert and DLQ producers in the driver and the executors (they get
     the driver's resolution with the settings)."""
-    from aldebaran import events, reference
+    from aldebaran import reference
+    from aldebaran.audit import parse as events
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.audit.sparkjob import job
     from aldebaran_capacity import loadgen
@@ -205,7 +206,7 @@ def test_the_low_latency_lane_runs_through_the_secured_listener(secured, tmp_pat
     connection it finds in its environment (AIRFLOW_CONN_ALDEBARAN_KAFKA, as lane_supervisor hands it)."""
     import subprocess
 
-    from aldebaran import events
+    from aldebaran.audit import parse as events
     from aldebaran.lanes.launch import Lane
     from aldebaran.lanes.launch import stop as stop_lane
     from aldebaran_capacity import loadgen

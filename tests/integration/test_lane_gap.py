@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 from aldebaran.runtime import heartbeat, paths
 from aldebaran.audit.model import alert_id
 from aldebaran.kafka import admin as kadmin, io as kio

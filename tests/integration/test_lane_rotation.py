@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 from aldebaran.runtime import heartbeat, paths
 from aldebaran.audit.model import alert_id
 from aldebaran.kafka import io as kio

@@ -104,7 +104,7 @@ def test_a_streaming_dispatcher_serves_its_deliveries_and_lag(dispatcher_env, ka
 
 def test_the_auditor_counts_batches_rows_and_alerts_as_trades_arrive(spark, kafka_topics, checkpoint, s3_prefix,
                                                                     unique, monkeypatch, tmp_path):
-    from aldebaran import events
+    from aldebaran.audit import parse as events
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.audit.sparkjob import job
     from aldebaran.storage.store import open_store

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from aldebaran import events, reference
+from aldebaran import reference
+from aldebaran.audit import parse as events
 from aldebaran.runtime import heartbeat
 from aldebaran.audit.model import alert_id as alert_id_of
 from aldebaran.audit.settings import AuditorSettings

@@ -23,7 +23,7 @@ from __future__ import annotations
 from sys import intern
 from typing import Sequence
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 from aldebaran.audit.model import Book, Finding, render
 from aldebaran.audit.provenance import KEPT, trail
 from aldebaran.audit.rules import Rule

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 # The data model a rule sees, re-exported for rule authors.
 from aldebaran.audit.model import Book, Finding, alert_id
 from aldebaran.model import Event

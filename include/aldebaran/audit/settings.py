@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 
 
 class AuditorSettings(BaseSettings):

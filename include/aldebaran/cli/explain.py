@@ -12,7 +12,7 @@ How it is found, without listing anything:
    its latest). Those messages are read exactly (assign + seek). A book with more events than it kept
    coordinates for: the rest lie in the latest one's partition between the last kept offset before it and
    it; that range is scanned for messages of this order id (at most ``max_scan`` messages). Every message
-   is validated by the input contract's validator (aldebaran.events), and an event id met twice counts once,
+   is validated by the input contract's validator (aldebaran.audit.parse), and an event id met twice counts once,
    as it did in the book;
 3. the deliveries: :func:`aldebaran.delivery.tools.find` per channel — the alert's own record (with its
    history) or its entry in a group-commit run (with the run's history);
@@ -35,7 +35,7 @@ import logging
 import time
 from dataclasses import asdict, dataclass, field
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 from aldebaran.audit import provenance
 from aldebaran.exceptions import AlertNotFound
 from aldebaran.model import Event

@@ -30,7 +30,7 @@ mode, so its state grows with the orders it has seen (docs/design.md, "The low-l
 
 from __future__ import annotations
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 from aldebaran.audit.sparkjob import jvmparse
 
 LANE = "realtime"

@@ -243,7 +243,7 @@ def spark_batch(spark, kafka) -> dict:
     """The ceiling: a plain Spark batch job, same JVM parse, then dedupe + aggregate per order."""
     from pyspark.sql import functions as F
 
-    from aldebaran import events
+    from aldebaran.audit import parse as events
     from aldebaran.audit.sparkjob.jvmparse import parse_events
 
     t0 = time.monotonic()
@@ -931,7 +931,7 @@ def churn(spark, orders: int, ttl_s: float = 5.0, event_rate: float | None = Non
     TTL a book would expire before its own earlier events from the other partition are applied, and the
     alerts would depend on the batching. That is why this section used one partition until the
     co-partitioned plan, which on one partition runs one shard on one core (docs/benchmarks.md)."""
-    from aldebaran import events
+    from aldebaran.audit import parse as events
 
     mix = Mix(orders=orders, purchases_per_order=2, overfill_fraction=0.3, orphan_fraction=0.2, open_orders=100,
               seed=seed, id_prefix="c-")

@@ -90,7 +90,7 @@ def _run_query(spark, name: str, df, output_mode: str, checkpoint: str, seconds:
 def jvm_agg_update(spark, kafka, max_offsets: int, checkpoint: str) -> dict:
     from pyspark.sql import functions as F
 
-    from aldebaran import events
+    from aldebaran.audit import parse as events
 
     valid = _source(spark, kafka, max_offsets).where(F.col("reason_code").isNull())
     books = valid.groupBy("order_id").agg(
@@ -134,7 +134,7 @@ def pandas_state(spark, kafka, max_offsets: int, checkpoint: str, buckets: int |
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    from aldebaran import events
+    from aldebaran.audit import parse as events
 
     if events.REQUEST != "PR":
         raise AssertionError("update _overfill_books: the request kind changed")

@@ -29,7 +29,8 @@ import random
 import subprocess
 import time
 
-from aldebaran import events, reference
+from aldebaran import reference
+from aldebaran.audit import parse as events
 from aldebaran.runtime import paths
 from aldebaran.kafka import io as kio
 from aldebaran_capacity import loadgen

@@ -1,8 +1,8 @@
-"""Hand-written Kafka message values and the validator's verdict on each (aldebaran.events), per BRIEF.md §2.
+"""Hand-written Kafka message values and the validator's verdict on each (aldebaran.audit.parse), per BRIEF.md §2.
 
-Shared by test_events.py (events.validate against these expectations), test_events_fast.py (the
-auditor's batch Parser against validate) and test_parse.py (the JVM parser against validate on the
-same bytes). Each case states the reason code
+Shared by audit/test_parse.py (validate against these expectations), audit/test_parse_fast.py (the
+auditor's batch Parser against validate) and audit/sparkjob/test_parse.py (the JVM parser against validate
+on the same bytes). Each case states the reason code
 (None: a valid event), the field its detail must name, and for valid ones the event.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 
 REQ = {"id": "r-1", "#shares": 100, "client": "Sendence", "stock": "AAPL"}
 PUR = {"id": "p-1", "initial_order_id": "r-1", "#shares": 90, "client": "Sendence", "stock": "AAPL"}

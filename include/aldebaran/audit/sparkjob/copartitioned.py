@@ -6,7 +6,7 @@ detected and recorded with the books) and the auditor runs one shard per Kafka p
 only ever need partition p's events. So the task that reads a partition also runs its shard:
 
     Kafka partition p ─ read ─ mapInArrow ─ relay (shardhost) ─▶ shard p's host process: :func:`process`
-        parse in Python (aldebaran.events.Parser) ─ ShardStore(p).apply ─▶ alerts, figures
+        parse in Python (aldebaran.audit.parse.Parser) ─ ShardStore(p).apply ─▶ alerts, figures
         invalid → trades.dlq, misrouted → trades partition owner(order, partitioner)
 
 The read and the Python step overlap (Spark feeds Arrow batches to the task while it reads the next
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 from aldebaran.model import Event
 from aldebaran.audit.partitioning import owner
 from aldebaran.kafka.io import dlq_headers
@@ -56,7 +56,7 @@ def process(ctx: BatchContext, batch_id: int, partitions: int, shard_id: int, ba
     """One shard's batch: the Arrow record batches of its Kafka partition in (RAW_FIELDS; none: an idle
     shard), the alert and figure rows out. Invalid rows are produced to the DLQ and misrouted events to
     their owner partition, all acknowledged before this returns."""
-    from aldebaran.events import Parser
+    from aldebaran.audit.parse import Parser
 
     topic = ctx.trades_topic
     store = store_for(ctx, shard_id)

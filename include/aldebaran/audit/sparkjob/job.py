@@ -101,7 +101,7 @@ def prepare_query(spark, settings: AuditorSettings, on_batch=None, guard=None, k
     kafka = kafka or load(KafkaSettings)
     plan = plans.decide(settings, kafka, checkpoint.books)
     source = kafka_source(spark, settings, kafka)
-    if plan.copartitioned:  # the shard hosts parse (aldebaran.events.Parser): the raw columns only
+    if plan.copartitioned:  # the shard hosts parse (aldebaran.audit.parse.Parser): the raw columns only
         from pyspark.sql import functions as F
 
         from aldebaran.audit.sparkjob.copartitioned import RAW_FIELDS

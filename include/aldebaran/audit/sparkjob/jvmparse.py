@@ -3,7 +3,7 @@
 Pure DataFrame → DataFrame, column expressions only (no Python UDF): the JSON is parsed once into
 Spark's VARIANT (`try_parse_json`), whose exact JSON types (`schema_of_variant`) let us tell an
 integer from a float or a string as the contract requires. The checks and reason codes mirror
-:func:`aldebaran.events.validate`, the reference validator; tests hold the two to the same verdicts.
+:func:`aldebaran.audit.parse.validate`, the reference validator; tests hold the two to the same verdicts.
 
 Two gaps of the variant parser are closed here:
 
@@ -34,7 +34,7 @@ cannot fail.
 
 from __future__ import annotations
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 
 
 Limits = events.Limits  # the configured limits, shared with the reference and the Python parser

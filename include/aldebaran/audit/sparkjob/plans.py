@@ -29,7 +29,7 @@ import json
 import logging
 import os
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 from aldebaran.audit.partitioning import PARTITIONERS, placements
 from aldebaran.runtime.checkpoint import PLAN
 from aldebaran.exceptions import AuditorError, ConfigError

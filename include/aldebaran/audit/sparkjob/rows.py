@@ -39,7 +39,7 @@ class BatchContext:
     snapshot_every: int
     snapshot_delta_ratio: float = 1.0
     kafka: object = None  # aldebaran.settings.KafkaSettings: where the shard tasks send rejected input
-    limits: object = None  # aldebaran.events.Limits: the parse's limits
+    limits: object = None  # aldebaran.audit.parse.Limits: the parse's limits
     host_idle_seconds: float = 600.0  # a shard host stops after this long without work
     expire_all: bool = False  # the end pass of a bounded run with expire-at-end (sparkjob/endpass.py)
     partitioner: str = "murmur2"  # co-partitioned: who owns an order (aldebaran.audit.partitioning)
@@ -53,7 +53,7 @@ class BatchContext:
 
 def batch_context(settings, kafka) -> BatchContext:
     """The shard tasks' context for an auditor's settings (AuditorSettings) and Kafka settings."""
-    from aldebaran.events import Limits
+    from aldebaran.audit.parse import Limits
 
     return BatchContext(
         state_root=Checkpoint(settings.checkpoint).books,

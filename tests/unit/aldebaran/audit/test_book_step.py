@@ -3,7 +3,7 @@ files, no store, no Spark. Expected values are written out by hand from docs/des
 
 from __future__ import annotations
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 from aldebaran.audit import book as step
 from aldebaran.audit.model import Book, Finding, alert_id, alert_json
 from aldebaran.model import Event

@@ -11,7 +11,8 @@ import uuid
 
 import pytest
 
-from aldebaran import events, reference
+from aldebaran import reference
+from aldebaran.audit import parse as events
 from aldebaran.audit.model import alert_id
 from aldebaran.audit.rules import resolve
 from aldebaran.audit.state import snapshots

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 from aldebaran.runtime import paths
 from aldebaran.runtime import spark as sparkmod
 from aldebaran.audit.model import alert_id

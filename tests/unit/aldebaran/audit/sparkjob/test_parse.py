@@ -1,5 +1,5 @@
 """The JVM parser (aldebaran.audit.sparkjob.jvmparse.parse_events) agrees with the reference validator
-(aldebaran.events.validate) on every message: the same verdict (valid, or the same reason code, whose
+(aldebaran.audit.parse.validate) on every message: the same verdict (valid, or the same reason code, whose
 detail names the same field) and the same event fields.
 
 Messages go through Spark as Kafka-shaped rows, in one DataFrame per batch of messages (never a
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 from aldebaran.audit.sparkjob.jvmparse import Limits, parse_events
 
 from tests.unit.support.event_corpus import CASES, PUR, REQ, Case, enc, merged

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from aldebaran import events, reference
+from aldebaran import reference
+from aldebaran.audit import parse as events
 from aldebaran.audit.sparkjob.rows import BatchContext, store_for
 from aldebaran.audit.sparkjob.shardhost import _warm
 from aldebaran.audit.state.store import _CACHE

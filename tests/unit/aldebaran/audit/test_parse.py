@@ -1,4 +1,4 @@
-"""The input contract's validator, its general path (aldebaran.events.validate), against BRIEF.md §2.
+"""The input contract's validator, its general path (aldebaran.audit.parse.validate), against BRIEF.md §2.
 
 The cases live in event_corpus.py, shared with test_parse.py, which holds the JVM parser to the
 same verdicts on the same bytes.
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from aldebaran import events
+from aldebaran.audit import parse as events
 
 from tests.unit.support.event_corpus import CASES, PUR, REQ, Case, enc, merged, nested
 

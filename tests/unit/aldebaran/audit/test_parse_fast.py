@@ -1,4 +1,4 @@
-"""The auditor's batch parse (aldebaran.events.Parser) agrees with the general path (aldebaran.events.validate)
+"""The auditor's batch parse (aldebaran.audit.parse.Parser) agrees with the general path (aldebaran.audit.parse.validate)
 on every message: the same verdict and reason for invalid ones (its slow path *is* validate), and for
 valid ones the same event, whichever path decided. The fast path must be sound: what it accepts,
 validate accepts with the same fields."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 
-from aldebaran import events
-from aldebaran.events import Parser
+from aldebaran.audit import parse as events
+from aldebaran.audit.parse import Parser
 from aldebaran.model import Event
 
 from tests.unit.support.event_corpus import CASES, PUR, REQ, enc, merged

@@ -329,7 +329,7 @@ class Parser:
 
     **Slow path.** Every message the fast path does not accept goes to :func:`validate` for its verdict and
     reason. So the fast path never decides that a message is invalid; its only obligation is soundness:
-    what it accepts, :func:`validate` accepts with the same fields (tests/unit/aldebaran/test_events_fast.py holds it
+    what it accepts, :func:`validate` accepts with the same fields (tests/unit/aldebaran/audit/test_parse_fast.py holds it
     to that on the event corpus and on random messages). It is hand-written for the hot path: the loop
     below is the auditor's per-event parse cost (docs/benchmarks.md, "Plans and parsers side by side").
     """
