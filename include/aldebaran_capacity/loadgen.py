@@ -21,7 +21,7 @@ The configurable mix (:class:`Mix`) controls what the benchmarks need to vary:
   interleaved at random (1 = one order after the other, like the original publisher).
 
 Every message is keyed by its order id, so one order's events stay in one partition, in order.
-The expected alerts come from :mod:`aldebaran.reference` (an independent model), computed over the
+The expected alerts come from :mod:`aldebaran.audit.reference` (an independent model), computed over the
 exact bytes and Kafka timestamps produced: ``--expected`` writes them as JSON next to the run.
 """
 
@@ -211,14 +211,14 @@ def send(recs: Iterable[Record], topic: str, rate: float | None = None, stamp_no
 
     A record's own `ts` becomes its Kafka timestamp; with `stamp_now` every record is stamped with the
     wall clock as it is handed to the producer, and the stamps are returned (for the reference model
-    and for latency). Progress (count of `total`, rate, ETA: :mod:`aldebaran.progress`, a bar on a
+    and for latency). Progress (count of `total`, rate, ETA: :mod:`aldebaran.runtime.progress`, a bar on a
     terminal, a log line every 10 s otherwise) is shown unless `progress_every` is 0 (the paced latency
     runs, which report their own figures); it once counted messages between log lines, and its callers
     still pass such counts. `total` defaults to ``len(recs)`` when `recs` has one.
     """
     from aldebaran.exceptions import AldebaranError
     from aldebaran.kafka.io import producer
-    from aldebaran.progress import Progress
+    from aldebaran.runtime.progress import Progress
     from aldebaran.settings import KafkaSettings, load
 
     p = producer(settings or load(KafkaSettings))
@@ -274,7 +274,7 @@ def produce(recs: list[Record] | Iterator[Record], topic: str, rate: float | Non
 def expected(recs: Iterable[Record], stamps: Iterable[int] | None = None, ttl_ms: int | None = None,
              rules: Iterable[str] = ("overfill",)) -> list[dict]:
     """The reference model's alerts for these records as produced (record ts, or the send stamps)."""
-    from aldebaran import reference
+    from aldebaran.audit import reference
 
     recs = list(recs)
     times = list(stamps) if stamps is not None else [r.ts or 0 for r in recs]

@@ -95,7 +95,7 @@ class Demo:
         print(f"   {len(recs)} messages to {kafka.trades_topic}: {len(MALFORMED)} malformed, "
               f"{len(zero_share)} purchases of 0 shares (valid)")
 
-        from aldebaran import reference
+        from aldebaran.audit import reference
 
         expected = [a for a in reference.expected_alerts(messages + MALFORMED) if a["kind"] == "OVERFILL"]
 
@@ -176,7 +176,7 @@ class Demo:
     # --- results ----------------------------------------------------------------------------------
     def report(self, alerts: list[dict], expected: list[dict], messages: list[bytes], zero_share: list[bytes],
                channels: dict) -> int:
-        from aldebaran import reference
+        from aldebaran.audit import reference
         from aldebaran.delivery.ledger import Ledger
         from aldebaran.storage.store import open_store
 

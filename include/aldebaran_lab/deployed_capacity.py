@@ -8,7 +8,7 @@ A ladder of offered rates (``--capacity-rates``, in the order given), ``--rung-s
 - ``publisher``: the original publisher's mix (aldebaran_capacity.loadgen.original_mix: a request of 50–100
   shares, four purchases of ``int(limit / 2 * random())``; 5 events per order), with order ids prefixed
   per rung so the taps count each rung apart; its expected alerts come from the reference model
-  (aldebaran.reference), computed before the rung from the same seeded orders.
+  (aldebaran.audit.reference), computed before the rung from the same seeded orders.
 
 Each rung reads ``alerts`` with a TopicTap (latency = seen − the trade's Kafka timestamp) and waits up to
 ``--drain-seconds`` after the last trade for every expected alert. **The rule**: a rung passes when

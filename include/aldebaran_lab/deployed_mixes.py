@@ -41,7 +41,7 @@ def order_count(mix: str, rate: float, seconds: float) -> int:
 
 def expected_ids(mix: str, prefix: str, orders: int, seed: int) -> set[str]:
     """The alert ids the reference model expects for these orders (sent in order, times increasing)."""
-    from aldebaran import reference
+    from aldebaran.audit import reference
 
     def pairs():
         n = 0

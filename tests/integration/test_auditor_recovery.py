@@ -2,7 +2,7 @@
 running auditor process (driver and Spark JVM) mid-stream and restart from that checkpoint, a replay on
 a fresh checkpoint, and the `mismatch` rule switched on and off by configuration.
 
-The expected alerts come from aldebaran.reference (independent model) or are stated by hand; the
+The expected alerts come from aldebaran.audit.reference (independent model) or are stated by hand; the
 campaign code is aldebaran_lab.chaos.kill_auditor, here with small data (`make chaos` runs it at full size).
 """
 
@@ -13,7 +13,7 @@ import logging
 
 import pytest
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.audit import parse as events
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job

@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.kafka import io as kio
 from aldebaran_capacity import loadgen
 from aldebaran_lab import services

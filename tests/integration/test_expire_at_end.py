@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.audit import parse as events
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job

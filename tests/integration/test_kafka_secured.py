@@ -179,7 +179,7 @@ def test_the_auditor_runs_through_the_secured_listener(secured, spark, checkpoin
     """The whole auditor on the connection alone (its environment's broker list is a closed port): Spark's
     Kafka source (the Java client), and the alert and DLQ producers in the driver and the executors (they get
     the driver's resolution with the settings)."""
-    from aldebaran import reference
+    from aldebaran.audit import reference
     from aldebaran.audit import parse as events
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.audit.sparkjob import job
@@ -239,7 +239,7 @@ def test_a_replays_spark_submit_gets_the_connection_airflow_resolved(
     """trades_replay under dag.test(): its plan task reads the offsets and its spark-submit driver (outside
     Airflow) the trades through the Kafka connection created through the REST API; the environment's broker
     list is a closed port."""
-    from aldebaran import reference
+    from aldebaran.audit import reference
     from aldebaran.audit.archive import Archive
     from aldebaran_capacity import loadgen
     from tests.integration.dags.test_trades_replay import _xcom

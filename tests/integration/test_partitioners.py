@@ -16,7 +16,7 @@ import json
 import pytest
 from confluent_kafka import Producer
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.audit.partitioning import LIBRDKAFKA, partition_of
 from aldebaran.audit.sparkjob import plans
 from aldebaran.runtime.checkpoint import Checkpoint

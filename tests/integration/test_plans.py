@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.audit.partitioning import owner
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job, shardhost

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.audit import parse as events
 from aldebaran.audit.model import alert_id as alert_id_of
 from aldebaran.kafka import io as kio

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.audit import parse as events
 from aldebaran.runtime import heartbeat
 from aldebaran.audit.model import alert_id as alert_id_of

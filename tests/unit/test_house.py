@@ -97,7 +97,7 @@ def upward(name: str, path: Path, allowed: tuple[str, ...]) -> list[str]:
 def test_the_scan_reads_the_packages():
     assert {top(m) for m in modules()} == set(MAY_IMPORT)
     assert "aldebaran.cli.main" in modules() and "aldebaran_capacity.loadgen" in modules()
-    assert {"aldebaran.reference", "aldebaran_capacity.loadgen"} <= graph()["aldebaran_lab.chaos.under_load"]
+    assert {"aldebaran.audit.reference", "aldebaran_capacity.loadgen"} <= graph()["aldebaran_lab.chaos.under_load"]
 
 
 @pytest.mark.parametrize("package", sorted(MAY_IMPORT))

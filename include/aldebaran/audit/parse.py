@@ -1,7 +1,7 @@
 """The input contract (docs/design.md § Contracts, "Input events"): its one validator, and the messages it describes.
 
 Everything that decides whether a trades message is valid goes through this module: the auditor's shard
-tasks (:class:`Parser`, a batch at a time), the reference model (aldebaran.reference), `aldebaran explain`,
+tasks (:class:`Parser`, a batch at a time), the reference model (aldebaran.audit.reference), `aldebaran explain`,
 the load generator and the DLQ tooling (:func:`validate`, one message). Both return the typed
 :class:`aldebaran.model.Event`, or an :class:`Invalid` whose code is the DLQ record's reason.
 

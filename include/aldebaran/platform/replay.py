@@ -224,12 +224,12 @@ READ_FIGURES = ("applied", "duplicates", "dlq", "misrouted")
 @contextlib.contextmanager
 def bounded_progress(settings) -> Iterator[Callable[[dict], None] | None]:
     """For a bounded run of the auditor (``--trigger available-now``, as a replay runs it): an `on_batch`
-    callback that logs the events read of the range's size, rate and ETA (aldebaran.progress: a line at
+    callback that logs the events read of the range's size, rate and ETA (aldebaran.runtime.progress: a line at
     most every 10 s, in the task log). None for a streaming run."""
     if settings.trigger != "available-now":
         yield None
         return
-    from aldebaran.progress import Progress
+    from aldebaran.runtime.progress import Progress
 
     total = range_size(settings.starting_offsets, settings.ending_offsets)
     # Plain lines even on a terminal: the Spark driver shares it with the JVM's log output, which writes

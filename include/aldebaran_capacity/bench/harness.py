@@ -1,5 +1,5 @@
 """The measurements behind `aldebaran bench all` and the capacity_test DAG, each on its own topics
-and checkpoint, each checked against the reference model (aldebaran.reference):
+and checkpoint, each checked against the reference model (aldebaran.audit.reference):
 
 - :func:`drain`: preload a backlog, then the auditor (Trigger.AvailableNow) catches up; in the same
   run, on the same topic, the ceilings: :func:`spark_batch` (plain Spark batch, same JVM parse +
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from aldebaran.runtime.checkpoint import Checkpoint
-from aldebaran.reference import expected_grouped
+from aldebaran.audit.reference import expected_grouped
 from aldebaran_capacity import loadgen
 from aldebaran_capacity.loadgen import Mix, Record
 
@@ -178,7 +178,7 @@ def run_auditor(spark, settings, on_batch=None) -> dict:
 
 
 def alert_key(a: dict) -> tuple:
-    from aldebaran import reference
+    from aldebaran.audit import reference
 
     return reference.key(a)
 

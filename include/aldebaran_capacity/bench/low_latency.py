@@ -31,7 +31,7 @@ delivering the lane's alerts to a webhook receiver: their segments get trade →
 (``with_fast``).
 
 Agreement, two ways. Per segment, the lane's alerts against the reference model's for the same trades and
-stamps, on :data:`aldebaran.reference.KEY_FIELDS` (``segments[].agreement`` = |same| / |union|, with the
+stamps, on :data:`aldebaran.audit.reference.KEY_FIELDS` (``segments[].agreement`` = |same| / |union|, with the
 missing and extra counts). And against the exact lane itself: after the segments the micro-batch auditor
 runs over the same trades topic (available-now, the control venv's Spark), and the two lanes' alerts go
 through the reconciliation (:class:`aldebaran.lanes.reconcile.Reconciliation`, TTL unbounded as the exact
@@ -52,7 +52,7 @@ import time
 import uuid
 from pathlib import Path
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.runtime import paths
 from aldebaran.lanes.launch import Lane
 from aldebaran.lanes.launch import stop as stop_lane

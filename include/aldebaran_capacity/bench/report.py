@@ -149,7 +149,7 @@ def markdown(results: dict, images: dict[str, Path], img_rel: str = "img") -> st
         "load average is recorded per section, and figures taken at a load average well above 2 understate "
         "what the code can do. Ratios are measured side by side in the same run, which cancels part of it.",
         "",
-        f"Correct = the run's alerts equal the independent reference model's (aldebaran.reference) as a "
+        f"Correct = the run's alerts equal the independent reference model's (aldebaran.audit.reference) as a "
         f"multiset: no missing, no extra, no duplicate. Overall: **{'yes' if results['correct'] else 'NO'}**.",
         "",
     ]

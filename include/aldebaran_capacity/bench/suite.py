@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from aldebaran.progress import track
+from aldebaran.runtime.progress import track
 from aldebaran_capacity.loadgen import Mix
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Reliability campaigns (`aldebaran chaos ...`, `make chaos`): inject faults into the real platform and
-hold the outcome to the independent reference model (aldebaran.reference).
+hold the outcome to the independent reference model (aldebaran.audit.reference).
 
 - ``kill-auditor``  SIGKILL the auditor (driver and its Spark JVM) at random moments of a replay, restart
   it from its s3a:// checkpoint, then dispatch to a counting webhook receiver: missing = duplicated =

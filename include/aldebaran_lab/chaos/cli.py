@@ -176,7 +176,7 @@ def _terminate(signum, frame):
 
 
 def main(args: argparse.Namespace) -> int:
-    from aldebaran.progress import track
+    from aldebaran.runtime.progress import track
     from aldebaran_lab.chaos.common import write_report
 
     # SIGTERM (kill, a CI timeout) must unwind like Ctrl-C: the campaigns' `finally` blocks stop the private

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Hashable, Iterable, Iterator, Mapping, Sequence
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.runtime import paths
 from aldebaran.runtime.checkpoint import Checkpoint
 from aldebaran.delivery.channels import sms_text

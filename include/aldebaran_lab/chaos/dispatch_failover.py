@@ -42,7 +42,7 @@ from typing import Iterable
 from aldebaran.delivery.records import DELIVERED
 from aldebaran.exceptions import NotFound
 from aldebaran.kafka import admin as kadmin, io as kio
-from aldebaran.progress import Progress
+from aldebaran.runtime.progress import Progress
 from aldebaran.settings import KafkaSettings, load
 from aldebaran_capacity.receivers import WebhookReceiver
 from aldebaran_lab.chaos.common import (

@@ -11,7 +11,7 @@ measure how long processing stops, side by side with a cold restart in the same 
        in the Spark checkpoint;
     4. then `cold` kills without a standby, each followed by a fresh `auditor run` (the supervisor's
        restart): the same measurement, the baseline;
-    5. the alerts topic is compared with aldebaran.reference.expected_alerts: nothing lost or changed.
+    5. the alerts topic is compared with aldebaran.audit.reference.expected_alerts: nothing lost or changed.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import logging
 import random
 import time
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.kafka import io as kio
-from aldebaran.progress import Progress
+from aldebaran.runtime.progress import Progress
 from aldebaran_lab.chaos.common import (
     AuditorProcess, CampaignResult, ChaosError, Workspace, auditor_args, caught_up, committed, compare_alerts,
     recovery_text, topic_alerts, wait_for,

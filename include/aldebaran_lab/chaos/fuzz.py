@@ -29,7 +29,7 @@ import random
 import subprocess
 import time
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.audit import parse as events
 from aldebaran.runtime import paths
 from aldebaran.kafka import io as kio

@@ -33,10 +33,10 @@ import logging
 import threading
 import time
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.exceptions import ObjectStoreError, ServiceError
 from aldebaran.kafka import admin as kadmin, io as kio
-from aldebaran.progress import Progress
+from aldebaran.runtime.progress import Progress
 from aldebaran_capacity.bench.harness import percentile
 from aldebaran_lab.chaos import ha_probes
 from aldebaran_lab.chaos.common import (

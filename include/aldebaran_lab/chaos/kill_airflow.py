@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT
 from aldebaran.kafka import io as kio
-from aldebaran.progress import track
+from aldebaran.runtime.progress import track
 from aldebaran_lab.chaos.common import (
     CampaignResult, ChaosError, DeliveryVerdict, Workspace, campaign_ledger, channel_connections, delivery_env,
     first_receipt_after, lookup_settled, private_ports, recovery_text, settled, sms_verdict_of, unsettled, wait_for,

@@ -9,7 +9,7 @@ checkpoint, then dispatch everything to a counting webhook receiver and compare 
        random moment 5-45 s into a restart (JVM start, recovery, the re-executed batch);
     3. once the checkpoint covers the topic's end offsets the auditor is stopped cleanly;
     4. the alerts topic (at-least-once: repeats counted, then removed by alert id as the dispatcher does)
-       is compared with aldebaran.reference.expected_alerts on the same messages;
+       is compared with aldebaran.audit.reference.expected_alerts on the same messages;
     5. meanwhile (from the start, as in production) a streaming dispatcher (`aldebaran dispatch --follow`,
        its own process) delivers the topic to a local webhook receiver (HMAC-checked, counting requests
        per Idempotency-Key): every expected alert exactly once, nothing else.
@@ -23,9 +23,9 @@ import random
 import secrets
 import time
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.kafka import io as kio
-from aldebaran.progress import Progress
+from aldebaran.runtime.progress import Progress
 from aldebaran_capacity import loadgen
 from aldebaran_lab.chaos import receipts
 from aldebaran_lab.chaos.common import (

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from aldebaran.audit.rules import alert_id
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT
 from aldebaran.kafka import io as kio
-from aldebaran.progress import Progress
+from aldebaran.runtime.progress import Progress
 from aldebaran_capacity.receivers import SmsProvider, WebhookReceiver
 from aldebaran_lab.chaos.common import (
     CampaignResult, ChaosError, DeliveryVerdict, DispatcherProcess, Workspace, campaign_ledger, channel_connections,

@@ -53,7 +53,7 @@ from pathlib import Path
 from aldebaran.runtime import paths
 from aldebaran.delivery.records import DELIVERED, IN_DOUBT
 from aldebaran.kafka import io as kio
-from aldebaran.progress import track
+from aldebaran.runtime.progress import track
 from aldebaran_lab import airflow_api
 from aldebaran_lab.chaos.common import (
     CampaignResult, ChaosError, DeliveryVerdict, Workspace, campaign_ledger, channel_connections, delivery_env,

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.runtime import paths
 from aldebaran.kafka import io as kio
 from aldebaran_capacity import loadgen

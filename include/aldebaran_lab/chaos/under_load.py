@@ -39,9 +39,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.kafka import admin as kadmin, io as kio
-from aldebaran.progress import track
+from aldebaran.runtime.progress import track
 from aldebaran_capacity import loadgen
 from aldebaran_lab.chaos.common import (
     AuditorProcess, CampaignResult, ChaosError, DispatcherProcess, Workspace, auditor_args, bus_connection, bus_verdict,
@@ -69,7 +69,7 @@ def mix(orders: int, seed: int, part: tuple[int, int] = (0, 1)):
 def expected_keys(orders: int, seed: int, part: tuple[int, int] = (0, 1)) -> dict[str, tuple]:
     """alert id → the reference's alert (as reference.key) for the whole mix, chunk by chunk; `part` (k, n):
     only the chunks of :func:`mix`'s part (n processes can share the work)."""
-    from aldebaran.reference import expected_grouped
+    from aldebaran.audit.reference import expected_grouped
 
     out: dict[str, tuple] = {}
     for chunk in mix(orders, seed, part):

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.runtime import paths
 from aldebaran.runtime import lease as leases
 from aldebaran.runtime import heartbeat

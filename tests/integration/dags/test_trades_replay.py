@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.audit.archive import Archive
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job

@@ -9,7 +9,7 @@ Each micro-batch, every shard task (one Python call per shard, see aldebaran.aud
      clock (the largest event time seen) first takes the event's time into account, and every book
      with first_ts + ttl <= clock expires before the event is applied. So an event at or past its
      book's deadline opens a new book, and the alerts do not depend on where the stream was cut into
-     micro-batches (a replay that batches differently gives the same alerts; aldebaran.reference is
+     micro-batches (a replay that batches differently gives the same alerts; aldebaran.audit.reference is
      the model);
   3. at the end of the batch, expires books whose time is up on the event clock or on the
      processing-time fallback for idle streams (first seen + ttl + grace, applied only while the

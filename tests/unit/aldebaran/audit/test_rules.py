@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.audit import parse as events
 from aldebaran.audit.model import alert_id
 from aldebaran.audit.rules import resolve

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.audit import parse as events
 from aldebaran.audit.sparkjob.rows import BatchContext, store_for
 from aldebaran.audit.sparkjob.shardhost import _warm

@@ -13,7 +13,7 @@ from dataclasses import asdict
 
 import pytest
 
-from aldebaran import reference
+from aldebaran.audit import reference
 from aldebaran.audit import parse as events
 from aldebaran.audit import book as book_step
 from aldebaran.audit.model import Book

@@ -1,4 +1,4 @@
-"""aldebaran.progress in both modes: plain log lines (not a terminal: CI, Airflow task logs) and the rich
+"""aldebaran.runtime.progress in both modes: plain log lines (not a terminal: CI, Airflow task logs) and the rich
 bar (a terminal, forced here with a rich Console on a buffer). Also the replay's range size and progress
 hook (aldebaran.platform.replay). No services."""
 
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from aldebaran import progress
+from aldebaran.runtime import progress
 from aldebaran.platform.replay import bounded_progress, range_size
-from aldebaran.progress import Progress, track
+from aldebaran.runtime.progress import Progress, track
 
 LOGGER = "aldebaran.test_progress"
 
