@@ -190,6 +190,30 @@ def test_the_cycle_check_sees_a_cycle_and_names_it():
     assert a_cycle(g, {"e"}) == ["e", "e"]
 
 
+# --- the product's root holds only what every part shares ---------------------------------------------
+ROOT_MODULES = {"__init__.py", "model.py", "settings.py", "exceptions.py"}
+
+
+def loose_modules(base: Path) -> list[str]:
+    """The modules directly under `base` beyond the shared few: each belongs in a package."""
+    return sorted(p.name for p in base.glob("*.py") if p.name not in ROOT_MODULES)
+
+
+def test_the_product_root_holds_only_the_shared_modules():
+    """At most the typed model, the settings, the exceptions and __init__.py: storage/, runtime/, cli/, audit/ ... hold
+    the rest, each module in the package of the part it serves."""
+    assert not loose_modules(INCLUDE / PRODUCT), (
+        f"move into a package of include/{PRODUCT}/ (docs/design.md 'room by room'): {loose_modules(INCLUDE / PRODUCT)}")
+
+
+def test_the_root_scan_sees_a_loose_module(tmp_path):
+    for name in ("__init__.py", "model.py", "settings.py", "exceptions.py", "paths.py"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "runtime").mkdir()
+    (tmp_path / "runtime" / "spark.py").write_text("")
+    assert loose_modules(tmp_path) == ["paths.py"]
+
+
 # --- the product alone -------------------------------------------------------------------------------
 def test_the_product_runs_without_the_other_packages(tmp_path):
     """What the image holds minus the capacity package: every product module imports and `aldebaran`
@@ -347,7 +371,7 @@ def backend_constructions(path: Path) -> list[int]:
 
 
 def test_the_product_opens_a_store_one_way():
-    """Product code opens a store with storage.open_store / open_prefix: only storage.py picks the backend."""
+    """Product code opens a store with storage.store.open_store / open_prefix: only storage/store.py picks the backend."""
     found = [f"{p.relative_to(ROOT)}:{line}" for p in sorted((INCLUDE / PRODUCT).rglob("*.py")) if p != STORAGE_MODULE
              for line in backend_constructions(p)]
     assert not found, "open the store with aldebaran.storage.store.open_store(location): " + ", ".join(found)
