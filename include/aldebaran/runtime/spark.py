@@ -84,73 +84,6 @@ def connector_jars(s3a: bool = False) -> list[str]:
     return out
 
 
-def s3a_conf(prefix: str = "spark.hadoop.", access=None) -> dict[str, str]:
-    """Hadoop s3a settings for the object store, from the same resolved access as boto3's
-    (aldebaran.storage.s3access: the connection ``aldebaran_s3``, else ALDEBARAN_S3_*; `access` overrides it).
-
-    Credentials: keys → SimpleAWSCredentialsProvider; keys + session token →
-    TemporaryAWSCredentialsProvider; a role → AssumedRoleCredentialProvider (``fs.s3a.assumed.role.*``, its
-    source the keys or the default chain); none → the AWS SDK's default chain (environment, profile, web
-    identity/IRSA, container, instance profile), as boto3 uses it."""
-    from aldebaran.storage.s3access import resolve
-
-    a = access or resolve()
-    conf = {
-        "fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
-        "fs.s3a.endpoint.region": a.region,
-        "fs.s3a.connection.maximum": "64",
-        "fs.s3a.fast.upload": "true",
-    }
-    if a.endpoint_url:
-        conf["fs.s3a.endpoint"] = a.endpoint_url
-        conf["fs.s3a.path.style.access"] = "true"
-        conf["fs.s3a.connection.ssl.enabled"] = str(a.endpoint_url.startswith("https")).lower()
-    if a.access_key:
-        conf["fs.s3a.access.key"] = a.access_key
-        conf["fs.s3a.secret.key"] = a.secret_key.get_secret_value()
-        if a.session_token:
-            conf["fs.s3a.session.token"] = a.session_token.get_secret_value()
-    keys = (S3A_TEMPORARY if a.session_token else S3A_SIMPLE) if a.access_key else S3A_DEFAULT_CHAIN
-    if a.role_arn:
-        conf["fs.s3a.aws.credentials.provider"] = S3A_ASSUMED_ROLE
-        conf["fs.s3a.assumed.role.arn"] = a.role_arn
-        conf["fs.s3a.assumed.role.credentials.provider"] = keys
-        conf["fs.s3a.assumed.role.session.name"] = a.role_session_name
-        conf["fs.s3a.assumed.role.sts.endpoint.region"] = a.region
-        if a.sts_endpoint_url:
-            conf["fs.s3a.assumed.role.sts.endpoint"] = _sts_host(a)
-        if a.role_kwargs.get("ExternalId"):
-            conf["fs.s3a.assumed.role.external.id"] = str(a.role_kwargs["ExternalId"])
-        if a.role_kwargs.get("DurationSeconds"):
-            conf["fs.s3a.assumed.role.session.duration"] = f"{int(a.role_kwargs['DurationSeconds'])}s"
-    else:
-        conf["fs.s3a.aws.credentials.provider"] = keys
-    return {prefix + k: v for k, v in conf.items()}
-
-
-def _sts_host(a) -> str:
-    """s3a takes the STS endpoint as a host name and calls it over https on port 443 (hadoop-aws 3.5's
-    STSClientFactory): a URL it cannot express fails here, named, not in the JVM."""
-    from urllib.parse import urlsplit
-
-    from aldebaran.exceptions import ConfigError
-
-    url = urlsplit(a.sts_endpoint_url if "://" in a.sts_endpoint_url else "https://" + a.sts_endpoint_url)
-    if url.scheme != "https" or url.port not in (None, 443) or url.path.strip("/") or not url.hostname:
-        raise ConfigError(f"{a.source}: field extra.service_config.sts.endpoint_url: Spark's s3a assumes a role "
-                          f"only through an https STS endpoint on port 443 (got {a.sts_endpoint_url}); give the "
-                          "auditor keys or the default chain instead of role_arn, or put STS behind https")
-    return url.hostname
-
-
-S3A_SIMPLE = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
-S3A_TEMPORARY = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
-S3A_ASSUMED_ROLE = "org.apache.hadoop.fs.s3a.auth.AssumedRoleCredentialProvider"
-# The AWS SDK v2's own chain (s3a instantiates it through its static create()): the s3a default list has
-# no web identity provider, so IRSA would not work without it.
-S3A_DEFAULT_CHAIN = "software.amazon.awssdk.auth.credentials.DefaultCredentialsProvider"
-
-
 # The JVM runs each whole-stage-codegen'd plan as one generated method per stage. The parse's (every contract
 # check as a column expression, aldebaran.audit.sparkjob.jvmparse) is larger than the 8,000 bytes of bytecode HotSpot
 # compiles by default, so it ran interpreted, several times slower (measured in docs/design.md §5, "What
@@ -307,6 +240,8 @@ def base_conf(shuffle_partitions: int = 2, s3a: bool = False, master: str | None
         if archive:
             conf["spark.archives"] = archive
     if s3a:
+        from aldebaran.storage.s3access import s3a_conf
+
         conf.update(s3a_conf())
         # Each checkpoint file written straight to its key, not to a temp file renamed (= copied and deleted
         # on S3): faster batches on MinIO (docs/design.md "Checkpoints on S3"). The class comes with the

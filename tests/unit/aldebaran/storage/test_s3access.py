@@ -1,5 +1,5 @@
 """How the object store is reached (aldebaran.storage.s3access) and the s3a settings Spark gets from the same
-resolved access (aldebaran.runtime.spark.s3a_conf): keys, session token, role, default chain; the precedence
+resolved access (aldebaran.storage.s3access.s3a_conf): keys, session token, role, default chain; the precedence
 connection → ALDEBARAN_S3_*; our Airflow-free reading of an AWS connection against the Amazon provider's
 own ``AwsConnectionWrapper``. No services (tests/integration/test_s3_connection.py has MinIO and Airflow)."""
 
@@ -13,8 +13,7 @@ from pydantic import SecretStr
 from aldebaran.storage import s3access
 from aldebaran.storage.connections import Connection
 from aldebaran.exceptions import ConfigError
-from aldebaran.storage.s3access import S3Access
-from aldebaran.runtime.spark import s3a_conf
+from aldebaran.storage.s3access import S3Access, s3a_conf
 
 SECRET = "s3cr3t-" + "x" * 30
 MINIO = "http://127.0.0.1:9000"
