@@ -185,6 +185,7 @@ def one_run(shape: str, rates, seconds: float, rest_s: float, seed: int) -> dict
     """Start `shape` on fresh private topics, measure its start, rest and load, stop it, drop the topics."""
     from aldebaran.kafka import admin as kadmin
     from aldebaran.settings import load
+    from aldebaran_capacity.bench.boxstate import BoxSampler
 
     tag = f"bench-shared-{uuid.uuid4().hex[:8]}"
     base = load(KafkaSettings)
@@ -207,12 +208,19 @@ def one_run(shape: str, rates, seconds: float, rest_s: float, seed: int) -> dict
         started = _probe_both(kafka, exact, fast, procs, START_TIMEOUT_S)
         log.info("shared-jvm: %s up in %.0f s; settling %.0f s", shape, started, SETTLE_S)
         time.sleep(SETTLE_S)
+        # The box beside the shape: its processes are this bench's children (not "other"), the core services
+        # are known roles; anything else over 0.2 core flags the run (BRIEF §4).
+        box = BoxSampler(period=1.0)
+        box.start()
         cpu0, wall0 = sum(group_cpu_seconds(g) for g in pgids), time.monotonic()
         time.sleep(rest_s)
         rest = round((sum(group_cpu_seconds(g) for g in pgids) - cpu0) / (time.monotonic() - wall0), 3)
         result = {"shape": shape, "start_s": round(started, 1), "rest_cores": rest, "rss_mb": group_rss_mb(pgids),
                   "segments": [load_segment(kafka, exact, fast, pgids, rate, seconds, seed + i)
                                for i, rate in enumerate(rates)]}
+        state = box.stop()
+        result.update(other_cores=state.get("other_cores_mean"), quiet=state.get("quiet"),
+                      load1_mean=state.get("load1_mean"))
         log.info("shared-jvm: %s", json.dumps(result))
         return result
     finally:
@@ -253,7 +261,9 @@ def summarise(runs: list[dict], rates) -> dict:
         entry = {"runs": len(mine), "start_s": _median(r["start_s"] for r in mine),
                  "rest_cores": _median(r["rest_cores"] for r in mine),
                  "rest_cores_spread": _spread(r["rest_cores"] for r in mine),
-                 "rss_mb": _median(r["rss_mb"] for r in mine), "segments": []}
+                 "rss_mb": _median(r["rss_mb"] for r in mine),
+                 "other_cores_max": max((r.get("other_cores") or 0.0 for r in mine), default=None),
+                 "quiet": all(r.get("quiet") is not False for r in mine), "segments": []}
         for rate in rates:
             segs = [s for r in mine for s in r["segments"] if s["rate"] == rate]
             entry["segments"].append({
@@ -284,9 +294,9 @@ def render(result: dict) -> str:
              "mode, local[4]) as two applications; **shared**: one Spark 4.3 application running both queries "
              "on one session, local[6]. CPU and memory are the shape's processes only (the JVMs, their Python "
              "drivers and workers); latency is trade → received by a consumer of each topic. Medians of the "
-             "runs, p99 spread in brackets.", "",
+             "runs, p99 spread in brackets; `other` is the most any run's other processes took (quiet ≤ 0.2).", "",
              "| shape | start s | rest cores (spread) | RSS MB | rate | load cores | exact p50 / p99 ms (spread) "
-             "| fast p50 / p99 ms (spread) |", "|---|---:|---|---:|---:|---:|---|---|"]
+             "| fast p50 / p99 ms (spread) | other |", "|---|---:|---|---:|---:|---:|---|---|---:|"]
     for shape in SHAPES:
         e = r.get(shape)
         if not e:
@@ -295,7 +305,7 @@ def render(result: dict) -> str:
             lines.append(f"| {shape} | {e['start_s']} | {e['rest_cores']} ({e['rest_cores_spread']}) | {e['rss_mb']} "
                          f"| {s['rate']:,} | {s['load_cores']} | {s['exact_p50_ms']} / {s['exact_p99_ms']} "
                          f"({s['exact_p99_spread_ms']}) | {s['fast_p50_ms']} / {s['fast_p99_ms']} "
-                         f"({s['fast_p99_spread_ms']}) |")
+                         f"({s['fast_p99_spread_ms']}) | {e['other_cores_max']} |")
     return "\n".join(lines + ["", END])
 
 
