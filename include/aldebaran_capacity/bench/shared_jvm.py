@@ -8,8 +8,8 @@
   (aldebaran_capacity.bench.shared_app).
 
 Each run starts the shape on private topics (its trades, alerts and fast topics; checkpoints in a temporary
-directory), waits until a probe order's alert comes back on both topics (``start_s``), lets the JVMs settle,
-samples their CPU at rest (``rest_cores``: the processes of the shape's process groups, nothing else) and
+directory), waits until a probe order's alert comes back on both topics (``start_s``), warms both lanes up with
+20 s of the first rate (not reported) and lets them settle, samples their CPU at rest (``rest_cores``: the processes of the shape's process groups, nothing else) and
 their memory (``rss_mb``), then paces the original publisher's mix at each rate for ``seconds`` and reads both
 topics with a consumer (trade → received p50/p99 per lane, ``load_cores``). Shapes alternate run by run
 (apart, shared, shared, apart, ...). Run it with nothing else on the box but the core services (Kafka, MinIO):
@@ -42,7 +42,8 @@ log = logging.getLogger(__name__)
 BEGIN, END = "<!-- shared-jvm:begin -->", "<!-- shared-jvm:end -->"
 SHAPES = ("apart", "shared")
 DEFAULT_RATES = (1_000,)
-SETTLE_S = 20.0  # after both lanes answer: the JIT's first minutes are not the resting cost
+SETTLE_S = 20.0  # after the warm-up: its tail is not the resting cost
+WARMUP_S = 20.0  # load before anything is measured: a fresh JVM's first minute is the JIT's
 START_TIMEOUT_S = 300.0
 SHARED_APP = Path(__file__).resolve().with_name("shared_app.py")
 AUDITOR_APP = paths.ROOT / "spark_apps" / "auditor.py"
@@ -206,7 +207,9 @@ def one_run(shape: str, rates, seconds: float, rest_s: float, seed: int) -> dict
                                               start_new_session=True))
         pgids = [p.pid for p in procs]
         started = _probe_both(kafka, exact, fast, procs, START_TIMEOUT_S)
-        log.info("shared-jvm: %s up in %.0f s; settling %.0f s", shape, started, SETTLE_S)
+        log.info("shared-jvm: %s up in %.0f s; warm-up at %d events/s for %.0f s (not reported), then %.0f s settle",
+                 shape, started, rates[0], WARMUP_S, SETTLE_S)
+        load_segment(kafka, exact, fast, pgids, rates[0], WARMUP_S, seed + 100)
         time.sleep(SETTLE_S)
         # The box beside the shape: its processes are this bench's children (not "other"), the core services
         # are known roles; anything else over 0.2 core flags the run (BRIEF §4).
