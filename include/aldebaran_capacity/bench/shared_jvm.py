@@ -289,10 +289,18 @@ def run(rates=DEFAULT_RATES, seconds: float = 30.0, rest_s: float = 60.0, repeat
             **summarise(runs, rates)}
 
 
+def _range(spread) -> str:
+    def one(v: float) -> str:
+        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:g}"
+
+    return f"{one(spread[0])}–{one(spread[1])}" if spread else "–"
+
+
 def render(result: dict) -> str:
     r = result["lanes_jvm"]
     lines = [BEGIN, "## Both lanes in one JVM, or apart", "",
-             f"`{result['command']}` on {result['machine'].get('cpus', '?')} cores, {r['order']} (interleaved). "
+             f"`{result['command']}`, {result['machine'].get('date', '')}, {result['machine'].get('cores', '?')} "
+             f"cores, runs in the order {', '.join(r['order'])}. "
              "**apart** (shipped): the exact auditor (Spark 4.2, local[2]) and the lane (Spark 4.3 real-time "
              "mode, local[4]) as two applications; **shared**: one Spark 4.3 application running both queries "
              "on one session, local[6]. CPU and memory are the shape's processes only (the JVMs, their Python "
@@ -305,11 +313,18 @@ def render(result: dict) -> str:
         if not e:
             continue
         for s in e["segments"]:
-            lines.append(f"| {shape} | {e['start_s']} | {e['rest_cores']} ({e['rest_cores_spread']}) | {e['rss_mb']} "
-                         f"| {s['rate']:,} | {s['load_cores']} | {s['exact_p50_ms']} / {s['exact_p99_ms']} "
-                         f"({s['exact_p99_spread_ms']}) | {s['fast_p50_ms']} / {s['fast_p99_ms']} "
-                         f"({s['fast_p99_spread_ms']}) | {e['other_cores_max']} |")
+            lines.append(f"| {shape} | {e['start_s']:g} | {e['rest_cores']:g} ({_range(e['rest_cores_spread'])}) "
+                         f"| {e['rss_mb']:,.0f} | {s['rate']:,} | {s['load_cores']:g} | {s['exact_p50_ms']:,.0f} / "
+                         f"{s['exact_p99_ms']:,.0f} ({_range(s['exact_p99_spread_ms'])}) | {s['fast_p50_ms']:,.0f} / "
+                         f"{s['fast_p99_ms']:,.0f} ({_range(s['fast_p99_spread_ms'])}) | {e['other_cores_max']:g} |")
     return "\n".join(lines + ["", END])
+
+
+def rerender() -> str:
+    """The section again from docs/img/bench-results.json's ``lanes_jvm`` (after a change to :func:`render`)."""
+    data = json.loads((paths.ROOT / "docs" / "img" / "bench-results.json").read_text())["lanes_jvm"]
+    result = {"machine": data["machine"], "command": data["command"], "lanes_jvm": data}
+    return render(result)
 
 
 def main(args) -> int:
