@@ -22,7 +22,8 @@ from aldebaran.delivery.channels.base import Outcome
 from aldebaran.delivery.channels.log import LogChannel
 from aldebaran.delivery.corrupt import quarantined
 from aldebaran.delivery.decode import AlertDeadLetters
-from aldebaran.delivery.dispatcher import ChannelDispatcher, DispatchStats
+from aldebaran.delivery.dispatcher import ChannelDispatcher
+from aldebaran.delivery.stats import DispatchStats
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.records import RetryPolicy
 from aldebaran.delivery.retraction import CORRUPT, Retractor, retraction_id

@@ -632,3 +632,21 @@ def test_the_mirror_scans_see_a_stray_test_a_folder_with_no_twin_and_a_lab_impor
     assert folders_without_init(unit) == [".", "aldebaran/nowhere"]
     assert product_tests_importing(unit, LAB_AND_CAPACITY) == ["aldebaran/delivery/test_ok.py:5",
                                                                "aldebaran/nowhere/test_lost.py:1"]
+
+
+MODULE_LINE_LIMIT = 400  # a module over it is usually two rooms (HOUSE.md)
+
+
+def long_modules(root: Path, limit: int = MODULE_LINE_LIMIT) -> list[str]:
+    return [f"{p.relative_to(root)}: {n} lines" for p in sorted(root.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > limit]
+
+
+def test_no_product_module_is_over_the_limit():
+    assert not long_modules(INCLUDE / PRODUCT), long_modules(INCLUDE / PRODUCT)
+
+
+def test_the_length_scan_sees_a_long_module(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n" * (MODULE_LINE_LIMIT + 1))
+    (tmp_path / "b.py").write_text("x = 1\n" * MODULE_LINE_LIMIT)
+    assert long_modules(tmp_path) == [f"a.py: {MODULE_LINE_LIMIT + 1} lines"]

@@ -23,14 +23,12 @@ A streaming dispatcher (``aldebaran dispatch --follow``) writes a heartbeat that
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 import tenacity
 
@@ -43,6 +41,7 @@ from aldebaran.delivery.handles import ALREADY, BUSY, DOUBT, SEND
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.settings import DeliverySettings
 from aldebaran.delivery.settle import Partition, RunSettler
+from aldebaran.delivery.stats import DispatchStats
 from aldebaran.exceptions import Fenced, LedgerCorrupt, ObjectStoreError
 from aldebaran.model import Alert
 from aldebaran.settings import KafkaSettings, load
@@ -51,32 +50,6 @@ log = logging.getLogger(__name__)
 
 GROUP = "aldebaran-dispatcher"  # the default of ALDEBARAN_DELIVERY_GROUP
 SWEEP_BACKOFF_MAX = 30.0  # seconds between tries of a failing sweep, or of taking a partition
-
-
-@dataclass
-class DispatchStats:
-    alerts: int = 0
-    malformed: int = 0
-    runs: int = 0
-    sent: dict = field(default_factory=dict)
-    already: dict = field(default_factory=dict)
-    failed: dict = field(default_factory=dict)
-    in_doubt: dict = field(default_factory=dict)
-    retried: dict = field(default_factory=dict)
-    latencies_ms: collections.deque = field(default_factory=lambda: collections.deque(maxlen=200_000))
-    seconds: float = 0.0
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def bump(self, what: str, channel: str, n: int = 1) -> None:
-        if n:
-            with self.lock:
-                d = getattr(self, what)
-                d[channel] = d.get(channel, 0) + n
-
-    def summary(self) -> dict:
-        return {"alerts": self.alerts, "malformed": self.malformed, "runs": self.runs, "sent": self.sent,
-                "already_recorded": self.already, "failed": self.failed, "in_doubt": self.in_doubt,
-                "retried": self.retried, "seconds": round(self.seconds, 2)}
 
 
 class ChannelDispatcher:

@@ -105,7 +105,7 @@ class Retractor:
         return out
 
     def _deliver(self, message: Alert, channels: list) -> dict[str, str]:
-        from aldebaran.delivery.dispatcher import DispatchStats
+        from aldebaran.delivery.stats import DispatchStats
 
         stats = DispatchStats()
         out = {c.name: self._direct(c, message, stats) for c in channels}

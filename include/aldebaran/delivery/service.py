@@ -146,7 +146,8 @@ class Heartbeat:
 def follow(channel_names: list[str] | None = None, name: str | None = None, fast: bool = False) -> int:
     """Run the dispatcher until SIGTERM/SIGINT (fast: the fast lane's, aldebaran.delivery.fast). Returns the exit code."""
     from aldebaran.delivery.channels import configured_channels
-    from aldebaran.delivery.dispatcher import Dispatcher, DispatchStats, default_ledger
+    from aldebaran.delivery.dispatcher import Dispatcher, default_ledger
+    from aldebaran.delivery.stats import DispatchStats
 
     ledger = default_ledger()
     if fast:

@@ -251,7 +251,8 @@ def page_if_needed(decision: dict) -> dict:
         return {"paged": False}
     from aldebaran.delivery.channels import configured_channels
     from aldebaran.delivery.corrupt import noted
-    from aldebaran.delivery.dispatcher import DispatchStats, default_ledger, deliver_direct
+    from aldebaran.delivery.dispatcher import default_ledger, deliver_direct
+    from aldebaran.delivery.stats import DispatchStats
     from aldebaran.exceptions import LedgerCorrupt
 
     alert = page_alert(decision)

@@ -37,7 +37,7 @@ def _per_op_ns(op: Callable[[], object], updates: int, repeats: int) -> dict:
 
 def _dispatcher_like(reg) -> Callable[[], bytes]:
     """A scrape of a registry holding what one dispatcher exports (3 channels × 2 partitions)."""
-    from aldebaran.delivery.dispatcher import DispatchStats
+    from aldebaran.delivery.stats import DispatchStats
     from aldebaran.delivery.service import Heartbeat
     from aldebaran.runtime.metrics import _Sources
     from aldebaran.runtime.metrics_roles import dispatcher_families

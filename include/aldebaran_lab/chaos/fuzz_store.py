@@ -113,7 +113,8 @@ def _batches(items: list, size: int = BATCH):
 def _dispatcher(ledger, kafka):
     from aldebaran.delivery.channels.log import LogChannel
     from aldebaran.delivery.decode import AlertDeadLetters
-    from aldebaran.delivery.dispatcher import ChannelDispatcher, DispatchStats
+    from aldebaran.delivery.dispatcher import ChannelDispatcher
+    from aldebaran.delivery.stats import DispatchStats
     from aldebaran.delivery.settings import DeliverySettings
     from aldebaran.runtime import paths
 

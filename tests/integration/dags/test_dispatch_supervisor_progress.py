@@ -15,7 +15,8 @@ import pytest
 
 from aldebaran.audit.model import alert_id
 from aldebaran.delivery.channels import configured_channels
-from aldebaran.delivery.dispatcher import Dispatcher, DispatchStats, default_ledger
+from aldebaran.delivery.dispatcher import Dispatcher, default_ledger
+from aldebaran.delivery.stats import DispatchStats
 from aldebaran.delivery.service import Heartbeat
 from aldebaran.runtime.heartbeat import DISPATCHER, key as heartbeat_key
 from aldebaran.kafka import io as kio

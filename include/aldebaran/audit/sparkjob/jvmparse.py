@@ -12,7 +12,7 @@ Two gaps of the variant parser are closed here:
   cannot be followed by anything, and is parsed as is. Any other message is parsed wrapped as
   ``[<message>,<h>]`` with ``h`` = xxhash64 of the message: it is one JSON value followed by whitespace
   only iff the array parses and its second element is ``h`` (trailing content would have to contain
-  its own hash). The wrapper costs one nesting level: hence ``events.MAX_JSON_DEPTH``, which a flat
+  its own hash). The wrapper costs one nesting level: hence ``jsontext.MAX_JSON_DEPTH``, which a flat
   object never nears.
 - It keeps a float literal that has an integral value (``100.0``, ``-0.0``) as a DECIMAL of scale 0,
   like an integer beyond BIGINT, and an integer literal beyond DECIMAL(38) as a DOUBLE, like ``1e40``.
@@ -138,7 +138,7 @@ def parse_events(kafka_df, limits: Limits = Limits()):
         return t(name).rlike(r"^DECIMAL\(\d+,0\)$") | (t(name) == F.lit("DOUBLE"))
 
     def is_int_id(name: str) -> Column:
-        # A DOUBLE id is never accepted: an integer that needs one is beyond DECIMAL(38) (events.MAX_INT_ID).
+        # A DOUBLE id is never accepted: an integer that needs one is beyond DECIMAL(38) (parse.MAX_INT_ID).
         return (t(name) == F.lit("BIGINT")) | (t(name).rlike(r"^DECIMAL\(\d+,0\)$") & integer_literal(name))
 
     def id_checks(field: str, name: str) -> list[tuple[Column, str, Column]]:

@@ -15,7 +15,8 @@ import pytest
 
 from aldebaran.delivery.channels.log import LogChannel
 from aldebaran.delivery.decode import AlertDeadLetters, Rejected, decode
-from aldebaran.delivery.dispatcher import ChannelDispatcher, DispatchStats
+from aldebaran.delivery.dispatcher import ChannelDispatcher
+from aldebaran.delivery.stats import DispatchStats
 from aldebaran.delivery.exceptions import RetryableError
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.runs import CLAIMED, MALFORMED, RECORDED

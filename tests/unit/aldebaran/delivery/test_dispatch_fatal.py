@@ -8,7 +8,8 @@ import threading
 
 from aldebaran.delivery.channels.log import LogChannel
 from aldebaran.delivery.decode import AlertDeadLetters
-from aldebaran.delivery.dispatcher import ChannelDispatcher, DispatchStats
+from aldebaran.delivery.dispatcher import ChannelDispatcher
+from aldebaran.delivery.stats import DispatchStats
 from aldebaran.delivery.exceptions import ConsumerFatal
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.settings import DeliverySettings

@@ -18,7 +18,8 @@ import pytest
 from aldebaran.delivery.channels.base import Channel, Outcome
 from aldebaran.delivery.channels.log import LogChannel
 from aldebaran.delivery.decode import AlertDeadLetters
-from aldebaran.delivery.dispatcher import DispatchStats, deliver_direct
+from aldebaran.delivery.dispatcher import deliver_direct
+from aldebaran.delivery.stats import DispatchStats
 from aldebaran.delivery.handles import NEW
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.records import IN_DOUBT, RetryPolicy

@@ -138,7 +138,8 @@ def test_the_heartbeat_is_a_fifth_of_the_session_and_never_below_half_a_second()
 def test_a_dispatchers_consumer_is_built_with_the_group_keys(clean, tmp_path):
     from aldebaran.delivery.channels.log import LogChannel
     from aldebaran.delivery.decode import AlertDeadLetters
-    from aldebaran.delivery.dispatcher import ChannelDispatcher, DispatchStats
+    from aldebaran.delivery.dispatcher import ChannelDispatcher
+    from aldebaran.delivery.stats import DispatchStats
     from aldebaran.delivery.ledger import Ledger
     from aldebaran.storage.store import LocalStore
 

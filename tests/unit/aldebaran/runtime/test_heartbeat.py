@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from aldebaran.delivery.dispatcher import DispatchStats
+from aldebaran.delivery.stats import DispatchStats
 import pytest
 
 from aldebaran.runtime import heartbeat

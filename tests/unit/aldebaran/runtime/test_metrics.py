@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from aldebaran.runtime import metrics, paths
 from aldebaran.audit.heartbeat import consumer_lag
-from aldebaran.delivery.dispatcher import DispatchStats
+from aldebaran.delivery.stats import DispatchStats
 from aldebaran.delivery.service import Heartbeat
 from aldebaran.exceptions import ConfigError
 from aldebaran.runtime.metrics import MetricsSettings, family, prune_targets

@@ -195,7 +195,7 @@ def get(address: str, path: str) -> tuple[int, dict | str]:
 
 
 def test_a_dispatchers_heartbeat_is_judged_on_its_metrics_port(served, monkeypatch):
-    from aldebaran.delivery.dispatcher import DispatchStats
+    from aldebaran.delivery.stats import DispatchStats
     from aldebaran.delivery.service import Heartbeat
 
     monkeypatch.setenv("ALDEBARAN_DISPATCH_SUPERVISOR_STALE_AFTER_SECONDS", "30")

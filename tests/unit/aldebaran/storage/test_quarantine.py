@@ -16,7 +16,8 @@ import pytest
 from aldebaran.storage import quarantine
 from aldebaran.delivery.channels.log import LogChannel
 from aldebaran.delivery.decode import AlertDeadLetters
-from aldebaran.delivery.dispatcher import SWEEP_BACKOFF_MAX, ChannelDispatcher, DispatchStats
+from aldebaran.delivery.dispatcher import SWEEP_BACKOFF_MAX, ChannelDispatcher
+from aldebaran.delivery.stats import DispatchStats
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.records import Record, RetryPolicy
 from aldebaran.delivery.runs import Run
