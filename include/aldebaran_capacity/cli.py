@@ -23,7 +23,6 @@ USAGE = """\
     aldebaran bench low-latency [--rates R,...]        the real-time-mode lane (Spark 4.3): trade→alert p50/p99, floor, box state
     aldebaran bench lane-tuning [--variants V,...]     the lane's settings A/B, interleaved rounds → docs/benchmarks.md
     aldebaran bench checkpoint-files [--repeats N]     checkpoint writes per batch: rename, abortable, ours
-    aldebaran bench alerts-from [--rates R] [--repeats N] alerts produced by the shard tasks vs the driver, A/B
     aldebaran bench metrics-cost [--updates N]         metric update cost: Prometheus client vs StatsD UDP
     aldebaran bench status-commands [--quick]          status commands and health on a long synthetic history
     aldebaran bench MODE --help                        each mode's options"""
@@ -40,7 +39,6 @@ BENCH_MODES = {
     "low-latency": "the real-time-mode lane (Spark 4.3): trade → alert p50/p99 against the same-run floor",
     "lane-tuning": "the lane's settings A/B against the shipped lane, interleaved rounds → docs/benchmarks.md",
     "checkpoint-files": "checkpoint writes per batch: rename, abortable, ours",
-    "alerts-from": "alerts produced by the shard tasks vs the driver, A/B on one box",
     "metrics-cost": "per-update cost of a Prometheus counter/gauge/histogram vs a StatsD UDP send, and one scrape",
     "lane-rotation": "the lane's start and a rotation under load beside the running platform: gap, p99, start",
     "reconcile-cost": "the lane keeper's reconciliation, CPU per alert after a long run: shipped vs the scanning "
@@ -76,13 +74,12 @@ BENCH_OPTIONS = [
     opt("--channels", modes="dispatch", default=None,
         help="comma-separated subset of webhook,webhook_batch,bus,sms,log,alertmanager,pagerduty,opsgenie,fcm,apns,"
              "fast_markers,fast_log (the fast lane's cross-lane designs on a batched webhook; default all)"),
-    opt("--repeats", modes="dispatch,parse-cost,checkpoint-files,lane-tuning,alerts-from,metrics-cost,status-commands,"
+    opt("--repeats", modes="dispatch,parse-cost,checkpoint-files,lane-tuning,metrics-cost,status-commands,"
                               "reconcile-cost,lane-rotation,shared-jvm",
         type=int,
         default=3,
         help={"*": "runs; the median is reported (default 3)", "checkpoint-files": "rounds (default 3)",
-              "lane-tuning": "rounds, each variant once per round (default 3)",
-              "alerts-from": "alternated runs of each side (default 3)"}),
+              "lane-tuning": "rounds, each variant once per round (default 3)"}),
     opt("--steady-rates", modes="dispatch", default="50", help="comma-separated alerts/s for the latency runs (default 50)"),
     opt("--orders", modes="state-designs,parse-cost", default="40000,200000",
         help={"state-designs": "orders preloaded (~5 events each, all open), comma-separated sizes (default 40000,200000)",
@@ -93,12 +90,11 @@ BENCH_OPTIONS = [
     opt("--candidates", modes="state-designs", default=None, help="comma-separated subset (default all)"),
     opt("--per-order-seconds", modes="state-designs", type=float, default=60.0,
         help="time allowed to the per-order Python state candidate (default 60)"),
-    opt("--rates", modes="e2e,low-latency,lane-tuning,alerts-from,reconcile-cost,lane-rotation,shared-jvm", default=None,
+    opt("--rates", modes="e2e,low-latency,lane-tuning,reconcile-cost,lane-rotation,shared-jvm", default=None,
         help={"lane-rotation": "comma-separated paced rates, events/s (default 5000)","shared-jvm": "comma-separated paced rates, events/s (default 1000)","reconcile-cost": "comma-separated alerts/s (default 1000,5000)","e2e": "comma-separated trade rates to ramp through, trades/s (default 5000,10000,20000,50000)",
               "low-latency": "the paced rates, events/s (default 1000,10000,50000)",
-              "lane-tuning": "the paced rates of each round, events/s",
-              "alerts-from": "the paced rate, trades/s (default 5000)"}),
-    opt("--seconds", modes="e2e,low-latency,lane-tuning,alerts-from,reconcile-cost,lane-rotation,shared-jvm", type=float,
+              "lane-tuning": "the paced rates of each round, events/s"}),
+    opt("--seconds", modes="e2e,low-latency,lane-tuning,reconcile-cost,lane-rotation,shared-jvm", type=float,
         default=20.0,
         help={"*": "how long each rate is produced, seconds (default 20)",
               "lane-tuning": "how long each rate is produced, seconds (default 10)",
@@ -112,7 +108,7 @@ BENCH_OPTIONS = [
         help="the Spark runtime (control: the control venv's pyspark 4.2, micro-batch only)"),
     opt("--conf", modes="low-latency", action="append", default=None, metavar="KEY=VALUE",
         help="a Spark setting of the lane's spark-submit (repeatable)"),
-    opt("--report", modes="low-latency,lane-tuning,alerts-from,status-commands,reconcile-cost,lane-rotation,shared-jvm",
+    opt("--report", modes="low-latency,lane-tuning,status-commands,reconcile-cost,lane-rotation,shared-jvm",
         action="store_true",
         help="write its section of docs/benchmarks.md and its key of docs/img/bench-results.json"),
     opt("--rotate-at", modes="lane-rotation", type=float, default=30.0,
@@ -169,10 +165,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from aldebaran_capacity.bench import lane_tuning
 
         return lane_tuning.main(args)
-    if args.which == "alerts-from":
-        from aldebaran_capacity.bench import alerts_from
-
-        return alerts_from.main(args)
     if args.which == "metrics-cost":
         from aldebaran_capacity.bench import metrics_cost
 

@@ -38,11 +38,6 @@ class AuditorSettings(BaseSettings):
         "one process per shard (producers key by order id); shuffle: parsed in the JVM, repartitioned by order id "
         "(any keying: the fallback for unkeyed topics); auto: copartitioned if a sample of the topic keeps the "
         "keying contract (an existing checkpoint keeps its plan)")
-    alerts_from: Literal["shard", "driver"] = Field(
-        "driver", description="co-partitioned plan: who produces the alerts to Kafka — driver: foreachBatch, after "
-        "the whole batch (the shuffle plan always does this); shard: each shard task, as soon as its book delta is "
-        "durable (an alert does not wait for the batch's other shards and the collect). Measured side by side: "
-        "docs/benchmarks.md 'Who produces the alerts'")
     partitioner: Literal["auto", "crc32", "murmur2", "fnv1a"] = Field(
         "auto", description="co-partitioned plan: the partitioner the trades' producers use, which decides the shard "
         "that owns an order — crc32: librdkafka/confluent-kafka's default (consistent_random); murmur2: the Java "

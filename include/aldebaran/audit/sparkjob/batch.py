@@ -109,9 +109,6 @@ class BatchWriter:
         object, side by side → the batch's figures (log, heartbeat, `on_batch`)."""
         alerts = [_Row(r) for r in rows if r["row_type"] == "alert"]
         stats = [_Row(r) for r in rows if r["row_type"] == "stats"]
-        # Co-partitioned with alerts_in_shard: each shard task produced its alerts already, as soon as its
-        # delta was durable (the alert did not wait for the other shards, the collect and this driver).
-        produced = self.plan.copartitioned and self.ctx.alerts_in_shard and self.ctx.kafka is not None
         if alerts:
             # The alerts are already on the driver: produce them from here (idempotent producer, flushed)
             # rather than recompute the shard tasks for a Spark write. The archive PUT runs beside the
@@ -120,10 +117,9 @@ class BatchWriter:
             archived = None
             if self.archive is not None:
                 archived = self._archiver().submit(self._archive_write, batch_id, [r.alert_json for r in alerts])
-            if not produced:
-                t = time.perf_counter()
-                self.alert_sink.send([(r.alert_id, r.alert_json, sources_header(r.sources)) for r in alerts])
-                steps["alerts"] = _ms_since(t)
+            t = time.perf_counter()
+            self.alert_sink.send([(r.alert_id, r.alert_json, sources_header(r.sources)) for r in alerts])
+            steps["alerts"] = _ms_since(t)
             if archived is not None:
                 steps["archive"] = archived.result()  # re-raises a failed PUT: the batch fails, not commits
         dlq_count = sum(s.dlq for s in stats)

@@ -31,7 +31,7 @@ from aldebaran.model import Event
 from aldebaran.audit.partitioning import owner
 from aldebaran.kafka.io import dlq_headers
 from aldebaran.audit.sparkjob.rows import (
-    BatchContext, alert_sink, dlq_sink, shard_rows, sources_header, store_for,
+    BatchContext, dlq_sink, shard_rows, store_for,
 )
 
 RAW_FIELDS = ("key", "value", "topic", "partition", "offset", "kafka_ts")  # what the JVM hands this plan
@@ -102,12 +102,4 @@ def process(ctx: BatchContext, batch_id: int, partitions: int, shard_id: int, ba
         reroute.flush()
     records = shard_rows(out, shard_id, topic, dlq=dlq, misrouted=len(out.misrouted), parsed_fast=parser.fast,
                          parsed_slow=parser.slow)
-    if ctx.alerts_in_shard and ctx.kafka is not None:
-        # The delta is durable (store.apply wrote it): the alerts may leave now, not after the whole batch.
-        # A re-executed batch produces them again with the same ids (the topic is at-least-once; delivery
-        # deduplicates by alert id). Acknowledged before the task returns.
-        alerts = [(r["alert_id"], r["alert_json"], sources_header(r["sources"]))
-                  for r in records if r["row_type"] == "alert"]
-        if alerts:
-            alert_sink(ctx.kafka).send(alerts)
     return records

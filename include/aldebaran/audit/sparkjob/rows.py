@@ -43,8 +43,6 @@ class BatchContext:
     host_idle_seconds: float = 600.0  # a shard host stops after this long without work
     expire_all: bool = False  # the end pass of a bounded run with expire-at-end (sparkjob/endpass.py)
     partitioner: str = "murmur2"  # co-partitioned: who owns an order (aldebaran.audit.partitioning)
-    # co-partitioned: each shard task produces its alerts once its delta is durable (ALDEBARAN_AUDIT_ALERTS_FROM)
-    alerts_in_shard: bool = False
 
     @property
     def trades_topic(self) -> str:
@@ -65,7 +63,6 @@ def batch_context(settings, kafka) -> BatchContext:
         kafka=kafka,
         limits=Limits(settings.max_message_bytes, settings.max_id_length, settings.max_shares),
         host_idle_seconds=settings.shard_host_idle_seconds,
-        alerts_in_shard=settings.alerts_from == "shard",
     )
 
 
@@ -121,7 +118,6 @@ def sources_header(sources: str | None) -> list[tuple[str, bytes]] | None:
 # One producer per process and Kafka settings, reused across batches: a shard task runs many times in one
 # long-lived process (a shard host, a Python worker), and a producer's start costs more than a batch's sends.
 _DLQ_SINKS: dict = {}
-_ALERT_SINKS: dict = {}
 
 
 def dlq_sink(kafka):
@@ -133,17 +129,6 @@ def dlq_sink(kafka):
     if sink is None:
         sink = _DLQ_SINKS[key] = DlqSink(kafka)
     sink.reset()
-    return sink
-
-
-def alert_sink(kafka):
-    """This process's alerts producer for `kafka` (shards that produce their own alerts)."""
-    from aldebaran.kafka.io import AlertSink
-
-    key = kafka.model_dump_json()
-    sink = _ALERT_SINKS.get(key)
-    if sink is None:
-        sink = _ALERT_SINKS[key] = AlertSink(kafka)
     return sink
 
 
