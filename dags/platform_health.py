@@ -60,7 +60,7 @@ def platform_health():
 
     @task
     def verdict(record: dict) -> None:
-        from aldebaran.platform.airflow_tasks import health_verdict
+        from aldebaran.platform.task_outcomes import health_verdict
 
         health_verdict(record)
 

@@ -29,7 +29,7 @@ from aldebaran.audit import book, rules  # noqa: E402
 try:  # the event type of the tree under test: one of today's, or an older one's (A/B across trees)
     from aldebaran.model import Event as EventRow  # noqa: E402
 except ImportError:
-    from aldebaran.audit.model import EventRow  # noqa: E402
+    from aldebaran.audit.findings import EventRow  # noqa: E402
 from aldebaran.audit.state import rows as rowsmod  # noqa: E402
 from aldebaran.audit.state.store import Config, ShardStore  # noqa: E402
 

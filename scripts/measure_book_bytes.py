@@ -31,7 +31,7 @@ from aldebaran.audit import rules  # noqa: E402
 try:  # the event type of the tree under test: one of today's, or an older one's (A/B across trees)
     from aldebaran.model import Event as EventRow  # noqa: E402
 except ImportError:
-    from aldebaran.audit.model import EventRow  # noqa: E402
+    from aldebaran.audit.findings import EventRow  # noqa: E402
 from aldebaran.audit.state.store import Config, ShardStore  # noqa: E402
 
 BATCH = 100_000

@@ -12,7 +12,7 @@ import threading
 import pytest
 from aiohttp import web
 
-from aldebaran.audit.model import alert_id
+from aldebaran.audit.findings import alert_id
 from aldebaran.delivery.channels import KafkaChannel, RetryableError, SmsChannel, WebhookChannel, batch_key
 from aldebaran.kafka import admin as kadmin, io as kio
 from aldebaran.model import Alert

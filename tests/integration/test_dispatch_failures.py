@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from aldebaran.audit.model import alert_id
+from aldebaran.audit.findings import alert_id
 from aldebaran.delivery.channels import configured_channels
 from aldebaran.delivery.dispatcher import Dispatcher
 from aldebaran.delivery.ledger import Ledger

@@ -18,7 +18,7 @@ from aldebaran.audit import parse as events
 from aldebaran.cli import main as cli
 from aldebaran.cli import explain as ex
 from aldebaran.audit import provenance
-from aldebaran.audit.model import alert_id as alert_id_of
+from aldebaran.audit.findings import alert_id as alert_id_of
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job
 from aldebaran.delivery.channels import LogChannel

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from aldebaran.audit import parse as events
 from aldebaran.runtime import heartbeat, paths
-from aldebaran.audit.model import alert_id
+from aldebaran.audit.findings import alert_id
 from aldebaran.kafka import admin as kadmin, io as kio
 from aldebaran.lanes import gap, keeper, status
 from aldebaran.lanes.settings import LaneSettings

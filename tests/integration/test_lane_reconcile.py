@@ -13,7 +13,7 @@ import time
 import pytest
 
 from aldebaran.runtime import heartbeat
-from aldebaran.audit.model import alert_id
+from aldebaran.audit.findings import alert_id
 from aldebaran.delivery import dispatcher
 from aldebaran.kafka import io as kio
 from aldebaran.lanes import keeper, reconciler

@@ -11,7 +11,7 @@ import pytest
 
 from aldebaran.audit import reference
 from aldebaran.audit import parse as events
-from aldebaran.audit.model import alert_id as alert_id_of
+from aldebaran.audit.findings import alert_id as alert_id_of
 from aldebaran.kafka import io as kio
 from aldebaran.lanes.launch import Lane
 from aldebaran.lanes.launch import stop as stop_lane

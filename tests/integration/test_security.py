@@ -21,7 +21,7 @@ import requests
 from aldebaran.runtime import paths
 from aldebaran.audit.archive import Archive
 from aldebaran.runtime.heartbeat import AUDITOR, key as heartbeat_key
-from aldebaran.audit.model import alert_id
+from aldebaran.audit.findings import alert_id
 from aldebaran.delivery.channels import alert_body, signature, signed_headers
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.runtime.envfile import GENERATED

@@ -8,7 +8,7 @@ import json
 from aldebaran.audit import reference
 from aldebaran.audit import parse as events
 from aldebaran.runtime import heartbeat
-from aldebaran.audit.model import alert_id as alert_id_of
+from aldebaran.audit.findings import alert_id as alert_id_of
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job
 from aldebaran.delivery.channels import LogChannel

@@ -19,7 +19,7 @@ import pytest
 
 from aldebaran.cli import main as cli
 from aldebaran.runtime import heartbeat
-from aldebaran.audit.model import alert_id
+from aldebaran.audit.findings import alert_id
 from aldebaran.delivery import locate
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.delivery.runs import DELIVERED, RECORDED, Run

@@ -15,7 +15,7 @@ rule shares (docs/design.md § Contracts):
 `step` is what the store's loop calls per event (it appends to the batch's alert list: a call per
 event costs less than a generator feeding a loop here, docs/design.md §8); `apply` returns one
 event's alerts, for rules and tests. The alerts are typed (:class:`aldebaran.model.Alert`), rendered
-from the rules' findings (aldebaran.audit.model.render).
+from the rules' findings (aldebaran.audit.findings.render).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from sys import intern
 from typing import Sequence
 
 from aldebaran.audit import parse as events
-from aldebaran.audit.model import Book, Finding, render
+from aldebaran.audit.findings import Book, Finding, render
 from aldebaran.audit.provenance import KEPT, trail
 from aldebaran.audit.rules import Rule
 from aldebaran.model import Alert, Event

@@ -4,7 +4,7 @@ Written from the brief, not from the auditor's code (aldebaran.audit.book / rule
 loop over the messages in order, one plain dict of books, no heaps, no files, no batches. Tests and
 the demo hold the auditor to it: the same input must give the same alerts. It shares only the
 contract-level parts with the auditor: :func:`aldebaran.audit.parse.validate` (which messages are
-valid, as :class:`aldebaran.model.Event`) and :func:`aldebaran.audit.model.alert_id` (the id of an alert
+valid, as :class:`aldebaran.model.Event`) and :func:`aldebaran.audit.findings.alert_id` (the id of an alert
 is a function of its kind and order id).
 
 Semantics, precisely:
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Union
 
 from aldebaran.audit import parse as events
-from aldebaran.audit.model import alert_id
+from aldebaran.audit.findings import alert_id
 from aldebaran.model import Alert, Event
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from typing import ClassVar
 
 from aldebaran.audit import parse as events
 # The data model a rule sees, re-exported for rule authors.
-from aldebaran.audit.model import Book, Finding, alert_id
+from aldebaran.audit.findings import Book, Finding, alert_id
 from aldebaran.model import Event
 
 

@@ -21,7 +21,7 @@ The plan, per trade message:
    and so hide crossings inside a batch (measured in docs/design.md, "The low-latency lane").
 
 Kept exactly: validation, dedupe by event id within a book, first request wins, purchase before
-request, the alert's id (:func:`aldebaran.audit.model.alert_id`, computed here as the same SHA-256 in
+request, the alert's id (:func:`aldebaran.audit.findings.alert_id`, computed here as the same SHA-256 in
 the JVM) so the ledger collapses both lanes' copies. Left to the exact lane: book expiry and ORPHAN
 (real-time mode has no per-key timers outside transformWithState), MISMATCH, the DLQ and the archive.
 The lane's state is not expired either: ``dropDuplicatesWithinWatermark`` is not accepted in real-time
@@ -76,7 +76,7 @@ def crossings(book_updates):
 
 
 def alert_id_column(kind: str = KIND):
-    """:func:`aldebaran.audit.model.alert_id` in the JVM: sha256("<kind>\\x1f<order_id>")[:32]."""
+    """:func:`aldebaran.audit.findings.alert_id` in the JVM: sha256("<kind>\\x1f<order_id>")[:32]."""
     from pyspark.sql import functions as F
 
     return F.substring(F.sha2(F.concat(F.lit(kind + "\x1f"), F.col("order_id")), 256), 1, 32)

@@ -1,4 +1,4 @@
-"""The reconciler: both lanes' alert topics → :class:`aldebaran.lanes.reconcile.Reconciliation` → records.
+"""The reconciler: both lanes' alert topics → :class:`aldebaran.lanes.judge.Reconciliation` → records.
 
 It reads the fast topic (``ALDEBARAN_KAFKA_FAST_ALERTS_TOPIC``) and the exact topic
 (``ALDEBARAN_KAFKA_ALERTS_TOPIC``) with one consumer, by assignment (no consumer group offsets: where to
@@ -33,7 +33,7 @@ import time
 from aldebaran.delivery.decode import AlertDeadLetters, Rejected, decode
 from aldebaran.delivery.exceptions import RetryableError
 from aldebaran.exceptions import NotFound
-from aldebaran.lanes.reconcile import Reconciliation
+from aldebaran.lanes.judge import Reconciliation
 from aldebaran.storage.store import safe_segment
 
 log = logging.getLogger(__name__)

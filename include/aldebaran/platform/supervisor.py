@@ -3,7 +3,7 @@
 One supervisor run (every minute, one at a time):
 
 1. **assess** — observe the auditor: its checkpoint lease (aldebaran.runtime.lease), its heartbeat
-   (aldebaran.audit.heartbeat: Spark progress per micro-batch) and, when it runs on this host, its
+   (aldebaran.audit.sparkjob.heartbeat_poller: Spark progress per micro-batch) and, when it runs on this host, its
    driver processes. Unhealthy = the driver process is gone, the query terminated (heartbeat
    ``failed``/``stopped``), no live lease, or no progress for longer than
    ``ALDEBARAN_SUPERVISOR_STALE_AFTER_SECONDS``. Decide: ``none`` (healthy), ``wait`` (still starting,

@@ -1,6 +1,6 @@
 """One heartbeat writer for the long-running processes: the streaming dispatcher
 (aldebaran.delivery.service), the lane keeper (aldebaran.lanes.keeper) and the auditor's query listener
-(aldebaran.audit.heartbeat, through :func:`publish`).
+(aldebaran.audit.sparkjob.heartbeat_poller, through :func:`publish`).
 
 A :class:`Beater` writes the heartbeat from a thread of its own, every period, whatever the process's
 work loop is doing: a busy loop still beats, so a heartbeat that goes stale means the process is frozen
@@ -12,7 +12,7 @@ apply it to the stored heartbeat, each process's own ``/readyz`` to the body it 
 Every heartbeat is one JSON object at ``heartbeats/<role>/<name>.json`` (:func:`key`) in the store of its
 role: ``auditor`` (per query, the books' store), ``dispatcher`` and ``lane`` (the delivery ledger's store).
 This module is the only one that builds those keys, writes and reads them; what each role's body carries
-is documented where the body is built (aldebaran.audit.heartbeat.build, aldebaran.delivery.service,
+is documented where the body is built (aldebaran.audit.sparkjob.heartbeat_poller.build, aldebaran.delivery.service,
 aldebaran.lanes.keeper), and each body starts from :func:`identity`.
 
 It lives at the top of the product, beside the lease, not in aldebaran.platform: the auditor, delivery

@@ -65,7 +65,7 @@ class AuditorMetrics:
                                 "When the last batch completed (Unix time)", q, registry=reg)
 
     def batch(self, record: dict) -> None:
-        """One micro-batch, from its heartbeat record (aldebaran.audit.heartbeat.build)."""
+        """One micro-batch, from its heartbeat record (aldebaran.audit.sparkjob.heartbeat_poller.build)."""
         q = record.get("query") or "auditor"
         self.batches.labels(q).inc()
         self.input_rows.labels(q).inc(record.get("input_rows") or 0)

@@ -97,7 +97,7 @@ def dispatcher_ready(body: dict | None, now: float, stale_after: float, progress
 
 
 def auditor_ready(record: dict | None, now: float, stale_after: float) -> Verdict:
-    """The auditor's readiness from its last heartbeat record (aldebaran.audit.heartbeat), by the auditor
+    """The auditor's readiness from its last heartbeat record (aldebaran.audit.sparkjob.heartbeat_poller), by the auditor
     supervisor's rule: that record is progress itself, so its age is the time without progress."""
     if not record:
         return Verdict(False, STARTING, "the query has not started")

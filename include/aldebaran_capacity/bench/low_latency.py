@@ -34,7 +34,7 @@ Agreement, two ways. Per segment, the lane's alerts against the reference model'
 stamps, on :data:`aldebaran.audit.reference.KEY_FIELDS` (``segments[].agreement`` = |same| / |union|, with the
 missing and extra counts). And against the exact lane itself: after the segments the micro-batch auditor
 runs over the same trades topic (available-now, the control venv's Spark), and the two lanes' alerts go
-through the reconciliation (:class:`aldebaran.lanes.reconcile.Reconciliation`, TTL unbounded as the exact
+through the reconciliation (:class:`aldebaran.lanes.judge.Reconciliation`, TTL unbounded as the exact
 lane runs afterwards): ``agreement`` = {confirmed, unconfirmed, missed, …} (``--no-exact`` skips it).
 """
 
@@ -361,7 +361,7 @@ def exact_agreement(kafka: KafkaSettings, trades: str, lane_alerts: list[tuple[i
     from aldebaran.audit.sparkjob import job
     from aldebaran.kafka import io as kio
     from aldebaran.kafka.admin import delete_topics, ensure_topics
-    from aldebaran.lanes.reconcile import Reconciliation
+    from aldebaran.lanes.judge import Reconciliation
 
     exact_kafka = load(KafkaSettings, trades_topic=trades, alerts_topic=f"rtm-bench-exact-{tag}",
                        dlq_topic=f"rtm-bench-dlq-{tag}")

@@ -1,5 +1,5 @@
 """What the lane keeper's reconciliation costs per alert once it has run a while: the shipped
-:class:`aldebaran.lanes.reconcile.Reconciliation` (time-ordered, judging costs what it decides) against
+:class:`aldebaran.lanes.judge.Reconciliation` (time-ordered, judging costs what it decides) against
 :class:`Scanning`, the design it replaced (each step scanned every pending and remembered id), same run,
 interleaved.
 
@@ -27,7 +27,7 @@ import statistics
 import sys
 import time
 
-from aldebaran.lanes.reconcile import Reconciliation, Verdicts
+from aldebaran.lanes.judge import Reconciliation, Verdicts
 
 STEP_MS = 200  # the keeper's consume timeout: one step per 0.2 s when messages keep coming
 EXACT_DELAY_MS = 2_000  # the exact copy of an alert arrives this long after the fast one

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from aldebaran.audit.model import alert_id
+from aldebaran.audit.findings import alert_id
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.kafka import io as kio
 

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from aldebaran.audit.model import alert_id
+from aldebaran.audit.findings import alert_id
 from aldebaran.delivery.ledger import Ledger
 from aldebaran.runtime import heartbeat
 from aldebaran.kafka import io as kio

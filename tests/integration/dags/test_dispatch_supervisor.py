@@ -19,7 +19,7 @@ import time
 import pytest
 
 from aldebaran.runtime import paths
-from aldebaran.audit.model import alert_id
+from aldebaran.audit.findings import alert_id
 from aldebaran.runtime import heartbeat
 from aldebaran.kafka import io as kio
 from aldebaran.platform import dispatch_supervisor as ds

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from aldebaran.audit.model import alert_id
+from aldebaran.audit.findings import alert_id
 from aldebaran.delivery.channels import configured_channels
 from aldebaran.delivery.dispatcher import Dispatcher, default_ledger
 from aldebaran.delivery.stats import DispatchStats

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from aldebaran.runtime import heartbeat, paths
-from aldebaran.audit.model import alert_id
+from aldebaran.audit.findings import alert_id
 from aldebaran.kafka import io as kio
 from aldebaran.lanes import keeper
 from aldebaran.lanes.settings import LaneSettings

@@ -74,7 +74,7 @@ def test_the_publisher_mix_is_the_original_draws_and_expects_the_overfilled_orde
         assert all(v["initial_order_id"] == oid for v in values[1:])
     over = {oid for oid, values in orders if sum(v["#shares"] for v in values[1:]) > values[0]["#shares"]}
     assert 0 < len(over) < 200
-    from aldebaran.audit.model import alert_id
+    from aldebaran.audit.findings import alert_id
 
     assert cap.expected_ids("publisher", "p", 200, seed=11) == {alert_id("OVERFILL", o) for o in over}
     assert cap.order_count("publisher", 10000, 60) == 120000 and cap.order_count("one-alert", 3000, 1) == 1000

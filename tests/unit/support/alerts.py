@@ -3,7 +3,7 @@ them overridden by keyword (``make_alert("7", message="over")``) or left out (``
 
 from __future__ import annotations
 
-from aldebaran.audit.model import alert_id
+from aldebaran.audit.findings import alert_id
 from aldebaran.model import Alert
 
 FIELDS = {"kind": "OVERFILL", "client": "Sendence", "stock": "AAPL", "requested": 100, "purchased": 120,

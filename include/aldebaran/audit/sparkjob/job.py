@@ -120,7 +120,7 @@ def prepare_query(spark, settings: AuditorSettings, on_batch=None, guard=None, k
     store = open_store()
     archive = Archive(store, settings.archive_prefix, settings.query_name)
     writer = BatchWriter(settings, kafka, archive, on_batch=on_batch, plan=plan, learn=plans.learn_partitioner)
-    from aldebaran.audit.heartbeat import HeartbeatPoller
+    from aldebaran.audit.sparkjob.heartbeat_poller import HeartbeatPoller
 
     heartbeat = HeartbeatPoller(store, settings.query_name, lambda batch_id: writer.recent.get(batch_id))
     stream = (

@@ -86,7 +86,7 @@ def arrow_schema():
 def alert_records(out, shard_id: int, topic: str) -> list[dict]:
     """A shard's alert rows: the alert JSON (the contract) and, apart from it, the value of its
     aldebaran.sources header (its book's trail, aldebaran.audit.provenance; None if the book kept none)."""
-    from aldebaran.audit.model import alert_json
+    from aldebaran.audit.findings import alert_json
     from aldebaran.audit.provenance import encode
 
     records = []

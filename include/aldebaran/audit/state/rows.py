@@ -28,7 +28,7 @@ import zlib
 from sys import intern
 from typing import Iterable
 
-from aldebaran.audit.model import Book
+from aldebaran.audit.findings import Book
 
 _encode_key = json.encoder.encode_basestring_ascii  # C: the order id as a JSON string
 

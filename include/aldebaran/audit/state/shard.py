@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aldebaran.audit.model import Book
+from aldebaran.audit.findings import Book
 from aldebaran.audit.state.deadlines import DeadlineIndex, bucket_width
 from aldebaran.audit.state.rows import thaw, times
 

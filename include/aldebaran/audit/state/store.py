@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from aldebaran.audit import book as book_step
-from aldebaran.audit.model import Book
+from aldebaran.audit.findings import Book
 from aldebaran.audit.rules import Rule
 from aldebaran.audit.state import snapshots
 from aldebaran.audit.state.files import file_name, files_for, versions

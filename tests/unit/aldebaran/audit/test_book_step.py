@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aldebaran.audit import parse as events
 from aldebaran.audit import book as step
-from aldebaran.audit.model import Book, Finding, alert_id, alert_json
+from aldebaran.audit.findings import Book, Finding, alert_id, alert_json
 from aldebaran.model import Event
 from aldebaran.audit.rules import Rule, resolve
 

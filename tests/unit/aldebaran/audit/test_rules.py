@@ -13,7 +13,7 @@ import pytest
 
 from aldebaran.audit import reference
 from aldebaran.audit import parse as events
-from aldebaran.audit.model import alert_id
+from aldebaran.audit.findings import alert_id
 from aldebaran.audit.rules import resolve
 from aldebaran.audit.state import snapshots
 from aldebaran.audit.state.store import _CACHE, Config, ShardStore
@@ -268,7 +268,7 @@ def test_expiry_decodes_only_the_books_a_rule_may_alert_on(tmp_path, monkeypatch
 
 
 def test_frozen_rows_tell_whether_they_hold_a_request():
-    from aldebaran.audit.model import Book
+    from aldebaran.audit.findings import Book
     from aldebaran.audit.state.rows import freeze, request_known
 
     book = Book("1", 5, 6)

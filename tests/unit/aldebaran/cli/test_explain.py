@@ -13,7 +13,7 @@ from aldebaran.cli import main as cli
 from aldebaran.cli import explain as ex
 from aldebaran.audit import book as step
 from aldebaran.audit import provenance
-from aldebaran.audit.model import Book
+from aldebaran.audit.findings import Book
 from aldebaran.audit.rules import resolve
 from aldebaran.audit.sparkjob.rows import alert_records
 from aldebaran.audit.state.rows import freeze, thaw

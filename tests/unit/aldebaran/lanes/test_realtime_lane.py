@@ -14,7 +14,7 @@ import pytest
 from aldebaran.audit import parse as events
 from aldebaran.runtime import paths
 from aldebaran.runtime import spark as sparkmod
-from aldebaran.audit.model import alert_id
+from aldebaran.audit.findings import alert_id
 from aldebaran.exceptions import SetupError
 from aldebaran.lanes import launch, realtime
 

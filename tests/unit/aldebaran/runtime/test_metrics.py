@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from aldebaran.runtime import metrics, paths
-from aldebaran.audit.heartbeat import consumer_lag
+from aldebaran.audit.sparkjob.heartbeat_poller import consumer_lag
 from aldebaran.delivery.stats import DispatchStats
 from aldebaran.delivery.service import Heartbeat
 from aldebaran.exceptions import ConfigError

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aldebaran.lanes.reconcile import Reconciliation
+from aldebaran.lanes.judge import Reconciliation
 from aldebaran_capacity.bench import reconcile_cost
 from aldebaran_capacity.bench.reconcile_cost import Scanning
 

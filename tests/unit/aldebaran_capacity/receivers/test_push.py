@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from aldebaran.audit.model import alert_id
+from aldebaran.audit.findings import alert_id
 from aldebaran.delivery.channels import (
     ApnsChannel,
     Connection,

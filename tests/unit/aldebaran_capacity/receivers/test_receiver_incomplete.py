@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 
 import requests
 
-from aldebaran.audit.model import alert_id
+from aldebaran.audit.findings import alert_id
 from aldebaran.delivery.channels import alert_body, signed_headers
 from aldebaran.model import Alert
 from aldebaran_capacity.receivers import WebhookReceiver

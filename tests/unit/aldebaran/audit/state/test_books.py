@@ -16,7 +16,7 @@ import pytest
 from aldebaran.audit import reference
 from aldebaran.audit import parse as events
 from aldebaran.audit import book as book_step
-from aldebaran.audit.model import Book
+from aldebaran.audit.findings import Book
 from aldebaran.audit.rules import resolve
 from aldebaran.audit.state import rows as row_files
 from aldebaran.audit.state import snapshots

@@ -1,4 +1,4 @@
-"""The auditor's heartbeat poller (aldebaran.audit.heartbeat.HeartbeatPoller) on a local store, driven by a
+"""The auditor's heartbeat poller (aldebaran.audit.sparkjob.heartbeat_poller.HeartbeatPoller) on a local store, driven by a
 stand-in for the py4j query (FakeQuery: the three calls the poller makes). What it publishes: `running` per
 new batch with the books' figures, `idle` with the last batch's offsets only when no trigger is active (a
 hung batch keeps the trigger active, so its heartbeat goes stale), and the end."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from aldebaran.runtime import heartbeat
-from aldebaran.audit.heartbeat import HeartbeatPoller
+from aldebaran.audit.sparkjob.heartbeat_poller import HeartbeatPoller
 from aldebaran.storage.store import LocalStore
 
 
@@ -67,7 +67,7 @@ def test_running_per_new_batch_idle_only_without_an_active_trigger(tmp_path, mon
 
     # Past IDLE_AFTER_S with a trigger running (a batch that hangs): still nothing, the beat goes stale.
     clock = [poller._last_at + HeartbeatPoller.IDLE_AFTER_S + 1]
-    monkeypatch.setattr("aldebaran.audit.heartbeat.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("aldebaran.audit.sparkjob.heartbeat_poller.time.monotonic", lambda: clock[0])
     query._jsq.trigger_active = True
     poller.poll()
     assert heartbeat.read(store, heartbeat.AUDITOR, "q")["status"] == "running"

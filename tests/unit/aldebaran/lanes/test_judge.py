@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from aldebaran.lanes.reconcile import Reconciliation
+from aldebaran.lanes.judge import Reconciliation
 
 TTL = 1_000
 
