@@ -23,6 +23,7 @@ from tests.conftest import assert_eventually
 from tests.integration.dags.test_alert_dispatch_airflow_connection import airflow_api, api_objects  # noqa: F401
 from tests.integration.dags.test_dispatch_supervisor import dispatcher_env  # noqa: F401  (fixture)
 
+from aldebaran.runtime import paths  # noqa: E402
 from aldebaran.runtime import spark as sparkmod  # noqa: E402
 from aldebaran.runtime import heartbeat  # noqa: E402
 from aldebaran.exceptions import ObjectStoreError  # noqa: E402
@@ -169,7 +170,7 @@ def test_spark_s3a_uses_the_connections_session_token(minio, unique):
     creds = _temporary_credentials(minio)
     conn = {"conn_type": "aws", "login": creds["AccessKeyId"], "password": creds["SecretAccessKey"],
             "extra": {"endpoint_url": minio.endpoint(), "aws_session_token": creds["SessionToken"]}}
-    env = {**sparkmod.spark_env(), CONN_VAR: json.dumps(conn), "PYTHONPATH": str(Path(sparkmod.__file__).parents[1])}
+    env = {**sparkmod.spark_env(), CONN_VAR: json.dumps(conn), "PYTHONPATH": str(paths.ROOT / "include")}
     path = f"s3a://{minio.bucket}/tests/{unique}/s3a-token"
     try:
         proc = subprocess.run([sys.executable, "-c", SPARK_APP, path], env=env, capture_output=True,

@@ -18,6 +18,7 @@ import pytest
 from aldebaran.runtime import heartbeat
 from aldebaran.storage import quarantine
 from aldebaran.runtime import lease as leases
+from aldebaran.runtime import paths
 from aldebaran.runtime import spark as sparkmod
 from aldebaran.delivery import handles
 from aldebaran.delivery.channels.base import Outcome
@@ -107,7 +108,7 @@ def test_spark_checkpoint_files_are_written_within_the_policy(restricted, unique
     """s3a under the policy: the platform's checkpoint file manager's probes, conditional creates and a
     cancelled (aborted) write, as the auditor makes them every batch."""
     env = {**sparkmod.spark_env(), CONN_VAR: json.dumps(restricted.conn),
-           "PYTHONPATH": str(Path(sparkmod.__file__).parents[1])}
+           "PYTHONPATH": str(paths.ROOT / "include")}
     out = tmp_path / "seen.json"
     base = f"s3a://{restricted.real.bucket}/tests/{unique}/policy-ck"
     done = subprocess.run([sys.executable, str(APP), base, str(out)], env=env, capture_output=True, text=True,

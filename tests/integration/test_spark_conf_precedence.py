@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from aldebaran.runtime import paths
 from aldebaran.runtime import spark as sparkmod
 
 pytestmark = pytest.mark.integration
@@ -23,7 +24,7 @@ def submit(tmp_path: Path, defaults: str, *conf: str) -> tuple[subprocess.Comple
     (conf_dir / "spark-defaults.conf").write_text(defaults)
     out = tmp_path / "conf.json"
     env = {**sparkmod.spark_env(), "SPARK_CONF_DIR": str(conf_dir),
-           "PYTHONPATH": str(Path(sparkmod.__file__).parents[1])}
+           "PYTHONPATH": str(paths.ROOT / "include")}
     argv = [sparkmod.spark_submit(), "--master", "local[1]"]
     for item in conf:
         argv += ["--conf", item]
