@@ -25,6 +25,7 @@ USAGE = """\
     aldebaran bench checkpoint-files [--repeats N]     checkpoint writes per batch: rename, abortable, ours
     aldebaran bench metrics-cost [--updates N]         metric update cost: Prometheus client vs StatsD UDP
     aldebaran bench status-commands [--quick]          status commands and health on a long synthetic history
+    aldebaran bench http-clients [--repeats N]         the webhook channel on aiohttp (ships) vs httpx, interleaved
     aldebaran bench MODE --help                        each mode's options"""
 
 # The entry-point group of the packages that add bench modes: each a function(bench_subparsers).
@@ -45,6 +46,8 @@ BENCH_MODES = {
                       "design, interleaved",
     "shared-jvm": "both lanes in one Spark application vs apart (what ships): start, rest CPU, memory, both "
                   "lanes' p99 under load, interleaved",
+    "http-clients": "the webhook channel on aiohttp (what ships) and on httpx, interleaved: deliveries/s and CPU "
+                    "per delivery, for the one-HTTP-client question",
     "status-commands": "lanes status, deliveries stats/show, explain and health timed on a long synthetic history "
                        "(a day at 5k events/s by default)",
 }
@@ -70,12 +73,15 @@ BENCH_OPTIONS = [
         help="override a size, e.g. drain_orders=100000, rates=5000,20000, book_sizes=100000 (repeatable)"),
     opt("--updates", modes="metrics-cost", type=int, default=200_000, help="operations per run (default 200000)"),
     opt("--alerts", modes="dispatch", type=int, default=5000, help="alerts per channel (default 5000)"),
+    opt("--alerts", modes="http-clients", type=int, default=20_000, help="alerts per run (default 20000)"),
+    opt("--batches", modes="http-clients", default=None,
+        help="comma-separated alerts per POST, each measured (default 1,100)"),
     opt("--concurrency", modes="dispatch", type=int, default=32, help="concurrent sends per channel (default 32)"),
     opt("--channels", modes="dispatch", default=None,
         help="comma-separated subset of webhook,webhook_batch,bus,sms,log,alertmanager,pagerduty,opsgenie,fcm,apns,"
              "fast_markers,fast_log (the fast lane's cross-lane designs on a batched webhook; default all)"),
     opt("--repeats", modes="dispatch,parse-cost,checkpoint-files,lane-tuning,metrics-cost,status-commands,"
-                              "reconcile-cost,lane-rotation,shared-jvm",
+                              "reconcile-cost,lane-rotation,shared-jvm,http-clients",
         type=int,
         default=3,
         help={"*": "runs; the median is reported (default 3)", "checkpoint-files": "rounds (default 3)",
@@ -108,7 +114,8 @@ BENCH_OPTIONS = [
         help="the Spark runtime (control: the control venv's pyspark 4.2, micro-batch only)"),
     opt("--conf", modes="low-latency", action="append", default=None, metavar="KEY=VALUE",
         help="a Spark setting of the lane's spark-submit (repeatable)"),
-    opt("--report", modes="low-latency,lane-tuning,status-commands,reconcile-cost,lane-rotation,shared-jvm",
+    opt("--report", modes="low-latency,lane-tuning,status-commands,reconcile-cost,lane-rotation,shared-jvm,"
+                           "http-clients",
         action="store_true",
         help="write its section of docs/benchmarks.md and its key of docs/img/bench-results.json"),
     opt("--rotate-at", modes="lane-rotation", type=float, default=30.0,
@@ -181,6 +188,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from aldebaran_capacity.bench import shared_jvm
 
         return shared_jvm.main(args)
+    if args.which == "http-clients":
+        from aldebaran_capacity.bench import http_clients
+
+        return http_clients.main(args)
     if args.which == "reconcile-cost":
         from aldebaran_capacity.bench import reconcile_cost
 

@@ -9,7 +9,11 @@ turns one of those off; this bench measures them side by side:
 - ``spark-delete``: Spark's own delete (``spark.hadoop.aldebaran.checkpoint.delete=filecontext``), the old path;
 - ``bulk-delete``: the platform's checkpoint manager deletes a purged file with one DELETE (the default);
 - ``interpreted``: as ``bulk-delete``, plus interpreted projections (``spark.sql.codegen.factoryMode=NO_CODEGEN``)
-  and the short plan text (``spark.sql.ui.explainMode=simple``).
+  and the short plan text (``spark.sql.ui.explainMode=simple``);
+- ``c1-only``: as ``bulk-delete``, the JIT's first tier only (``-XX:TieredStopAtLevel=1``): a fresh JVM's
+  compilers took 0.2–0.45 core for minutes on this 2-core box (the 16:04 run), C2 being most of it;
+- ``c1-serial``: as ``c1-only``, plus the serial collector (``-XX:+UseSerialGC``): no parallel GC threads
+  competing with the tasks for two cores.
 
 How: ``auditor_supervisor`` is paused and its auditor stopped; for each run, each variant in turn (the order
 rotates) starts ``spark_apps/auditor.py`` on the platform's own checkpoint and topics, with the variant's
@@ -38,6 +42,9 @@ VARIANTS: dict[str, dict[str, str]] = {
     "spark-delete": {"spark.hadoop.aldebaran.checkpoint.delete": "filecontext"},
     "bulk-delete": {},
     "interpreted": {"spark.sql.codegen.factoryMode": "NO_CODEGEN", "spark.sql.ui.explainMode": "simple"},
+    # The driver's JVM options (local mode: the executors are its threads), merged with the platform's own.
+    "c1-only": {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"},
+    "c1-serial": {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
 }
 # The trigger interval (ALDEBARAN_AUDIT_TRIGGER_INTERVAL): how often a batch may start. Spark starts the next
 # batch at once when one took longer, so an interval only spaces out small batches.
@@ -264,6 +271,8 @@ BEGIN, END = "<!-- batch-cost:begin -->", "<!-- batch-cost:end -->"
 LABELS = {"spark-delete": "Spark's delete of purged checkpoint files (4 requests a file), interval 0",
           "bulk-delete": "one DELETE a purged file (the platform's manager), interval 0",
           "interpreted": "+ interpreted projections, short plan text, interval 0",
+          "c1-only": "one DELETE a file, C1 JIT only, interval 0",
+          "c1-serial": "one DELETE a file, C1 JIT only, serial GC, interval 0",
           "interval-500ms": "one DELETE a file, trigger interval 500 ms",
           "interval-1s": "one DELETE a file, trigger interval 1 s"}
 
