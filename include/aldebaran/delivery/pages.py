@@ -119,7 +119,7 @@ def render_detail(record, ledger, default_prefix: str, limit: int, user_name: st
 
 
 def render_explain(story, ledger, default_prefix: str, limit: int, user_name: str) -> str:
-    """`aldebaran explain` as a page: the same Explanation (aldebaran.cli.explain)."""
+    """`aldebaran explain` as a page: the same Explanation (aldebaran.cli.story)."""
     return ENV.get_template("explain.html").render(
         title=f"explain {story.alert_id}", user_name=user_name, story=story,
         qs=query(ledger.prefix, default_prefix, limit))

@@ -218,7 +218,7 @@ def test_an_unreachable_object_store_is_a_503_that_names_it(plugin, client, app)
 
 def fake_explain(hostile: str):
     """Stands in for aldebaran.cli.explain.explain (which reads Kafka): an Explanation full of hostile values."""
-    from aldebaran.cli.explain import Entry, Explanation
+    from aldebaran.cli.story import Entry, Explanation
     from aldebaran.model import Event
 
     def explain(alert_id, ledger, **_):

@@ -10,7 +10,7 @@ import pytest
 
 from aldebaran.audit import parse as events
 from aldebaran.cli import main as cli
-from aldebaran.cli import explain as ex
+from aldebaran.cli import story
 from aldebaran.audit import book as step
 from aldebaran.audit import provenance
 from aldebaran.audit.findings import Book
@@ -105,21 +105,21 @@ def test_the_scan_keeps_this_orders_valid_trades_once_each_up_to_the_missing_cou
         msg(16, events.purchase("p6", "o", 8)),
         msg(17, events.purchase("p7", "o", 1)),  # more than the book had: not read
     ]
-    found = ex.pick(iter(messages), "o", {"p1"}, 2)
+    found = story.pick(iter(messages), "o", {"p1"}, 2)
     assert [(t.offset, t.event_id, t.kind, t.shares, t.found) for t in found] == [
         (13, "p5", "purchase", 7, "scanned"), (16, "p6", "purchase", 8, "scanned")]
 
 
-def entry(offset: int, event_id: str, kind: str, shares: int, **fields) -> ex.Entry:
+def entry(offset: int, event_id: str, kind: str, shares: int, **fields) -> story.Entry:
     ev = Event(kind, event_id, "1", shares, "Sendence", "AAPL", 1000 + offset, 0, offset)
-    return ex.Entry(0, offset, ev, 1000 + offset, **fields)
+    return story.Entry(0, offset, ev, 1000 + offset, **fields)
 
 
 def test_assemble_puts_the_scanned_trades_before_the_latest_and_marks_the_trigger():
     kept = [entry(o, f"e{o}", events.PURCHASE, 1) for o in (1, 2, 3, 4, 9)]
     scanned = [entry(6, "e6", events.PURCHASE, 1, found="scanned")]
     sources = provenance.Sources("t", 6, tuple((0, t.offset) for t in kept))
-    trades = ex.assemble(kept, scanned, sources, {"trigger_event_id": "e9"})
+    trades = story.assemble(kept, scanned, sources, {"trigger_event_id": "e9"})
     assert [t.offset for t in trades] == [1, 2, 3, 4, 6, 9]
     assert [t.offset for t in trades if t.trigger] == [9]
 
@@ -129,12 +129,12 @@ def test_the_text_names_every_trade_the_trigger_and_each_channels_history():
              "requested": 100, "purchased": 120, "purchase_count": 2, "trigger_event_id": "3",
              "trigger_event_ts": 1_700_000_000_000, "detected_at": 1_700_000_000_500, "message": "m"}
     trades = [entry(4, "1", events.REQUEST, 100), entry(5, "2", events.PURCHASE, 90),
-              entry(6, "3", events.PURCHASE, 30, trigger=True), ex.Entry(0, 7, note="no longer in the topic")]
-    e = ex.Explanation("a1", alert, (1, 0), "trades", 3, trades,
+              entry(6, "3", events.PURCHASE, 30, trigger=True), story.Entry(0, 7, note="no longer in the topic")]
+    e = story.Explanation("a1", alert, (1, 0), "trades", 3, trades,
                        deliveries=[{"channel": "sms", "source": "record", "state": "IN_DOUBT", "attempt": 1,
                                     "history": [{"at": 1_700_000_001, "state": "IN_DOUBT", "note": "timeout"}]}])
-    ex.check(e)
-    text = ex.render_text(e)
+    story.check(e)
+    text = story.render_text(e)
     assert "the 2 purchases listed add up to 120 shares" in text
     assert "<- trigger" in [line for line in text.splitlines() if " 6  " in line][0]
     assert "sms: IN_DOUBT" in text and "IN_DOUBT timeout" in text
@@ -148,10 +148,10 @@ def test_the_text_names_every_trade_the_trigger_and_each_channels_history():
 def test_a_delivery_inside_a_group_commit_run_shows_the_runs_history():
     run = {"partition": 0, "start": 40, "end": 41, "state": "RECORDED", "epoch": 2, "owner": "w1",
            "history": [{"at": 1_700_000_000, "note": "claimed"}, {"at": 1_700_000_001, "note": "recorded"}]}
-    e = ex.Explanation("a1", {"alert_id": "a1"}, deliveries=[
+    e = story.Explanation("a1", {"alert_id": "a1"}, deliveries=[
         {"channel": "webhook", "source": "run", "state": "DELIVERED", "run": run},
         {"channel": "bus", "state": "PENDING", "note": "not yet in a run on this channel"}])
-    text = ex.render_text(e)
+    text = story.render_text(e)
     assert "webhook: DELIVERED (run 0:40-41 RECORDED epoch 2)" in text
     assert "  claimed" in text and "  recorded" in text
     assert "bus: PENDING (not yet in a run on this channel)" in text
