@@ -10,6 +10,7 @@ work tree and every tree a venv under ``venv/`` was made for (its ``.tree``, els
   A venv whose tree cannot be told is kept.
 - ``wheels/<key>``, ``runtimes/<name>-<key>``, ``jars/<pom>-<key>``, ``jars/aldebaran-jvm-<key>``,
   ``minio/<version>``, ``alertmanager/<version>``: kept if a live checkout's pins give that key.
+- ``bench-shared/<runtime>`` (bench shared-jvm's Python): kept while ``runtimes/<runtime>`` is.
 - ``*.tmp.<pid>``: a step's staging directory, pruned once the setup process <pid> is gone.
 
 Whatever a running process uses is kept whatever its keys say (a platform started before the pins changed
@@ -161,6 +162,10 @@ def plan(cache: Path, root: Path = ROOT) -> tuple[list[tuple[Path, str]], list[P
                     prune.append((entry, f"left by setup process {tmp.group(1)}, gone"))
             elif kind != "venv" and f"{kind}/{entry.name}" not in keep:
                 prune.append((entry, "no live checkout's pins use it"))
+    # bench shared-jvm's Python (the runtime plus the auditor's wheels) goes with the runtime it was built on.
+    for entry in sorted((cache / "bench-shared").glob("*")) if (cache / "bench-shared").is_dir() else []:
+        if f"runtimes/{entry.name}" not in keep:
+            prune.append((entry, f"built on runtime {entry.name}, which no live checkout pins"))
     held = open_paths()
     prune = [(p, why) for p, why in prune if not any(h == str(p) or h.startswith(f"{p}/") for h in held)]
     return prune, sorted(live)

@@ -78,3 +78,19 @@ def test_dry_run_deletes_nothing_and_says_how_much(tmp_path, capsys):
     assert old.exists()
     out = capsys.readouterr().out
     assert f"would prune {old}" in out and "1 entries would free" in out
+
+
+def test_bench_shared_python_goes_with_its_runtime(tmp_path):
+    cache = tmp_path / "cache"
+    here = make_tree(tmp_path / "here")
+    venv = entry(cache, f"venv/{cache_prune.venv_key(here)}", tree=here)
+    (here / ".venv").symlink_to(venv)
+    runtime = next(rel for rel in cache_prune.wanted(here) if rel.startswith("runtimes/"))
+    entry(cache, runtime)
+    current = entry(cache, f"bench-shared/{runtime.removeprefix('runtimes/')}")
+    stale = entry(cache, "bench-shared/spark-4.3-000000000000")  # built on a runtime no pin names any more
+
+    pruned, _ = cache_prune.plan(cache, root=here)
+    assert {p for p, _ in pruned} == {stale}
+    assert cache_prune.main(["--cache", str(cache)]) == 0
+    assert not stale.exists() and (current / "payload").exists()
