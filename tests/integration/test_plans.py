@@ -18,7 +18,7 @@ import pytest
 from aldebaran.audit import reference
 from aldebaran.audit.partitioning import owner
 from aldebaran.audit.settings import AuditorSettings
-from aldebaran.audit.sparkjob import job, shardhost
+from aldebaran.audit.sparkjob import job, shardwire
 from aldebaran.runtime.checkpoint import Checkpoint
 from aldebaran.exceptions import ConfigError
 from aldebaran.kafka import io as kio
@@ -66,7 +66,7 @@ def test_keyed_topic_runs_copartitioned_and_matches_the_reference(spark, kafka_t
     # The hosts end with the query (the stop job finds them by the executor's pid), not only when idle.
     jvm = spark._jvm.java.lang.ProcessHandle.current().pid()
     books = Checkpoint(checkpoint).books
-    assert [os.path.exists(shardhost.socket_path(books, s, jvm)) for s in range(2)] == [False, False]
+    assert [os.path.exists(shardwire.socket_path(books, s, jvm)) for s in range(2)] == [False, False]
     expected = reference.expected_alerts([r.value for r in recs])
     assert expected and _keys(_alerts(kafka_topics)) == _keys(expected)
 
@@ -77,7 +77,7 @@ def test_shard_hosts_are_anchored_on_the_executor_jvm_whichever_daemon_runs_the_
     both, or the stop job would miss the hosts and an idle shard would get a second host."""
     import pyarrow as pa
 
-    from aldebaran.audit.sparkjob.shardhost import executor_pid
+    from aldebaran.audit.sparkjob.shardwire import executor_pid
 
     def arrow_pids(batches):
         for b in batches:

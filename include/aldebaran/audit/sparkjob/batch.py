@@ -1,5 +1,5 @@
 """The auditor's micro-batch: foreachBatch, keyed by batch_id so every write converges on retry. One Spark job
-per batch runs the plan's shard tasks (copartitioned via shardhost, or shuffle); then, from the driver:
+per batch runs the plan's shard tasks (copartitioned via shardtasks, or shuffle); then, from the driver:
 
     shard tasks: state deltas, DLQ records (and rerouted events) durable ─▶ alert and figure rows
     alerts ─▶ Kafka `alerts` (key = alert_id; header aldebaran.sources: the trades that built the book,
@@ -77,7 +77,7 @@ class BatchWriter:
         # classpath (~3 % of the JVM's samples at 1,000 events/s, JFR).
         real = batch_df.where(f"topic != '{TICK_TOPIC}'")
         if self.plan.copartitioned:
-            from aldebaran.audit.sparkjob.shardhost import idle_shards_function, shard_tasks_function
+            from aldebaran.audit.sparkjob.shardtasks import idle_shards_function, shard_tasks_function
 
             if self.plan.partitioner is None and self.learn is not None:
                 self._learn_partitioner()

@@ -5,7 +5,7 @@ When producers key by order id (aldebaran.audit.partitioning: any standard parti
 detected and recorded with the books) and the auditor runs one shard per Kafka partition, shard p's books
 only ever need partition p's events. So the task that reads a partition also runs its shard:
 
-    Kafka partition p ─ read ─ mapInArrow ─ relay (shardhost) ─▶ shard p's host process: :func:`process`
+    Kafka partition p ─ read ─ mapInArrow ─ relay (shardtasks) ─▶ shard p's host process: :func:`process`
         parse in Python (aldebaran.audit.parse.Parser) ─ ShardStore(p).apply ─▶ alerts, figures
         invalid → trades.dlq, misrouted → trades partition owner(order, partitioner)
 
@@ -14,7 +14,7 @@ ones), and nothing is written to or read from a shuffle.
 
 - The shard is the rows' Kafka partition, never the task id: Spark skips empty offset ranges, so task ids
   move between batches. A shard whose partition had no rows in a batch still takes that batch's version
-  (expiry runs, the delta is written): shardhost.idle_shards_function runs it, from the driver.
+  (expiry runs, the delta is written): shardtasks.idle_shards_function runs it, from the driver.
 - Before an event opens a new book, the shard asks whether it owns the order; an event that does not map
   to this partition is never applied here. It goes back to the trades topic, to its owner partition, as
   a canonical message carrying its event time (``ts``) and where it came from (headers), durable before

@@ -57,7 +57,7 @@ def expire_at_end(spark, writer, query_name: str) -> dict | None:
     ctx = dataclasses.replace(writer.ctx, expire_all=True)
     shards = list(range(plan.shards))
     if plan.copartitioned:
-        from aldebaran.audit.sparkjob.shardhost import idle_shards_function
+        from aldebaran.audit.sparkjob.shardtasks import idle_shards_function
 
         body = idle_shards_function(ctx, batch_id, plan.shards)
     else:

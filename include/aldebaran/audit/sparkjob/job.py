@@ -264,7 +264,7 @@ def _stop_shard_hosts(spark, writer) -> None:
         return
     from py4j.protocol import Py4JError
 
-    from aldebaran.audit.sparkjob.shardhost import stop_function
+    from aldebaran.audit.sparkjob.shardtasks import stop_function
 
     try:
         spark.sparkContext.parallelize(range(plan.shards), plan.shards).foreachPartition(

@@ -4,7 +4,7 @@ It is an auditor started before it is needed: its JVM and Spark session are up, 
 and it waits on the checkpoint's lease (:mod:`aldebaran.runtime.lease`) instead of failing when another auditor
 holds it. Every ``standby_refresh_seconds`` it also prefetches the books: with the co-partitioned plan
 (the plan of keyed topics) it asks each shard's host on its own executor to load the shard's latest
-version (:func:`aldebaran.audit.sparkjob.shardhost.warm_function`); the query it starts on takeover runs
+version (:func:`aldebaran.audit.sparkjob.shardtasks.warm_function`); the query it starts on takeover runs
 its tasks on the same executor, so its first batch finds the books in memory, a few deltas behind at
 most. The shuffle plan keeps books in Spark's Python workers, which a prefetch cannot aim at: there it
 only waits.
@@ -116,7 +116,7 @@ def prefetch(spark, settings, kafka) -> list[dict]:
     plan); [] for the shuffle plan or a checkpoint with no books yet."""
     from aldebaran.audit.sparkjob.plans import read_recorded
     from aldebaran.audit.sparkjob.rows import batch_context
-    from aldebaran.audit.sparkjob.shardhost import WARM_SCHEMA, warm_function
+    from aldebaran.audit.sparkjob.shardtasks import WARM_SCHEMA, warm_function
 
     ctx = batch_context(settings, kafka)
     plan = read_recorded(ctx.state_root)

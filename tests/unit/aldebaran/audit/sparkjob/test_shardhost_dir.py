@@ -8,8 +8,8 @@ import tempfile
 
 import pytest
 
-from aldebaran.audit.sparkjob import shardhost
-from aldebaran.audit.sparkjob.shardhost import UnsafeShardDirectory
+from aldebaran.audit.sparkjob import shardwire
+from aldebaran.audit.sparkjob.shardwire import UnsafeShardDirectory
 from aldebaran.exceptions import AuditorError
 
 
@@ -26,10 +26,10 @@ def where(tmp, uid: int | None = None) -> str:
 
 
 def test_the_directory_is_created_private_and_found_again(tmp):
-    path = shardhost._dir()
+    path = shardwire._dir()
     assert path == where(tmp) and stat.S_IMODE(os.lstat(path).st_mode) == 0o700
-    assert shardhost._dir() == path  # the next worker finds the same one and accepts it
-    assert shardhost.socket_path("s3a://b/cp", 3, 1234).startswith(path + os.sep)
+    assert shardwire._dir() == path  # the next worker finds the same one and accepts it
+    assert shardwire.socket_path("s3a://b/cp", 3, 1234).startswith(path + os.sep)
 
 
 @pytest.mark.parametrize("mode", [0o777, 0o750, 0o701, 0o1777])
@@ -37,18 +37,18 @@ def test_a_planted_directory_others_can_use_is_refused(tmp, mode):
     os.mkdir(where(tmp))
     os.chmod(where(tmp), mode)
     with pytest.raises(UnsafeShardDirectory, match=f"has mode {mode & 0o7777:04o} .group or others may use it."):
-        shardhost._dir()
+        shardwire._dir()
     with pytest.raises(UnsafeShardDirectory):
-        shardhost.socket_path("s3a://b/cp", 0, 1)  # no socket is made or reached there
+        shardwire.socket_path("s3a://b/cp", 0, 1)  # no socket is made or reached there
     assert isinstance(UnsafeShardDirectory("x"), AuditorError)
 
 
 def test_a_directory_of_another_owner_is_refused(tmp, monkeypatch):
     me, other = os.getuid(), os.getuid() + 4242
     os.mkdir(where(tmp, other), 0o700)  # ours, under the name of uid `other`: to it, another owner's
-    monkeypatch.setattr(shardhost.os, "getuid", lambda: other)
+    monkeypatch.setattr(shardwire.os, "getuid", lambda: other)
     with pytest.raises(UnsafeShardDirectory, match=f"is owned by uid {me}$|is owned by uid {me}:"):
-        shardhost._dir()
+        shardwire._dir()
 
 
 def test_a_symlink_is_refused_even_to_a_private_directory(tmp):
@@ -56,7 +56,7 @@ def test_a_symlink_is_refused_even_to_a_private_directory(tmp):
     target.mkdir(mode=0o700)
     os.symlink(target, where(tmp))
     with pytest.raises(UnsafeShardDirectory, match="is a symbolic link"):
-        shardhost._dir()
+        shardwire._dir()
 
 
 def test_a_file_in_its_place_is_refused(tmp):
@@ -64,4 +64,4 @@ def test_a_file_in_its_place_is_refused(tmp):
         pass
     os.chmod(where(tmp), 0o600)
     with pytest.raises(UnsafeShardDirectory, match="is not a directory"):
-        shardhost._dir()
+        shardwire._dir()
