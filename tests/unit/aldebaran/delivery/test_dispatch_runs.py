@@ -290,13 +290,14 @@ class CountingStoreSpy:
 
 
 def crossings_into_the_ledger(fn) -> list[str]:
-    """The calls `fn` makes from delivery/dispatcher.py into delivery/ledger.py or delivery/handles.py."""
+    """The calls `fn` makes from delivery/dispatcher.py into the ledger (delivery/ledger.py and its reads,
+    delivery/reads.py) or delivery/handles.py."""
     seen = []
 
     def profile(frame, event, _arg) -> None:
         caller = frame.f_back.f_code.co_filename if frame.f_back is not None else ""
         if event == "call" and caller.endswith("delivery/dispatcher.py") and \
-                frame.f_code.co_filename.endswith(("delivery/ledger.py", "delivery/handles.py")):
+                frame.f_code.co_filename.endswith(("delivery/ledger.py", "delivery/reads.py", "delivery/handles.py")):
             seen.append(frame.f_code.co_name)
 
     sys.setprofile(profile)
