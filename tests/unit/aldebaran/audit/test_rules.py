@@ -240,11 +240,11 @@ def test_expired_request_does_not_meet_a_later_purchase(tmp_path):
 def test_expiry_decodes_only_the_books_a_rule_may_alert_on(tmp_path, monkeypatch):
     """A frozen book with its request is dropped at expiry without decoding it when every rule is quiet
     for such books (ORPHAN needs the request missing); an orphan is still decoded and alerts."""
-    from aldebaran.audit.state import store as store_module
+    from aldebaran.audit.state import batchstep
 
     thawed: list[str] = []
-    real_thaw = store_module.thaw
-    monkeypatch.setattr(store_module, "thaw", lambda row, order_id: thawed.append(order_id) or real_thaw(row, order_id))
+    real_thaw = batchstep.thaw
+    monkeypatch.setattr(batchstep, "thaw", lambda row, order_id: thawed.append(order_id) or real_thaw(row, order_id))
     a = Auditor(tmp_path)
     assert a.batch(pr(1, 100, ts=0), p(2, 1, 90, ts=1), p(3, 7, 5, ts=2)) == []  # order 7: no request
     alerts = a.batch(pr(9, 1, ts=TTL + 5))  # orders 1 and 7 expire, frozen since the first batch
