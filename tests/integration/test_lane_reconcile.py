@@ -18,7 +18,7 @@ from aldebaran.delivery import dispatcher
 from aldebaran.kafka import io as kio
 from aldebaran.lanes import keeper, reconciler
 from aldebaran.lanes.settings import LaneSettings
-from aldebaran.platform import health
+from aldebaran.platform import health_checks
 from aldebaran.settings import load
 from tests.conftest import assert_eventually
 
@@ -85,7 +85,7 @@ def test_an_alert_the_exact_lane_never_raises_is_reported_and_not_delivered(lane
         assert records[0]["alert"]["order_id"] == "rc-2" and "not delivered" in records[0]["why"]
         kp.beat("running")
 
-        lane_check = health.check_lane(time.time())
+        lane_check = health_checks.check_lane(time.time())
         assert not lane_check["ok"]
         assert "1 fast-lane alert(s) the exact lane never confirmed" in lane_check["problem"]
         assert lonely["alert_id"] in lane_check["problem"]
@@ -103,7 +103,7 @@ def test_an_alert_the_exact_lane_never_raises_is_reported_and_not_delivered(lane
         assert (counts["unconfirmed"], counts["confirmed"]) == (0, 2)
         assert reconciler.list_records(store, cfg.records_prefix, cfg.name) == []
         kp.beat("running")
-        assert health.check_lane(time.time())["ok"]
+        assert health_checks.check_lane(time.time())["ok"]
     finally:
         rec.close()
 

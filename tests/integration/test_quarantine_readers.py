@@ -33,7 +33,7 @@ from aldebaran.delivery.settle import Partition
 from aldebaran.delivery.tools import find
 from aldebaran.exceptions import NotFound
 from aldebaran.model import Alert
-from aldebaran.platform.health import check_quarantine
+from aldebaran.platform.health_checks import check_quarantine
 from aldebaran.settings import KafkaSettings, load
 from tests.conftest import assert_eventually
 from tests.unit.plugins.test_plugin_unit import FakeUser, plugin  # noqa: F401  (fixture: the plugin module)

@@ -26,7 +26,7 @@ from aldebaran.delivery.runs import DELIVERED, RECORDED, Run
 from aldebaran.kafka import io as kio
 from aldebaran.lanes import keeper, reconciler, status
 from aldebaran.lanes.settings import LaneSettings
-from aldebaran.platform import health
+from aldebaran.platform import health_checks
 from aldebaran.settings import load
 from tests.conftest import assert_eventually
 
@@ -99,7 +99,7 @@ def test_lanes_status_and_health_read_the_reconcilers_counts(lane_env, kafka_top
         assert full["unconfirmed_count"] == 4 and "stray-record" in [r["alert_id"] for r in full["unconfirmed"]]
         store.delete(stray)
 
-        lane = health.check_lane(time.time())
+        lane = health_checks.check_lane(time.time())
         assert not lane["ok"] and lane["unconfirmed"] == 3
         assert "3 fast-lane alert(s) the exact lane never confirmed" in lane["problem"]
 

@@ -27,7 +27,7 @@ from aldebaran.audit.archive import Archive
 from aldebaran.exceptions import LeaseHeld
 from aldebaran.kafka import io as kio
 from aldebaran.platform import supervisor
-from aldebaran.platform.health import _offsets
+from aldebaran.platform.health_checks import _offsets
 from aldebaran.platform.settings import SupervisorSettings
 from aldebaran_capacity import loadgen
 from tests.conftest import assert_eventually

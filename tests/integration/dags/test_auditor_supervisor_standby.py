@@ -34,7 +34,7 @@ from aldebaran.runtime import lease as leases
 from aldebaran.runtime import heartbeat
 from aldebaran.kafka import io as kio
 from aldebaran.platform import standby_slot, supervisor
-from aldebaran.platform.health import _offsets
+from aldebaran.platform.health_checks import _offsets
 from aldebaran.platform.settings import SupervisorSettings
 from aldebaran_capacity import loadgen
 from tests.conftest import assert_eventually

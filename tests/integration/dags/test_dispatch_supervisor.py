@@ -23,7 +23,7 @@ from aldebaran.audit.findings import alert_id
 from aldebaran.runtime import heartbeat
 from aldebaran.kafka import io as kio
 from aldebaran.platform import dispatch_supervisor as ds
-from aldebaran.platform import health, processes
+from aldebaran.platform import health_checks, processes
 from aldebaran.runtime.procs import pid_alive
 from aldebaran.platform.settings import HealthSettings
 from tests.conftest import assert_eventually
@@ -138,7 +138,7 @@ def test_supervisor_starts_a_dispatcher_and_restarts_it_after_a_kill(airflow_db,
     assert third.state == "success"
     state3 = store.get(state_key).json()
     assert state3["last_assessment"]["action"] == "none" and state3["launch"]["pid"] == new_pid
-    checked = health.check_dispatchers(HealthSettings(), time.time())
+    checked = health_checks.check_dispatchers(HealthSettings(), time.time())
     assert checked["ok"] and checked["dispatchers"][name]["status"] == "running", checked
 
     figures = {
@@ -174,7 +174,7 @@ def test_health_names_missing_stale_and_broken_dispatchers(services_up, store, s
         "email": {"0": {"epoch": 4, "broken": None},
                   "1": {"epoch": 2, "broken": "fenced: epoch 3 took partition 1"}}}}).encode())
     try:
-        checked = health.check_dispatchers(HealthSettings(max_dispatcher_heartbeat_age_seconds=60), now)
+        checked = health_checks.check_dispatchers(HealthSettings(max_dispatcher_heartbeat_age_seconds=60), now)
     finally:
         for name in names.values():
             store.delete(heartbeat.key(heartbeat.DISPATCHER, name))

@@ -3,7 +3,7 @@ share is over ALDEBARAN_HEALTH_MAX_MISROUTED_SHARE; silent when the contract hol
 
 from __future__ import annotations
 
-from aldebaran.platform.health import check_keying
+from aldebaran.platform.health_checks import check_keying
 
 
 def _hb(share, partitioner="crc32"):
