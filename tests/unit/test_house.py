@@ -635,6 +635,10 @@ def test_the_mirror_scans_see_a_stray_test_a_folder_with_no_twin_and_a_lab_impor
 
 
 MODULE_LINE_LIMIT = 400  # a module over it is usually two rooms (HOUSE.md)
+# Over the soft limit a module is close to two rooms: a few may stay (one long loop, one state machine), a
+# crowd of them means the splitting stopped.
+MODULE_SOFT_LIMIT = 350
+MODULES_OVER_SOFT_LIMIT_MAX = 4
 
 
 def long_modules(root: Path, limit: int = MODULE_LINE_LIMIT) -> list[str]:
@@ -650,3 +654,26 @@ def test_the_length_scan_sees_a_long_module(tmp_path):
     (tmp_path / "a.py").write_text("x = 1\n" * (MODULE_LINE_LIMIT + 1))
     (tmp_path / "b.py").write_text("x = 1\n" * MODULE_LINE_LIMIT)
     assert long_modules(tmp_path) == [f"a.py: {MODULE_LINE_LIMIT + 1} lines"]
+
+
+def crowded(root: Path, limit: int = MODULE_SOFT_LIMIT, most: int = MODULES_OVER_SOFT_LIMIT_MAX) -> str | None:
+    """Why too many modules under `root` are over `limit` lines, or None."""
+    over = long_modules(root, limit)
+    return (f"{len(over)} modules over {limit} lines, at most {most}: split one along its seam: {over}"
+            if len(over) > most else None)
+
+
+def test_few_product_modules_are_over_the_soft_limit():
+    assert not crowded(INCLUDE / PRODUCT), crowded(INCLUDE / PRODUCT)
+
+
+def test_the_crowd_scan_counts_the_modules_over_the_soft_limit(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    for name in ("a.py", "b.py", "pkg/c.py"):
+        (tmp_path / name).write_text("x = 1\n" * (MODULE_SOFT_LIMIT + 1))
+    (tmp_path / "d.py").write_text("x = 1\n" * MODULE_SOFT_LIMIT)
+    assert crowded(tmp_path, most=3) is None
+    assert crowded(tmp_path, most=2) == (
+        f"3 modules over {MODULE_SOFT_LIMIT} lines, at most 2: split one along its seam: "
+        f"['a.py: {MODULE_SOFT_LIMIT + 1} lines', 'b.py: {MODULE_SOFT_LIMIT + 1} lines', "
+        f"'pkg/c.py: {MODULE_SOFT_LIMIT + 1} lines']")
