@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, sys.argv[1] if len(sys.argv) > 1 else "include")
 
-from aldebaran.audit import parse as events  # noqa: E402
+from aldebaran.audit import parse  # noqa: E402
 from aldebaran.audit import book, rules  # noqa: E402
 try:  # the event type of the tree under test: one of today's, or an older one's (A/B across trees)
     from aldebaran.model import Event as EventRow  # noqa: E402
@@ -39,9 +39,9 @@ def make_events(orders: int = 100_000, seed: int = 1) -> tuple[list[EventRow], i
     for i in range(orders):
         order = f"order-{i}"
         limit = rng.randint(1, 1000)
-        out.append(EventRow(events.REQUEST, order, order, limit, "Goldman", "AAPL", t0 + i))
+        out.append(EventRow(parse.REQUEST, order, order, limit, "Goldman", "AAPL", t0 + i))
         for j in range(4):
-            out.append(EventRow(events.PURCHASE, f"p-{i}-{j}", order, int(limit / 2 * rng.random()), "Goldman", "AAPL",
+            out.append(EventRow(parse.PURCHASE, f"p-{i}-{j}", order, int(limit / 2 * rng.random()), "Goldman", "AAPL",
                                 t0 + i + j))
     out.sort(key=lambda e: e.event_ts)
     return out, t0

@@ -26,7 +26,7 @@ import time
 
 sys.path.insert(0, sys.argv[1] if len(sys.argv) > 1 else "include")
 
-from aldebaran.audit import parse as events  # noqa: E402
+from aldebaran.audit import parse  # noqa: E402
 from aldebaran.audit import rules  # noqa: E402
 try:  # the event type of the tree under test: one of today's, or an older one's (A/B across trees)
     from aldebaran.model import Event as EventRow  # noqa: E402
@@ -51,7 +51,7 @@ def batches(orders: int, per_order: int, gap: int = 1):
         order = f"order-{i:09d}"
         part = i % 2
         for j in range(per_order):
-            kind = events.REQUEST if j == 0 else events.PURCHASE
+            kind = parse.REQUEST if j == 0 else parse.PURCHASE
             event_id = order if j == 0 else f"{order}-p{j}"
             fields = (kind, event_id, order, 100 if j == 0 else 10, "Goldman", "AAPL", T0 + i)
             out.append(EventRow(*fields, part, offsets[part] + j * gap) if coords else EventRow(*fields))

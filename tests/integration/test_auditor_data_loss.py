@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from confluent_kafka import TopicPartition
 
-from aldebaran.audit import parse as events
+from aldebaran.audit import parse
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job
 from aldebaran.runtime.checkpoint import Checkpoint
@@ -33,8 +33,8 @@ def _audit(spark, checkpoint: str, query: str, prefix: str) -> None:
 
 
 def _overfill(order: str) -> list[tuple[str, bytes]]:
-    return [(order, events.encode(events.request(order, 1, "c", "S"))),
-            (order, events.encode(events.purchase(f"{order}-p", order, 2, "c", "S")))]
+    return [(order, parse.encode(parse.request(order, 1, "c", "S"))),
+            (order, parse.encode(parse.purchase(f"{order}-p", order, 2, "c", "S")))]
 
 
 def _overfilled(kafka) -> set[str]:
@@ -46,7 +46,7 @@ def test_the_exact_auditor_on_a_recreated_topic_skips_what_the_new_topic_had_bef
     topic, query, cp = kafka_topics.trades_topic, f"dl-re-{unique}", str(tmp_path / "cp")
     producer = kio.producer(kafka_topics)
     try:
-        kio.produce_all(producer, topic, [(f"old-{i}", events.encode(events.request(f"old-{i}", 10, "c", "S")))
+        kio.produce_all(producer, topic, [(f"old-{i}", parse.encode(parse.request(f"old-{i}", 10, "c", "S")))
                                                for i in range(40)])
         _audit(spark, cp, query, s3_prefix)
         before = gap.checkpoint_offsets(Checkpoint(cp).spark, topic)

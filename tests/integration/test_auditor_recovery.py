@@ -14,7 +14,7 @@ import logging
 import pytest
 
 from aldebaran.audit import reference
-from aldebaran.audit import parse as events
+from aldebaran.audit import parse
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job
 from aldebaran.kafka import admin as kadmin, io as kio
@@ -93,18 +93,18 @@ def test_replay_on_a_fresh_checkpoint_gives_the_same_alert_ids(killed_run, spark
 
 # --- the mismatch rule, selected by configuration ---------------------------------------------------
 def _mismatch_input() -> list[bytes]:
-    e = events.encode
+    e = parse.encode
     return [
         # A: request, then a purchase of another stock → MISMATCH (with the rule on); no overfill.
-        e(events.request("A", 100, "Sendence", "AAPL")), e(events.purchase("A1", "A", 10, "Sendence", "MSFT")),
+        e(parse.request("A", 100, "Sendence", "AAPL")), e(parse.purchase("A1", "A", 10, "Sendence", "MSFT")),
         # B: the purchase by another client comes first; the request arrives later → MISMATCH then.
-        e(events.purchase("B1", "B", 5, "Other", "AAPL")), e(events.request("B", 50, "Sendence", "AAPL")),
+        e(parse.purchase("B1", "B", 5, "Other", "AAPL")), e(parse.request("B", 50, "Sendence", "AAPL")),
         # C: same client and stock, overfilled → OVERFILL only.
-        e(events.request("C", 10, "Sendence", "AAPL")), e(events.purchase("C1", "C", 11, "Sendence", "AAPL")),
+        e(parse.request("C", 10, "Sendence", "AAPL")), e(parse.purchase("C1", "C", 11, "Sendence", "AAPL")),
         # D: overfilled by a purchase of another stock → both.
-        e(events.request("D", 10, "Sendence", "AAPL")), e(events.purchase("D1", "D", 20, "Sendence", "IBM")),
+        e(parse.request("D", 10, "Sendence", "AAPL")), e(parse.purchase("D1", "D", 20, "Sendence", "IBM")),
         # E: nothing wrong.
-        e(events.request("E", 10, "Sendence", "AAPL")), e(events.purchase("E1", "E", 10, "Sendence", "AAPL")),
+        e(parse.request("E", 10, "Sendence", "AAPL")), e(parse.purchase("E1", "E", 10, "Sendence", "AAPL")),
     ]
 
 

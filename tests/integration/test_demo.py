@@ -102,7 +102,7 @@ def test_explain_tells_the_story_of_the_demo_alert_from_the_cli_and_the_page(dem
     """`aldebaran explain` on the demo's OVERFILL of order 1: its request and the two purchases it counts, where
     the platform's trades topic holds them, the purchase of 30 as the trigger, the log channel's delivery;
     then the same view on the running Airflow's Deliveries page."""
-    from aldebaran.audit import parse as events
+    from aldebaran.audit import parse
     from aldebaran.kafka import io as kio
     from aldebaran.settings import KafkaSettings, load
 
@@ -110,8 +110,8 @@ def test_explain_tells_the_story_of_the_demo_alert_from_the_cli_and_the_page(dem
     kafka = load(KafkaSettings)
     held = {}
     for msg in kio.read_topic(kafka, kafka.trades_topic):
-        v = events.validate(msg.value())
-        if not isinstance(v, events.Invalid) and v.order_id == "1":
+        v = parse.validate(msg.value())
+        if not isinstance(v, parse.Invalid) and v.order_id == "1":
             held.setdefault(v.event_id, (msg.partition(), msg.offset(), v.shares))
 
     out = aldebaran("explain", order1["alert_id"], "--json", timeout=300)

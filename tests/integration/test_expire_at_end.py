@@ -9,7 +9,7 @@ import json
 import pytest
 
 from aldebaran.audit import reference
-from aldebaran.audit import parse as events
+from aldebaran.audit import parse
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job
 from aldebaran.exceptions import AuditorError
@@ -18,9 +18,9 @@ from aldebaran.settings import load
 from aldebaran_capacity import loadgen
 
 TRADES = [
-    events.purchase("a-1", "A", 30),  # order A: purchases, never a request → ORPHAN, but only at expiry
-    events.request("B", 100), events.purchase("b-1", "B", 40),  # order B: open, under its request → quiet
-    events.request("C", 10), events.purchase("c-1", "C", 20),  # order C: OVERFILL at once
+    parse.purchase("a-1", "A", 30),  # order A: purchases, never a request → ORPHAN, but only at expiry
+    parse.request("B", 100), parse.purchase("b-1", "B", 40),  # order B: open, under its request → quiet
+    parse.request("C", 10), parse.purchase("c-1", "C", 20),  # order C: OVERFILL at once
 ]
 
 

@@ -14,8 +14,8 @@ import json
 
 import pytest
 
-from aldebaran.audit import parse as events
-from aldebaran.cli import main as cli
+from aldebaran.audit import parse
+from aldebaran.cli.main import main
 from aldebaran.cli import explain as ex
 from aldebaran.audit import provenance
 from aldebaran.audit.findings import alert_id as alert_id_of
@@ -35,12 +35,12 @@ def _trades():
     """(key, value) in production order: order 1 is the challenge's example, interleaved with others;
     order "m" has 1 request + 8 purchases (more than KEPT + 1 events), a repeat and an invalid message."""
     r1, p90, p30, p10 = [(r.key, r.value) for r in loadgen.records(iter(loadgen.CHALLENGE_EXAMPLE))]
-    other = lambda n: (f"x{n}".encode(), events.encode(events.request(f"x{n}", 5)))  # noqa: E731
-    m = [(b"m", events.encode(events.request("m", 10)))]
-    m += [(b"m", events.encode(events.purchase(f"m-{i}", "m", 1))) for i in range(7)]
-    m.insert(4, (b"m", events.encode(events.purchase("m-1", "m", 1))))  # a redelivery: counted once
+    other = lambda n: (f"x{n}".encode(), parse.encode(parse.request(f"x{n}", 5)))  # noqa: E731
+    m = [(b"m", parse.encode(parse.request("m", 10)))]
+    m += [(b"m", parse.encode(parse.purchase(f"m-{i}", "m", 1))) for i in range(7)]
+    m.insert(4, (b"m", parse.encode(parse.purchase("m-1", "m", 1))))  # a redelivery: counted once
     m.insert(6, (b"m", b'{"id": "m-bad", "initial_order_id": "m", "#shares": -1}'))  # to the DLQ
-    m.append((b"m", events.encode(events.purchase("m-7", "m", 10))))  # 7 + 10 > 10: OVERFILL here
+    m.append((b"m", parse.encode(parse.purchase("m-7", "m", 10))))  # 7 + 10 > 10: OVERFILL here
     return [r1, other(1), other(2), p90, other(3), *m, p30, other(4), p10]
 
 
@@ -48,9 +48,9 @@ def _positions(kafka, topic):
     """(event id or None, partition, offset, shares) of every trades message, as Kafka holds it."""
     out = []
     for msg in kio.read_topic(kafka, topic):
-        v = events.validate(msg.value())
-        out.append((None if isinstance(v, events.Invalid) else v.event_id, msg.partition(), msg.offset(),
-                    None if isinstance(v, events.Invalid) else v.shares))
+        v = parse.validate(msg.value())
+        out.append((None if isinstance(v, parse.Invalid) else v.event_id, msg.partition(), msg.offset(),
+                    None if isinstance(v, parse.Invalid) else v.shares))
     return out
 
 
@@ -92,13 +92,13 @@ def test_explain_tells_the_story_of_the_challenge_alert(spark, kafka_topics, sto
     assert [t.event_id for t in big.trades if t.trigger] == ["m-7"] and big.not_found == 0
 
     # The CLI prints the same story; an unknown id is a clear error with exit code 1.
-    assert cli.main(["explain", alert_id_of("OVERFILL", "1"), "--prefix", f"{s3_prefix}/deliveries"]) == 0
+    assert main(["explain", alert_id_of("OVERFILL", "1"), "--prefix", f"{s3_prefix}/deliveries"]) == 0
     text = capsys.readouterr().out
     p, o = at[("3", 30)]
     assert f"{p:>9} {o:>10}  3 " in text and "<- trigger" in text and "log: DELIVERED" in text
-    assert cli.main(["explain", alert_id_of("OVERFILL", "1"), "--json", "--prefix", f"{s3_prefix}/deliveries"]) == 0
+    assert main(["explain", alert_id_of("OVERFILL", "1"), "--json", "--prefix", f"{s3_prefix}/deliveries"]) == 0
     assert json.loads(capsys.readouterr().out)["trades"][2]["offset"] == o
-    assert cli.main(["explain", "0000not0an0alert", "--prefix", f"{s3_prefix}/deliveries"]) == 1
+    assert main(["explain", "0000not0an0alert", "--prefix", f"{s3_prefix}/deliveries"]) == 1
 
     # The plugin's page, through the plugin's own app (tests/unit/plugins/test_plugin_unit.py's HTTP path), shows it.
     from fastapi.testclient import TestClient

@@ -99,7 +99,7 @@ class HangingBatchFaultInjection:
 
 def test_the_auditor_is_ready_while_its_batches_progress_and_not_when_one_hangs(
         spark, kafka_topics, checkpoint, s3_prefix, unique, monkeypatch, tmp_path):
-    from aldebaran.audit import parse as events
+    from aldebaran.audit import parse
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.audit.sparkjob import job
     from aldebaran.settings import load
@@ -135,7 +135,7 @@ def test_the_auditor_is_ready_while_its_batches_progress_and_not_when_one_hangs(
         assert probe(address, "/healthz") == (200, {"status": "ok", "reason": f"auditor {query}: main loop running"})
 
         fault.armed.set()
-        trade = events.encode(events.request("1", 100, "Sendence", "AAPL"))
+        trade = parse.encode(parse.request("1", 100, "Sendence", "AAPL"))
         kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic, [(b"1", trade)])
         assert fault.hung.wait(20), "no batch reached the fault"
 

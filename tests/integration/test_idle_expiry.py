@@ -8,7 +8,7 @@ import json
 import threading
 import time
 
-from aldebaran.audit import parse as events
+from aldebaran.audit import parse
 from aldebaran.audit.settings import AuditorSettings
 from aldebaran.audit.sparkjob import job
 from aldebaran.kafka import io as kio
@@ -42,7 +42,7 @@ def test_an_idle_auditor_runs_one_batch_per_expiry_period_and_still_expires_book
                           message="the auditor's first (clock) batch")
         assert not failed, failed
         # An order with purchases and no request: an ORPHAN once its book expires (no later event will come).
-        recs = list(loadgen.records(iter([events.purchase("idle-p1", "IDLE", 30)])))
+        recs = list(loadgen.records(iter([parse.purchase("idle-p1", "IDLE", 30)])))
         kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic,
                              [(r.key, r.value) for r in recs])
         sent = time.monotonic()

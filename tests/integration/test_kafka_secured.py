@@ -180,13 +180,13 @@ def test_the_auditor_runs_through_the_secured_listener(secured, spark, checkpoin
     Kafka source (the Java client), and the alert and DLQ producers in the driver and the executors (they get
     the driver's resolution with the settings)."""
     from aldebaran.audit import reference
-    from aldebaran.audit import parse as events
+    from aldebaran.audit import parse
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.audit.sparkjob import job
     from aldebaran_capacity import loadgen
 
     settings = secured("SCRAM-SHA-512")
-    trades = [events.request("C", 10), events.purchase("c-1", "C", 20), events.request("D", 5)]
+    trades = [parse.request("C", 10), parse.purchase("c-1", "C", 20), parse.request("D", 5)]
     recs = list(loadgen.records(iter(trades)))
     kio.produce_all(kio.producer(settings), settings.trades_topic,
                          [(r.key, r.value) for r in recs] + [(b"bad", b"not json")])
@@ -206,14 +206,14 @@ def test_the_low_latency_lane_runs_through_the_secured_listener(secured, tmp_pat
     connection it finds in its environment (AIRFLOW_CONN_ALDEBARAN_KAFKA, as lane_supervisor hands it)."""
     import subprocess
 
-    from aldebaran.audit import parse as events
+    from aldebaran.audit import parse
     from aldebaran.lanes.launch import Lane
     from aldebaran.lanes.launch import stop as stop_lane
     from aldebaran_capacity import loadgen
     from tests.conftest import assert_eventually
 
     settings = secured("SCRAM-SHA-512")
-    trades = [events.request("L", 10), events.purchase("l-1", "L", 20)]
+    trades = [parse.request("L", 10), parse.purchase("l-1", "L", 20)]
     kio.produce_all(kio.producer(settings), settings.trades_topic,
                          [(r.key, r.value) for r in loadgen.records(iter(trades))])
     spec = Lane(checkpoint=str(tmp_path / "lane"), trades_topic=settings.trades_topic,

@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from aldebaran.audit import parse as events
+from aldebaran.audit import parse
 from aldebaran.runtime import heartbeat, paths
 from aldebaran.audit.findings import alert_id
 from aldebaran.kafka import admin as kadmin, io as kio
@@ -67,7 +67,7 @@ def test_a_lane_whose_topic_was_recreated_restarts_fresh_and_reports_the_gap(kaf
     topic = kafka_topics.trades_topic
     producer = kio.producer(kafka_topics)
     # 60 orders' requests, on both partitions: the lane's first checkpoint starts at their end ("latest").
-    kio.produce_all(producer, topic, [(f"old-{i}", events.encode(events.request(f"old-{i}", 10, "c", "S")))
+    kio.produce_all(producer, topic, [(f"old-{i}", parse.encode(parse.request(f"old-{i}", 10, "c", "S")))
                                            for i in range(60)])
 
     def beat() -> dict:
@@ -97,8 +97,8 @@ def test_a_lane_whose_topic_was_recreated_restarts_fresh_and_reports_the_gap(kaf
     # topic has one overfilled order (2 trades, one partition): fewer than the checkpoint's offsets.
     _recreate(kafka_topics, topic)
     kio.produce_all(producer, topic, [
-        ("new-1", events.encode(events.request("new-1", 1, "c", "S"))),
-        ("new-1", events.encode(events.purchase("new-1-p", "new-1", 2, "c", "S")))])
+        ("new-1", parse.encode(parse.request("new-1", 1, "c", "S"))),
+        ("new-1", parse.encode(parse.purchase("new-1-p", "new-1", 2, "c", "S")))])
 
     proc, log2 = _start(tmp_path, 2)
     try:

@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from aldebaran.audit import parse as events
+from aldebaran.audit import parse
 from aldebaran.runtime import heartbeat, paths
 from aldebaran.audit.findings import alert_id
 from aldebaran.kafka import io as kio
@@ -67,8 +67,8 @@ def test_the_keeper_rotates_the_lane_onto_a_fresh_checkpoint(kafka_topics, s3_pr
             order = f"probe-{len(probes)}"
             probes.append(order)
             kio.produce_all(producer, kafka_topics.trades_topic, [
-                (order, events.encode(events.request(order, 1, "probe", "P"))),
-                (order, events.encode(events.purchase(f"{order}-p", order, 2, "probe", "P")))])
+                (order, parse.encode(parse.request(order, 1, "probe", "P"))),
+                (order, parse.encode(parse.purchase(f"{order}-p", order, 2, "probe", "P")))])
 
         def probe_alerted():
             send_probe()

@@ -104,7 +104,7 @@ def test_a_streaming_dispatcher_serves_its_deliveries_and_lag(dispatcher_env, ka
 
 def test_the_auditor_counts_batches_rows_and_alerts_as_trades_arrive(spark, kafka_topics, checkpoint, s3_prefix,
                                                                     unique, monkeypatch, tmp_path):
-    from aldebaran.audit import parse as events
+    from aldebaran.audit import parse
     from aldebaran.audit.settings import AuditorSettings
     from aldebaran.audit.sparkjob import job
     from aldebaran.storage.store import open_store
@@ -137,9 +137,9 @@ def test_the_auditor_counts_batches_rows_and_alerts_as_trades_arrive(spark, kafk
         beat = heartbeat.read(open_store(), heartbeat.AUDITOR, query)
         assert beat["metrics"] == metrics.address()
 
-        e = events.encode
-        trades = [e(events.request("1", 100, "Sendence", "AAPL")), e(events.purchase("2", "1", 90, "Sendence", "AAPL")),
-                  e(events.purchase("3", "1", 30, "Sendence", "AAPL")), e(events.request("4", 10, "Sendence", "IBM"))]
+        e = parse.encode
+        trades = [e(parse.request("1", 100, "Sendence", "AAPL")), e(parse.purchase("2", "1", 90, "Sendence", "AAPL")),
+                  e(parse.purchase("3", "1", 30, "Sendence", "AAPL")), e(parse.request("4", 10, "Sendence", "IBM"))]
         kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic,
                              [(b"1", t) for t in trades[:3]] + [(b"4", trades[3])])
 

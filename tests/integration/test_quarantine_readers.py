@@ -85,7 +85,7 @@ def still_there(store, *keys_: str) -> None:
 
 
 def test_readers_that_only_look_skip_each_corrupt_object_and_name_it(planted, store, capsys, unique):
-    from aldebaran.cli import main as cli
+    from aldebaran.cli.main import main
 
     p, ledger = planted, planted.ledger
     [webhook] = pages.overview(ledger, 20, fast_topic="no-fast-topic")
@@ -101,10 +101,10 @@ def test_readers_that_only_look_skip_each_corrupt_object_and_name_it(planted, st
     assert view["state"] == "CORRUPT" and "field 'start' is str" in keys(view["corrupt"])[p.run]
     assert find(ledger, CHANNEL, f"{unique}-bad", None)["state"] == "CORRUPT"
 
-    assert cli.main(["deliveries", "list", "--prefix", ledger.prefix]) == 0
+    assert main(["deliveries", "list", "--prefix", ledger.prefix]) == 0
     out = capsys.readouterr().out
     assert f"{unique}-later" in out and f"CORRUPT, skipped: {p.record}" in out
-    assert cli.main(["deliveries", "runs", "--prefix", ledger.prefix, "--channel", CHANNEL, "--partition", "0"]) == 0
+    assert main(["deliveries", "runs", "--prefix", ledger.prefix, "--channel", CHANNEL, "--partition", "0"]) == 0
     assert f"CORRUPT, skipped: {p.run}" in capsys.readouterr().out
 
     channel = LogChannel(CHANNEL)
@@ -179,17 +179,17 @@ def test_the_dispatcher_quarantines_what_it_meets_and_goes_on(planted, store, tm
 
 
 def test_deliveries_stats_counts_the_quarantine(planted, store, capsys):
-    from aldebaran.cli import main as cli
+    from aldebaran.cli.main import main
 
     ledger = planted.ledger
     ledger.quarantine(planted.record, "Expecting property name", "test", CHANNEL)
-    assert cli.main(["deliveries", "stats", "--prefix", ledger.prefix]) == 0
+    assert main(["deliveries", "stats", "--prefix", ledger.prefix]) == 0
     out = capsys.readouterr().out
     assert f"quarantine: 1 corrupt object(s) set aside in {store.uri(ledger.quarantine_prefix())}" in out
 
 
 def test_deliveries_show_names_a_corrupt_run_that_holds_the_alert(kafka_topics, store, s3_prefix, unique, capsys):
-    from aldebaran.cli import main as cli
+    from aldebaran.cli.main import main
     from aldebaran.delivery.tools import locate_alert
     from tests.integration.test_dispatch_failures import make_alert, publish
 
@@ -206,7 +206,7 @@ def test_deliveries_show_names_a_corrupt_run_that_holds_the_alert(kafka_topics, 
     run = ledger.run_key(CHANNEL, kafka_topics.alerts_topic, position[0], position[1])
     store.put(run, b"\xff not json")
 
-    assert cli.main(["deliveries", "show", a["alert_id"], "--channel", CHANNEL, "--prefix", ledger.prefix]) == 0
+    assert main(["deliveries", "show", a["alert_id"], "--channel", CHANNEL, "--prefix", ledger.prefix]) == 0
     out = capsys.readouterr().out
     [view] = json.loads(out[out.index("{"):])["channels"]
     assert view["state"] == "CORRUPT" and view["corrupt"][0]["key"] == run, view

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from aldebaran.audit import reference
-from aldebaran.audit import parse as events
+from aldebaran.audit import parse
 from aldebaran.audit.findings import alert_id as alert_id_of
 from aldebaran.kafka import io as kio
 from aldebaran.lanes.launch import Lane
@@ -50,18 +50,18 @@ def _running(proc) -> None:
 def test_lane_alerts_once_like_the_exact_lane(kafka_topics, lane):
     trades = [
         *loadgen.CHALLENGE_EXAMPLE[:3],  # request 1 for 100; purchases 90, 30 → over
-        events.purchase(3, 1, 30, "Sendence", "AAPL"),  # purchase 3 redelivered: counts once
+        parse.purchase(3, 1, 30, "Sendence", "AAPL"),  # purchase 3 redelivered: counts once
         # Order 7: purchases before their request; the alert fires when the request arrives.
-        events.purchase(71, 7, 40, "Acme", "MSFT"),
-        events.purchase(72, 7, 30, "Acme", "MSFT"),
-        events.request(7, 60, "Acme", "MSFT"),
-        events.request(7, 500, "Acme", "MSFT"),  # a second request for 7: a duplicate, the first wins
+        parse.purchase(71, 7, 40, "Acme", "MSFT"),
+        parse.purchase(72, 7, 30, "Acme", "MSFT"),
+        parse.request(7, 60, "Acme", "MSFT"),
+        parse.request(7, 500, "Acme", "MSFT"),  # a second request for 7: a duplicate, the first wins
         # Order 8: equal is not over; a duplicate purchase does not push it over.
-        events.request(8, 50, "Globex", "IBM"),
-        events.purchase(81, 8, 50, "Globex", "IBM"),
-        events.purchase(81, 8, 50, "Globex", "IBM"),
+        parse.request(8, 50, "Globex", "IBM"),
+        parse.purchase(81, 8, 50, "Globex", "IBM"),
+        parse.purchase(81, 8, 50, "Globex", "IBM"),
         # Order 9: purchases only — an ORPHAN at expiry, which this lane leaves to the exact lane.
-        events.purchase(91, 9, 5, "Initech", "TSLA"),
+        parse.purchase(91, 9, 5, "Initech", "TSLA"),
     ]
     recs = list(loadgen.records(trades))
     kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic, [(r.key, r.value) for r in recs])
@@ -88,9 +88,9 @@ def test_lane_alerts_once_like_the_exact_lane(kafka_topics, lane):
     # The challenge's last purchase of 10 arrives later: the book is still over, but it alerts once.
     late = list(loadgen.records(loadgen.CHALLENGE_EXAMPLE[3:]))
     # A marker order, overfilled, keyed like order 1 so that it shares its partition and is read after it.
-    marker = [events.request(10, 1, "Acme", "IBM"), events.purchase(101, 10, 2, "Acme", "IBM")]
+    marker = [parse.request(10, 1, "Acme", "IBM"), parse.purchase(101, 10, 2, "Acme", "IBM")]
     kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic,
-                         [(r.key, r.value) for r in late] + [(late[0].key, events.encode(e)) for e in marker])
+                         [(r.key, r.value) for r in late] + [(late[0].key, parse.encode(e)) for e in marker])
 
     def marker_alert():
         _running(lane)

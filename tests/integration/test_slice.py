@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from aldebaran.audit import reference
-from aldebaran.audit import parse as events
+from aldebaran.audit import parse
 from aldebaran.runtime import heartbeat
 from aldebaran.audit.findings import alert_id as alert_id_of
 from aldebaran.audit.settings import AuditorSettings
@@ -70,7 +70,7 @@ def test_challenge_example_end_to_end(spark, kafka_topics, store, s3_prefix, che
 
 
 def test_malformed_input_goes_to_the_dlq_with_reason_and_offset(spark, kafka_topics, checkpoint, s3_prefix):
-    good = events.encode(events.request("9", 10))
+    good = parse.encode(parse.request("9", 10))
     bad = [b"{not json", b'{"id": "p1", "initial_order_id": "9", "#shares": -1}', b"\xff\xfe"]
     kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic,
                          [(b"k", v) for v in [good, *bad]])
@@ -96,19 +96,19 @@ def test_zero_share_events_are_audited_on_both_parse_paths(spark, kafka_topics, 
     """BRIEF §2 (turn 2): `#shares` 0 is valid. Through the real auditor, on the JVM fast path (the
     publisher's shape) and the general path (other key order, -0): applied, counted 0, never on the DLQ;
     equal is not over, a purchase before its request counts, a redelivered one counts once."""
-    fast = lambda e: events.encode(e)  # noqa: E731  (the publisher's field order: the fast path)
+    fast = lambda e: parse.encode(e)  # noqa: E731  (the publisher's field order: the fast path)
     reordered = lambda e: json.dumps(dict(reversed(list(e.items())))).encode()  # noqa: E731  (general path)
     msgs = [
         # z1: 10 requested; 0 + 0 + 10 = 10 is not over (a redelivered 0 counts once); 1 more is.
-        ("z1", fast(events.request("z1", 10))), ("z1", fast(events.purchase("z1-a", "z1", 0))),
-        ("z1", reordered(events.purchase("z1-b", "z1", 0))), ("z1", fast(events.purchase("z1-c", "z1", 10))),
-        ("z1", fast(events.purchase("z1-a", "z1", 0))), ("z1", fast(events.purchase("z1-d", "z1", 1))),
+        ("z1", fast(parse.request("z1", 10))), ("z1", fast(parse.purchase("z1-a", "z1", 0))),
+        ("z1", reordered(parse.purchase("z1-b", "z1", 0))), ("z1", fast(parse.purchase("z1-c", "z1", 10))),
+        ("z1", fast(parse.purchase("z1-a", "z1", 0))), ("z1", fast(parse.purchase("z1-d", "z1", 1))),
         # z2: 0-share purchases (one spelled -0) before a 0-share request: equal, no alert; then 1 is over.
-        ("z2", fast(events.purchase("z2-a", "z2", 0))),
+        ("z2", fast(parse.purchase("z2-a", "z2", 0))),
         ("z2", b'{"id": "z2-b", "initial_order_id": "z2", "#shares": -0, "client": "Sendence", "stock": "AAPL"}'),
-        ("z2", reordered(events.request("z2", 0))), ("z2", fast(events.purchase("z2-c", "z2", 1))),
+        ("z2", reordered(parse.request("z2", 0))), ("z2", fast(parse.purchase("z2-c", "z2", 1))),
         # z3: 0 requested, 0 bought: equal, never an alert.
-        ("z3", fast(events.request("z3", 0))), ("z3", reordered(events.purchase("z3-a", "z3", 0))),
+        ("z3", fast(parse.request("z3", 0))), ("z3", reordered(parse.purchase("z3-a", "z3", 0))),
     ]
     kio.produce_all(kio.producer(kafka_topics), kafka_topics.trades_topic,
                          [(k.encode(), v) for k, v in msgs])

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from aldebaran.cli import main as cli
+from aldebaran.cli.main import main
 from aldebaran.runtime import heartbeat
 from aldebaran.audit.findings import alert_id
 from aldebaran.delivery import locate
@@ -111,7 +111,7 @@ def test_lanes_status_and_health_read_the_reconcilers_counts(lane_env, kafka_top
         assert list(store.list(reconciler.record_prefix(cfg.records_prefix, cfg.name, reconciler.RESOLVING))) == []
         kp.beat("running")
 
-        assert cli.main(["lanes", "status"]) == 0
+        assert main(["lanes", "status"]) == 0
         out = capsys.readouterr().out
         assert "unconfirmed  2 fast-lane alert(s)" in out and gone not in out
         assert alerts[0]["alert_id"] in out and alerts[2]["alert_id"] in out
@@ -185,11 +185,11 @@ def test_explain_and_show_find_the_alert_newest_first_within_a_budget(kafka_topi
     run = _run("log", kafka_topics.alerts_topic, part, max(0, offset - 5), offset + 5, {offset: recent["alert_id"]})
     store.put(ledger.run_key("log", kafka_topics.alerts_topic, part, run.start), run.to_bytes())
 
-    assert cli.main(["explain", recent["alert_id"], "--json"]) == 0
+    assert main(["explain", recent["alert_id"], "--json"]) == 0
     ex = json.loads(capsys.readouterr().out)
     assert ex["position"] == [part, offset] and ex["alert"]["order_id"] == "sb-recent"
     assert [(d["channel"], d["state"], d["run"]["start"]) for d in ex["deliveries"]] == [("log", "DELIVERED", run.start)]
 
-    assert cli.main(["deliveries", "show", recent["alert_id"]]) == 0
+    assert main(["deliveries", "show", recent["alert_id"]]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["position"] == [part, offset] and shown["channels"][0]["state"] == "DELIVERED"
