@@ -1,5 +1,5 @@
 """Corrupt ledger objects met by the processes that only look (the Deliveries page, `aldebaran deliveries`,
-retractions, explain), and the quarantine's size (BRIEF §2).
+explain), and the quarantine's size (BRIEF §2).
 
 A reader that only looks must not die on one bad object, nor move it: moving is the dispatcher's (its sweep
 quarantines a corrupt record or odd index key, aldebaran.delivery.dispatcher; its settle step marks a corrupt

@@ -9,6 +9,10 @@ module, and its own callers must be as safe. What this module adds is the consum
 code and the message's origin for the dead-letter record, and the writer that waits for the record's
 acknowledgement (the dispatcher commits the offset only after it).
 
+The kind is any non-empty string (BRIEF §2 names OVERFILL/ORPHAN for ``alerts``; MISMATCH and the pages share
+the shape), so the fast topic's RETRACTION / REINSTATEMENT messages (aldebaran.delivery.retraction) decode
+as alerts there: the fast dispatcher delivers them, the reconciler skips them.
+
 Consumers: the dispatchers (exact and fast, :mod:`aldebaran.delivery.dispatcher`), the lane reconciler
 (:mod:`aldebaran.lanes.reconciler`), and read-only tools (``aldebaran explain``), which skip a rejected
 message with a logged reason and write no dead letter.

@@ -359,7 +359,7 @@ def deliver(channel, attempts: list, stats: DispatchStats) -> list[str]:
 
 
 def deliver_direct(ledger: Ledger, channel, alert: Alert, owner: str, stats: DispatchStats) -> str:
-    """Deliver one alert that does not come from the alerts topic (the supervisor's page, a retraction)
+    """Deliver one alert that does not come from the alerts topic (the supervisor's page)
     through its own record, exactly once per channel: "sent", "already", "failed", "in_doubt" or "busy"
     (another worker holds it under a live lease)."""
     attempt = ledger.attempt(channel, alert, owner)

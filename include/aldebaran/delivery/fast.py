@@ -15,7 +15,8 @@ both for latency (a fast alert should reach its recipient tens of ms after its t
 
 Both lanes keep sent markers for a fast channel (aldebaran.delivery.settle): the exact lane's copy of an
 alert the fast lane delivered finds the fast run's marker and is recorded a repeat, not sent again. The
-crash orders, and what the reconciler's retractions add, are in docs/design.md ("Fast delivery").
+crash orders, and the reconciler's retractions (produced to the fast topic and delivered here as ordinary
+runs: aldebaran.delivery.retraction), are in docs/design.md ("Fast delivery").
 """
 
 from __future__ import annotations
@@ -101,19 +102,15 @@ def run_once(channels: list[str] | None = None, max_alerts: int | None = None,
     return fast_dispatcher(default_ledger(), channels).run_once(max_alerts=max_alerts, idle_timeout=idle_timeout)
 
 
-def lane_retractor(lane: str):
-    """The lane keeper's :class:`~aldebaran.delivery.retraction.Retractor` over the configured fast channels
-    (None if there is none: nobody had the fast alerts, nothing to retract)."""
-    import os
-    import socket
+def lane_retractor(kafka: KafkaSettings, producer=None):
+    """The lane keeper's :class:`~aldebaran.delivery.retraction.RetractionSink` to the fast topic, or None if no
+    configured channel is fast (nobody had the fast alerts, nothing to retract). Read from the connections
+    alone: the fast dispatcher delivers what it produces, the keeper builds no channel."""
+    from aldebaran.delivery.retraction import RetractionSink
 
-    from aldebaran.delivery.dispatcher import default_ledger
-    from aldebaran.delivery.retraction import Retractor
-
-    names = fast_channel_names()
-    if not names:
+    if not fast_channel_names():
         return None
-    return Retractor(default_ledger(), fast_channels(names), f"{socket.gethostname()}:{os.getpid()}:lane-{lane}")
+    return RetractionSink(kafka, producer)
 
 
 # --- what the fast lane did for one alert (explain, the Deliveries page) -------------------------------------
@@ -125,41 +122,61 @@ def run_topic(run_key: str) -> str:
 def fast_view(ledger, channel: str, alert_id: str, fast_topic: str) -> dict | None:
     """One channel's fast-lane story of an alert, or None if it has none: which lane's run holds its sent
     marker or claim log entry (``lane`` fast|exact, the run and the alert's entry in it), its retraction and
-    reinstatement records (aldebaran.delivery.retraction). Three reads, no listing, where markers are kept; with
-    the claim log (ALDEBARAN_DELIVERY_CROSS_LANE=log) a listing of the channel's logs and a read per partition."""
-    from aldebaran.delivery import claimlog
-    from aldebaran.delivery.corrupt import noted, record
-    from aldebaran.delivery.retraction import reinstatement_id, retraction_id
-    from aldebaran.exceptions import LedgerCorrupt
+    reinstatement (aldebaran.delivery.retraction: their own record where a send failed, else the fast run that
+    delivered them). A few reads, no listing, where markers are kept; with the claim log
+    (ALDEBARAN_DELIVERY_CROSS_LANE=log) a listing of the channel's logs and a read per partition."""
+    from aldebaran.delivery.retraction import REINSTATEMENT, RETRACTION, reinstatement_id, retraction_id
 
-    holder = ledger.sent_by(channel, alert_id) or claimlog.holder_of(ledger, channel, alert_id)  # markers, or the log
-    # A reader that only looks: a corrupt record or run is skipped (logged with its key), never fatal.
-    retracted = record(ledger, channel, retraction_id(alert_id), None, "explain")
-    reinstated = record(ledger, channel, reinstatement_id(alert_id), None, "explain")
+    holder, state, run = _holder(ledger, channel, alert_id)
+    retracted = _message_view(ledger, channel, retraction_id(alert_id), RETRACTION, alert_id)
+    reinstated = _message_view(ledger, channel, reinstatement_id(alert_id), REINSTATEMENT, alert_id)
     if holder is None and retracted is None:
         return None
-    view: dict = {"channel": channel, "sent_by": holder, "lane": None, "state": None, "run": None,
-                  "retraction": _record_view(retracted), "reinstatement": _record_view(reinstated)}
+    view: dict = {"channel": channel, "sent_by": holder, "lane": None, "state": state, "run": run,
+                  "retraction": retracted, "reinstatement": reinstated}
     if holder is not None:
         view["lane"] = "fast" if run_topic(holder) == fast_topic else "exact"
-        try:
-            run = ledger.run_at(holder)
-        except LedgerCorrupt as exc:
-            noted(exc, None, "explain")
-            run, view["state"] = None, "CORRUPT"
-        if run is not None:
-            from aldebaran.delivery.tools import ENTRY_STATES
-
-            entry = next((e for e in run.entries if e[1] == alert_id), None)
-            view["state"] = ENTRY_STATES.get(entry[2]) if entry else None
-            view["run"] = {"topic": run.topic, "partition": run.partition, "start": run.start, "end": run.end,
-                           "state": run.state, "owner": run.owner, "recorded_at": run.recorded_at}
     return view
 
 
-def _record_view(got) -> dict | None:
-    if got is None:
+def _holder(ledger, channel: str, alert_id: str) -> tuple[str | None, str | None, dict | None]:
+    """(the run key holding the alert's sent marker or claim, its entry's state, the run's summary)."""
+    from aldebaran.delivery import claimlog
+    from aldebaran.delivery.corrupt import noted
+    from aldebaran.exceptions import LedgerCorrupt
+
+    holder = ledger.sent_by(channel, alert_id) or claimlog.holder_of(ledger, channel, alert_id)  # markers, or the log
+    if holder is None:
+        return None, None, None
+    try:
+        run = ledger.run_at(holder)
+    except LedgerCorrupt as exc:  # a reader that only looks: skipped (logged with its key), never fatal
+        noted(exc, None, "explain")
+        return holder, "CORRUPT", None
+    if run is None:
+        return holder, None, None
+    from aldebaran.delivery.tools import ENTRY_STATES
+
+    entry = next((e for e in run.entries if e[1] == alert_id), None)
+    return holder, ENTRY_STATES.get(entry[2]) if entry else None, {
+        "topic": run.topic, "partition": run.partition, "start": run.start, "end": run.end,
+        "state": run.state, "owner": run.owner, "recorded_at": run.recorded_at, "history": run.history}
+
+
+def _message_view(ledger, channel: str, message_id: str, kind: str, alert_id: str) -> dict | None:
+    """A retraction's (or reinstatement's) story on one channel: its own record (a failed send), else the fast
+    run whose sent marker holds it. A run keeps no bodies: the message is then named by its kind alone."""
+    from aldebaran.delivery.corrupt import record
+
+    got = record(ledger, channel, message_id, None, "explain")  # a corrupt record is skipped and named
+    if got is not None:
+        r = got[0]
+        return {"alert_id": r.alert_id, "state": r.state, "attempt": r.attempt,
+                "updated_at": r.updated_at, "alert": r.alert.to_dict(), "history": r.history}
+    holder, state, run = _holder(ledger, channel, message_id)
+    if holder is None:
         return None
-    record = got[0]
-    return {"alert_id": record.alert_id, "state": record.state, "attempt": record.attempt,
-            "updated_at": record.updated_at, "alert": record.alert.to_dict(), "history": record.history}
+    return {"alert_id": message_id, "state": state, "attempt": 1, "updated_at": (run or {}).get("recorded_at"),
+            "alert": {"alert_id": message_id, "kind": kind,
+                      ("retracts" if kind == "RETRACTION" else "reinstates"): alert_id},
+            "history": (run or {}).get("history") or [], "sent_by": holder}

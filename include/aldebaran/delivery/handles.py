@@ -1,6 +1,6 @@
 """What the delivery ledger hands out: a handle on one delivery, whose ``report`` is its only write.
 
-    Attempt     one alert on one channel through its own record (the supervisor's pages, retractions,
+    Attempt     one alert on one channel through its own record (the supervisor's pages,
                 the sweep's retries and lookups): Ledger.attempt / retry / doubted
     RunHandle   a run of one partition's alerts on one channel (the group commit): Ledger.open_run
 

@@ -104,8 +104,10 @@ def delivers_fast(ledger, channel: str, fast_topic: str) -> bool:
 
 
 def retractions(ledger, channel: str, limit: int, corrupt: list | None = None) -> list:
-    """The channel's retractions and reinstatements of fast-lane alerts (aldebaran.delivery.retraction),
-    newest first: per-alert records whose id starts ``retract-`` / ``reinstate-``."""
+    """The channel's retractions and reinstatements of fast-lane alerts (aldebaran.delivery.retraction) that
+    have a record of their own, newest first: per-alert records whose id starts ``retract-`` / ``reinstate-``.
+    The fast dispatcher delivers them in runs, so only a failed (RETRY, DEAD) or IN_DOUBT send has one, and
+    records a keeper wrote before retractions went through the fast topic; `aldebaran explain` shows the rest."""
     from aldebaran.storage.store import safe_segment
 
     base = f"{ledger.prefix}/{safe_segment(channel, 'channel')}/alerts/"

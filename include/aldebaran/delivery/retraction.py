@@ -3,29 +3,30 @@
 The fast lane (Spark real-time mode) may raise an alert the exact lane never raises (the exact lane is the
 source of truth; docs/design.md, "The low-latency lane"). A channel that opted in to the fast lane
 (``fast: true``) has been sent it. When the lane's reconciler judges it unconfirmed
-(aldebaran.lanes.reconciler), each fast channel is sent a **retraction**: a message shaped like an alert
-(so every channel kind can send it), kind ``RETRACTION``, id ``retract-<alert id>``, with the retracted
-alert's order fields and
+(aldebaran.lanes.reconciler), it produces a **retraction** to the fast alerts topic
+(``ALDEBARAN_KAFKA_FAST_ALERTS_TOPIC``): a message shaped like an alert (so every channel kind can send it),
+kind ``RETRACTION``, id and Kafka key ``retract-<alert id>``, with the retracted alert's order fields and
 
     "retracts": <the alert id>, "retracted_kind": <its kind>, "lane": <the lane>, "reason": <why>
 
-If the exact lane confirms the alert later after all (``confirmed_late``), each channel that was sent the
-retraction is sent a ``REINSTATEMENT`` (id ``reinstate-<alert id>``, ``"reinstates": <the alert id>``):
-the alert stands. The exact lane's copy itself is not delivered again: its alert id is the one the
-recipient already holds (a deduplicating recipient would drop it anyway), and the ledger records it as a
-repeat of the fast run.
+If the exact lane confirms the alert later after all (``confirmed_late``), it produces a ``REINSTATEMENT``
+(id and key ``reinstate-<alert id>``, ``"reinstates": <the alert id>``): the alert stands. The exact lane's
+copy itself is not delivered again: its alert id is the one the recipient already holds, and the ledger
+records it as a repeat of the fast run.
 
-Both go through the per-alert record path (:func:`aldebaran.delivery.dispatcher.deliver_direct`, like
-the supervisor's page): once per channel, however often the reconciler asks, a failed send is retried by
-the channel's dispatchers' sweep, an unknown outcome on a channel that cannot deduplicate is IN_DOUBT.
-Nothing is written to the alerts topic (its contract holds only audit alerts).
+The fast dispatcher (``aldebaran dispatch --fast``) delivers both as ordinary runs, like any fast alert:
+once per fast channel, a failed send retried by its sweep, an unknown outcome on a channel that cannot
+deduplicate IN_DOUBT. The reconciler produces (acknowledged) before it writes the record that marks the
+alert judged, so a keeper that dies in between judges it again and produces a second copy under the same
+id: the fast dispatcher takes it for a repeat (the run's recent ids, else the alert's sent marker, which a
+fast channel keeps whatever it can do otherwise; aldebaran.delivery.settle), not a second send. The
+reconciler skips these two kinds when it reads the fast topic (:func:`is_own`); nothing is written to the
+exact alerts topic (its contract holds only audit alerts).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 
 from aldebaran.model import Alert
@@ -34,13 +35,12 @@ from aldebaran.storage.store import safe_segment
 log = logging.getLogger(__name__)
 
 RETRACTION, REINSTATEMENT = "RETRACTION", "REINSTATEMENT"
-CORRUPT = "corrupt"  # a channel's outcome when its ledger record cannot be read (skipped, logged)
 _ORDER_FIELDS = ("client", "stock", "requested", "purchased", "purchase_count", "trigger_event_id",
                  "trigger_event_ts")
 
 
 def retraction_id(alert_id: str) -> str:
-    """The id of `alert_id`'s retraction: deterministic, so every attempt meets the same ledger record."""
+    """The id (and Kafka key) of `alert_id`'s retraction: deterministic, so a second copy is a repeat."""
     return safe_segment(f"retract-{alert_id}", "alert id")
 
 
@@ -77,56 +77,54 @@ def reinstatement(retraction_alert: Alert, confirmed_at: float) -> Alert:
     })
 
 
-class Retractor:
-    """Sends retractions (and reinstatements) to the fast channels, each exactly once per channel."""
+def is_own(alert: Alert) -> bool:
+    """Whether `alert` is a retraction or a reinstatement (not a fast alert to judge)."""
+    return alert.kind in (RETRACTION, REINSTATEMENT)
 
-    def __init__(self, ledger, channels: list, owner: str | None = None) -> None:
-        self.ledger = ledger
-        self.channels = channels
-        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:retractions"
 
-    def retract(self, record: dict) -> dict[str, str]:
-        """Send `record`'s retraction to every fast channel: channel → "sent" | "already" | "failed" |
-        "in_doubt" | "busy" (another worker holds it under a live lease: ask again later) | "corrupt"."""
-        return self._deliver(retraction(record), self.channels)
+class RetractionSink:
+    """The reconciler's writer of retractions and reinstatements to the fast alerts topic, keyed by their own
+    ids. :meth:`send` returns once every message is acknowledged (idempotent producer, acks=all), so the
+    caller may then write what marks the alert judged; RetryableError if one is not (the caller asks again).
+    `producer`: a confluent-kafka Producer, or a stand-in (tests); default, one from the Kafka settings."""
 
-    def reinstate(self, alert_id: str, confirmed_at: float) -> dict[str, str]:
-        """Send a reinstatement to each fast channel that has a retraction of `alert_id` on record."""
-        from aldebaran.delivery.corrupt import record
+    def __init__(self, kafka, producer=None, timeout: float = 10.0) -> None:
+        self.topic = kafka.fast_alerts_topic
+        self.kafka, self.timeout = kafka, timeout
+        self._producer = producer
 
-        out: dict[str, str] = {}
-        for channel in self.channels:
-            corrupt: list = []
-            got = record(self.ledger, channel.name, retraction_id(alert_id), corrupt, "retractions")
-            if got is not None:
-                out.update(self._deliver(reinstatement(got[0].alert, confirmed_at), [channel]))
-            elif corrupt:
-                out[channel.name] = CORRUPT
-        return out
+    def send(self, messages: list[Alert]) -> int:
+        from confluent_kafka import KafkaException
 
-    def _deliver(self, message: Alert, channels: list) -> dict[str, str]:
-        from aldebaran.delivery.stats import DispatchStats
+        from aldebaran.delivery.exceptions import RetryableError
 
-        stats = DispatchStats()
-        out = {c.name: self._direct(c, message, stats) for c in channels}
-        log.warning("%s %s of alert %s: %s", message.kind.lower(), message.alert_id,
-                    message.extra.get("retracts") or message.extra.get("reinstates"), out)
-        return out
+        if not messages:
+            return 0
+        if self._producer is None:
+            from aldebaran.kafka.io import producer
 
-    def _direct(self, channel, message: Alert, stats) -> str:
-        """deliver_direct, or CORRUPT when the message's record on this channel cannot be read: skipped and
-        logged with its key (the channel's dispatcher sweep quarantines it if it is in an index), so the other
-        channels, and the reconciler, go on. Not re-created here: it may have been sent already."""
-        from aldebaran.delivery.corrupt import noted
-        from aldebaran.delivery.dispatcher import deliver_direct
-        from aldebaran.exceptions import LedgerCorrupt
+            self._producer = producer(self.kafka, **{"linger.ms": 0})
+        errors: list = []
+        acked: list = []
+
+        def on_delivery(err, _msg) -> None:
+            (errors if err is not None else acked).append(err)
 
         try:
-            return deliver_direct(self.ledger, channel, message, self.owner, stats)
-        except LedgerCorrupt as exc:
-            noted(exc, None, f"retractions ({channel.name})")
-            return CORRUPT
+            for m in messages:
+                self._producer.produce(self.topic, key=m.alert_id.encode(), value=m.to_json(), on_delivery=on_delivery)
+            remaining = self._producer.flush(self.timeout)
+        except (KafkaException, BufferError) as exc:
+            raise RetryableError(f"producing {len(messages)} retraction(s) to {self.topic}: {exc}") from None
+        if errors or len(acked) < len(messages):
+            raise RetryableError(f"producing to {self.topic}: {len(messages) - len(acked)} of {len(messages)} "
+                                 f"retraction(s) not acknowledged ({remaining} still queued), errors: {errors[:3]}")
+        for m in messages:
+            log.warning("%s %s of alert %s produced to %s", m.kind.lower(), m.alert_id,
+                        m.extra.get("retracts") or m.extra.get("reinstates"), self.topic)
+        return len(messages)
 
     def close(self) -> None:
-        for channel in self.channels:
-            channel.close()
+        if self._producer is not None:
+            self._producer.flush(self.timeout)
+            self._producer = None

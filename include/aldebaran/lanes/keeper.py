@@ -5,9 +5,9 @@ It runs in the control venv and
 1. creates the fast alerts topic if it is missing, then starts the lane (``spark-submit`` of the Spark 4.3
    runtime, :class:`aldebaran.lanes.launch.Lane`) as its child, in a process group of its own, with a
    status file the lane's driver rewrites every 2 s (:mod:`aldebaran.lanes.driver`);
-2. reconciles the two lanes' alerts (:class:`aldebaran.lanes.reconciler.Reconciler`) in its main loop, and
-   sends a retraction to each channel with ``fast: true`` for an alert judged unconfirmed
-   (aldebaran.delivery.retraction);
+2. reconciles the two lanes' alerts (:class:`aldebaran.lanes.reconciler.Reconciler`) in its main loop, and,
+   when a channel has ``fast: true``, produces a retraction to the fast topic for an alert judged unconfirmed
+   (aldebaran.delivery.retraction), which the fast dispatcher delivers;
 3. writes a heartbeat every ``ALDEBARAN_LANES_HEARTBEAT_SECONDS`` at ``heartbeats/lane/<name>.json``:
 
        {"status": "starting"|"running"|"rotating"|"failed"|"stopped", "name", "host", "pid", "metrics", "started_at", "at",
@@ -305,8 +305,8 @@ class Keeper:
             log.info("lane %s: created topic(s) %s", self.name, ", ".join(created))
         from aldebaran.delivery.fast import lane_retractor
 
-        # Channels with "fast": true had the fast alerts: they are sent the retractions (None: no such channel).
-        retractor = lane_retractor(self.name)
+        # Channels with "fast": true had the fast alerts: retractions go to the fast topic (None: no such channel).
+        retractor = lane_retractor(self.kafka)
         self.reconciler = Reconciler(self.kafka, self.store, self.name, s.confirm_ttl_seconds, s.records_prefix,
                                      resume_ms=resume, retractor=retractor)
         self.gaps = {**self.gaps, **(previous.get("gaps") or {})}

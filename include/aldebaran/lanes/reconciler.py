@@ -14,10 +14,13 @@ The status commands and ``platform_health`` read that heartbeat block (counts, t
 alert, the first ids), never the records' listing: that listing grows with what is unconfirmed and
 costs one GET per record (:func:`list_records`, kept for ``aldebaran lanes status --full``).
 
-Where channels opted in to the fast lane (a :class:`aldebaran.delivery.retraction.Retractor`), they had the
-alert: each is sent a retraction before the record is written (the record is what marks the alert judged,
-so a keeper that dies in between judges it again, and the ledger sends a retraction once per channel), and
-a late confirmation sends a reinstatement to each channel that got the retraction.
+Where channels opted in to the fast lane (``retractor``: a :class:`aldebaran.delivery.retraction.RetractionSink`,
+None when no channel is fast), they had the alert: its retraction is produced to the fast topic, keyed by
+its own id and acknowledged, before the record is written (the record is what marks the alert judged, so a
+keeper that dies in between judges it again and produces a second copy, which the fast dispatcher takes
+for a repeat), and a late confirmation produces a reinstatement before the record is deleted. The fast
+dispatcher delivers both as ordinary runs; this reconciler skips them when it reads the fast topic. A
+produce that fails is asked again at a later step; nothing is written meanwhile.
 
 Messages of either topic that are not alerts (:mod:`aldebaran.delivery.decode`) are skipped and sent to
 ``alerts.dlq`` as rejected by ``reconciler:<lane>``, after the step that read them; a failed send is kept
@@ -31,6 +34,7 @@ import logging
 import time
 
 from aldebaran.delivery.decode import AlertDeadLetters, Rejected, decode
+from aldebaran.delivery.retraction import is_own, reinstatement, retraction
 from aldebaran.delivery.exceptions import RetryableError
 from aldebaran.exceptions import NotFound
 from aldebaran.lanes.judge import Reconciliation
@@ -95,11 +99,15 @@ class Reconciler:
             self.state.counts.unconfirmed += 1
         self._fast_alerts: dict[str, dict] = {}  # pending fast alerts' JSON, for their record
         self.retractor = retractor  # None: no channel delivers the fast lane
-        self._held: dict[str, dict] = {}  # records whose retraction another worker holds under its lease
+        self._held: dict[str, dict] = {}  # records whose retraction is not acknowledged yet: asked again
         self._held_at = 0.0
+        # Confirmed late, reinstatement not acknowledged yet: id → (when, the held record if it was never written).
+        self._reinstating: dict[str, tuple[float, dict | None]] = {}
+        self._reinstate_at = 0.0
         self.dead_letters = dead_letters or AlertDeadLetters(kafka)  # connects at the first rejected message
         self._rejected: list[Rejected] = []  # read, not yet acknowledged by alerts.dlq
         self.rejected = 0
+        self.own = 0  # retractions and reinstatements read back from the fast topic (skipped)
         self.resolved = 0  # settled by an operator while this reconciler ran (the `resolving/` inbox)
         self._inbox_at = 0.0
 
@@ -179,6 +187,7 @@ class Reconciler:
                 self.resolved += 1
                 taken += 1
             self._held.pop(alert_id, None)
+            self._reinstating.pop(alert_id, None)
             self.store.delete(item["Key"])
         return taken
 
@@ -196,6 +205,9 @@ class Reconciler:
         alert_id, kind = alert.alert_id, alert.kind
         ts = msg.timestamp()[1]
         if msg.topic() == self.fast_topic:
+            if is_own(alert):  # a retraction or reinstatement this reconciler produced: not a fast alert
+                self.own += 1
+                return
             self.state.fast(alert_id, ts)
             if alert_id in self.state.pending_fast:
                 self._fast_alerts[alert_id] = alert.to_dict()
@@ -215,41 +227,91 @@ class Reconciler:
 
     # --- records --------------------------------------------------------------------------------------
     def _apply(self, verdicts) -> None:
+        bodies = []
         for alert_id in verdicts.unconfirmed:
             ts = self.state.unconfirmed[alert_id]
-            body = {"alert_id": alert_id, "lane": self.lane, "fast_ts": ts, "reported_at": time.time(),
-                    "ttl_seconds": self.state.ttl_ms / 1000, "alert": self._fast_alerts.pop(alert_id, None),
-                    "why": f"the exact lane raised no alert {alert_id} within {self.state.ttl_ms / 1000:.0f}s of "
-                           f"the fast lane's (read {self.exact_topic} up to {self.state.exact_horizon} ms); "
-                           + ("retracted on the channels that had it from the fast lane" if self.retractor
-                              else "not delivered by the dispatchers")}
-            self._report(body)
-        if self._held and time.monotonic() - self._held_at >= 5.0:  # a held lease lasts seconds: not every step
+            bodies.append({
+                "alert_id": alert_id, "lane": self.lane, "fast_ts": ts, "reported_at": time.time(),
+                "ttl_seconds": self.state.ttl_ms / 1000, "alert": self._fast_alerts.pop(alert_id, None),
+                "why": f"the exact lane raised no alert {alert_id} within {self.state.ttl_ms / 1000:.0f}s of "
+                       f"the fast lane's (read {self.exact_topic} up to {self.state.exact_horizon} ms); "
+                       + ("retracted on the channels that had it from the fast lane" if self.retractor
+                          else "not delivered by the dispatchers")})
+        if self._held and time.monotonic() - self._held_at >= 5.0:  # Kafka was down: not every step
             self._held_at = time.monotonic()
-            for body in list(self._held.values()):
-                self._report(body)
+            bodies += [b for b in self._held.values() if b["alert_id"] not in verdicts.unconfirmed]
+        if bodies:
+            self._report(bodies)
         for alert_id in verdicts.confirmed_late:
-            self._held.pop(alert_id, None)
-            if self.retractor is not None:
-                self.retractor.reinstate(alert_id, time.time())  # before the delete: a crash asks again
-            self.store.delete(record_key(self.records_prefix, self.lane, alert_id))
-            log.warning("lane %s: alert %s confirmed late by the exact lane: record removed", self.lane, alert_id)
+            # A held record was never written, but its retraction may have gone out (a produce that failed
+            # half-way): it is reinstated all the same (an unneeded reinstatement only says the alert stands).
+            self._reinstating[alert_id] = (time.time(), self._held.pop(alert_id, None))
+            log.warning("lane %s: alert %s confirmed late by the exact lane", self.lane, alert_id)
+        if verdicts.confirmed_late or (self._reinstating and time.monotonic() - self._reinstate_at >= 5.0):
+            self._reinstate_at = time.monotonic()
+            self._reinstate()
         for alert_id in verdicts.missed:
             log.info("lane %s: exact-lane alert %s had no fast-lane copy (delivered as usual)", self.lane, alert_id)
 
-    def _report(self, body: dict) -> None:
-        """Retract (where fast channels had it), then write the unconfirmed record (module docstring)."""
-        alert_id = body["alert_id"]
+    def _report(self, bodies: list[dict]) -> None:
+        """Produce the retractions (where fast channels had the alerts), acknowledged, then write the
+        unconfirmed records (module docstring). A failed produce writes nothing: held, asked again."""
+        from aldebaran.delivery.retraction import retraction_id
+
         if self.retractor is not None:
-            body["retractions"] = self.retractor.retract(body)
-            if "busy" in body["retractions"].values():  # a dead keeper's send, under its lease: ask again later
-                self._held[alert_id] = body
+            try:
+                # A second copy (a keeper that died before its record) has the same id and key, so the same
+                # partition: the fast dispatcher records it a repeat (S), not a second send, by its window of
+                # recent ids, else the id's sent marker, which a fast channel keeps whatever it can do otherwise
+                # (aldebaran.delivery.settle; with ALDEBARAN_DELIVERY_CROSS_LANE=log its partition's claim log, on
+                # channels where a resend is harmless anyway). tests/integration/test_fast_delivery.py sends one.
+                self.retractor.send([retraction(b) for b in bodies])
+            except RetryableError as exc:
+                log.warning("lane %s: %s; %d retraction(s) asked again later, their records not written yet",
+                            self.lane, exc, len(bodies))
+                for b in bodies:
+                    self._held[b["alert_id"]] = b
                 self._held_at = time.monotonic()
                 return
+        for body in bodies:
+            alert_id = body["alert_id"]
             self._held.pop(alert_id, None)
-        self.store.put(record_key(self.records_prefix, self.lane, alert_id), json.dumps(body).encode())
-        log.error("lane %s: alert %s unconfirmed: %s", self.lane, alert_id, body["why"])
+            if self.retractor is not None:
+                body["retraction"] = retraction_id(alert_id)
+            self.store.put(record_key(self.records_prefix, self.lane, alert_id), json.dumps(body).encode())
+            log.error("lane %s: alert %s unconfirmed: %s", self.lane, alert_id, body["why"])
+
+    def _reinstate(self) -> None:
+        """For each alert confirmed late: a reinstatement where its record says it was retracted (produced,
+        acknowledged), then the record's delete. A failed produce keeps both for a later step."""
+        messages, done = [], []
+        for alert_id, (confirmed_at, held) in self._reinstating.items():
+            body = held
+            if body is None:
+                try:
+                    body = json.loads(self.store.get(record_key(self.records_prefix, self.lane, alert_id)).body)
+                except NotFound:
+                    done.append(alert_id)  # resolved by an operator meanwhile, or a delete already done
+                    continue
+                except ValueError:
+                    body = {}  # unreadable: deleted below like any record of a confirmed alert
+                body = body if isinstance(body, dict) else {}
+            retracted = held is not None or body.get("retraction") or body.get("retractions")
+            if self.retractor is not None and retracted and body.get("alert_id") == alert_id:
+                messages.append(reinstatement(retraction(body), confirmed_at))
+            done.append(alert_id)
+        if messages:
+            try:
+                self.retractor.send(messages)
+            except RetryableError as exc:
+                log.warning("lane %s: %s; reinstatement(s) asked again later", self.lane, exc)
+                return
+        for alert_id in done:
+            self._reinstating.pop(alert_id, None)
+            self.store.delete(record_key(self.records_prefix, self.lane, alert_id))
+            log.warning("lane %s: alert %s confirmed late: record removed", self.lane, alert_id)
 
     def status(self) -> dict:
         return {**self.state.status(), "fast_topic": self.fast_topic, "exact_topic": self.exact_topic,
-                "rejected": self.rejected, "resolved": self.resolved}
+                "rejected": self.rejected, "resolved": self.resolved, "own_skipped": self.own,
+                "retractions_waiting": len(self._held) + len(self._reinstating)}

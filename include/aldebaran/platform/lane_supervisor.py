@@ -36,9 +36,10 @@ def settings():
 
 
 def launch():
-    """``aldebaran lanes run`` detached (its settings come from this task's environment). It retracts unconfirmed
-    alerts on the channels with ``fast: true``: they are handed to it as the dispatch supervisor hands a
-    dispatcher its channels (ALDEBARAN_CHANNELS and their connections as Airflow resolved them)."""
+    """``aldebaran lanes run`` detached (its settings come from this task's environment). Where channels have
+    ``fast: true`` it produces retractions of unconfirmed alerts to the fast topic (the fast dispatcher delivers
+    them): the fast channels are named to it as the dispatch supervisor names a dispatcher its channels
+    (ALDEBARAN_CHANNELS and their connections as Airflow resolved them), which is how it knows there are some."""
     from aldebaran.runtime import paths
     from aldebaran.delivery.channels.sources import connections_env
     from aldebaran.delivery.fast import fast_channel_names

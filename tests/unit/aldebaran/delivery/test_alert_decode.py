@@ -240,3 +240,16 @@ def test_the_reconciler_skips_poison_dead_letters_it_and_reads_on(tmp_path):
         (kafka.alerts_topic, 5, "not_json", "reconciler:realtime")]
     assert rec._rejected == [] and rec.status()["rejected"] == 3
     assert "a-1" in rec.state.pending_fast and rec._fast_alerts["a-1"]["kind"] == "OVERFILL"  # the good one counts
+
+
+def test_retractions_and_reinstatements_decode_as_alerts_on_the_fast_topic():
+    """The reconciler produces them to alerts.fast (aldebaran.delivery.retraction): the fast dispatcher must
+    take them as alerts, not dead-letter them."""
+    from aldebaran.delivery.retraction import REINSTATEMENT, RETRACTION, reinstatement, retraction
+
+    record = {"alert_id": "a-1", "lane": "realtime", "reported_at": 1_700_000_300.0, "why": "not confirmed",
+              "alert": GOOD}
+    for message in (retraction(record), reinstatement(retraction(record), 1_700_000_400.0)):
+        got = decode(MessageFake(message.to_json(), topic="alerts.fast", key=message.alert_id.encode()))
+        assert isinstance(got, Alert) and got.kind in (RETRACTION, REINSTATEMENT)
+        assert got.to_dict() == message.to_dict() and got.order_id == "1"

@@ -1,5 +1,6 @@
 """Fast delivery without services: the ``fast`` extra, the fast dispatcher's poll, the retraction's payload,
-the reconciler's retract-then-record order, and which dispatchers the supervisor plans."""
+the reconciler's produce-then-record order (a fake producer, named so), its skipping of its own messages, and
+which dispatchers the supervisor plans."""
 
 from __future__ import annotations
 
@@ -138,56 +139,142 @@ def test_a_reinstatement_withdraws_the_retraction():
     assert sms_text(alert).endswith("stands (confirmed late)")
 
 
-# --- the reconciler: retract, then record ------------------------------------------------------------------
-class RecordingRetractorFake:
-    """A Retractor stand-in: answers from `answers` in turn and notes what the store held at each call."""
+# --- the reconciler: produce the retraction (acknowledged), then record ------------------------------------
+class ProducerFake:
+    """A confluent-kafka Producer stand-in: keeps what was produced, acknowledges each at flush (or, with
+    `fail_flush`, raises there: a broker gone before the acks), and notes what the store held at each flush."""
 
-    def __init__(self, store, answers) -> None:
-        self.store, self.answers, self.calls = store, list(answers), []
+    def __init__(self, store=None, fail_flush: bool = False) -> None:
+        self.store, self.fail_flush = store, fail_flush
+        self.produced: list[tuple[str, bytes, dict]] = []
+        self.flushes: list[list[str]] = []  # the store's lane keys at each flush
+        self._pending: list = []
 
-    def retract(self, record):
-        held = [o["Key"] for o in self.store.list("lanes/")]
-        self.calls.append(("retract", record["alert_id"], held))
-        return self.answers.pop(0)
+    def produce(self, topic, key=None, value=None, on_delivery=None, **_kw):
+        self.produced.append((topic, key, json.loads(value)))
+        self._pending.append(on_delivery)
 
-    def reinstate(self, alert_id, confirmed_at):
-        self.calls.append(("reinstate", alert_id))
-        return {}
+    def flush(self, timeout=None):
+        from confluent_kafka import KafkaError, KafkaException
+
+        self.flushes.append([o["Key"] for o in self.store.list("lanes/")] if self.store else [])
+        if self.fail_flush:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "broker down (fake)"))
+        pending, self._pending = self._pending, []
+        for cb in pending:
+            cb(None, None)
+        return 0
 
 
-def _reconciler(tmp_path, answers):
+def _reconciler(tmp_path, producer):
+    from aldebaran.delivery.retraction import RetractionSink
     from aldebaran.settings import KafkaSettings
 
     store = LocalStore(str(tmp_path))
-    rec = reconciler.Reconciler(KafkaSettings(), store, "realtime", 1.0, "lanes")
-    rec.retractor = RecordingRetractorFake(store, answers)
+    kafka = KafkaSettings(alerts_topic="alerts", fast_alerts_topic="alerts.fast")
+    rec = reconciler.Reconciler(kafka, store, "realtime", 1.0, "lanes",
+                                retractor=RetractionSink(kafka, producer if not callable(producer) else producer(store)))
     return rec, store
 
 
-def test_an_unconfirmed_alert_is_retracted_before_its_record_is_written(tmp_path):
-    rec, store = _reconciler(tmp_path, [{"hook": "sent"}])
-    rec.state.fast("a1", 1000)
-    rec._fast_alerts["a1"] = FAST_ALERT
+def _judge_unconfirmed(rec, alert_id="a1"):
+    rec.state.fast(alert_id, 1000)
+    rec._fast_alerts[alert_id] = {**FAST_ALERT, "alert_id": alert_id}
     rec.state.caught_up(exact_at=5000)
     rec._apply(rec.state.judge())
-    assert rec.retractor.calls == [("retract", "a1", [])]  # nothing written before the retraction
+
+
+def test_the_retraction_is_produced_to_the_fast_topic_keyed_by_its_own_id(tmp_path):
+    rec, store = _reconciler(tmp_path, lambda store: ProducerFake(store))
+    producer = rec.retractor._producer
+    _judge_unconfirmed(rec)
+    [(topic, key, value)] = producer.produced
+    assert (topic, key) == ("alerts.fast", b"retract-a1")
+    assert (value["alert_id"], value["kind"], value["retracts"], value["retracted_kind"], value["order_id"],
+            value["lane"]) == ("retract-a1", RETRACTION, "a1", "OVERFILL", "o-7", "realtime")
+    assert value["requested"] == 100 and "exact lane raised no alert a1" in value["reason"]
+
+
+def test_the_retraction_is_acknowledged_before_the_record_is_written(tmp_path):
+    rec, store = _reconciler(tmp_path, lambda store: ProducerFake(store))
+    _judge_unconfirmed(rec)
+    assert rec.retractor._producer.flushes == [[]]  # nothing written when it was flushed
     body = json.loads(store.get(reconciler.record_key("lanes", "realtime", "a1")).body)
-    assert body["retractions"] == {"hook": "sent"} and "retracted on the channels" in body["why"]
-    rec._apply(rec.state.exact("a1", "OVERFILL", 6000))  # confirmed late: reinstated, then the record goes
-    assert rec.retractor.calls[-1] == ("reinstate", "a1")
+    assert body["retraction"] == "retract-a1" and "retracted on the channels" in body["why"]
+
+
+def test_a_retraction_kafka_did_not_acknowledge_writes_nothing_and_is_produced_again(tmp_path):
+    failing = ProducerFake(fail_flush=True)
+    rec, store = _reconciler(tmp_path, failing)
+    _judge_unconfirmed(rec)
+    assert reconciler.list_records(store, "lanes", "realtime") == []  # nothing recorded: judged again
+    assert list(rec._held) == ["a1"] and rec.status()["retractions_waiting"] == 1
+    rec.retractor._producer = ProducerFake(store)  # Kafka is back
+    rec._held_at = 0.0  # its wait is over
+    rec._apply(rec.state.judge())
+    assert [k for _t, k, _v in rec.retractor._producer.produced] == [b"retract-a1"]  # the same id again
+    assert [r["retraction"] for r in reconciler.list_records(store, "lanes", "realtime")] == ["retract-a1"]
+    assert rec._held == {}
+
+
+def test_a_late_confirmation_produces_a_reinstatement_then_deletes_the_record(tmp_path):
+    rec, store = _reconciler(tmp_path, lambda store: ProducerFake(store))
+    _judge_unconfirmed(rec)
+    producer = rec.retractor._producer
+    rec._apply(rec.state.exact("a1", "OVERFILL", 6000))
+    topic, key, value = producer.produced[-1]
+    assert (topic, key, value["kind"], value["reinstates"]) == ("alerts.fast", b"reinstate-a1", REINSTATEMENT, "a1")
+    assert producer.flushes[-1] == [reconciler.record_key("lanes", "realtime", "a1")]  # still there at the flush
     assert reconciler.list_records(store, "lanes", "realtime") == []
 
 
-def test_a_retraction_held_by_another_worker_is_asked_again_before_the_record(tmp_path):
-    rec, store = _reconciler(tmp_path, [{"hook": "busy"}, {"hook": "already"}])
-    rec.state.fast("a1", 1000)
-    rec.state.caught_up(exact_at=5000)
+def test_a_reinstatement_kafka_did_not_acknowledge_keeps_the_record(tmp_path):
+    rec, store = _reconciler(tmp_path, lambda store: ProducerFake(store))
+    _judge_unconfirmed(rec)
+    rec.retractor._producer = ProducerFake(fail_flush=True)
+    rec._apply(rec.state.exact("a1", "OVERFILL", 6000))
+    assert [r["alert_id"] for r in reconciler.list_records(store, "lanes", "realtime")] == ["a1"]
+    rec.retractor._producer = ProducerFake(store)
+    rec._reinstate_at = 0.0
     rec._apply(rec.state.judge())
-    assert reconciler.list_records(store, "lanes", "realtime") == [] and list(rec._held) == ["a1"]
-    rec._held_at = 0.0  # its wait is over
-    rec._apply(rec.state.judge())
-    assert [r["retractions"] for r in reconciler.list_records(store, "lanes", "realtime")] == [{"hook": "already"}]
-    assert rec._held == {}
+    assert [k for _t, k, _v in rec.retractor._producer.produced] == [b"reinstate-a1"]
+    assert reconciler.list_records(store, "lanes", "realtime") == []
+
+
+def test_without_a_fast_channel_nothing_is_produced(tmp_path):
+    from aldebaran.settings import KafkaSettings
+
+    store = LocalStore(str(tmp_path))
+    rec = reconciler.Reconciler(KafkaSettings(), store, "realtime", 1.0, "lanes")  # retractor None
+    _judge_unconfirmed(rec)
+    body = json.loads(store.get(reconciler.record_key("lanes", "realtime", "a1")).body)
+    assert "retraction" not in body and "not delivered by the dispatchers" in body["why"]
+    rec._apply(rec.state.exact("a1", "OVERFILL", 6000))
+    assert reconciler.list_records(store, "lanes", "realtime") == []
+
+
+def test_the_reconciler_skips_its_own_retractions_on_the_fast_topic(tmp_path):
+    from tests.unit.aldebaran.delivery.test_alert_decode import MessageFake
+
+    rec, _store = _reconciler(tmp_path, lambda store: ProducerFake(store))
+    for message in (retraction(RECORD), reinstatement(retraction(RECORD), 1_700_000_400.0)):
+        rec._on_alert(MessageFake(message.to_json(), topic="alerts.fast", key=message.alert_id.encode()))
+    assert rec.state.counts.fast == 0 and rec.state.pending_fast == {} and rec.status()["own_skipped"] == 2
+    rec._on_alert(MessageFake(json.dumps(FAST_ALERT).encode(), topic="alerts.fast"))
+    assert list(rec.state.pending_fast) == [FAST_ALERT["alert_id"]]  # a fast alert is still judged
+
+
+def test_the_keeper_gets_a_retraction_sink_only_when_a_channel_is_fast(monkeypatch):
+    from aldebaran.delivery.fast import lane_retractor
+    from aldebaran.delivery.retraction import RetractionSink
+    from aldebaran.settings import KafkaSettings
+
+    monkeypatch.setenv("ALDEBARAN_CHANNELS", "log")
+    monkeypatch.delenv("AIRFLOW_CONN_ALDEBARAN_LOG", raising=False)
+    assert lane_retractor(KafkaSettings()) is None
+    monkeypatch.setenv("AIRFLOW_CONN_ALDEBARAN_LOG", json.dumps({"conn_type": "log", "extra": {"fast": True}}))
+    sink = lane_retractor(KafkaSettings(fast_alerts_topic="f.fast"), ProducerFake())
+    assert isinstance(sink, RetractionSink) and sink.topic == "f.fast"
 
 
 # --- supervision -------------------------------------------------------------------------------------------
