@@ -41,6 +41,7 @@ from aldebaran.lanes.judge import Reconciliation
 from aldebaran.storage.store import safe_segment
 
 log = logging.getLogger(__name__)
+MISSED_LOG_SECONDS = 60.0  # how often the missed exact-lane alerts are summed up in the log
 
 UNCONFIRMED, RESOLVED, RESOLVING = "unconfirmed", "resolved", "resolving"
 INBOX_SECONDS = 5.0  # how often the running reconciler looks for resolutions (a small listing)
@@ -108,6 +109,7 @@ class Reconciler:
         self._rejected: list[Rejected] = []  # read, not yet acknowledged by alerts.dlq
         self.rejected = 0
         self.own = 0  # retractions and reinstatements read back from the fast topic (skipped)
+        self._missed_since, self._missed_example, self._missed_logged_at = 0, None, time.monotonic()
         self.resolved = 0  # settled by an operator while this reconciler ran (the `resolving/` inbox)
         self._inbox_at = 0.0
 
@@ -250,8 +252,22 @@ class Reconciler:
         if verdicts.confirmed_late or (self._reinstating and time.monotonic() - self._reinstate_at >= 5.0):
             self._reinstate_at = time.monotonic()
             self._reinstate()
-        for alert_id in verdicts.missed:
-            log.info("lane %s: exact-lane alert %s had no fast-lane copy (delivered as usual)", self.lane, alert_id)
+        self._log_missed(verdicts.missed)
+
+    def _log_missed(self, missed: list[str]) -> None:
+        """One line a minute for the exact-lane alerts the fast lane did not raise, not one per alert: while the
+        lane is behind or down that is every alert, thousands a second (each still at DEBUG; the count is in
+        the status's ``counts.missed``)."""
+        for alert_id in missed:
+            log.debug("lane %s: exact-lane alert %s had no fast-lane copy (delivered as usual)", self.lane, alert_id)
+        if missed:
+            self._missed_since += len(missed)
+            self._missed_example = self._missed_example or missed[0]
+        if self._missed_since and time.monotonic() - self._missed_logged_at >= MISSED_LOG_SECONDS:
+            log.info("lane %s: %d exact-lane alert(s) had no fast-lane copy in the last %.0f s (delivered as usual; "
+                     "e.g. %s)", self.lane, self._missed_since, time.monotonic() - self._missed_logged_at,
+                     self._missed_example)
+            self._missed_since, self._missed_example, self._missed_logged_at = 0, None, time.monotonic()
 
     def _report(self, bodies: list[dict]) -> None:
         """Produce the retractions (where fast channels had the alerts), acknowledged, then write the
