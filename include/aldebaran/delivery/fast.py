@@ -102,13 +102,16 @@ def run_once(channels: list[str] | None = None, max_alerts: int | None = None,
     return fast_dispatcher(default_ledger(), channels).run_once(max_alerts=max_alerts, idle_timeout=idle_timeout)
 
 
-def lane_retractor(kafka: KafkaSettings, producer=None):
+def lane_retractor(kafka: KafkaSettings, producer=None, named: str | None = None):
     """The lane keeper's :class:`~aldebaran.delivery.retraction.RetractionSink` to the fast topic, or None if no
-    configured channel is fast (nobody had the fast alerts, nothing to retract). Read from the connections
-    alone: the fast dispatcher delivers what it produces, the keeper builds no channel."""
+    configured channel is fast (nobody had the fast alerts, nothing to retract). `named`: the fast channels as
+    lane_supervisor names them (ALDEBARAN_LANES_FAST_CHANNELS; "" for none), so the keeper needs none of their
+    connections; None: read from the connections. The fast dispatcher delivers what it produces, the keeper
+    builds no channel."""
     from aldebaran.delivery.retraction import RetractionSink
 
-    if not fast_channel_names():
+    fast = [n for n in named.split(",") if n.strip()] if named is not None else fast_channel_names()
+    if not fast:
         return None
     return RetractionSink(kafka, producer)
 

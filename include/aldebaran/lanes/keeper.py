@@ -306,7 +306,7 @@ class Keeper:
         from aldebaran.delivery.fast import lane_retractor
 
         # Channels with "fast": true had the fast alerts: retractions go to the fast topic (None: no such channel).
-        retractor = lane_retractor(self.kafka)
+        retractor = lane_retractor(self.kafka, named=s.fast_channels)
         self.reconciler = Reconciler(self.kafka, self.store, self.name, s.confirm_ttl_seconds, s.records_prefix,
                                      resume_ms=resume, retractor=retractor)
         self.gaps = {**self.gaps, **(previous.get("gaps") or {})}

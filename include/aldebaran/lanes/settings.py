@@ -27,6 +27,12 @@ class LaneSettings(SupervisionSettings):
                     "it (the lane_supervisor DAG runs it once unpaused)",
     )
     name: str = Field("realtime", description="ALDEBARAN_LANES_NAME: the lane's name (its heartbeat, state, records)")
+    fast_channels: str | None = Field(
+        None,
+        description="ALDEBARAN_LANES_FAST_CHANNELS: the channels with \"fast\": true, comma-separated (empty: none), "
+                    "as lane_supervisor names them to the keeper, which retracts only where a channel had the fast "
+                    "alerts; unset: read from ALDEBARAN_CHANNELS and the channels' connections",
+    )
     checkpoint: str | None = Field(
         None,
         description="ALDEBARAN_LANES_CHECKPOINT: the lane query's checkpoint (unset: <run dir>/lanes/<name>/checkpoint); "

@@ -38,17 +38,15 @@ def settings():
 def launch():
     """``aldebaran lanes run`` detached (its settings come from this task's environment). Where channels have
     ``fast: true`` it produces retractions of unconfirmed alerts to the fast topic (the fast dispatcher delivers
-    them): the fast channels are named to it as the dispatch supervisor names a dispatcher its channels
-    (ALDEBARAN_CHANNELS and their connections as Airflow resolved them), which is how it knows there are some."""
+    them): the fast channels are named to it (ALDEBARAN_LANES_FAST_CHANNELS), never their connections: it
+    sends nothing to a channel, so it holds none of their secrets."""
     from aldebaran.runtime import paths
-    from aldebaran.delivery.channels.sources import connections_env
     from aldebaran.delivery.fast import fast_channel_names
     from aldebaran.kafka.conn import connection_env
 
     cfg = settings()
-    fast = fast_channel_names()
     # The platform's Kafka connection as Airflow resolved it: the lane's Spark job and its keeper read only the environment.
-    env = {**connection_env(), **({"ALDEBARAN_CHANNELS": ",".join(fast), **connections_env(fast)} if fast else {})}
+    env = {**connection_env(), "ALDEBARAN_LANES_FAST_CHANNELS": ",".join(fast_channel_names())}
     return procs.launch_detached(f"lane-{cfg.name}", [str(paths.venv_bin("aldebaran")), "lanes", "run"], env)
 
 

@@ -275,6 +275,26 @@ def test_the_keeper_gets_a_retraction_sink_only_when_a_channel_is_fast(monkeypat
     monkeypatch.setenv("AIRFLOW_CONN_ALDEBARAN_LOG", json.dumps({"conn_type": "log", "extra": {"fast": True}}))
     sink = lane_retractor(KafkaSettings(fast_alerts_topic="f.fast"), ProducerFake())
     assert isinstance(sink, RetractionSink) and sink.topic == "f.fast"
+    # As lane_supervisor names them (ALDEBARAN_LANES_FAST_CHANNELS): the names decide, not the connections.
+    assert lane_retractor(KafkaSettings(), ProducerFake(), named="") is None
+    assert isinstance(lane_retractor(KafkaSettings(), ProducerFake(), named="hook"), RetractionSink)
+    monkeypatch.delenv("AIRFLOW_CONN_ALDEBARAN_LOG")
+    assert isinstance(lane_retractor(KafkaSettings(), ProducerFake(), named="log"), RetractionSink)
+
+
+def test_lane_supervisor_names_the_fast_channels_to_the_keeper_without_their_connections(monkeypatch):
+    from aldebaran.platform import lane_supervisor
+    from aldebaran.platform import processes as procs
+
+    secret = "s3cr3t-hmac"
+    monkeypatch.setenv("ALDEBARAN_CHANNELS", "log,hook")
+    monkeypatch.setenv("AIRFLOW_CONN_ALDEBARAN_HOOK", json.dumps({**WEBHOOK, "password": secret, "extra": {"fast": True}}))
+    launched = {}
+    monkeypatch.setattr(procs, "launch_detached", lambda name, argv, env: launched.update(name=name, env=env) or 1)
+    lane_supervisor.launch()
+    env = launched["env"]
+    assert env["ALDEBARAN_LANES_FAST_CHANNELS"] == "hook"
+    assert not any(k.startswith("AIRFLOW_CONN_ALDEBARAN_") for k in env) and secret not in json.dumps(env)
 
 
 # --- supervision -------------------------------------------------------------------------------------------
