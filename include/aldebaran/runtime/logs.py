@@ -24,7 +24,9 @@ from typing import IO
 CONTEXT_FIELDS = ("channel", "partition", "alert_id", "batch_id", "batch")
 
 # Libraries whose INFO lines drown the platform's.
-NOISY = ("botocore", "boto3", "urllib3", "py4j", "s3transfer")
+# Libraries that log at INFO per request or call: httpx writes a line per HTTP request (the APNs channel's, one
+# per alert: thousands a second).
+NOISY = ("botocore", "boto3", "urllib3", "py4j", "s3transfer", "httpx", "httpcore")
 
 # log4j2's PatternLayout date of the same instant format, for Spark's and the services' JVMs.
 LOG4J2_DATE = "%d{yyyy-MM-dd'T'HH:mm:ss.SSSXXX}{UTC}"

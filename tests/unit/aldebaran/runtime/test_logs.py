@@ -93,12 +93,12 @@ def test_setup_configures_a_fresh_process_from_the_environment(log_format):
     code = ("import logging; from aldebaran.runtime import logs; logs.setup('dispatch'); "
             "logging.getLogger('aldebaran.delivery.dispatcher').warning('webhook: down', "
             "extra=logs.fields(channel='webhook', partition=0)); "
-            "logging.getLogger('botocore').info('noise')")
+            "logging.getLogger('botocore').info('noise'); logging.getLogger('httpx').info('HTTP Request: POST')")
     env = {**os.environ, "ALDEBARAN_LOG_FORMAT": log_format}
     err = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True, timeout=60).stderr
     lines = err.splitlines()
-    assert len(lines) == 1, err  # botocore's INFO is quieted
+    assert len(lines) == 1, err  # botocore's and httpx's INFO are quieted
     if log_format == "json":
         line = json.loads(lines[0])
         _near_now(line["time"])
