@@ -589,6 +589,12 @@ def splice(existing: str, section: str) -> str:
     return existing + sep + section + "\n"
 
 
+# What `aldebaran bench all` writes into bench-results.json (its sections, low_latency aside: that one has a
+# bench of its own too, so an earlier run's stays when the suite did not measure it).
+SUITE_KEYS = frozenset({"drain", "plans", "latency", "books", "churn", "dispatch", "e2e", "machine", "config",
+                        "command", "seconds", "correct"})
+
+
 def write(results: dict, out_dir: Path, doc_name: str = "benchmarks.md") -> dict[str, Path]:
     """Write `<out_dir>/<doc_name>` (capacity section spliced in), `<out_dir>/img/*.png` and the raw
     results as `<out_dir>/img/bench-results.json`; returns the paths."""
@@ -598,9 +604,11 @@ def write(results: dict, out_dir: Path, doc_name: str = "benchmarks.md") -> dict
     existing = doc.read_text() if doc.exists() else "# Benchmarks\n\nFigures from `make bench`; each section names its command.\n\n"
     doc.write_text(splice(existing, markdown(results, images)))
     raw = out_dir / "img" / "bench-results.json"
-    # Keys other benchmarks own (`aldebaran bench low-latency --report`, `status-commands --report`) stay as they were.
+    # Keys other benchmarks own (`bench deployed`, `low-latency`, `status-commands`, `batch-cost`, ... `--report`)
+    # stay as they were; the suite's own keys are this run's (a section it did not measure is gone, as from the
+    # document, unless --merge carried it over).
     kept = json.loads(raw.read_text()) if raw.exists() else {}
-    results = {**{k: kept[k] for k in ("low_latency", "status_commands") if k in kept}, **results}
+    results = {**{k: v for k, v in kept.items() if k not in SUITE_KEYS}, **results}
     raw.write_text(json.dumps(results, indent=1, default=str))
     log.info("report written to %s (%d plots)", doc, len(images))
     return {"markdown": doc, "results": raw, **images}

@@ -289,3 +289,18 @@ def test_plans_section_renders_each_variant_against_both_ceilings():
     assert "| Spark's Kafka source alone (read, no parse) | 160,000 | 1.00 | – | – | – |" in text
     assert "| Spark batch job (JVM parse + dedupe + aggregate) | 16,000 | 0.10 | 1.00 | – | – |" in text
     assert "Load average 1.50 → 2.25." in text
+
+
+def test_write_keeps_the_json_keys_other_benches_own_and_replaces_its_own(tmp_path):
+    import json
+
+    (tmp_path / "img").mkdir()
+    before = {"deployed": {"segments": [1]}, "batch_cost": {"runs": 3}, "low_latency": {"p99_ms": 32},
+              "churn": {"stale": True}, "drain": {"auditor_eps": 1.0}}
+    (tmp_path / "img" / "bench-results.json").write_text(json.dumps(before))
+    report.write(_results(), tmp_path)
+    after = json.loads((tmp_path / "img" / "bench-results.json").read_text())
+    for key in ("deployed", "batch_cost", "low_latency"):  # written by `bench deployed`, `batch-cost`, ... --report
+        assert after[key] == before[key]
+    assert after["drain"]["auditor_eps"] == 100.0  # the suite's own sections are this run's
+    assert "churn" not in after  # not measured, not merged: gone, as from the document
