@@ -56,6 +56,8 @@ def fast_env(kafka_topics, s3_prefix, receiver, monkeypatch, unique, tmp_path):
                                                    "extra": {"endpoint": "/alerts", "timeout": 3, "fast": True}}),
         "AIRFLOW_CONN_ALDEBARAN_LOG": json.dumps({"conn_type": "log", "extra": {"path": str(log_file), "fast": True}}),
         "ALDEBARAN_DELIVERY_PREFIX": f"{s3_prefix}/deliveries",
+        # The sent markers' path, unless a module sets the mode first (test_fast_delivery_claimlog: the claim log).
+        "ALDEBARAN_DELIVERY_CROSS_LANE": os.environ.get("ALDEBARAN_DELIVERY_CROSS_LANE", "markers"),
         "ALDEBARAN_DELIVERY_GROUP": f"d-{unique}",
         "ALDEBARAN_DELIVERY_SWEEP_SECONDS": "0.5",
     }

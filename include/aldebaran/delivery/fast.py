@@ -13,8 +13,10 @@ both for latency (a fast alert should reach its recipient tens of ms after its t
 - it creates a new run without looking for one first (``claim_first``), and a run's sent markers side by
   side: two object-store round trips before the send.
 
-Both lanes keep sent markers for a fast channel (aldebaran.delivery.settle): the exact lane's copy of an
-alert the fast lane delivered finds the fast run's marker and is recorded a repeat, not sent again. The
+Both lanes' copies of an alert meet in the ledger (aldebaran.delivery.settle): by default in a claim log per
+channel and partition (aldebaran.delivery.claimlog: one write per run), else (``ALDEBARAN_DELIVERY_CROSS_LANE=
+markers``, and always on SMS and push) at a sent marker per alert; the exact lane's copy of an alert the fast
+lane delivered finds it held and is recorded a repeat, not sent again. The
 crash orders, and the reconciler's retractions (produced to the fast topic and delivered here as ordinary
 runs: aldebaran.delivery.retraction), are in docs/design.md ("Fast delivery").
 """

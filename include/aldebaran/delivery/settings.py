@@ -48,11 +48,14 @@ class DeliverySettings(BaseSettings):
                     "a deduplicating recipient (alert id), the log channel's own sent-log, or an SMS alert's "
                     "sent marker in the ledger",
     )
+    # The default by measurement (docs/benchmarks.md, "Dispatch", fast_markers against fast_log): the claim log
+    # writes once per run, markers once per alert, and drains two orders of magnitude more alerts a second.
     cross_lane: Literal["markers", "log"] = Field(
-        "markers",
-        description="ALDEBARAN_DELIVERY_CROSS_LANE: where a fast channel's two lanes meet: a sent marker per alert "
-                    "(markers), or per partition one claim log both lanes' runs append to with If-Match (log: one "
-                    "write per run; needs the alerts and fast topics partitioned alike, checked at start)",
+        "log",
+        description="ALDEBARAN_DELIVERY_CROSS_LANE: where a fast channel's two lanes meet: per partition one claim "
+                    "log both lanes' runs append to with If-Match (log: one write per run; needs the alerts and fast "
+                    "topics partitioned alike, checked at start), or a sent marker per alert (markers: one write per "
+                    "alert); channels where a resend is not harmless (SMS, push) keep their markers either way",
     )
     claim_log_window: int = Field(
         20_000, ge=100,
