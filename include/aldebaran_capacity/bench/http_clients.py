@@ -169,7 +169,7 @@ def render(result: dict) -> str:
              f"`{result['command']}` — {m['date']}, {m['cores']} cores; {h['alerts']:,} alerts a run in runs of "
              f"{h['run_size']:,} (`send_many`), {h['concurrency']} connections, the capacity webhook receiver in "
              f"its own process; {h['repeats']} runs, the clients alternating. Other processes "
-             f"{box.get('other_cores_mean', '–')} core (quiet: {box.get('quiet', '–')}). "
+             f"{box.get('other_cores_mean', '–')} core ({'quiet' if box.get('quiet') else 'NOT quiet'}). "
              "`aldebaran_capacity.bench.http_clients`.", "",
              "| alerts per POST | client | deliveries/s, median (spread) | CPU-µs a delivery | each once |",
              "|---:|---|---|---:|---|"]

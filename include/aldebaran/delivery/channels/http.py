@@ -14,9 +14,10 @@ hold tokens. No automatic retries and no redirects: the ledger decides about ret
 
 Why two HTTP clients: aiohttp (here) is the webhook and SMS channels' async client, one coroutine per
 run of thousands of requests; httpx (:mod:`aldebaran.delivery.channels.push`) is there for HTTP/2, which
-APNs requires and aiohttp does not speak. Dropping one needs a same-run benchmark on a quiet box: httpx's
-AsyncClient matching aiohttp's webhook deliveries/s and p99 (≥ 10k/s per channel) at equal CPU, or an
-aiohttp HTTP/2 path to APNs; until then each library serves what the other cannot, or not as measured.
+APNs requires and aiohttp does not speak. The same-run benchmark that keeps aiohttp here is
+``aldebaran bench http-clients`` (docs/benchmarks.md, "One HTTP client or two": this webhook channel on
+httpx's AsyncClient delivers fewer alerts a second for more CPU per delivery). Dropping httpx needs an
+aiohttp HTTP/2 path to APNs.
 """
 
 from __future__ import annotations
