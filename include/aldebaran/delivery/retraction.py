@@ -97,28 +97,18 @@ class RetractionSink:
         from confluent_kafka import KafkaException
 
         from aldebaran.delivery.exceptions import RetryableError
+        from aldebaran.exceptions import AldebaranError
+        from aldebaran.kafka.io import produce_all, producer
 
         if not messages:
             return 0
         if self._producer is None:
-            from aldebaran.kafka.io import producer
-
             self._producer = producer(self.kafka, **{"linger.ms": 0})
-        errors: list = []
-        acked: list = []
-
-        def on_delivery(err, _msg) -> None:
-            (errors if err is not None else acked).append(err)
-
         try:
-            for m in messages:
-                self._producer.produce(self.topic, key=m.alert_id.encode(), value=m.to_json(), on_delivery=on_delivery)
-            remaining = self._producer.flush(self.timeout)
-        except (KafkaException, BufferError) as exc:
+            produce_all(self._producer, self.topic, [(m.alert_id.encode(), m.to_json()) for m in messages],
+                        timeout=self.timeout)
+        except (KafkaException, AldebaranError) as exc:  # not acknowledged: the caller asks again
             raise RetryableError(f"producing {len(messages)} retraction(s) to {self.topic}: {exc}") from None
-        if errors or len(acked) < len(messages):
-            raise RetryableError(f"producing to {self.topic}: {len(messages) - len(acked)} of {len(messages)} "
-                                 f"retraction(s) not acknowledged ({remaining} still queued), errors: {errors[:3]}")
         for m in messages:
             log.warning("%s %s of alert %s produced to %s", m.kind.lower(), m.alert_id,
                         m.extra.get("retracts") or m.extra.get("reinstates"), self.topic)

@@ -37,9 +37,9 @@ def producer(settings: KafkaSettings, **extra) -> Producer:
                      **extra})
 
 
-def produce_all(p: Producer, topic: str, records: Iterable[tuple], headers=None) -> int:
-    """Produce (key, value) or (key, value, headers) records and flush; raise if any delivery failed.
-    `headers`: for the records that carry none of their own."""
+def produce_all(p: Producer, topic: str, records: Iterable[tuple], headers=None, timeout: float = 60.0) -> int:
+    """Produce (key, value) or (key, value, headers) records and flush (up to `timeout` s); raise if any
+    delivery failed or is still queued. `headers`: for the records that carry none of their own."""
     errors: list = []
 
     def on_delivery(err, _msg):
@@ -59,7 +59,7 @@ def produce_all(p: Producer, topic: str, records: Iterable[tuple], headers=None)
         n += 1
         if n % 10000 == 0:
             p.poll(0)
-    remaining = p.flush(60)
+    remaining = p.flush(timeout)
     if remaining or errors:
         raise AldebaranError(f"producing to {topic}: {remaining} undelivered, errors: {errors[:3]}")
     return n

@@ -34,7 +34,7 @@ import logging
 import time
 
 from aldebaran.delivery.decode import AlertDeadLetters, Rejected, decode
-from aldebaran.delivery.retraction import is_own, reinstatement, retraction
+from aldebaran.delivery.retraction import is_own, reinstatement, retraction, retraction_id
 from aldebaran.delivery.exceptions import RetryableError
 from aldebaran.exceptions import NotFound
 from aldebaran.lanes.judge import Reconciliation
@@ -272,8 +272,6 @@ class Reconciler:
     def _report(self, bodies: list[dict]) -> None:
         """Produce the retractions (where fast channels had the alerts), acknowledged, then write the
         unconfirmed records (module docstring). A failed produce writes nothing: held, asked again."""
-        from aldebaran.delivery.retraction import retraction_id
-
         if self.retractor is not None:
             try:
                 # A second copy (a keeper that died before its record) has the same id and key, so the same
