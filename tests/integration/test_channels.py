@@ -246,8 +246,11 @@ def test_kafka_forwards_with_the_alert_id_as_key(forward_topic):
 
 def test_kafka_unreachable_cluster_is_retryable():
     channel = KafkaChannel("kafka", "anything", {"bootstrap.servers": "127.0.0.1:1"}, flush_timeout=0.5)
-    with pytest.raises(RetryableError, match="not acknowledged within 0.5s"):
-        channel.send(ALERT, ALERT.alert_id)
+    try:
+        with pytest.raises(RetryableError, match="not acknowledged within 0.5s"):
+            channel.send(ALERT, ALERT.alert_id)
+    finally:
+        channel.close()
 
 
 # --- sms -----------------------------------------------------------------------------------------------

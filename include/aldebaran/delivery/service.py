@@ -143,6 +143,34 @@ class Heartbeat:
         self.beater.finish(self.body(status, error))
 
 
+# A stop that overruns this is a bug: the stacks say where it hangs. Below the supervisors' default stop
+# timeout (ALDEBARAN_*_STOP_TIMEOUT_SECONDS, 30 s), so the dump lands before their SIGKILL would.
+STOP_GRACE_SECONDS = 25.0
+
+
+def watch_stop(stop: threading.Event, name: str, grace: float = STOP_GRACE_SECONDS, exit_now=None) -> threading.Thread:
+    """From the stop on, give the process `grace` seconds to exit (its runs finished, its offsets committed,
+    its threads joined); past that, log every thread's stack and exit at once. Exiting mid-run is safe (the
+    ledger is built for a SIGKILL anywhere); a stop that never ends is not: the process would hold its
+    partitions and its heartbeat until something killed it, with nothing saying where it hung. A daemon
+    thread, so it also bounds the interpreter's own exit (the joins of non-daemon threads)."""
+    import faulthandler
+    import os
+    import sys
+
+    def watch() -> None:
+        stop.wait()
+        time.sleep(grace)
+        log.error("dispatcher %s: still stopping %gs after the stop; the threads' stacks follow, then exit 70",
+                  name, grace)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        (exit_now or os._exit)(70)
+
+    thread = threading.Thread(target=watch, name="stop-watchdog", daemon=True)
+    thread.start()
+    return thread
+
+
 def follow(channel_names: list[str] | None = None, name: str | None = None, fast: bool = False) -> int:
     """Run the dispatcher until SIGTERM/SIGINT (fast: the fast lane's, aldebaran.delivery.fast). Returns the exit code."""
     from aldebaran.delivery.channels import configured_channels
@@ -168,6 +196,7 @@ def follow(channel_names: list[str] | None = None, name: str | None = None, fast
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    watch_stop(stop, name)
     heartbeat = Heartbeat(ledger.store, name, [c.name for c in channels], dispatcher.owner, stats,
                           dispatcher.settings.heartbeat_seconds, ledger, fast=fast)
     from aldebaran.runtime import metrics, probes

@@ -175,6 +175,9 @@ class KafkaChannel(Channel):
     def close(self) -> None:
         with self._lock:
             producer, self._producer = self._producer, None
-        if producer is not None:
-            producer.flush(self.flush_timeout)
+        if producer is not None and producer.flush(self.flush_timeout):
+            # Still queued (the cluster unreachable): their outcome was reported unknown already. Purged, their
+            # callbacks run now, so nothing keeps the producer (and its reconnect attempts) alive after close.
+            producer.purge()
+            producer.flush(0)
         super().close()
