@@ -13,7 +13,9 @@ turns one of those off; this bench measures them side by side:
 - ``c1-only``: as ``bulk-delete``, the JIT's first tier only (``-XX:TieredStopAtLevel=1``): a fresh JVM's
   compilers took 0.2–0.45 core for minutes on this 2-core box (the 16:04 run), C2 being most of it;
 - ``c1-serial``: as ``c1-only``, plus the serial collector (``-XX:+UseSerialGC``): no parallel GC threads
-  competing with the tasks for two cores.
+  competing with the tasks for two cores;
+- ``per-batch-udf``: as ``bulk-delete``, but the shard tasks' function built, pickled and registered anew
+  each batch and the expiry clock's rows filtered in the plan (the platform now does both once).
 
 How: ``auditor_supervisor`` is paused and its auditor stopped; for each run, each variant in turn (the order
 rotates) starts ``spark_apps/auditor.py`` on the platform's own checkpoint and topics, with the variant's
@@ -45,6 +47,9 @@ VARIANTS: dict[str, dict[str, str]] = {
     # The driver's JVM options (local mode: the executors are its threads), merged with the platform's own.
     "c1-only": {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"},
     "c1-serial": {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
+    # The shard tasks' function built, pickled and registered per batch, the ticks filtered in the plan (as
+    # before the platform kept the function; aldebaran.audit.sparkjob.batch.BatchWriter._shard_tasks).
+    "per-batch-udf": {"spark.aldebaran.audit.perBatchUdf": "true"},
 }
 # The trigger interval (ALDEBARAN_AUDIT_TRIGGER_INTERVAL): how often a batch may start. Spark starts the next
 # batch at once when one took longer, so an interval only spaces out small batches.
@@ -273,6 +278,7 @@ LABELS = {"spark-delete": "Spark's delete of purged checkpoint files (4 requests
           "interpreted": "+ interpreted projections, short plan text, interval 0",
           "c1-only": "one DELETE a file, C1 JIT only, interval 0",
           "c1-serial": "one DELETE a file, C1 JIT only, serial GC, interval 0",
+          "per-batch-udf": "one DELETE a file, the shard tasks' function built every batch, interval 0",
           "interval-500ms": "one DELETE a file, trigger interval 500 ms",
           "interval-1s": "one DELETE a file, trigger interval 1 s"}
 

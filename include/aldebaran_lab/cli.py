@@ -170,7 +170,8 @@ def add_bench_modes(bench) -> None:
     bc.add_argument("--runs", type=int, default=3, help="runs of every variant, interleaved (default 3)")
     bc.add_argument("--variants", default=None,
                     help="comma-separated: spark-delete, bulk-delete, interpreted, c1-only, c1-serial (Spark and JVM "
-                         "settings; the default set) or interval-0, interval-500ms, interval-1s (the trigger interval)")
+                         "settings), per-batch-udf (the shard tasks' function built every batch): the default set; "
+                         "or interval-0, interval-500ms, interval-1s (the trigger interval)")
     bc.add_argument("--out", default=None, help="also write the result's JSON to this file (as it goes)")
     bc.add_argument("--render-from", default=None, help="a finished run's --out file: report it, do not run")
     bc.add_argument("--report", action="store_true",

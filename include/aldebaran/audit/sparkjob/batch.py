@@ -18,12 +18,16 @@ import logging
 import time
 
 from aldebaran.runtime import logs
+from aldebaran.audit.sparkjob.copartitioned import RAW_FIELDS
 from aldebaran.audit.sparkjob.plans import Plan
+from aldebaran.audit.sparkjob.shardtasks import TICK_TOPIC
 from aldebaran.audit.sparkjob.rows import OUTPUT_SCHEMA, batch_context, sources_header
 
 log = logging.getLogger(__name__)
 
-TICK_TOPIC = "__aldebaran_tick__"
+# A Spark conf for the batch-cost bench's A/B only (aldebaran_lab.batch_cost, variant ``per-batch-udf``): the
+# shard tasks' function built, pickled and filtered per batch, as before it was built once.
+PER_BATCH_UDF_CONF = "spark.aldebaran.audit.perBatchUdf"
 
 
 class _Row:
@@ -58,6 +62,7 @@ class BatchWriter:
         self.last: dict = {}
         self.recent: dict[int, dict] = {}  # batch id → figures, for the heartbeat listener
         self._archive_pool = None  # one thread: the archive PUT overlaps the alerts produce
+        self._udf = self._udf_ctx = None  # the shard tasks' function, registered once (_shard_tasks)
 
     def _archiver(self):
         if self._archive_pool is None:
@@ -73,28 +78,53 @@ class BatchWriter:
 
     def __call__(self, batch_df, batch_id: int) -> None:
         t0 = time.perf_counter()
-        # A SQL string, not F.col/F.lit: each `functions` lookup is a py4j name resolution that scans the
-        # classpath (~3 % of the JVM's samples at 1,000 events/s, JFR).
-        real = batch_df.where(f"topic != '{TICK_TOPIC}'")
         if self.plan.copartitioned:
-            from aldebaran.audit.sparkjob.shardtasks import idle_shards_function, shard_tasks_function
+            from aldebaran.audit.sparkjob.shardtasks import idle_shards_function
 
             if self.plan.partitioner is None and self.learn is not None:
                 self._learn_partitioner()
-            out = real.mapInArrow(shard_tasks_function(self.ctx, batch_id, self.plan.shards), OUTPUT_SCHEMA)
+            out = self._shard_tasks(batch_df, batch_id)
             rows = [r.asDict() for r in out.collect()]
             ran = {r["shard"] for r in rows if r["row_type"] == "stats"}
             idle = sorted(set(range(self.plan.shards)) - ran)
             if idle:  # every shard takes every batch's version (its expiry, its delta): see copartitioned.py
-                rdd = real.sparkSession.sparkContext.parallelize(idle, len(idle))
+                rdd = batch_df.sparkSession.sparkContext.parallelize(idle, len(idle))
                 rows += rdd.mapPartitions(idle_shards_function(self.ctx, batch_id, self.plan.shards)).collect()
         else:
             from aldebaran.audit.sparkjob.shuffle import shard_function, sharded
 
+            real = batch_df.where(f"topic != '{TICK_TOPIC}'")
             out = sharded(real, self.plan.shards).mapInArrow(shard_function(self.ctx, batch_id), OUTPUT_SCHEMA)
             # runs the shard tasks: state deltas and DLQ records are durable after this
             rows = [r.asDict() for r in out.collect()]
         self.emit(batch_id, rows, t0, {"parse_shards": _ms_since(t0)})
+
+    def _shard_tasks(self, batch_df, batch_id: int):
+        """The batch's DataFrame through the shard tasks (co-partitioned plan). The task function is built,
+        pickled and registered with the JVM once (again only when the context changes), and the batch id
+        reaches the tasks as a local property of this thread's jobs (pyspark pins a Python thread to one JVM
+        thread); the expiry clock's rows are dropped in the tasks. Per batch that leaves a few py4j calls,
+        where building the function, pickling it and filtering the ticks in the plan cost ~40 ms a batch
+        (py-spy on the driver at 1,000 events/s; the A/B is bench batch-cost's ``per-batch-udf``).
+        Uses pyspark's own steps of ``DataFrame.mapInArrow`` with a kept UDF (`_jdf`, `_jc`)."""
+        from pyspark.sql import DataFrame
+
+        from aldebaran.audit.sparkjob.shardtasks import BATCH_ID_PROPERTY, shard_tasks_function
+
+        spark = batch_df.sparkSession
+        if spark.conf.get(PER_BATCH_UDF_CONF, "false") == "true":
+            real = batch_df.where(f"topic != '{TICK_TOPIC}'")
+            return real.mapInArrow(shard_tasks_function(self.ctx, batch_id, self.plan.shards), OUTPUT_SCHEMA)
+        if self._udf is None or self._udf_ctx is not self.ctx:
+            from pyspark.sql.pandas.functions import pandas_udf
+            from pyspark.util import PythonEvalType
+
+            self._udf = pandas_udf(shard_tasks_function(self.ctx, None, self.plan.shards), returnType=OUTPUT_SCHEMA,
+                                   functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF)
+            self._udf_ctx = self.ctx
+        spark.sparkContext.setLocalProperty(BATCH_ID_PROPERTY, str(batch_id))
+        column = self._udf(*[batch_df[c] for c in RAW_FIELDS])
+        return DataFrame(batch_df._jdf.mapInArrow(column._jc, False, None), spark)
 
     def _learn_partitioner(self) -> None:
         """A plan decided on an empty topic: once events are there (this batch's are), detect the producers'

@@ -7,7 +7,8 @@ import logging
 import time
 
 from aldebaran.audit.settings import AuditorSettings
-from aldebaran.audit.sparkjob.batch import TICK_TOPIC, BatchWriter
+from aldebaran.audit.sparkjob.batch import BatchWriter
+from aldebaran.audit.sparkjob.shardtasks import TICK_TOPIC
 from aldebaran.runtime.checkpoint import Checkpoint
 from aldebaran.exceptions import AuditorError
 from aldebaran.settings import KafkaSettings, load

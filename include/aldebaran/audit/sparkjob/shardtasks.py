@@ -20,24 +20,42 @@ from aldebaran.audit.sparkjob.shardwire import Unclosable, executor_pid, recv_me
 START_SECONDS = 60.0
 
 
-def shard_tasks_function(ctx, batch_id: int, partitions: int):
+# The local property that carries the batch id to the shard tasks (BatchWriter sets it on the driver's thread
+# before the batch's job): the task function then does not change from batch to batch, so it is pickled and
+# registered with the JVM once, not per batch (docs/design.md §5, "The fixed cost of a batch").
+BATCH_ID_PROPERTY = "aldebaran.batch_id"
+TICK_TOPIC = "__aldebaran_tick__"  # the expiry clock's rows (job.tick_source): they start a batch, nothing more
+
+
+def shard_tasks_function(ctx, batch_id: int | None, partitions: int):
     """The co-partitioned plan's mapInArrow body: relays the task's rows (one Kafka partition's, the raw
-    columns of copartitioned.RAW_FIELDS) to that shard's host and returns its rows."""
+    columns of copartitioned.RAW_FIELDS) to that shard's host and returns its rows. The expiry clock's rows
+    are dropped here (a ``where`` in the plan cost a py4j call and an analysis per batch). `batch_id` None:
+    the task reads it from its local property BATCH_ID_PROPERTY, and fails without it."""
 
     def run(batches):
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         from aldebaran.audit.sparkjob.rows import arrow_schema
 
         t0 = time.perf_counter()
         # The task's input in full before the host call: a few hundred kB a batch, and it splits the task's
         # time into its input (the Kafka read and the JVM → Python transfer) and the host's round trip.
-        got = [rb for rb in batches if len(rb)]
-        if not got:  # an empty task (e.g. the tick stream's, its rows filtered out)
+        got = []
+        for rb in batches:
+            if len(rb):
+                ticks = pc.equal(rb.column("topic"), TICK_TOPIC)
+                if pc.any(ticks).as_py():
+                    rb = rb.filter(pc.invert(ticks))
+                if len(rb):
+                    got.append(rb)
+        if not got:  # an empty task (e.g. the expiry clock's)
             return
         t1 = time.perf_counter()
         shard_id = got[0].column("partition")[0].as_py()
-        records = call(ctx, batch_id, partitions, shard_id, got[0].schema, iter(got))
+        records = call(ctx, _batch_id() if batch_id is None else batch_id, partitions, shard_id, got[0].schema,
+                       iter(got))
         for r in records:
             if r.get("row_type") == "stats":
                 r["input_ms"] = round((t1 - t0) * 1000, 1)
@@ -45,6 +63,16 @@ def shard_tasks_function(ctx, batch_id: int, partitions: int):
         yield pa.RecordBatch.from_pylist(records, schema=arrow_schema())
 
     return run
+
+
+def _batch_id() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    value = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx is not None else None
+    if value is None:  # never guess a batch id: the books' versions are keyed by it
+        raise RuntimeError(f"shard task: no local property {BATCH_ID_PROPERTY} (set by BatchWriter before the job)")
+    return int(value)
 
 
 def idle_shards_function(ctx, batch_id: int, partitions: int):
