@@ -274,7 +274,7 @@ def summarize(segments: list[dict]) -> dict:
 
 BEGIN, END = "<!-- batch-cost:begin -->", "<!-- batch-cost:end -->"
 LABELS = {"spark-delete": "Spark's delete of purged checkpoint files (4 requests a file), interval 0",
-          "bulk-delete": "one DELETE a purged file (the platform's manager), interval 0",
+          "bulk-delete": "one DELETE a purged file (the platform's manager), the shipped settings, interval 0",
           "interpreted": "+ interpreted projections, short plan text, interval 0",
           "c1-only": "one DELETE a file, C1 JIT only, interval 0",
           "c1-serial": "one DELETE a file, C1 JIT only, serial GC, interval 0",
