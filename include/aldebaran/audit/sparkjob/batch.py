@@ -104,8 +104,8 @@ class BatchWriter:
         pickled and registered with the JVM once (again only when the context changes), and the batch id
         reaches the tasks as a local property of this thread's jobs (pyspark pins a Python thread to one JVM
         thread); the expiry clock's rows are dropped in the tasks. Per batch that leaves a few py4j calls,
-        where building the function, pickling it and filtering the ticks in the plan cost ~40 ms a batch
-        (py-spy on the driver at 1,000 events/s; the A/B is bench batch-cost's ``per-batch-udf``).
+        where building the function, pickling it and filtering the ticks in the plan were a sixth of the
+        driver's batch (docs/design.md §5, item 5; the A/B is bench batch-cost's ``per-batch-udf``).
         Uses pyspark's own steps of ``DataFrame.mapInArrow`` with a kept UDF (`_jdf`, `_jc`)."""
         from pyspark.sql import DataFrame
 
