@@ -63,6 +63,7 @@ class BatchWriter:
         self.recent: dict[int, dict] = {}  # batch id → figures, for the heartbeat listener
         self._archive_pool = None  # one thread: the archive PUT overlaps the alerts produce
         self._udf = self._udf_ctx = None  # the shard tasks' function, registered once (_shard_tasks)
+        self._per_batch_udf: bool | None = None  # PER_BATCH_UDF_CONF, read at the first batch
 
     def _archiver(self):
         if self._archive_pool is None:
@@ -93,8 +94,8 @@ class BatchWriter:
         else:
             from aldebaran.audit.sparkjob.shuffle import shard_function, sharded
 
-            real = batch_df.where(f"topic != '{TICK_TOPIC}'")
-            out = sharded(real, self.plan.shards).mapInArrow(shard_function(self.ctx, batch_id), OUTPUT_SCHEMA)
+            out = sharded(_without_ticks(batch_df), self.plan.shards).mapInArrow(
+                shard_function(self.ctx, batch_id), OUTPUT_SCHEMA)
             # runs the shard tasks: state deltas and DLQ records are durable after this
             rows = [r.asDict() for r in out.collect()]
         self.emit(batch_id, rows, t0, {"parse_shards": _ms_since(t0)})
@@ -112,9 +113,11 @@ class BatchWriter:
         from aldebaran.audit.sparkjob.shardtasks import BATCH_ID_PROPERTY, shard_tasks_function
 
         spark = batch_df.sparkSession
-        if spark.conf.get(PER_BATCH_UDF_CONF, "false") == "true":
-            real = batch_df.where(f"topic != '{TICK_TOPIC}'")
-            return real.mapInArrow(shard_tasks_function(self.ctx, batch_id, self.plan.shards), OUTPUT_SCHEMA)
+        if self._per_batch_udf is None:  # read once: a conf lookup is a py4j call
+            self._per_batch_udf = spark.conf.get(PER_BATCH_UDF_CONF, "false") == "true"
+        if self._per_batch_udf:
+            return _without_ticks(batch_df).mapInArrow(
+                shard_tasks_function(self.ctx, batch_id, self.plan.shards), OUTPUT_SCHEMA)
         if self._udf is None or self._udf_ctx is not self.ctx:
             from pyspark.sql.pandas.functions import pandas_udf
             from pyspark.util import PythonEvalType
@@ -204,6 +207,12 @@ class BatchWriter:
 # every trigger interval (70 INFO lines for 4 events), so those are logged at DEBUG. The heartbeat still
 # reports every batch.
 ACTIVITY_FIGURES = ("alerts", "dlq", "opened", "expired", "applied", "duplicates", "misrouted")
+
+
+def _without_ticks(batch_df):
+    """The batch without the expiry clock's rows, filtered in the plan (the shuffle plan; the kept shard-task
+    function drops them in the task instead)."""
+    return batch_df.where(f"topic != '{TICK_TOPIC}'")
 
 
 def batch_log_level(figures: dict) -> int:
