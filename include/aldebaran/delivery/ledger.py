@@ -14,7 +14,11 @@ neither deduplicate nor remember what it sent (SMS) also gets one sent marker pe
 of its alert id is recognised forever (it is provider-bound: a write per message costs nothing there). The index lets
 the retry sweep, stats and the UI find the records that need attention without listing every object:
 a marker is written before a record enters an indexed state and removed after it leaves, so a crash
-in between leaves an extra marker (the sweep re-checks the record), never a missing one.
+in between leaves an extra marker (the sweep re-checks the record), never a missing one. A reader that
+finds a marker ahead of its record may be looking between another writer's mark and write: so a writer
+marks again once its write is stored, and whoever removes a marker reads the record once more and puts
+the marker back if the record is (again) in that state. Whichever removal comes last, its read follows
+the write it raced with.
 
 The ledger is a repository: its claim sequences (:meth:`Ledger.attempt`, :meth:`Ledger.retry`,
 :meth:`Ledger.doubted`, :meth:`Ledger.open_run`) hand out handles (aldebaran.delivery.handles) whose
@@ -46,6 +50,8 @@ from aldebaran.storage.quarantine import quarantine
 from aldebaran.storage.store import Store, safe_segment
 
 INDEXED = {RETRY: "retry", DEAD: "dead", IN_DOUBT: "in_doubt"}
+# The states whose records keep each marker: a retried delivery keeps its retry marker while CLAIMED.
+MARKED_STATES = {"retry": (RETRY, CLAIMED), "dead": (DEAD,), "in_doubt": (IN_DOUBT,)}
 
 
 class Ledger(LedgerReads, LedgerOwners, LedgerReports):
@@ -155,7 +161,7 @@ class Ledger(LedgerReads, LedgerOwners, LedgerReports):
     def retry(self, channel, alert_id: str, owner: str) -> Attempt | None:
         """The sweep's claim of a record in the retry index; None if it left that state (marker removed)."""
         got = self.get(channel.name, self._indexed_id("retry", channel.name, alert_id))
-        if got is None or got[0].state not in (RETRY, CLAIMED):
+        if got is None or got[0].state not in MARKED_STATES["retry"]:
             self.unmark("retry", channel.name, alert_id)
             return None
         return self._take(channel, got, owner)
@@ -177,7 +183,7 @@ class Ledger(LedgerReads, LedgerOwners, LedgerReports):
     def doubted(self, channel, alert_id: str) -> Attempt | None:
         """A record in the in_doubt index, for the provider's lookup; None if it left IN_DOUBT (marker removed)."""
         got = self.get(channel.name, self._indexed_id("in_doubt", channel.name, alert_id))
-        if got is None or got[0].state != IN_DOUBT:
+        if got is None or got[0].state not in MARKED_STATES["in_doubt"]:
             self.unmark("in_doubt", channel.name, alert_id)
             return None
         return Attempt(self, channel, handles.DOUBT, *got)
@@ -195,7 +201,13 @@ class Ledger(LedgerReads, LedgerOwners, LedgerReports):
 
     # --- conditional writes: what the claim sequences and the handles store -----------------------
     def unmark(self, kind: str, channel: str, alert_id: str) -> None:
-        self.store.delete(self.index_key(kind, channel, alert_id))
+        """Remove a marker its record has left; put it back if the record is in its state after all (a
+        writer marked, then stored the record, between this caller's read and the removal)."""
+        key = self.index_key(kind, channel, alert_id)
+        self.store.delete(key)
+        got = self.get(channel, alert_id)
+        if got is not None and got[0].state in MARKED_STATES[kind]:
+            self._write(self.store.put, key, b"")
 
     def _create_run(self, run: Run) -> str | None:
         """Create the run (If-None-Match: *). Its ETag, or None if a run already starts there."""
@@ -220,9 +232,11 @@ class Ledger(LedgerReads, LedgerOwners, LedgerReports):
         """Store a new record (If-None-Match: *): its ETag, or None if the alert already has one."""
         self._mark(record.state, record)
         try:
-            return self._write(self.store.create, self.key(record.channel, record.alert_id), record.to_bytes())
+            etag = self._write(self.store.create, self.key(record.channel, record.alert_id), record.to_bytes())
         except AlreadyExists:
             return None
+        self._mark(record.state, record)  # again: a sweep may have removed it before the record existed
+        return etag
 
     def save(self, record: Record, etag: str, previous_state: str) -> str | None:
         """Store a record's transition if nobody moved it since `etag`; None if someone did."""
@@ -232,6 +246,7 @@ class Ledger(LedgerReads, LedgerOwners, LedgerReports):
         except PreconditionFailed:
             return None
         if previous_state != record.state:
+            self._mark(record.state, record)  # again: a sweep may have removed it before this write
             # A retried delivery keeps its retry marker while CLAIMED, so it stays findable if this
             # worker dies mid-send; the marker goes once the record leaves for any other state.
             if previous_state != CLAIMED:
@@ -263,7 +278,7 @@ class Ledger(LedgerReads, LedgerOwners, LedgerReports):
 
     def _unmark(self, state: str, record: Record) -> None:
         if state in INDEXED:
-            self.store.delete(self.index_key(INDEXED[state], record.channel, record.alert_id))
+            self.unmark(INDEXED[state], record.channel, record.alert_id)
 
     def _write(self, fn, *args) -> str:
         with self._count:
