@@ -164,8 +164,8 @@ def _tuning_table(run: dict, rows: list[dict]) -> list[str]:
     rates = run["rates"]
     lines = [f"`{run['command']}` — {run['machine']['date']}, {run['machine']['cores']} cores, {run['minutes']} min.", "",
              "| variant | setting | " + " | ".join(f"{r:,}/s p50 ms | {r:,}/s p99 ms" for r in rates)
-             + " | floor p99 ms (10k) | lane cores | quiet runs |",
-             "|---|---|" + "---:|---:|" * len(rates) + "---:|---:|---:|"]
+             + " | floor p99 ms (10k) | lane cores | lane / Kafka cores per rate | quiet runs |",
+             "|---|---|" + "---:|---:|" * len(rates) + "---:|---:|---|---:|"]
     for v in rows:
         cells = []
         for r in rates:
@@ -173,12 +173,19 @@ def _tuning_table(run: dict, rows: list[dict]) -> list[str]:
             cells.append(f"{_fmt(agg.get('p50_ms'))} ({', '.join(_fmt(x) for x in agg.get('p50_runs', []))})")
             cells.append(f"{_fmt(agg.get('p99_ms'))} ({', '.join(_fmt(x) for x in agg.get('p99_runs', []))})")
         lines.append(f"| {v['name']} | {v['setting']} | " + " | ".join(cells) +
-                     f" | {_fmt(v.get('floor_p99_ms'), 1)} | {_fmt(v.get('lane_cores'), 2)} | "
+                     f" | {_fmt(v.get('floor_p99_ms'), 1)} | {_fmt(v.get('lane_cores'), 2)} | {_per_rate(v, rates)} | "
                      f"{v['quiet_runs']}/{v['runs']} |")
     if run.get("failed"):
         lines += ["", "Did not run: " + "; ".join(f"{f['name']} (round {f['round']}): {f['error']}"
                                                   for f in run["failed"])]
     return lines
+
+
+def _per_rate(variant: dict, rates) -> str:
+    """`1,000/s: 0.41 / 0.12; ...` (older runs did not record it: –)."""
+    by = variant.get("cores_by_rate") or {}
+    return "; ".join(f"{r:,}/s: {_fmt(by[str(r)]['lane'], 2)} / {_fmt(by[str(r)]['kafka'], 2)}"
+                     for r in rates if str(r) in by) or "–"
 
 
 def render_tuning(runs: list[dict], rows: list[dict]) -> str:
