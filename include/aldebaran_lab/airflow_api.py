@@ -59,10 +59,10 @@ class AirflowApi:
                                         auth=False)["access_token"]
         return self._token
 
-    def _exists(self, path: str) -> bool:
-        """Whether GET `path` finds the object (False on a 404)."""
+    def _exists(self, path: str, method: str = "GET") -> bool:
+        """`method` (GET, DELETE) on the object at `path` through :meth:`call` (its retries); False on a 404."""
         try:
-            self.call("GET", path)
+            self.call(method, path)
         except self.error as exc:
             if isinstance(exc.__cause__, urllib.error.HTTPError) and exc.__cause__.code == 404:
                 return False
@@ -153,15 +153,9 @@ class AirflowApi:
 
     # --- variables and connections (what a user sets in the UI) ----------------------------------
     def _unless_missing(self, method: str, collection: str, key: str) -> bool:
-        """`method` on one object of `collection`; False if there is no such object (404)."""
-        path = f"/api/v2/{collection}/{urllib.parse.quote(key, safe='')}"
-        try:
-            self._request(method, path)
-        except urllib.error.HTTPError as exc:
-            if exc.code != 404:
-                raise self.error(f"Airflow API {method} {path}: HTTP {exc.code}") from exc
-            return False
-        return True
+        """`method` on one object of `collection`; False if there is no such object (404). Through
+        :meth:`call`: a busy api-server's timeout is waited out (one ended `bench deployed` before its report)."""
+        return self._exists(f"/api/v2/{collection}/{urllib.parse.quote(key, safe='')}", method)
 
     def _upsert(self, collection: str, key: str, body: dict) -> None:
         """PATCH the object if it exists, else POST it."""

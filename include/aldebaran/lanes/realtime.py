@@ -123,12 +123,6 @@ def plan(kafka_rows, limits: jvmparse.Limits = jvmparse.Limits(), dedupe: bool =
     return alert_records(crossings(books(valid, dedupe)))
 
 
-# The broker answers a fetch as soon as one byte is there: at a trickle, a fetch per record or two, work for
-# the lane and the broker alike. Holding a fetch for 64 KiB or 20 ms cut the lane's CPU by ~0.2 core at 1k and
-# 10k events/s (docs/benchmarks.md, lane tuning, run 3); the connection's options and `source_options` win.
-SOURCE_FETCH = {"kafka.fetch.min.bytes": "65536", "kafka.fetch.max.wait.ms": "20"}
-
-
 def start(spark, *, bootstrap_servers: str | None = None, trades_topic: str, alerts_topic: str, checkpoint: str,
           checkpoint_interval: str = DEFAULT_CHECKPOINT_INTERVAL, starting_offsets: str = "latest",
           real_time: bool = True, query_name: str = "aldebaran-realtime-lane",
@@ -149,7 +143,6 @@ def start(spark, *, bootstrap_servers: str | None = None, trades_topic: str, ale
         kafka_options = {"kafka.bootstrap.servers": bootstrap_servers}
     reader = (
         spark.readStream.format("kafka")
-        .options(**SOURCE_FETCH)
         .options(**kafka_options)
         .option("subscribe", trades_topic)
         .option("startingOffsets", starting_offsets)

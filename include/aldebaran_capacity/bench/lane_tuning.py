@@ -56,19 +56,19 @@ class Variant:
 
 
 VARIANTS = (
-    Variant("baseline", "as shipped: local[4], 1 shuffle partition, flush 1 ms, G1, 1 GiB, fetch ≤ 64 KiB / 20 ms"),
+    Variant("baseline", "as shipped: local[4], 1 shuffle partition, flush 1 ms, G1, 1 GiB"),
     Variant("flush-10", f"{FLUSH}=10", conf={FLUSH: "10"}),
     Variant("flush-50", f"{FLUSH}=50 (Spark's default)", conf={FLUSH: "50"}),
     Variant("track-rows-off", "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows=false",
             conf={"spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false"}),
-    Variant("fetch-wait-10", "Kafka source kafka.fetch.min.bytes=1, kafka.fetch.max.wait.ms=10",
-            source_options={"kafka.fetch.min.bytes": "1", "kafka.fetch.max.wait.ms": "10"}),
-    # The shipped source holds a fetch for 64 KiB or 20 ms (aldebaran.lanes.realtime.SOURCE_FETCH); the client's
-    # defaults answer as soon as one byte is there.
-    Variant("fetch-at-once", "Kafka source kafka.fetch.min.bytes=1, kafka.fetch.max.wait.ms=500 (the client's defaults)",
-            source_options={"kafka.fetch.min.bytes": "1", "kafka.fetch.max.wait.ms": "500"}),
+    Variant("fetch-wait-10", "Kafka source kafka.fetch.max.wait.ms=10 (default 500)",
+            source_options={"kafka.fetch.max.wait.ms": "10"}),
+    # The broker answers a fetch as soon as one byte is there (fetch.min.bytes=1): at a trickle, one fetch per
+    # record or two. These hold a fetch for 64 KiB or a few ms, whichever comes first (not adopted: design.md §5).
     Variant("fetch-batch-5ms", "Kafka source kafka.fetch.min.bytes=65536, kafka.fetch.max.wait.ms=5",
             source_options={"kafka.fetch.min.bytes": "65536", "kafka.fetch.max.wait.ms": "5"}),
+    Variant("fetch-batch-20ms", "Kafka source kafka.fetch.min.bytes=65536, kafka.fetch.max.wait.ms=20",
+            source_options={"kafka.fetch.min.bytes": "65536", "kafka.fetch.max.wait.ms": "20"}),
     Variant("one-operator", "no dropDuplicates: the aggregation alone (bench/lane_app.py; the most folding "
                             "the dedupe into it could gain)", plan="no-dedupe"),
     Variant("shuffle-2", "2 shuffle partitions per stateful operator, local[6] (6 long-running tasks)",
@@ -85,9 +85,9 @@ BY_NAME = {v.name: v for v in VARIANTS}
 DEFAULT_RATES = (10_000, 1_000)
 
 
-def _median(values: list) -> float | None:
+def _median(values: list, digits: int = 1) -> float | None:
     values = [v for v in values if v is not None]
-    return round(statistics.median(values), 1) if values else None
+    return round(statistics.median(values), digits) if values else None
 
 
 def aggregate(variant: Variant, runs: list[dict], rates) -> dict:
@@ -109,9 +109,9 @@ def aggregate(variant: Variant, runs: list[dict], rates) -> dict:
         "lane_cores": _median([s["lane_cores"] for r in runs for s in r["segments"] if str(s["rate"]) == top]),
         # Per rate: the lane's cores and the broker's (each fetch is work on both sides).
         "cores_by_rate": {str(rate): {
-            "lane": _median([s["lane_cores"] for r in runs for s in r["segments"] if s["rate"] == rate]),
+            "lane": _median([s["lane_cores"] for r in runs for s in r["segments"] if s["rate"] == rate], 2),
             "kafka": _median([((s.get("box") or {}).get("cores_by_role") or {}).get("kafka")
-                              for r in runs for s in r["segments"] if s["rate"] == rate]),
+                              for r in runs for s in r["segments"] if s["rate"] == rate], 2),
         } for rate in rates},
         "started_seconds": [r["started_seconds"] for r in runs],
     }
