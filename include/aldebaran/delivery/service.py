@@ -146,6 +146,10 @@ class Heartbeat:
 # A stop that overruns this is a bug: the stacks say where it hangs. Below the supervisors' default stop
 # timeout (ALDEBARAN_*_STOP_TIMEOUT_SECONDS, 30 s), so the dump lands before their SIGKILL would.
 STOP_GRACE_SECONDS = 25.0
+# The backstop: faulthandler's own C thread, which needs neither the GIL nor a lock, dumps the stacks and exits
+# (code 1) this long after the grace if the watchdog below could not run (CI saw a dispatcher SIGTERMed during its
+# start hang past 30 s without the watchdog's line: something held the GIL or the logging lock).
+STOP_BACKSTOP_SECONDS = 2.0
 
 
 def watch_stop(stop: threading.Event, name: str, grace: float = STOP_GRACE_SECONDS, exit_now=None) -> threading.Thread:
@@ -165,10 +169,20 @@ def watch_stop(stop: threading.Event, name: str, grace: float = STOP_GRACE_SECON
                   name, grace)
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         (exit_now or os._exit)(70)
+        faulthandler.cancel_dump_traceback_later()  # reached only with a test's exit fake
 
     thread = threading.Thread(target=watch, name="stop-watchdog", daemon=True)
     thread.start()
     return thread
+
+
+def arm_stop_backstop(grace: float = STOP_GRACE_SECONDS) -> None:
+    """Arm the backstop (STOP_BACKSTOP_SECONDS after `grace`). Called where the stop is set, in the signal
+    handler: the watchdog thread may never run again once the main thread is stuck holding the GIL."""
+    import faulthandler
+    import sys
+
+    faulthandler.dump_traceback_later(grace + STOP_BACKSTOP_SECONDS, exit=True, file=sys.stderr)
 
 
 def follow(channel_names: list[str] | None = None, name: str | None = None, fast: bool = False) -> int:
@@ -192,6 +206,7 @@ def follow(channel_names: list[str] | None = None, name: str | None = None, fast
 
     def on_signal(signum, _frame) -> None:
         log.info("dispatcher %s: %s received, finishing the runs in hand", name, signal.Signals(signum).name)
+        arm_stop_backstop()
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)

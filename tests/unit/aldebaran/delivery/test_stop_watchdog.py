@@ -4,6 +4,9 @@ the process with the threads' stacks logged; a process that is not stopping is l
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 
 from aldebaran.delivery.service import watch_stop
@@ -37,3 +40,20 @@ def test_no_stop_no_exit():
     watch_stop(stop, "d2", grace=0.0, exit_now=exit_fake)
     assert not exit_fake.called.wait(0.5)
     assert exit_fake.codes == []
+
+
+def test_a_stop_stuck_holding_the_gil_still_ends_with_the_stacks():
+    """The main thread stuck in C code that holds the GIL (here a regular expression that backtracks for
+    hours): the watchdog thread cannot run, faulthandler's C thread dumps the stacks and exits."""
+    child = textwrap.dedent("""
+        import re, threading
+        from aldebaran.delivery.service import arm_stop_backstop, watch_stop
+        stop = threading.Event()
+        watch_stop(stop, "stuck", grace=0.3)
+        arm_stop_backstop(0.3)  # as the signal handler does, with the stop
+        stop.set()
+        re.match(r"(a+)+$", "a" * 64 + "b")  # holds the GIL far longer than this test waits
+    """)
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Timeout (0:00:02" in done.stderr and "<module>" in done.stderr
