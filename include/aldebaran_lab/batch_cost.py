@@ -64,28 +64,21 @@ def _tree_cpu(pids: set[int]) -> dict[tuple[int, str], float]:
     busy for minutes after a start), "gc" and "jvm" (the rest: Spark's own work); "python" for the rest."""
     import psutil
 
-    tick = os.sysconf("SC_CLK_TCK")
+    from aldebaran_capacity.bench.boxstate import jvm_thread_cpu
+
     out: dict[tuple[int, str], float] = {}
     for pid in pids:
         try:
             p = psutil.Process(pid)
+            t = p.cpu_times()
             if p.name() != "java":
-                t = p.cpu_times()
                 out[(pid, "python")] = t.user + t.system
                 continue
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                try:
-                    with open(f"/proc/{pid}/task/{tid}/stat") as fh:
-                        raw = fh.read()
-                except OSError:
-                    continue  # the thread ended meanwhile
-                name = raw[raw.index("(") + 1:raw.rindex(")")]
-                fields = raw[raw.rindex(")") + 2:].split()
-                kind = ("jit" if name.startswith(("C1 ", "C2 ")) else
-                        "gc" if name.startswith(("G1 ", "GC ", "VM Thread")) else "jvm")
-                out[(pid, kind)] = out.get((pid, kind), 0.0) + (int(fields[11]) + int(fields[12])) / tick
-        except (psutil.Error, OSError):
+        except psutil.Error:
             continue
+        split = jvm_thread_cpu(pid)
+        out[(pid, "jit")], out[(pid, "gc")] = split.get("JIT", 0.0), split.get("GC", 0.0)
+        out[(pid, "jvm")] = t.user + t.system - out[(pid, "jit")] - out[(pid, "gc")]
     return out
 
 

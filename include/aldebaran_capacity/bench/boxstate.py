@@ -51,7 +51,10 @@ def role_of(cmdline: list[str], bench_pids: set[int], pid: int, foreign: tuple[s
 # --name NAME --channel C ...` (aldebaran.platform.dispatch_supervisor.launch); `airflow standalone` runs
 # `airflow scheduler|dag-processor|api-server|triggerer`, and LocalExecutor's workers and tasks retitle
 # themselves "airflow worker -- LocalExecutor: ...", "airflow supervisor: ..." and "airflow worker -- <ti id>".
-EXACT_AUDITOR = ("auditor JVM", "auditor driver", "spark python workers")
+# A JVM's compiler and collector threads are listed as roles of their own ("auditor JVM JIT", "lane JVM GC"):
+# on 2 cores a JVM's C2 compiler alone can take a fifth of a core for minutes under load (docs/design.md §5).
+JVM_THREAD_KINDS = ("JIT", "GC")
+EXACT_AUDITOR = ("auditor JVM", "auditor JVM JIT", "auditor JVM GC", "auditor driver", "spark python workers")
 NOT_PLATFORM = ("bench", "other")
 AIRFLOW_SUBCOMMANDS = {"scheduler": "airflow scheduler", "dag-processor": "airflow dag-processor",
                        "dag_processor": "airflow dag-processor", "api-server": "airflow api-server",
@@ -137,6 +140,31 @@ def platform_role(cmdline: list[str], ancestors: list[list[str]] = (), bench: bo
     return "spark python workers" if own == "python workers" else "other"
 
 
+def jvm_thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of a JVM's compiler threads ("JIT": C1/C2) and collector threads ("GC": G1/parallel/serial
+    workers and the VM thread), from /proc/<pid>/task/*/stat. Both kinds live as long as the JVM, so the rest
+    of the process's CPU (its total less these) is its own work, ended threads included. Empty if it is gone."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {kind: 0.0 for kind in JVM_THREAD_KINDS}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return {}
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                raw = fh.read()
+        except OSError:
+            continue  # the thread ended meanwhile
+        name = raw[raw.index("(") + 1:raw.rindex(")")]
+        kind = ("JIT" if name.startswith(("C1 ", "C2 ")) else
+                "GC" if name.startswith(("G1 ", "GC ", "VM Thread")) else None)
+        if kind:
+            fields = raw[raw.rindex(")") + 2:].split()
+            out[kind] += (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 class BoxSampler(threading.Thread):
     """Samples every `period` seconds until :meth:`stop`; :meth:`summary` gives the segment's figures.
 
@@ -150,8 +178,9 @@ class BoxSampler(threading.Thread):
         self.foreign = foreign
         self.classify = classify
         self._done = threading.Event()
-        self._cpu: dict[int, float] = {}  # pid → last cpu seconds
-        self._cmd: dict[int, tuple[str, str]] = {}  # pid → (role, short name)
+        # pid (or (pid, "JIT"|"GC") for a JVM's compiler and collector threads) → last cpu seconds
+        self._cpu: dict[int | tuple[int, str], float] = {}
+        self._cmd: dict[int | tuple[int, str], tuple[str, str]] = {}  # same keys → (role, short name)
         self.samples: list[dict] = []
         self.per_process: dict[tuple[str, str], float] = {}  # (role, name) → cpu seconds over the segment
 
@@ -166,7 +195,7 @@ class BoxSampler(threading.Thread):
         except psutil.Error:
             return False
 
-    def _read(self) -> dict[int, float]:
+    def _read(self) -> dict[int | tuple[int, str], float]:
         out = {}
         for p in psutil.process_iter(["pid", "cmdline", "name", "cpu_times"]):
             info = p.info
@@ -181,6 +210,12 @@ class BoxSampler(threading.Thread):
                 role = (self.classify(cmd, _ancestors(pid), bool(bench)) if self.classify is not None
                         else role_of(cmd, bench, pid, self.foreign))
                 self._cmd[pid] = (role, (info.get("name") or "?")[:32])
+            role, name = self._cmd[pid]
+            if role.endswith(" JVM"):
+                for kind, secs in jvm_thread_cpu(pid).items():
+                    out[pid] -= secs
+                    out[(pid, kind)] = secs
+                    self._cmd.setdefault((pid, kind), (f"{role} {kind}", name))
         return out
 
     def run(self) -> None:
