@@ -231,10 +231,12 @@ def measure_runs(ctx: Context, rates, runs: int, seconds: float, extra_topics: d
     peers: dict[int, list] = {rate: [] for rate in rates}
     order = interleave(rates, runs)
     for i, (run, rate) in enumerate(order, 1):
-        waited = quiesce(ctx)
+        waited, left = quiesce(ctx)
         seg = segment(ctx.kafka, ctx.receiver, ctx.log_path, ctx.query, rate, seconds, ctx.drain_s, extra_topics)
+        # The loop measures the box as the platform leaves it idle, not while it still drains this segment.
+        peer_waited, _ = quiesce(ctx)
         peer = peer_segment(ctx, rate, seconds)
-        seg["quiesce_s"] = waited
+        seg["quiesce_s"], seg["quiesce_left"], peer["quiesce_s"] = waited, left, peer_waited
         done[rate].append(seg)
         peers[rate].append(peer)
         fast = (seg.get("extra") or {}).get("fast")
@@ -254,27 +256,27 @@ def segments(ctx: Context, rates, runs: int, seconds: float) -> list[dict]:
     return [aggregate(rate, done[rate], peers[rate]) for rate in rates]
 
 
-def quiesce(ctx: Context, max_wait: float = 300.0) -> float:
-    """Before a segment: wait until every bench channel's dispatcher group has read the alerts topic to its end,
-    so a segment does not pay for the previous one's backlog (a 10k segment's webhook backlog kept the box busy
-    for minutes and the 1k segment after it measured that: p99 6 → 16 s in the 11-28 run). Returns the
-    seconds waited (the segment's ``quiesce_s``)."""
-    from aldebaran.delivery.settings import DeliverySettings
-    from aldebaran.kafka.admin import consumer_lag
-    from aldebaran.settings import load
-    from aldebaran_lab.deployed_parts import CHANNELS
+def quiesce(ctx: Context, max_wait: float = 600.0, probe=None, step: float = 2.0) -> tuple[float, dict[str, int]]:
+    """Before a segment: wait until the platform has nothing left of the previous one, so a segment does not pay
+    for its backlog: the exact auditor has read `trades` to its end, and every active group on the alerts
+    topics (the bench's channels, the fast dispatchers, the lane keeper) has read them to theirs
+    (:func:`aldebaran_lab.deployed_rest.backlog`, or `probe()`). Waiting on the channels alone let a 1k segment
+    start while the exact auditor was still minutes behind on the 10k one before it (2026-11-29 12:19 UTC: the 1k
+    runs after a 10k run measured exact p99 41-44 s, the one before any 10k run 11 s). Returns the seconds
+    waited and what was still left when it gave up after `max_wait` (empty when it drained)."""
+    from aldebaran_lab.deployed_rest import backlog
 
-    group = load(DeliverySettings).group
+    probe = probe or (lambda: backlog(ctx.kafka, ctx.query))
     t0 = time.monotonic()
     while True:
-        lags = {c: consumer_lag(ctx.kafka, f"{group}-{c}", ctx.kafka.alerts_topic)["lag"] for c in CHANNELS}
-        waited = time.monotonic() - t0
-        if not any(lags.values()):
-            return round(waited, 1)
+        left = {k: v for k, v in probe().items() if v}
+        waited = round(time.monotonic() - t0, 1)
+        if not left:
+            return waited, {}
         if waited > max_wait:
-            log.warning("deployed: the channels still lag after %.0f s (%s); measuring anyway", waited, lags)
-            return round(waited, 1)
-        time.sleep(2.0)
+            log.warning("deployed: the platform is still behind after %.0f s (%s); measuring anyway", waited, left)
+            return waited, left
+        time.sleep(step)
 
 
 def settle(ctx: Context, max_wait: float = 900.0) -> None:

@@ -91,3 +91,32 @@ def test_the_report_renders_every_part_from_aggregated_runs():
     assert "- deployed capacity ≥ 40,000 events/s (one-alert mix): **MISSED** (5,000 events/s)" in text
     assert "| 10,000 | 1 | 4,990 | 10 | 100 / 900 | 900–900 | 45 (45–45) | 20.0× |" in text
     assert "fast p99 ≤ 250 ms at 10,000/s beside the exact lane: **met** (100 ms)" in text
+
+
+class BacklogProbeFake:
+    """Failure injection for quiesce: the platform's backlog as a scripted sequence of probes."""
+
+    def __init__(self, answers):
+        self.answers, self.calls = list(answers), 0
+
+    def __call__(self):
+        self.calls += 1
+        return self.answers.pop(0) if self.answers else {}
+
+
+def test_quiesce_waits_for_the_exact_auditor_not_only_the_channels():
+    from aldebaran_lab.deployed_runs import quiesce
+
+    # The channels are idle from the first probe; the auditor still has trades to read for two more.
+    probe = BacklogProbeFake([{"auditor": 120_000, "aldebaran-dispatch-log on alerts": 0},
+                              {"auditor": 30_000}, {"auditor": 0, "lane keeper on alerts.fast": 0}])
+    waited, left = quiesce(None, probe=probe, step=0.0)
+    assert probe.calls == 3 and left == {} and waited >= 0.0
+
+
+def test_quiesce_gives_up_after_its_bound_and_says_what_was_left():
+    from aldebaran_lab.deployed_runs import quiesce
+
+    probe = BacklogProbeFake([{"auditor": 5}] * 1000)
+    waited, left = quiesce(None, max_wait=0.05, probe=probe, step=0.01)
+    assert left == {"auditor": 5} and waited > 0.05
