@@ -27,12 +27,6 @@ SHUFFLE_PARTITIONS = 1
 # default trades latency for fewer messages; at 1 ms most of the lane's median went (docs/design.md, "The
 # low-latency lane"). A SparkContext setting, so it goes on the command line.
 STREAMING_CONF = {"spark.shuffle.streaming.networkBufferMaxWaitTimeMs": "1"}
-# The JIT's first tier only. The lane's tasks never return: each runs its loop from the query's start, so
-# until C2 has compiled that loop (on-stack) it runs interpreted, and on a busy box C2 takes minutes of a core
-# to get there, again after every checkpoint interval's new tasks. C1 compiles the same code in seconds; its
-# code is slower, and the lane still costs less (docs/design.md, "The low-latency lane"). A user's own
-# -XX:TieredStopAtLevel in spark-defaults.conf wins.
-JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
 @dataclass
@@ -56,15 +50,11 @@ class Lane:
     # The spark-submit application and its first arguments (the benchmark's plan variants have their own).
     app: tuple[str, ...] = (str(APP),)
     status_file: str | None = None  # the driver's status (aldebaran.lanes.driver), read by the lane keeper
-    jit_options: str = JIT_OPTIONS  # added to the driver's JVM options unless they choose a JIT tier already
 
     def argv(self) -> list[str]:
         """The spark-submit command line (the connector jars on --jars: the Kafka source must be on the
         classpath when the session starts, not added by spark.jars afterwards)."""
         conf = sparkmod.submit_conf({**STREAMING_CONF, **self.conf})
-        key = sparkmod.JAVA_OPTIONS_KEYS[0]  # local mode: the executors are the driver's threads
-        if self.jit_options and "TieredStopAtLevel" not in conf.get(key, ""):
-            conf[key] = f"{conf.get(key, '')} {self.jit_options}".strip()
         out = [sparkmod.spark_submit(self.runtime), "--master", self.master, "--driver-memory", self.driver_memory,
                "--jars", ",".join(sparkmod.connector_jars())]
         for key, value in conf.items():

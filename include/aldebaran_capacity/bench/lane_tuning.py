@@ -56,7 +56,7 @@ class Variant:
 
 
 VARIANTS = (
-    Variant("baseline", "as shipped: local[4], 1 shuffle partition, flush 1 ms, C1 JIT only, G1, 1 GiB"),
+    Variant("baseline", "as shipped: local[4], 1 shuffle partition, flush 1 ms, G1, 1 GiB"),
     Variant("flush-10", f"{FLUSH}=10", conf={FLUSH: "10"}),
     Variant("flush-50", f"{FLUSH}=50 (Spark's default)", conf={FLUSH: "50"}),
     Variant("track-rows-off", "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows=false",
@@ -76,9 +76,7 @@ VARIANTS = (
     Variant("local-8", "local[8]: more slots than the plan's 4 tasks", master="local[8]"),
     Variant("gc-parallel", "-XX:+UseParallelGC (default G1)",
             conf={JVM_OPTS: f"{sparkmod.JVM_OPTIONS} -XX:+UseParallelGC"}),
-    Variant("c2-tiered", "-XX:TieredStopAtLevel=4: the JVM's default tiers up to C2 (shipped: C1 only)",
-            conf={JVM_OPTS: f"{sparkmod.JVM_OPTIONS} -XX:TieredStopAtLevel=4"}),
-    Variant("c1-only", "-XX:TieredStopAtLevel=1: the C1 compiler only (run 4's candidate, shipped since)",
+    Variant("c1-only", "-XX:TieredStopAtLevel=1: the C1 compiler only (default: tiered up to C2)",
             conf={JVM_OPTS: f"{sparkmod.JVM_OPTIONS} -XX:TieredStopAtLevel=1"}),
     Variant("c1-serial", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC: C1 only and the serial collector",
             conf={JVM_OPTS: f"{sparkmod.JVM_OPTIONS} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}),

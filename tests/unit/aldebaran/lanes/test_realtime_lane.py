@@ -94,28 +94,9 @@ def test_the_runtime_venv_is_found_by_the_key_setup_gives_it(tmp_path, monkeypat
     assert Path(argv[0]) == venv / "lib" / "python3.11" / "site-packages" / "pyspark" / "bin" / "spark-submit"
     assert argv[argv.index("--master") + 1] == launch.MASTER
     assert "spark.shuffle.streaming.networkBufferMaxWaitTimeMs=1" in argv
-    driver_opts = next(a for a in argv if a.startswith("spark.driver.extraJavaOptions="))
-    assert driver_opts.split()[-1] == "-XX:TieredStopAtLevel=1" and "-XX:-DontCompileHugeMethods" in driver_opts
     assert argv[argv.index("--jars") + 1].count("spark-sql-kafka") == 1
     assert str(launch.APP) in argv and "--micro-batch" not in argv
     # The provider's operator finds the runtime's spark-submit first on the PATH it is given.
     op_env = launch.operator_env()
     assert op_env["PATH"].split(":")[0] == str(Path(argv[0]).parent)
     assert op_env["SPARK_HOME"] == env["SPARK_HOME"]
-
-
-def test_the_lane_leaves_a_jit_tier_the_user_chose_alone(tmp_path, monkeypatch):
-    """The lane runs C1 only by default; a -XX:TieredStopAtLevel in the host's spark-defaults.conf wins, and the
-    user's other JVM options are kept either way."""
-    monkeypatch.setattr(sparkmod, "connector_jars", lambda s3a=False: ["/jars/k.jar"])
-    monkeypatch.setattr(sparkmod, "spark_submit", lambda runtime=None: "spark-submit")
-    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))
-
-    def driver_options() -> list[str]:
-        argv = launch.Lane(checkpoint="/tmp/ck", trades_topic="t", alerts_topic="a").argv()
-        return next(a for a in argv if a.startswith("spark.driver.extraJavaOptions=")).split("=", 1)[1].split()
-
-    (tmp_path / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions -Xss4m\n")
-    assert driver_options()[0] == "-Xss4m" and driver_options().count("-XX:TieredStopAtLevel=1") == 1
-    (tmp_path / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions -XX:TieredStopAtLevel=4\n")
-    assert "-XX:TieredStopAtLevel=4" in driver_options() and "-XX:TieredStopAtLevel=1" not in driver_options()
