@@ -261,9 +261,9 @@ def quiesce(ctx: Context, max_wait: float = 600.0, probe=None, step: float = 2.0
     for its backlog: the exact auditor has read `trades` to its end, and every active group on the alerts
     topics (the bench's channels, the fast dispatchers, the lane keeper) has read them to theirs
     (:func:`aldebaran_lab.deployed_rest.backlog`, or `probe()`). Waiting on the channels alone let a 1k segment
-    start while the exact auditor was still minutes behind on the 10k one before it (2026-11-29 12:19 UTC: the 1k
-    runs after a 10k run measured exact p99 41-44 s, the one before any 10k run 11 s). Returns the seconds
-    waited and what was still left when it gave up after `max_wait` (empty when it drained)."""
+    start while the exact auditor was still minutes behind on the 10k one before it (docs/benchmarks.md, the
+    deployed section's reading of the C1 runs). The lane's own lag is not seen: it has no consumer group.
+    Returns the seconds waited and what was still left when it gave up after `max_wait` (empty when it drained)."""
     from aldebaran_lab.deployed_rest import backlog
 
     probe = probe or (lambda: backlog(ctx.kafka, ctx.query))
