@@ -53,7 +53,11 @@ def worktree(rev: str) -> Path:
 def run_side(tree: Path, out: Path, bench_args: list[str]) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree / "include"), "ALDEBARAN_ENV_FILE": str(ROOT / ".env"),
            "ALDEBARAN_RUN_DIR": str(ROOT / ".run")}
-    cmd = [str(ROOT / ".venv" / "bin" / "aldebaran"), "bench", "all", "--out", str(out), *bench_args]
+    # The side's own CLI module, not the venv's console script: the script names this tree's module
+    # (aldebaran.cli.main), which an older side may not have (it had aldebaran/cli.py).
+    cli = "aldebaran.cli.main" if (tree / "include" / "aldebaran" / "cli" / "main.py").is_file() else "aldebaran.cli"
+    cmd = [str(ROOT / ".venv" / "bin" / "python"), "-c", f"import sys; from {cli} import main; sys.exit(main())",
+           "bench", "all", "--out", str(out), *bench_args]
     from aldebaran_capacity.bench.boxstate import BoxSampler, wait_for_quiet
 
     # Airflow counts as "other" here: neither bench section uses it, so its DAG work would only be noise.
