@@ -211,7 +211,12 @@ class ApnsChannel(Channel):
         self.target = target(self.url)
         self.timeout = timeout
         self.verify = verify
-        self._client = None
+        # httpx's HTTP/2 client is driven from one event loop (HttpClient's private loop thread), never from
+        # the send threads: its synchronous client shares a connection's h2/hpack state between threads
+        # unguarded (KeyError on a stream id, "deque mutated during iteration" in hpack, RemoteProtocolError),
+        # which turned ordinary sends into IN_DOUBT or crashed the run (tests/unit/.../test_push.py).
+        self._loop = HttpClient(f"apns-{name}", limit=concurrency, verify=verify)
+        self._client = None  # httpx.AsyncClient, created on the loop
         self._lock = threading.Lock()
         self._token: tuple[str, float] | None = None  # (provider token, monotonic time it was made)
 
@@ -240,16 +245,15 @@ class ApnsChannel(Channel):
         return {"authorization": f"bearer {token}", "apns-topic": self.topic, "apns-push-type": "alert",
                 "apns-priority": "10", "apns-collapse-id": alert.alert_id, "apns-id": apns_id(alert.alert_id)}
 
-    def client(self):
-        """One httpx client with HTTP/2 (needs the ``h2`` package), created on first use."""
-        with self._lock:
-            if self._client is None:
-                import httpx
+    async def client(self):
+        """One httpx.AsyncClient with HTTP/2 (needs the ``h2`` package), created on first use, on the loop."""
+        if self._client is None:
+            import httpx
 
-                self._client = httpx.Client(http1=False, http2=True, verify=self.verify,
-                                            limits=httpx.Limits(max_connections=max(1, self.concurrency // 8)),
-                                            timeout=httpx.Timeout(self.timeout))
-            return self._client
+            self._client = httpx.AsyncClient(http1=False, http2=True, verify=self.verify,
+                                             limits=httpx.Limits(max_connections=max(1, self.concurrency // 8)),
+                                             timeout=httpx.Timeout(self.timeout))
+        return self._client
 
     def provider_token(self, renew: bool = False) -> str:
         with self._lock:
@@ -281,13 +285,16 @@ class ApnsChannel(Channel):
                            [self._key.get_secret_value(), *([self._token[0]] if self._token else [])])
 
     def _post(self, body: bytes, headers: dict[str, str]):
-        """One HTTP/2 request; httpx's errors translated like :mod:`.http`'s: nothing sent → retry, maybe
-        sent → unknown."""
+        """One HTTP/2 request, made on the client's loop; httpx's errors translated like :mod:`.http`'s:
+        nothing sent → retry, maybe sent → unknown."""
+        return self._loop.run(self._apost(body, headers))
+
+    async def _apost(self, body: bytes, headers: dict[str, str]):
         import httpx
 
         where = f"apns {self.name} ({self.target})"
         try:
-            return self.client().post(self.url, content=body, headers=headers)
+            return await (await self.client()).post(self.url, content=body, headers=headers)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:  # no request was written
             raise RetryableError(f"{where}: connection failed ({type(exc).__name__})") from None
         except (httpx.UnsupportedProtocol, httpx.LocalProtocolError) as exc:
@@ -305,11 +312,11 @@ class ApnsChannel(Channel):
         return one_line(reason, 60) if isinstance(reason, str) else None
 
     def close(self) -> None:
-        with self._lock:
+        super().close()  # the sends in progress end first
+        if self._client is not None:
             client, self._client = self._client, None
-        if client is not None:
-            client.close()
-        super().close()
+            self._loop.run(client.aclose())
+        self._loop.close()
 
 
 __all__ = ["ApnsChannel", "FcmChannel", "apns_id"]
