@@ -82,7 +82,8 @@ class HeartbeatPoller:
     whole progress object call by call, resolving Java names on the way; every failed name lookup scans the
     driver's ~300 jars. Profiled at 1,000 events/s, that listener was 36 % of the auditor JVM's CPU, 0.41
     core (docs/design.md §5 "The resting cost"). Here one poll is two py4j calls on objects already known
-    (`lastProgress()`, its `batchId()`), and the progress crosses as one JSON string when it is new.
+    (`lastProgress()`, its `batchId()`), and the progress crosses as one JSON string when it is new. Batches that
+    ended between two polls are read from ``recentProgress()``, so each counts once in the metrics.
 
     Published: ``started`` when attached; ``running`` per new batch; ``idle`` when no batch has run for
     IDLE_AFTER_S and no trigger is active (a batch that hangs keeps the trigger active, so its heartbeat goes
@@ -133,6 +134,10 @@ class HeartbeatPoller:
         jprogress = self._query._jsq.lastProgress()
         batch = jprogress.batchId() if jprogress is not None else None
         if batch is not None and batch != self._last_batch:
+            # Batches that ended between two polls (short batches, or this thread kept off the CPU) are read
+            # from the run's recent progress: each counts in the metrics once. Only the last is published.
+            for missed in self._missed(batch):
+                self.on_progress(missed, publish=False)
             self._last_batch, self._last_at = batch, time.monotonic()
             self.on_progress(json.loads(jprogress.json()))
         elif time.monotonic() - self._last_at >= self.IDLE_AFTER_S:
@@ -141,7 +146,23 @@ class HeartbeatPoller:
                 # The last batch's figures stay (health reads the processed offsets from them), fresh.
                 self._publish({**(self._last_record or {}), **self._event("idle")})
 
-    def on_progress(self, progress: dict) -> None:
+    def _missed(self, batch: int) -> list[dict]:
+        """This run's progress of the batches after the last one seen and before `batch`, oldest first (one
+        py4j call per batch read: only when the poll has skipped some)."""
+        last = self._last_batch
+        if last is not None and batch <= last + 1:
+            return []
+        recent = self._query._jsq.recentProgress()
+        missed = []
+        for i in range(len(recent) - 1, -1, -1):  # newest first; stop at the last one seen
+            batch_id = recent[i].batchId()
+            if last is not None and batch_id <= last:
+                break
+            if batch_id < batch:
+                missed.append(json.loads(recent[i].json()))
+        return missed[::-1]
+
+    def on_progress(self, progress: dict, publish: bool = True) -> None:
         record = build(progress, self.books_by_batch(progress.get("batchId")), "running")
         self._last_record = record
         from aldebaran.runtime.metrics_roles import auditor_batch
@@ -151,7 +172,8 @@ class HeartbeatPoller:
             "batch_id", "input_rows", "processed_rows_per_second", "batch_duration_ms")} | {
             "open_books": record["books"].get("open_books"), "alerts": record["books"].get("alerts"),
             "dlq": record["books"].get("dlq")}))
-        self._publish(record)
+        if publish:
+            self._publish(record)
 
     def stop(self, error: str | None = None) -> None:
         """The query has ended (`error`: why it failed): publish the last progress, then the end."""

@@ -31,9 +31,14 @@ class FakeJsq:
     def __init__(self) -> None:
         self.progress: FakeProgress | None = None
         self.trigger_active = False
+        self.first = 0  # this run's first batch
 
     def lastProgress(self):  # noqa: N802
         return self.progress
+
+    def recentProgress(self):  # noqa: N802 - this run's batches up to the last (Spark keeps the last 100)
+        last = self.progress.batch if self.progress else -1
+        return [FakeProgress(b) for b in range(self.first, last + 1)]
 
     def status(self):
         active = self.trigger_active
@@ -81,3 +86,27 @@ def test_running_per_new_batch_idle_only_without_an_active_trigger(tmp_path, mon
     poller.stop(error="boom")
     hb = heartbeat.read(store, heartbeat.AUDITOR, "q")
     assert (hb["status"], hb["error"]) == ("failed", "boom")
+
+
+def test_batches_that_end_between_two_polls_each_count_once(tmp_path, monkeypatch):
+    """Two batches within one poll period (or the poller's thread kept off the CPU): the metrics see every
+    batch, from the run's recent progress, and the store gets the last one."""
+    counted: list[int] = []
+    monkeypatch.setattr("aldebaran.runtime.metrics_roles.auditor_batch", lambda record: counted.append(record["batch_id"]))
+    store = LocalStore(str(tmp_path))
+    books = {b: {"applied": b} for b in range(10, 20)}
+    poller = HeartbeatPoller(store, "q", books.get, period_s=3600)  # polled by hand below
+    query = FakeQuery()
+    query._jsq.first = 10  # a run restarted from a checkpoint: its batch ids go on from there
+    poller.attach(query)
+
+    query._jsq.progress = FakeProgress(11)  # the run's first two batches ended before the first poll
+    poller.poll()
+    query._jsq.progress = FakeProgress(12)
+    poller.poll()
+    poller.poll()  # no new batch: nothing counted
+    query._jsq.progress = FakeProgress(16)  # 13, 14 and 15 ended between two polls
+    poller.poll()
+    assert counted == [10, 11, 12, 13, 14, 15, 16]
+    hb = heartbeat.read(store, heartbeat.AUDITOR, "q")
+    assert (hb["batch_id"], hb["books"]) == (16, books[16])
