@@ -99,14 +99,16 @@ def test_batches_that_end_between_two_polls_each_count_once(tmp_path, monkeypatc
     query = FakeQuery()
     query._jsq.first = 10  # a run restarted from a checkpoint: its batch ids go on from there
     poller.attach(query)
-
-    query._jsq.progress = FakeProgress(11)  # the run's first two batches ended before the first poll
-    poller.poll()
-    query._jsq.progress = FakeProgress(12)
-    poller.poll()
-    poller.poll()  # no new batch: nothing counted
-    query._jsq.progress = FakeProgress(16)  # 13, 14 and 15 ended between two polls
-    poller.poll()
+    try:
+        query._jsq.progress = FakeProgress(11)  # the run's first two batches ended before the first poll
+        poller.poll()
+        query._jsq.progress = FakeProgress(12)
+        poller.poll()
+        poller.poll()  # no new batch: nothing counted
+        query._jsq.progress = FakeProgress(16)  # 13, 14 and 15 ended between two polls
+        poller.poll()
+        hb = heartbeat.read(store, heartbeat.AUDITOR, "q")
+    finally:
+        poller.stop()  # unwatches the probes (a watched auditor would be judged by later tests)
     assert counted == [10, 11, 12, 13, 14, 15, 16]
-    hb = heartbeat.read(store, heartbeat.AUDITOR, "q")
     assert (hb["batch_id"], hb["books"]) == (16, books[16])
