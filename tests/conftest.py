@@ -22,6 +22,9 @@ envfile.load_env()
 # that waits for a book to expire on an idle topic would wait up to that long, so the suite's auditors tick every
 # 2 s; tests/integration/test_idle_expiry.py sets its own period and checks the rule itself.
 os.environ.setdefault("ALDEBARAN_AUDIT_EXPIRY_PERIOD_SECONDS", "2")
+# The suite's Spark JVMs live a minute or two: the JIT's first tier and the serial collector
+# (tests/spark-conf/spark-defaults.conf; scripts/test.sh exports it for the services' tasks too).
+os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).resolve().parent / "spark-conf"))
 
 
 def assert_eventually(check, timeout: float = 30.0, interval: float = 0.25, message: str = ""):

@@ -21,6 +21,9 @@ from aldebaran.runtime import paths
 from aldebaran.runtime.procs import pid_alive
 
 AIRFLOW = f"http://{os.environ.get('ALDEBARAN_AIRFLOW_HOST', '127.0.0.1')}:{os.environ.get('ALDEBARAN_AIRFLOW_PORT', '8080')}"
+# The demo resets and stops the platform's defaults (topics, prefixes, the lane): `make test` runs it after the
+# parallel phase, alone (scripts/test.sh).
+pytestmark = pytest.mark.serial
 DEMO_DAGS = ("auditor_supervisor", "alert_dispatch", "dispatch_supervisor", "platform_health")
 
 

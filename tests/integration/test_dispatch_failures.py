@@ -270,6 +270,7 @@ def test_dispatcher_sigkilled_between_send_and_record(channel, kafka_topics, led
         assert ledger.indexed("in_doubt", "sms") == []
 
 
+@pytest.mark.serial  # stops the suite's shared MinIO for 6 s: alone, after the parallel phase (scripts/test.sh)
 def test_object_store_outage_backs_off_and_resumes_without_loss(kafka_topics, ledger, settings, channel_env, webhook,
                                                                 unique):
     alerts = [make_alert(f"s3-{i}") for i in range(10)]
