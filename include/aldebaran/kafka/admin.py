@@ -5,6 +5,7 @@ or refuses the connection's credentials raises an error naming the connection.""
 from __future__ import annotations
 
 import contextlib
+import time
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -30,9 +31,12 @@ def list_topics(settings: KafkaSettings, topic: str | None = None, timeout: floa
         raise resolve(settings).failure("listing topics", exc) from None
 
 
-def ensure_topics(settings: KafkaSettings, topics: list[str] | None = None, partitions: int | None = None) -> list[str]:
-    """Create missing topics; returns the ones created. Existing topics are left as they are."""
-    client = admin(settings)
+def ensure_topics(settings: KafkaSettings, topics: list[str] | None = None, partitions: int | None = None,
+                  client=None, listed_timeout: float = 30.0) -> list[str]:
+    """Create missing topics; returns the ones created, once the cluster's metadata lists them (a broker's
+    metadata can lag the controller's answer, and a client that asks at once is told the topic does not
+    exist). Existing topics are left as they are."""
+    client = client or admin(settings)
     wanted = topics or settings.topics()
     existing = set(list_topics(settings, client=client).topics)
     new = [
@@ -56,7 +60,19 @@ def ensure_topics(settings: KafkaSettings, topics: list[str] | None = None, part
         except KafkaException as exc:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise AldebaranError(f"could not create topic {topic}: {exc}") from exc
-    return [t.topic for t in new]
+    created = [t.topic for t in new]
+    deadline = time.monotonic() + listed_timeout
+    while missing := _unlisted(list_topics(settings, client=client), created):
+        if time.monotonic() > deadline:
+            raise AldebaranError(f"topics {', '.join(missing)} created on {resolve(settings).describe()} but not "
+                                 f"listed in its metadata after {listed_timeout:.0f}s")
+        time.sleep(0.1)
+    return created
+
+
+def _unlisted(meta, topics: list[str]) -> list[str]:
+    """The `topics` the metadata does not list yet, or lists with an error or no partitions."""
+    return [t for t in topics if (m := meta.topics.get(t)) is None or m.error is not None or not m.partitions]
 
 
 def delete_topics(settings: KafkaSettings, topics: list[str]) -> None:
