@@ -148,9 +148,14 @@ def test_kafka_nodes_share_one_cluster_id(tmp_path):
 def test_topics_are_created_with_the_configured_replication_factor():
     from aldebaran.kafka import admin as kadmin
 
-    client = mock.Mock()
-    client.list_topics.return_value.topics = {}
-    client.create_topics.return_value = {}
+    client, listed = mock.Mock(), {}  # ensure_topics waits until the metadata lists what it created
+
+    def create(new, **_):
+        listed.update({t.topic: mock.Mock(error=None, partitions={0: None}) for t in new})
+        return {}
+
+    client.list_topics.side_effect = lambda *a, **k: mock.Mock(topics=dict(listed))
+    client.create_topics.side_effect = create
     with mock.patch.object(kadmin, "admin", return_value=client):
         kadmin.ensure_topics(KafkaSettings(replication_factor=3))
     new_topics = client.create_topics.call_args.args[0]
