@@ -16,7 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # One home per pytest-xdist worker (``make test`` runs two): SQLite takes one writer, and each worker migrates its own.
-HOME = ROOT / ".run" / f"airflow-test-home{'-' + os.environ['PYTEST_XDIST_WORKER'] if 'PYTEST_XDIST_WORKER' in os.environ else ''}"
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ... under xdist; unset otherwise
+HOME = ROOT / ".run" / ("airflow-test-home" + (f"-{WORKER}" if WORKER else ""))
 HOME.mkdir(parents=True, exist_ok=True)
 os.environ["AIRFLOW_HOME"] = str(HOME)
 os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = f"sqlite:///{HOME / 'airflow.db'}"
