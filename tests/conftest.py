@@ -22,9 +22,13 @@ envfile.load_env()
 # that waits for a book to expire on an idle topic would wait up to that long, so the suite's auditors tick every
 # 2 s; tests/integration/test_idle_expiry.py sets its own period and checks the rule itself.
 os.environ.setdefault("ALDEBARAN_AUDIT_EXPIRY_PERIOD_SECONDS", "2")
-# The suite's Spark JVMs live a minute or two: the JIT's first tier and the serial collector
-# (tests/spark-conf/spark-defaults.conf; scripts/test.sh exports it for the services' tasks too).
-os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).resolve().parent / "spark-conf"))
+# The suite's Spark drivers live a minute or two: the JIT's first tier, the serial collector and, once
+# scripts/test.sh has built it, a class-data archive of Spark's classes (aldebaran_lab.spark_cds; test.sh exports
+# the same for the services' tasks).
+if "SPARK_SUBMIT_OPTS" not in os.environ:
+    from aldebaran_lab import spark_cds
+
+    os.environ["SPARK_SUBMIT_OPTS"] = spark_cds.submit_opts(spark_cds.archive_path())
 
 
 def assert_eventually(check, timeout: float = 30.0, interval: float = 0.25, message: str = ""):

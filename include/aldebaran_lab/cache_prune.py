@@ -11,6 +11,8 @@ work tree and every tree a venv under ``venv/`` was made for (its ``.tree``, els
 - ``wheels/<key>``, ``runtimes/<name>-<key>``, ``jars/<pom>-<key>``, ``jars/aldebaran-jvm-<key>``,
   ``minio/<version>``, ``alertmanager/<version>``: kept if a live checkout's pins give that key.
 - ``bench-shared/<runtime>`` (bench shared-jvm's Python): kept while ``runtimes/<runtime>`` is.
+- ``cds/<key>.jsa`` (the test suite's class-data archives, aldebaran_lab.spark_cds): kept while a kept venv's
+  pyspark and this JDK give that key.
 - ``*.tmp.<pid>``: a step's staging directory, pruned once the setup process <pid> is gone.
 
 Whatever a running process uses is kept whatever its keys say (a platform started before the pins changed
@@ -116,6 +118,8 @@ def open_paths(proc: Path = Path("/proc")) -> set[str]:
 
 
 def size_of(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
     total = 0
     for dirpath, _dirs, files in os.walk(path):  # symlinks not followed: a venv's wheelhouse link is not its size
         for f in files:
@@ -166,6 +170,18 @@ def plan(cache: Path, root: Path = ROOT) -> tuple[list[tuple[Path, str]], list[P
     for entry in sorted((cache / "bench-shared").glob("*")) if (cache / "bench-shared").is_dir() else []:
         if f"runtimes/{entry.name}" not in keep:
             prune.append((entry, f"built on runtime {entry.name}, which no live checkout pins"))
+    # The test suite's class-data archives (aldebaran_lab.spark_cds) go with the venv whose pyspark they map.
+    if (cache / "cds").is_dir():
+        from aldebaran_lab.spark_cds import archive_key
+
+        homes = [h for v in kept_venvs for h in v.glob("lib/python*/site-packages/pyspark") if (h / "jars").is_dir()]
+        current = {archive_key(h) for h in homes}
+        for entry in sorted((cache / "cds").glob("*")):
+            tmp = TMP.search(entry.name)
+            if tmp and not pid_alive(int(tmp.group(1))):
+                prune.append((entry, f"left by process {tmp.group(1)}, gone"))
+            elif not tmp and entry.name.removesuffix(".jsa") not in current:
+                prune.append((entry, "no kept venv's pyspark and JDK make this archive"))
     held = open_paths()
     prune = [(p, why) for p, why in prune if not any(h == str(p) or h.startswith(f"{p}/") for h in held)]
     return prune, sorted(live)
@@ -187,7 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         total += size
         print(f"    {'would prune' if args.dry_run else 'pruned'} {entry} ({size / 2**20:.0f} MB): {why}")
         if not args.dry_run:
-            shutil.rmtree(entry, ignore_errors=True)
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
     verb = "would free" if args.dry_run else "freed"
     print(f"    cache {args.cache}: {len(entries)} entries {verb} {total / 2**20:.0f} MB; "
           f"kept what {len(live)} live checkout(s) use: {', '.join(map(str, live))}")

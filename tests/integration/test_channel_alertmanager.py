@@ -58,8 +58,10 @@ def test_crash_between_send_and_record_holds_each_alert_once(kafka_topics, store
     held = alertmanager.alerts()
     ids = sorted(a["alert_id"] for a in alerts)
     assert sorted(h["labels"]["alert_id"] for h in held) == ids  # 0 lost, 0 twice
+    # The killed dispatcher sent its first run before it died, and the adopted runs went out again: some alerts
+    # twice, and only alerts of the runs it had claimed (it may have claimed runs it never sent).
     resent = {e[1] for r in claimed for e in r.entries if e[2] == "?"}
-    assert resent and alertmanager.received() >= len(ids) + len(resent)  # the adopted runs went out again
+    assert resent and len(ids) < alertmanager.received() <= len(ids) + len(resent)
     assert stats.in_doubt == {} and set(ledger.states("alertmanager").values()) == {"DELIVERED"}
     assert all(r.state == "RECORDED" for r in runs(ledger, "alertmanager", kafka_topics.alerts_topic))
     assert {h["labels"]["team"] for h in held} == {"risk"}

@@ -94,3 +94,30 @@ def test_bench_shared_python_goes_with_its_runtime(tmp_path):
     assert {p for p, _ in pruned} == {stale}
     assert cache_prune.main(["--cache", str(cache)]) == 0
     assert not stale.exists() and (current / "payload").exists()
+
+
+def test_a_class_data_archive_goes_with_the_pyspark_it_maps(tmp_path):
+    from aldebaran_lab.spark_cds import archive_key
+
+    cache = tmp_path / "cache"
+    here = make_tree(tmp_path / "here")
+    venv = entry(cache, f"venv/{cache_prune.venv_key(here)}", tree=here)
+    (here / ".venv").symlink_to(venv)
+    jars = venv / "lib" / "python3.11" / "site-packages" / "pyspark" / "jars"
+    jars.mkdir(parents=True)
+    (jars / "spark-core.jar").write_bytes(b"x" * 10)
+    (cache / "cds").mkdir()
+    current = cache / "cds" / f"{archive_key(jars.parent)}.jsa"
+    current.write_bytes(b"a" * 100)
+    (jars / "spark-core.jar").write_bytes(b"x" * 11)  # the jar set changed: a new key
+    newer = cache / "cds" / f"{archive_key(jars.parent)}.jsa"
+    newer.write_bytes(b"b" * 100)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = cache / "cds" / f"{newer.name}.tmp.{dead.pid}"
+    left.write_bytes(b"c")
+
+    pruned, _ = cache_prune.plan(cache, root=here)
+    assert {p for p, _ in pruned} == {current, left}
+    assert cache_prune.main(["--cache", str(cache)]) == 0
+    assert not current.exists() and not left.exists() and newer.read_bytes() == b"b" * 100
