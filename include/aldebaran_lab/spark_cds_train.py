@@ -20,7 +20,8 @@ def _relay(batches):
 
 
 def main() -> int:
-    spark = SparkSession.builder.appName("aldebaran-cds-train").config("spark.sql.shuffle.partitions", "2").getOrCreate()
+    spark = (SparkSession.builder.appName("aldebaran-cds-train").config("spark.sql.shuffle.partitions", "2")
+             .getOrCreate())
     rows = spark.range(2000).select(
         F.to_json(F.struct((F.col("id") % 97).cast("string").alias("order_id"), F.col("id").alias("shares"),
                            F.lit("P").alias("kind"))).alias("value"))

@@ -1,0 +1,1 @@
+"""Tests of the test harness itself (tests/schedule.py, tests/airflow_home.py)."""
