@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# make test: start the real services (in the background, while the tests without services run), run the whole
-# pytest suite, stop the services even on failure. pytest's exit code is the result (5 = no tests collected
-# is a failure, not hidden).
+# make test: start the real services, run the whole pytest suite, stop the services even on failure.
+# pytest's exit code is the result (5 = no tests collected is a failure, not hidden).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ALD=.venv/bin/aldebaran
@@ -16,23 +15,12 @@ if [ -z "${SPARK_SUBMIT_OPTS:-}" ]; then
   SPARK_SUBMIT_OPTS="$(.venv/bin/python -m aldebaran_lab.spark_cds)"
   export SPARK_SUBMIT_OPTS
 fi
-# The services start in the background while the files without services run (tests/schedule.py orders those
-# first); a test whose file needs the services waits for this status file to say `up`.
-status=.run/test-services.status
-mkdir -p .run/logs
-rm -f "$status"
-(
-  if "$ALD" services up > .run/logs/test-services-up.log 2>&1; then
-    echo "make test: services up in $(( $(date +%s) - t0 ))s" >&2
-    echo up > "$status"
-  else
-    echo "make test: services failed to start (.run/logs/test-services-up.log, logs under .run/logs)" >&2
-    echo "failed" > "$status"
-  fi
-) &
-starter=$!
-export TEST_SERVICES_STATUS="$PWD/$status"
-stop() { wait "$starter" 2>/dev/null; "$ALD" services down || true; }
+if ! "$ALD" services up; then
+  echo "make test: services failed to start (logs under .run/logs)" >&2
+  stop
+  exit 1
+fi
+echo "make test: services up in $(( $(date +%s) - t0 ))s"
 
 # Two phases. First everything that keeps to its own topics, prefixes and processes, on TEST_WORKERS pytest-xdist
 # workers (default 3, against 2 in docs/operations.md; a file's tests stay on one worker, so a module's fixture is

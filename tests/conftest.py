@@ -85,20 +85,7 @@ def pytest_collection_modifyitems(config, items):
                                 + ", ".join(misplaced))
     from tests import schedule
 
-    schedule.order(items)  # no services first (they run while the services start), then longest first
-
-
-@pytest.fixture(autouse=True)
-def _services_started(request):
-    """A test whose file needs the services starts once scripts/test.sh's background start of the services
-    has ended (tests/schedule.py); a file none of whose tests needs them does not wait."""
-    from tests import schedule
-
-    if schedule.needs_services(str(request.node.fspath)):
-        try:
-            schedule.wait_for_services()
-        except RuntimeError as exc:
-            pytest.fail(str(exc), pytrace=False)
+    schedule.order(items)  # the files without services first, then the integration files longest first
 
 
 @pytest.fixture(scope="session")

@@ -1,31 +1,22 @@
 """How `make test` spends its two cores (scripts/test.sh, tests/conftest.py).
 
 - **Order.** The files none of whose tests need the services come first (the service-free integration files,
-  then tests/unit and tests/dags): they run while the services start. Then the
-  integration files that need the services, longest first, so that the last minutes are spent on short
-  files and no worker is left alone with a long one. A file's length is its time in the last run
-  (``.run/pytest-junit.xml``), else in ``tests/durations.json`` (a snapshot: ``python -m tests.schedule``
-  writes it from the last run).
-- **Services.** scripts/test.sh starts the services in the background and names a status file in
-  ``TEST_SERVICES_STATUS``; a test whose file needs the services waits until it says ``up`` (or fails,
-  naming the logs, when it says anything else). Run outside test.sh, there is nothing to wait for. (Running
-  the ``serial`` tests in that background too, beside the tests without services, was measured and is
-  slower: docs/operations.md, "Notes on the toolchain".)
+  then tests/unit and tests/dags), then the integration files that need them, longest first, so that the
+  last minutes are spent on short files and no worker is left alone with a long one. A file's length is its
+  time in the last run (``.run/pytest-junit.xml``), else in ``tests/durations.json`` (a snapshot:
+  ``python -m tests.schedule`` writes it from the last run).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOT = ROOT / "tests" / "durations.json"
 LAST_RUN = ROOT / ".run" / "pytest-junit.xml"
-START_TIMEOUT = 600.0
 
 
 def junit_durations(path: Path) -> dict[str, float]:
@@ -50,7 +41,7 @@ def durations() -> dict[str, float]:
     return out
 
 
-SERVICE_FILES: set[str] = set()  # files with a test that needs the services: order() fills it, the wait reads it
+SERVICE_FILES: set[str] = set()  # files with a test that needs the services (order() fills it)
 
 
 def order(items: list) -> None:
@@ -75,10 +66,6 @@ def order(items: list) -> None:
     items[:] = [item for _, item in sorted(enumerate(items), key=key)]
 
 
-def needs_services(path: str) -> bool:
-    return _file_path(path) in SERVICE_FILES
-
-
 def _file(item) -> str:
     return _file_path(str(item.fspath))
 
@@ -86,30 +73,6 @@ def _file(item) -> str:
 def _file_path(path: str) -> str:
     """`path` relative to the work tree, as durations() keys it."""
     return str(Path(path).resolve().relative_to(ROOT)) if path.startswith(str(ROOT)) else path
-
-
-_started = False
-
-
-def wait_for_services() -> None:
-    """Block until scripts/test.sh's background start of the services has ended; raise RuntimeError naming
-    the logs if it failed or did not end in time."""
-    global _started
-    status_file = os.environ.get("TEST_SERVICES_STATUS")
-    if _started or not status_file:
-        return
-    deadline = time.monotonic() + START_TIMEOUT
-    status = Path(status_file)
-    while time.monotonic() < deadline:
-        text = status.read_text().strip() if status.is_file() else ""
-        if text == "up":
-            _started = True
-            return
-        if text:
-            raise RuntimeError(f"the services did not start ({text}): see {ROOT / '.run' / 'logs'}")
-        time.sleep(0.5)
-    raise RuntimeError(f"the services were still starting after {START_TIMEOUT:.0f} s: "
-                       f"see {ROOT / '.run' / 'logs'}")
 
 
 def main() -> int:

@@ -1,13 +1,7 @@
-"""make test's order (tests/schedule.py): the tests without services first, then integration files longest
-first, a file's tests together; and the wait for scripts/test.sh's background start of the services."""
+"""make test's order (tests/schedule.py): the files without services first, then integration files longest
+first, a file's tests together."""
 
 from __future__ import annotations
-
-import threading
-import time
-from pathlib import Path
-
-import pytest
 
 from tests import schedule
 
@@ -29,10 +23,10 @@ def test_files_without_services_first_then_the_longest_integration_files(monkeyp
              Item("tests/integration/test_a.py", "a2"), Item("tests/integration/test_b.py", "b2", True),
              Item("tests/dags/test_d.py", "d1"), Item("tests/integration/test_free.py", "f1")]
     schedule.order(items)
-    # a file with one test that needs the services waits as a whole; unknown files after the known ones
+    # a file with one test that needs the services goes with them as a whole; unknown files after the known ones
     assert [i.name for i in items] == ["f1", "u1", "d1", "b1", "b2", "c1", "a1", "a2"]
-    assert schedule.needs_services(str(schedule.ROOT / "tests/integration/test_a.py"))
-    assert not schedule.needs_services(str(schedule.ROOT / "tests/integration/test_free.py"))
+    assert schedule.SERVICE_FILES == {"tests/integration/test_a.py", "tests/integration/test_b.py",
+                                      "tests/integration/test_c.py"}
 
 
 def test_durations_come_from_a_junit_file_per_test_file(tmp_path):
@@ -44,25 +38,3 @@ def test_durations_come_from_a_junit_file_per_test_file(tmp_path):
                      '</testsuite></testsuites>')
     assert schedule.junit_durations(junit) == {"tests/integration/test_x.py": 3.5,
                                                "tests/unit/aldebaran/test_y.py": 0.1}
-
-
-def test_an_integration_test_waits_for_the_start_and_fails_named_when_it_failed(tmp_path, monkeypatch):
-    status = tmp_path / "status"
-    monkeypatch.setenv("TEST_SERVICES_STATUS", str(status))
-    monkeypatch.setattr(schedule, "_started", False)
-    threading.Timer(0.6, lambda: status.write_text("up\n")).start()
-    t0 = time.monotonic()
-    schedule.wait_for_services()
-    assert time.monotonic() - t0 >= 0.5 and schedule._started
-
-    monkeypatch.setattr(schedule, "_started", False)
-    status.write_text("failed\n")
-    with pytest.raises(RuntimeError, match=r"did not start \(failed\)"):
-        schedule.wait_for_services()
-
-
-def test_outside_make_test_nothing_is_waited_for(monkeypatch):
-    monkeypatch.delenv("TEST_SERVICES_STATUS", raising=False)
-    monkeypatch.setattr(schedule, "_started", False)
-    schedule.wait_for_services()  # returns at once
-    assert not schedule._started and Path(schedule.SNAPSHOT).is_file()
