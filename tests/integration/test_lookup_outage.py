@@ -158,8 +158,11 @@ def test_an_sms_lookup_outage_backs_off_keeps_delivering_and_settles_each_doubt_
             refused = sms.refused()
             gaps = [b - a for a, b in zip(refused, refused[1:])]
             # Capped: once at the cap, a lookup again every cap (+ one loop turn); never a busy loop either.
-            # (The lower bound is loose: a gap is measured at the provider, after the sweep's own ledger reads.)
-            assert max(gaps) <= cap + 2.0 and min(gaps) >= 0.5 * min(1.0, cap), gaps
+            # The lower bounds are loose: a gap is measured at the provider, after the sweep's own ledger reads, so
+            # a late lookup shortens the gap after it (0.23 s against a 0.5 s cap once, three test workers on two
+            # cores); a busy loop would be milliseconds apart, and most gaps are near the cap.
+            assert max(gaps) <= cap + 2.0 and min(gaps) >= 0.2 * min(1.0, cap), gaps
+            assert sorted(gaps)[len(gaps) // 2] >= 0.5 * min(1.0, cap), gaps
             for alert_id in pending:  # still IN_DOUBT: never resent, never settled without the provider's word
                 record, _ = ledger.get("sms", alert_id)
                 assert record.state == IN_DOUBT and sms.sends_by_reference[alert_id] <= 1
