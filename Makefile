@@ -45,7 +45,7 @@ demo: setup  ## the platform end to end through Airflow on local defaults (leave
 	@$(ALD) services up
 	@$(ALD) demo
 
-test: setup-test  ## the whole suite against real services (started, then stopped even on failure): three pytest-xdist workers (TEST_WORKERS), then the `serial` tests alone
+test: setup-test  ## the whole suite against real services (started, then stopped even on failure): two pytest-xdist workers (TEST_WORKERS), then the `serial` tests alone
 	@bash scripts/test.sh $(PYTEST_ARGS)
 
 test-unit: setup  ## only the fast tests: unit and DAG integrity (no services needed)
