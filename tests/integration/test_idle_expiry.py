@@ -5,6 +5,7 @@ ORPHAN is raised on an idle stream within ttl + idle grace + one period of the b
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
@@ -74,3 +75,47 @@ def test_an_idle_auditor_runs_one_batch_per_expiry_period_and_still_expires_book
             if active.name == settings.query_name:
                 active.stop()
         thread.join(60)
+
+
+def test_the_clock_source_ticks_once_per_period_and_resumes_its_checkpoint(spark, tmp_path, unique):
+    """The clock alone (io.aldebaran.spark.TickSource, a JVM source): one row per period whose timestamp is the
+    period's boundary, no batch without a new period, the offsets written as ``{"tick": N}`` (the text the
+    Python source it replaced wrote, as in the demo's checkpoint of 2026-11-29, so such a checkpoint resumes),
+    and a restart on the checkpoint ticks on from where it stopped."""
+    from aldebaran.audit.sparkjob.ticks import tick_stream
+
+    period = 1.0
+    checkpoint = tmp_path / "ticks-checkpoint"
+    rows: list[tuple[int, list]] = []
+
+    def collect(df, batch_id: int) -> None:
+        rows.append((batch_id, [r.timestamp for r in df.collect()]))
+
+    def run_for(seconds: float) -> None:
+        query = (tick_stream(spark, period).writeStream.queryName(f"ticks-{unique}-{len(rows)}")
+                 .option("checkpointLocation", str(checkpoint)).foreachBatch(collect)
+                 .trigger(processingTime="100 milliseconds").start())
+        try:
+            time.sleep(seconds)
+            assert query.exception() is None, query.exception()
+        finally:
+            query.stop()
+
+    started = time.time()
+    run_for(3.5)
+    first_run = list(rows)
+    # Batch 0 covers the range from the initial offset to a later tick (or none yet); then one per period.
+    assert 2 <= len(first_run) <= 5, first_run
+    assert all(len(ts) <= 1 for _, ts in first_run), first_run
+    stamps = [ts[0].timestamp() for _, ts in first_run if ts]
+    assert stamps and all(abs(s - round(s / period) * period) < 1e-3 for s in stamps), stamps
+    assert stamps == sorted(set(stamps)) and all(started - period <= s <= time.time() for s in stamps), stamps
+    offsets = sorted((checkpoint / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
+    assert re.fullmatch(r'\{"tick": \d+\}', offsets[-1].read_text().splitlines()[-1])
+
+    run_for(2.5)
+    # The same query resumed: on from the last batch (run again if the stop came before its commit).
+    last_id = first_run[-1][0]
+    assert rows[len(first_run)][0] in (last_id, last_id + 1), rows
+    later = [ts[0].timestamp() for batch_id, ts in rows[len(first_run):] if batch_id > last_id and ts]
+    assert later and min(later) > max(stamps), (stamps, later)

@@ -1,7 +1,8 @@
 """The platform's own JVM classes (the ``*.java`` beside this file), built into one jar for Spark's classpath.
 
-Today one class: ``io.aldebaran.spark.ObjectStoreCheckpointFileManager``, the checkpoint file manager of a
-query whose checkpoint is on an object store (see its javadoc). The jar is compiled once per source text into
+Two classes: ``io.aldebaran.spark.ObjectStoreCheckpointFileManager``, the checkpoint file manager of a query
+whose checkpoint is on an object store, and ``io.aldebaran.spark.TickSource``, the auditor's expiry clock (see
+their javadoc). The jar is compiled once per source text into
 ``<cache>/jars/aldebaran-jvm-<hash>/aldebaran-jvm.jar`` (``make setup`` builds it; a process that finds it
 missing builds it then), against the classpath the caller gives (pyspark's jars and the s3a set)."""
 

@@ -72,15 +72,15 @@ def apply_spark_env(master: str | None = None) -> None:
 
 
 def connector_jars(s3a: bool = False) -> list[str]:
-    """Jars for the Kafka source/sink (and s3a:// checkpoints when asked: the s3a set and the platform's own
-    checkpoint file manager, aldebaran.jvm)."""
+    """Jars for the Kafka source/sink, the platform's own classes (aldebaran.jvm: the auditor's expiry clock,
+    the checkpoint file manager), and the s3a set when asked (s3a:// checkpoints). The platform jar is last."""
+    from aldebaran import jvm
+
+    s3a_jars = paths.jars("spark-s3a")  # the platform jar compiles against them (the checkpoint file manager)
     out = [str(p) for p in paths.jars("spark-kafka")]
     if s3a:
-        from aldebaran import jvm
-
-        s3a_jars = paths.jars("spark-s3a")
         out += [str(p) for p in s3a_jars]
-        out.append(str(jvm.platform_jar([Path(spark_home()) / "jars" / "*", *s3a_jars])))
+    out.append(str(jvm.platform_jar([Path(spark_home()) / "jars" / "*", *s3a_jars])))
     return out
 
 
