@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 def test_streaming_dispatchers_killed_mid_run_and_between_send_and_record(services_up):
     """Two streaming dispatchers (`aldebaran dispatch --follow`), channels webhook, sms and sms_lookup, SIGKILLed
     in turn (a kill-after-send injection, then from outside) while alerts flow, restarted at once."""
-    result = kill_dispatch.run(alerts=300, kills=4, seed=3, mode="short")
+    result = kill_dispatch.run(alerts=300, kills=4, seed=3, mode="short", injection_timeout=30.0)
     log.info("kill-dispatch (short): %s", json.dumps(result.details, default=str)[:4000])
     d = result.details
     assert d["failures"] == []

@@ -103,7 +103,7 @@ def test_killing_a_lane_mid_run_loses_nothing_and_delivers_nothing_twice(
         feeder.start()
         assert_eventually(lambda: len(receiver.accepted) >= 60, timeout=60, interval=0.05, message="delivering")
         asked = receiver.requests
-        receiver.delay_next(40, 1.0)  # a slow recipient: the victims die waiting for answers, runs claimed
+        receiver.delay_next(12, 1.0)  # a slow recipient: the victims die waiting for answers, runs claimed
         assert_eventually(lambda: receiver.requests > asked, timeout=30, interval=0.01, message="a send in flight")
         for lane in victims:
             os.killpg(procs[lane].pid, signal.SIGKILL)

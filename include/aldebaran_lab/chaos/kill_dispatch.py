@@ -67,7 +67,10 @@ def make_alerts(n: int, tag: str) -> list[dict]:
 
 class Publisher(threading.Thread):
     """Publishes the alert stream while the kills go on, paced so that it lasts about as long as they do:
-    every 0.25 s, the rest spread over the kills still to land at the pace they have landed so far."""
+    every 0.25 s, the rest spread over the kills still to land at the pace they have landed so far. Until the
+    last kill it also holds back a share of the stream per kill still to land (released as each lands), so a
+    restarted dispatcher that carries the injection always has alerts to send: a stream that ran dry before
+    the kills did left it idle until the injection timeout (90 s each, on a busy box)."""
 
     def __init__(self, ws: Workspace, stream: list[dict], kills: int, rate: float | None = None,
                  first_guess_s: float = 8.0) -> None:
@@ -89,7 +92,10 @@ class Publisher(threading.Thread):
                     n = len(self.stream) - self.sent
                 else:
                     rate = self.rate or self._rate()
-                    n = max(1, int(rate * 0.25))
+                    n = min(max(1, int(rate * 0.25)), self.allowed() - self.sent)
+                    if n <= 0:  # this kill's share is out: wait for the kill
+                        self.flush.wait(0.25)
+                        continue
                 chunk = self.stream[self.sent:self.sent + n]
                 kio.produce_all(producer, self.ws.kafka.alerts_topic,
                                      [(a["alert_id"], json.dumps(a)) for a in chunk])
@@ -97,6 +103,12 @@ class Publisher(threading.Thread):
                 self.flush.wait(0.25)
         except BaseException as exc:  # noqa: BLE001 - reported by the campaign
             self.error = exc
+
+    def allowed(self) -> int:
+        """How much of the stream may be out now: a share per kill landed, plus one; all of it after the last."""
+        if self.landed >= self.kills:
+            return len(self.stream)
+        return len(self.stream) * (self.landed + 1) // (self.kills + 1)
 
     def _rate(self) -> float:
         elapsed = time.monotonic() - self.t0
