@@ -32,8 +32,9 @@ from tests.conftest import assert_eventually
 from tests.integration.test_dispatch_failures import make_alert
 
 
-def produce(kafka, topic: str, alerts: list[dict]) -> None:
-    kio.produce_all(kio.producer(kafka), topic, [(a["alert_id"], json.dumps(a)) for a in alerts])
+def produce(kafka, topic: str, alerts: list[dict], producer=None) -> None:
+    """`producer`: one the caller reuses across chunks (a new one per call costs ~0.4 s of connecting)."""
+    kio.produce_all(producer or kio.producer(kafka), topic, [(a["alert_id"], json.dumps(a)) for a in alerts])
 
 
 def fast_copy(alert: dict) -> dict:
@@ -203,11 +204,13 @@ def test_the_fast_dispatcher_killed_mid_run_loses_nothing_and_sends_nothing_twic
     exact_thread = threading.Thread(target=exact.run, kwargs={"stop": exact_stop}, name="exact-lane-dispatcher")
     proc = start_fast_dispatcher(name, tmp_path / "fast-1.log")
 
+    producer = kio.producer(kafka_topics)
+
     def stream(batch: list[dict]) -> None:  # the fast copies, then the exact lane's copies
         for i in range(0, len(batch), 20):
-            produce(kafka_topics, kafka_topics.fast_alerts_topic, [fast_copy(a) for a in batch[i:i + 20]])
-            time.sleep(0.02)
-        produce(kafka_topics, kafka_topics.alerts_topic, batch)
+            produce(kafka_topics, kafka_topics.fast_alerts_topic, [fast_copy(a) for a in batch[i:i + 20]], producer)
+            time.sleep(0.1)
+        produce(kafka_topics, kafka_topics.alerts_topic, batch, producer)
 
     try:
         assert_eventually(lambda: (heartbeat.read(ledger.store, heartbeat.DISPATCHER, name) or {}).get("status") == "running",

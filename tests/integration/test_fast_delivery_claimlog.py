@@ -23,6 +23,7 @@ from aldebaran.delivery.channels import configured_channels
 from aldebaran.delivery.claimlog import LanesMisaligned
 from aldebaran.delivery.dispatcher import Dispatcher
 from aldebaran.kafka import admin as kadmin
+from aldebaran.kafka import io as kio
 from tests.conftest import assert_eventually
 from tests.integration.test_dispatch_failures import make_alert
 from tests.integration.test_fast_delivery import fast_copy, fast_env, logged, produce, receiver  # noqa: F401
@@ -89,11 +90,13 @@ def test_killing_a_lane_mid_run_loses_nothing_and_delivers_nothing_twice(
     names = {lane: f"{lane}-{unique}" for lane in lanes}
     procs = {lane: start(args, names[lane], tmp_path / f"{lane}-1.log") for lane, args in lanes.items()}
 
+    producer = kio.producer(kafka_topics)  # one for the test: a producer per chunk spent ~25 s connecting
+
     def stream(batch: list[dict]) -> None:  # both lanes' copies, side by side: their claims race
         for i in range(0, len(batch), 20):
-            produce(kafka_topics, kafka_topics.fast_alerts_topic, [fast_copy(a) for a in batch[i:i + 20]])
-            produce(kafka_topics, kafka_topics.alerts_topic, batch[i:i + 20])
-            time.sleep(0.02)
+            produce(kafka_topics, kafka_topics.fast_alerts_topic, [fast_copy(a) for a in batch[i:i + 20]], producer)
+            produce(kafka_topics, kafka_topics.alerts_topic, batch[i:i + 20], producer)
+            time.sleep(0.1)
 
     try:
         for name in names.values():
