@@ -101,10 +101,18 @@ def lane_targets(segments: list[dict]) -> list[str]:
     return lines
 
 
+def _ages(ages: dict | None) -> str:
+    """'; ages at the sample: kafka 4.1 min, ...' (a run before the ages were recorded: nothing)."""
+    if not ages:
+        return ""
+    return "; ages at the sample: " + ", ".join(f"{role} {secs / 60:.1f} min" for role, secs in ages.items())
+
+
 def _rest_table(rest: dict, title: str) -> list[str]:
     lines = [f"**{title}** ({rest['seconds']:g} s, no load; psutil per process, `aldebaran_lab.deployed_rest`): "
              f"platform {rest['total_cores']:.3f} core, of which the exact auditor {rest['exact_auditor_cores']:.3f}; "
-             f"other processes {rest['other_cores']:.3f} core{'' if rest['quiet'] else ' (**not quiet**: flagged)'}.",
+             f"other processes {rest['other_cores']:.3f} core{'' if rest['quiet'] else ' (**not quiet**: flagged)'}"
+             f"{_ages(rest.get('age_s'))}.",
              "", "| role | cores |", "|---|---:|"]
     lines += [f"| {role} | {cores:.3f} |" for role, cores in rest["roles"].items() if cores >= 0.001]
     lines += [f"| **platform total** (not bench, not other) | **{rest['total_cores']:.3f}** |", ""]

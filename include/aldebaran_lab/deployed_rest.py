@@ -24,6 +24,9 @@ from aldebaran_capacity.bench.boxstate import EXACT_AUDITOR, NOT_PLATFORM, OTHER
 log = logging.getLogger(__name__)
 
 TOP_PROCESSES = 15
+# The processes whose age the rest measurement records: a JVM or a server minutes old still pays its start
+# (the JIT, first scans), so a figure taken right after a start is read with its age beside it.
+AGED_ROLES = ("kafka", "minio", "auditor JVM", "lane JVM", "airflow scheduler")
 
 
 def summarise(cores_by_role: dict[str, float]) -> dict:
@@ -106,6 +109,7 @@ def measure(seconds: float, label: str = "rest", kafka=None, query: str | None =
     time.sleep(seconds)
     state = box.stop()
     out = summarise(state.get("cores_by_role") or {})
+    out["age_s"] = box.ages(AGED_ROLES)
     span = max(1.0, seconds)
     busiest = sorted(box.per_process.items(), key=lambda x: -x[1])[:TOP_PROCESSES]
     import psutil

@@ -249,6 +249,20 @@ class BoxSampler(threading.Thread):
                                  "cores": {k: round(v, 3) for k, v in by_role.items()}})
             self._cpu, last, steal0 = cpu, now, steal1
 
+    def ages(self, roles: tuple[str, ...]) -> dict[str, float]:
+        """Seconds since the oldest live process of each of `roles` started (a JVM's first minutes cost more:
+        its JIT), among the processes the sampler saw; a role with none is left out."""
+        now, out = time.time(), {}
+        for pid, (role, _name) in self._cmd.items():
+            if isinstance(pid, tuple) or role not in roles:
+                continue
+            try:
+                age = now - psutil.Process(pid).create_time()
+            except psutil.Error:
+                continue  # gone since
+            out[role] = round(max(age, out.get(role, 0.0)))
+        return out
+
     def stop(self) -> dict:
         self._done.set()
         self.join(self.period * 3 + 5)

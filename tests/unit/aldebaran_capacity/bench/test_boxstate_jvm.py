@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 
 import psutil
 import pytest
@@ -63,3 +64,18 @@ def test_a_process_that_is_gone_has_no_threads_to_split():
     proc = subprocess.Popen(["true"])
     proc.wait()
     assert boxstate.jvm_thread_cpu(proc.pid) == {}
+
+
+def test_the_sampler_gives_the_age_of_a_role_s_oldest_live_process(jvm):
+    def classify(cmdline, ancestors, bench):
+        return "busy JVM" if "Busy.java" in " ".join(cmdline) else "other"
+
+    box = boxstate.BoxSampler(classify=classify)
+    box._read()
+    started = psutil.Process(jvm.pid).create_time()
+    ages = box.ages(("busy JVM", "absent role"))
+    assert set(ages) == {"busy JVM"}  # a role with no process is left out; its JIT/GC parts are not processes
+    assert ages["busy JVM"] == pytest.approx(time.time() - started, abs=1.5)
+    jvm.kill()
+    jvm.wait()
+    assert box.ages(("busy JVM",)) == {}  # gone: no age
