@@ -313,8 +313,13 @@ def write(result: dict, docs: Path, lane_only: bool = False) -> None:
         if not earlier.get("segments"):
             raise ValueError("--lane-only needs the exact-lane figures of an earlier `bench deployed --report` run")
         lane = {**result["deployed"]["with_lane"], "command": result["command"], "machine": result["machine"]}
-        result = {"deployed": {**earlier, "with_lane": lane}, "command": earlier["command"],
-                  "machine": earlier["machine"]}
+        deployed = {**earlier, "with_lane": lane}
+        # The lane's figures are this run's now: an earlier run's note that they were kept no longer holds.
+        kept = {part: origin for part, origin in (earlier.get("kept") or {}).items() if part != "with_lane"}
+        deployed.pop("kept", None)
+        if kept:
+            deployed["kept"] = kept
+        result = {"deployed": deployed, "command": earlier["command"], "machine": earlier["machine"]}
     else:
         result = {**result, "deployed": keep_unmeasured(result["deployed"], earlier)}
     has_plot = plot(result["deployed"]["segments"], img / PLOT)

@@ -127,8 +127,10 @@ def test_a_lane_only_run_keeps_the_earlier_exact_figures_and_adds_its_nice_level
     assert data["deployed"]["command"] == earlier["command"]
     assert data["deployed"]["with_lane"]["command"] == "bench deployed --lane-only"
     assert [ab["nice"] for ab in data["deployed"]["with_lane"]["exact_nice_ab"]] == [0, 10]
+    assert "with_lane" not in (data["deployed"].get("kept") or {})  # this run's now, not an earlier one's
     text = (tmp_path / "benchmarks.md").read_text()
     assert "reniced to **10**" in text and "`bench deployed --lane-only`" in text
+    assert "*with lane: not measured by this run" not in text
 
 
 def test_a_run_without_the_capacity_ladder_keeps_the_earlier_ladder_and_says_whose_it_is(tmp_path):
