@@ -34,7 +34,7 @@ import logging
 import random
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -299,8 +299,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=1, help="random seed (same seed, same events)")
     p.add_argument("--rate", type=float, default=None, help="events per second (default: as fast as possible)")
     p.add_argument("--seconds", type=float, default=None,
-                   help="with --rate: produce for this long (rate × seconds events of the chosen mix; --orders is "
-                   "then an upper bound)")
+                   help="with --rate: produce for this long (rate × seconds events of the chosen mix; more orders "
+                   "than --orders are generated when it gives too few events to fill the time)")
     p.add_argument("--watch", action="store_true",
                    help="while producing to the running platform, a line every 2 s: trades/s in, alerts/s, "
                    "deliveries/s per channel, trade → alert and trade → log p99 (aldebaran_capacity.watch)")
@@ -339,11 +339,9 @@ def _watch(topic: str):
     return w
 
 
-def main(args: argparse.Namespace) -> None:
-    from aldebaran.runtime import paths
-    from aldebaran.settings import KafkaSettings, load
-
-    topic = args.topic or load(KafkaSettings).trades_topic
+def planned(args: argparse.Namespace) -> tuple[list, dict]:
+    """The records `aldebaran loadgen` sends for its arguments, and the mix's description: with --rate and
+    --seconds, rate × seconds of them (more orders generated than --orders when it gives too few)."""
     recs = list(records(CHALLENGE_EXAMPLE)) if args.challenge_example else []
     if args.mix == "original":
         recs += list(records(original_mix(args.orders, args.seed)))
@@ -353,7 +351,16 @@ def main(args: argparse.Namespace) -> None:
                   overfill_fraction=args.overfill_fraction, orphan_fraction=args.orphan_fraction,
                   purchase_first=args.purchase_first, duplicate_fraction=args.duplicate_fraction,
                   malformed_fraction=args.malformed_fraction, open_orders=args.open_orders, seed=args.seed)
-        recs += list(mix_records(mix))
+        made = list(mix_records(mix))
+        needed = int(args.rate * args.seconds) if args.seconds is not None and args.rate else 0
+        if made and len(made) < needed:
+            # too few orders to fill the time: the same mix and seed, scaled up to the events it needs
+            orders = int(mix.orders * needed * 1.02 / len(made)) + 1  # a little over: the mix is random
+            log.info("loadgen: %d orders give %d events, %g s at %g/s need %d: generating %d orders",
+                     mix.orders, len(made), args.seconds, args.rate, needed, orders)
+            mix = replace(mix, orders=orders)
+            made = list(mix_records(mix))
+        recs += made
         mix_meta = {"mix": "custom", **asdict(mix)}
     if args.seconds is not None:
         if not args.rate:
@@ -362,6 +369,15 @@ def main(args: argparse.Namespace) -> None:
             # the orders to fill the time: the mix averages ~4.5 events per order; generated, then cut
             recs += list(records(original_mix(int(args.rate * args.seconds / 2) + 1, args.seed + 1)))
         recs = recs[: int(args.rate * args.seconds)]
+    return recs, mix_meta
+
+
+def main(args: argparse.Namespace) -> None:
+    from aldebaran.runtime import paths
+    from aldebaran.settings import KafkaSettings, load
+
+    topic = args.topic or load(KafkaSettings).trades_topic
+    recs, mix_meta = planned(args)
     watch = _watch(topic) if args.watch else None
     try:
         sent = send(recs, topic, rate=args.rate, stamp_now=True, total=len(recs))

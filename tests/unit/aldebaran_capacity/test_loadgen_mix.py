@@ -178,3 +178,19 @@ def test_grouped_reference_equals_the_reference_model(ttl_ms):
     assert sorted(map(reference.key, grouped)) == sorted(map(reference.key, whole))
     # 300 ms expires books mid-stream (ORPHANs); the stream spans ~1.8 s, so 2 s expires nothing.
     assert {a["kind"] for a in whole} == ({"OVERFILL", "ORPHAN"} if ttl_ms == 300 else {"OVERFILL"})
+
+
+def test_a_custom_mix_for_a_rate_and_seconds_fills_the_time_even_with_too_few_orders():
+    import argparse
+
+    from aldebaran_capacity import loadgen
+
+    parser = argparse.ArgumentParser()
+    loadgen.add_arguments(parser)
+    one_alert = ["--mix", "custom", "--purchases-per-order", "2", "--overfill-fraction", "1.0",
+                 "--orphan-fraction", "0", "--duplicate-fraction", "0", "--malformed-fraction", "0"]
+    recs, meta = loadgen.planned(parser.parse_args([*one_alert, "--rate", "1000", "--seconds", "30"]))
+    assert len(recs) == 30_000  # 1,000 orders (the default) give 3,000 events: more were generated
+    assert meta["orders"] > 10_000
+    recs, meta = loadgen.planned(parser.parse_args(one_alert))  # no --seconds: --orders as asked
+    assert len(recs) == 3_000 and meta["orders"] == 1000
