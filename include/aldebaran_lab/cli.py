@@ -140,6 +140,12 @@ def add_bench_modes(bench) -> None:
     dp.add_argument("--rest-seconds", type=float, default=60.0,
                     help="the platform at rest: CPU per role over this long with no load (default 60)")
     dp.add_argument("--no-rest", action="store_true", help="skip the measurement at rest")
+    dp.add_argument("--rest-runs", type=int, default=1,
+                    help="the rest right after the demo this many times, each after its own `aldebaran demo`: the "
+                         "median and the spread (default 1: the platform as it is, no demo run)")
+    dp.add_argument("--rest-only", action="store_true",
+                    help="only the rest right after the demo (with --report: `deployed.rest` is replaced, the other "
+                         "figures kept as they were, marked with their run)")
     dp.add_argument("--capacity-rates", default=None,
                     help="the capacity ladder's offered rates, events/s (default 5000,10000,20000,30000,40000,60000,80000)")
     dp.add_argument("--rung-seconds", type=float, default=60.0, help="how long each capacity rung lasts (default 60)")

@@ -45,10 +45,13 @@ REST_QUIET_S = 60.0  # after the last load, before the steady rest sample: the d
 
 def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start: bool = False, runs: int = 3,
         rest_s: float | None = 60.0, capacity_rates=None, rung_s: float = 60.0, with_lane: bool = False,
-        webhook_batch: int = 1, lane_only: bool = False, exact_nice: list[int] | None = None) -> dict:
+        webhook_batch: int = 1, lane_only: bool = False, exact_nice: list[int] | None = None, rest_runs: int = 1,
+        rest_only: bool = False) -> dict:
     """The whole bench: the platform at rest (before the bench's channels: as `make demo` leaves it), the
     interleaved segments with their hand-rolled anchor, the capacity ladders (`capacity_rates` None: none),
-    and with `with_lane` the same again beside the fast lane (aldebaran_lab.deployed_lane)."""
+    and with `with_lane` the same again beside the fast lane (aldebaran_lab.deployed_lane). `rest_runs` > 1:
+    the rest right after the demo that many times, each after its own `aldebaran demo` (the median and spread);
+    `rest_only`: that and nothing else."""
     from aldebaran.delivery.channels import configured_channels
     from aldebaran.settings import KafkaSettings, load
     from aldebaran_lab import deployed_capacity, deployed_rest, deployed_runs
@@ -71,7 +74,10 @@ def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start
            "peer": "the hand-rolled confluent-kafka loop (aldebaran_capacity.bench.peer), same box, same run",
            "webhook_batch": webhook_batch}
     if rest_s and not lane_only:
-        out["rest"] = deployed_rest.measure(rest_s, kafka=kafka, query=platform.query)
+        out["rest"] = deployed_rest.repeated(rest_runs, rest_s, kafka, platform.query,
+                                             before_each=_demo if rest_runs > 1 else None)
+    if rest_only:
+        return out
     with deployed_runs.peer_topic(kafka):
         if lane_only:
             from aldebaran_lab import deployed_lane
@@ -105,6 +111,12 @@ def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start
     return out
 
 
+def _demo(k: int) -> None:
+    """`aldebaran demo` before rest run k: the platform reset and started again, as a user's `make demo` leaves it."""
+    log.info("deployed: rest run %d: `aldebaran demo` first", k + 1)
+    subprocess.run([sys.executable, "-m", "aldebaran.cli.main", "demo"], check=True, stdout=subprocess.DEVNULL)
+
+
 def _ints(text: str | None, default) -> list[int]:
     return [int(r) for r in text.split(",") if r.strip()] if text else list(default)
 
@@ -118,20 +130,29 @@ def main(args) -> int:
     capacity_rates = [] if args.no_capacity else _ints(args.capacity_rates, deployed_capacity.DEFAULT_RATES)
     seconds = args.seconds if args.seconds != 20.0 else 30.0  # the bench parser's shared default is e2e's
     rest_s = None if args.no_rest else args.rest_seconds
-    command = (f"aldebaran bench deployed --rates {','.join(map(str, rates))} --seconds {seconds:g} "
-               f"--drain-seconds {args.drain_seconds:g} --runs {args.runs}"
-               + (" --no-rest" if args.no_rest else f" --rest-seconds {args.rest_seconds:g}")
-               + (" --no-capacity" if args.no_capacity else
-                  f" --capacity-rates {','.join(map(str, capacity_rates))} --rung-seconds {args.rung_seconds:g}")
-               + f" --webhook-batch {args.webhook_batch}" + (" --with-lane" if args.with_lane else "")
-               + (" --lane-only" if args.lane_only else "")
-               + (f" --exact-nice {args.exact_nice}" if args.exact_nice else ""))
+    if args.rest_only and (args.no_rest or args.with_lane or args.lane_only):
+        raise DeployedError("--rest-only measures the rest right after the demo: not with --no-rest, --with-lane "
+                            "or --lane-only")
+    if args.rest_only:
+        command = "aldebaran bench deployed --rest-only"
+    else:
+        command = (f"aldebaran bench deployed --rates {','.join(map(str, rates))} --seconds {seconds:g} "
+                   f"--drain-seconds {args.drain_seconds:g} --runs {args.runs}")
+    command += " --no-rest" if args.no_rest else f" --rest-seconds {args.rest_seconds:g}"
+    command += f" --rest-runs {args.rest_runs}" if args.rest_runs > 1 else ""
+    if not args.rest_only:
+        command += (" --no-capacity" if args.no_capacity else
+                    f" --capacity-rates {','.join(map(str, capacity_rates))} --rung-seconds {args.rung_seconds:g}")
+        command += (f" --webhook-batch {args.webhook_batch}" + (" --with-lane" if args.with_lane else "")
+                    + (" --lane-only" if args.lane_only else "")
+                    + (f" --exact-nice {args.exact_nice}" if args.exact_nice else ""))
     result = {"machine": machine.describe(), "command": command}
     result["deployed"] = run(rates, seconds, args.drain_seconds, start=args.start, runs=args.runs, rest_s=rest_s,
                              capacity_rates=capacity_rates, rung_s=args.rung_seconds, with_lane=args.with_lane,
                              webhook_batch=args.webhook_batch, lane_only=args.lane_only,
-                             exact_nice=_ints(args.exact_nice, []) or None)
+                             exact_nice=_ints(args.exact_nice, []) or None, rest_runs=args.rest_runs,
+                             rest_only=args.rest_only)
     print(json.dumps(result, indent=1, default=str))
     if args.report:
-        deployed_report.write(result, paths.ROOT / "docs", lane_only=args.lane_only)
+        deployed_report.write(result, paths.ROOT / "docs", lane_only=args.lane_only, rest_only=args.rest_only)
     return 0

@@ -108,11 +108,23 @@ def _ages(ages: dict | None) -> str:
     return "; ages at the sample: " + ", ".join(f"{role} {secs / 60:.1f} min" for role, secs in ages.items())
 
 
+def _runs(rest: dict) -> str:
+    """' (runs 0.180–0.260), ...' for a rest taken several times (:func:`deployed_rest.combine`), else ''."""
+    if not rest.get("runs"):
+        return ""
+    t, e = rest["total_cores_spread"], rest["exact_auditor_cores_spread"]
+    return (f" — the median of {len(rest['runs'])} runs, each right after its own `aldebaran demo` (platform "
+            f"{t[0]:.3f}–{t[1]:.3f}, exact auditor {e[0]:.3f}–{e[1]:.3f}; the roles below are run "
+            f"{rest['breakdown_run']}'s, the median total)")
+
+
 def _rest_table(rest: dict, title: str) -> list[str]:
-    lines = [f"**{title}** ({rest['seconds']:g} s, no load; psutil per process, `aldebaran_lab.deployed_rest`): "
-             f"platform {rest['total_cores']:.3f} core, of which the exact auditor {rest['exact_auditor_cores']:.3f}; "
-             f"other processes {rest['other_cores']:.3f} core{'' if rest['quiet'] else ' (**not quiet**: flagged)'}"
-             f"{_ages(rest.get('age_s'))}.",
+    own = (f" `{rest['command']}` — {rest['machine']['date']}, load average {rest['machine']['load_avg_at_start']:.2f} "
+           f"at start;" if rest.get("command") else "")
+    lines = [f"**{title}** ({rest['seconds']:g} s, no load; psutil per process, `aldebaran_lab.deployed_rest`;{own}): "
+             f"platform {rest['total_cores']:.3f} core, of which the exact auditor {rest['exact_auditor_cores']:.3f}"
+             f"{_runs(rest)}; other processes {rest['other_cores']:.3f} core"
+             f"{'' if rest['quiet'] else ' (**not quiet**: flagged)'}{_ages(rest.get('age_s'))}.",
              "", "| role | cores |", "|---|---:|"]
     lines += [f"| {role} | {cores:.3f} |" for role, cores in rest["roles"].items() if cores >= 0.001]
     lines += [f"| **platform total** (not bench, not other) | **{rest['total_cores']:.3f}** |", ""]
@@ -301,15 +313,21 @@ def keep_unmeasured(new: dict, earlier: dict) -> dict:
     return out
 
 
-def write(result: dict, docs: Path, lane_only: bool = False) -> None:
+def write(result: dict, docs: Path, lane_only: bool = False, rest_only: bool = False) -> None:
     """The section and the JSON key. `lane_only`: only ``deployed.with_lane`` is new (with its own command and
-    machine); the rest of ``deployed`` is the earlier run's, kept as it was, and the section says so."""
+    machine); the rest of ``deployed`` is the earlier run's, kept as it was, and the section says so.
+    `rest_only`: likewise, only ``deployed.rest`` is new."""
     img = docs / "img"
     img.mkdir(parents=True, exist_ok=True)
     raw = img / "bench-results.json"
     data = json.loads(raw.read_text()) if raw.exists() else {}
     earlier = data.get("deployed") or {}
-    if lane_only:
+    if rest_only:
+        if not earlier.get("segments"):
+            raise ValueError("--rest-only needs the segments of an earlier `bench deployed --report` run")
+        rest = {**result["deployed"]["rest"], "command": result["command"], "machine": result["machine"]}
+        result = {"deployed": {**earlier, "rest": rest}, "command": earlier["command"], "machine": earlier["machine"]}
+    elif lane_only:
         if not earlier.get("segments"):
             raise ValueError("--lane-only needs the exact-lane figures of an earlier `bench deployed --report` run")
         lane = {**result["deployed"]["with_lane"], "command": result["command"], "machine": result["machine"]}

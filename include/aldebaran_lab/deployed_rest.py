@@ -128,3 +128,40 @@ def measure(seconds: float, label: str = "rest", kafka=None, query: str | None =
              out["total_cores"], out["exact_auditor_cores"], out["other_cores"], "" if out["quiet"] else " (NOT quiet)",
              ", ".join(f"{r} {c:.3f}" for r, c in out["roles"].items() if c >= 0.005))
     return out
+
+
+def combine(samples: list[dict]) -> dict:
+    """Several rest samples as one figure (pure): ``total_cores`` and ``exact_auditor_cores`` are the medians of
+    the runs (each median apart), ``*_spread`` their min–max, ``runs`` each run's figures; the breakdown (roles,
+    processes, box) is the run whose total is the median (the lower middle for an even count)."""
+    import statistics
+
+    if len(samples) == 1:
+        return samples[0]
+    totals = [s["total_cores"] for s in samples]
+    exact = [s["exact_auditor_cores"] for s in samples]
+    middle = sorted(range(len(samples)), key=lambda i: totals[i])[(len(samples) - 1) // 2]
+    out = {**samples[middle]}
+    out.update(total_cores=round(statistics.median(totals), 3), exact_auditor_cores=round(statistics.median(exact), 3),
+               total_cores_spread=[min(totals), max(totals)], exact_auditor_cores_spread=[min(exact), max(exact)],
+               breakdown_run=middle + 1, quiet=all(s["quiet"] for s in samples),
+               runs=[{k: s.get(k) for k in ("total_cores", "exact_auditor_cores", "other_cores", "box_busy_cores",
+                                            "load1_mean", "quiet", "age_s")} for s in samples])
+    return out
+
+
+def repeated(runs: int, seconds: float, kafka, query: str, before_each=None) -> dict:
+    """:func:`measure` `runs` times, `before_each(k)` first each time (``aldebaran demo`` for a figure "right
+    after the demo": each sample then sees a fresh auditor JVM and fresh consumers, which is what a user who
+    runs the demo and walks away gets); :func:`combine`'s figures."""
+    samples = []
+    for k in range(runs):
+        if before_each is not None:
+            before_each(k)
+        samples.append(measure(seconds, label=f"rest {k + 1}/{runs}", kafka=kafka, query=query))
+    out = combine(samples)
+    if runs > 1:
+        log.info("deployed: rest over %d runs: platform %.3f core (%.3f–%.3f), exact auditor %.3f (%.3f–%.3f)", runs,
+                 out["total_cores"], *out["total_cores_spread"], out["exact_auditor_cores"],
+                 *out["exact_auditor_cores_spread"])
+    return out

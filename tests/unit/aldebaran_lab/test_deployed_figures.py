@@ -157,3 +157,28 @@ def test_a_run_without_the_capacity_ladder_keeps_the_earlier_ladder_and_says_who
     assert got["kept"]["with_lane"]["command"] == earlier["with_lane"]["command"]
     text = (tmp_path / "benchmarks.md").read_text()
     assert f"*capacity: not measured by this run; the figures are the earlier run's: `{origin['command']}`" in text
+
+
+def test_a_rest_only_run_replaces_the_rest_and_keeps_every_other_figure(tmp_path):
+    import json
+
+    from aldebaran.runtime import paths
+    from aldebaran_lab.deployed_rest import combine
+
+    earlier = json.loads((paths.ROOT / "docs" / "img" / "bench-results.json").read_text())["deployed"]
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "bench-results.json").write_text(json.dumps({"deployed": earlier}))
+    machine = {"date": "2026-11-30 10:00 UTC", "cores": 2, "memory_gib": 23.5, "load_avg_at_start": 0.7}
+    runs = [{**earlier["rest"], "total_cores": t, "exact_auditor_cores": e} for t, e in ((0.21, 0.04), (0.19, 0.06),
+                                                                                       (0.33, 0.05))]
+    deployed_report.write({"deployed": {"rest": combine(runs)}, "command": "bench deployed --rest-only --rest-runs 3",
+                           "machine": machine}, tmp_path, rest_only=True)
+    got = json.loads((tmp_path / "img" / "bench-results.json").read_text())["deployed"]
+    assert (got["rest"]["total_cores"], got["rest"]["exact_auditor_cores"]) == (0.21, 0.05)
+    assert got["rest"]["command"] == "bench deployed --rest-only --rest-runs 3"
+    assert got["segments"] == earlier["segments"] and got["command"] == earlier["command"]
+    assert got["capacity_eps"] == earlier["capacity_eps"] and got["with_lane"] == earlier["with_lane"]
+    text = (tmp_path / "benchmarks.md").read_text()
+    assert "`bench deployed --rest-only --rest-runs 3` — 2026-11-30 10:00 UTC" in text
+    assert "the median of 3 runs, each right after its own `aldebaran demo` (platform 0.190–0.330" in text
+    assert "the platform at rest ≤ 0.3 core: **met** (0.210 core)" in text

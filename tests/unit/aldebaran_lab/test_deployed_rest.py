@@ -96,3 +96,21 @@ def test_a_platform_that_never_gets_idle_is_sampled_and_named():
 
     waited, still = wait_idle(lambda: {"auditor": 7, "idle": 0}, max_wait=0.05, step=0.01)
     assert still == {"auditor": 7} and waited > 0.05
+
+
+def test_several_rest_runs_give_the_median_and_the_spread_with_the_median_runs_breakdown():
+    from aldebaran_lab.deployed_rest import combine
+
+    def sample(total: float, exact: float, kafka: float) -> dict:
+        return {"total_cores": total, "exact_auditor_cores": exact, "roles": {"kafka": kafka}, "other_cores": 0.01,
+                "quiet": True, "seconds": 60.0}
+
+    runs = [sample(0.30, 0.04, 0.10), sample(0.20, 0.09, 0.05), sample(0.25, 0.05, 0.07)]
+    got = combine(runs)
+    # each figure its own median; the roles are the run whose total is the median (the third)
+    assert (got["total_cores"], got["exact_auditor_cores"]) == (0.25, 0.05)
+    assert got["total_cores_spread"] == [0.20, 0.30] and got["exact_auditor_cores_spread"] == [0.04, 0.09]
+    assert got["roles"] == {"kafka": 0.07} and got["breakdown_run"] == 3 and got["quiet"] is True
+    assert [r["total_cores"] for r in got["runs"]] == [0.30, 0.20, 0.25]
+    assert combine([*runs[:2], {**runs[2], "quiet": False}])["quiet"] is False
+    assert combine(runs[:1]) == runs[0]  # one run: as it was, no spread
