@@ -119,9 +119,9 @@ def _runs(rest: dict) -> str:
 
 
 def _rest_table(rest: dict, title: str) -> list[str]:
-    own = (f" `{rest['command']}` — {rest['machine']['date']}, load average {rest['machine']['load_avg_at_start']:.2f} "
-           f"at start;" if rest.get("command") else "")
-    lines = [f"**{title}** ({rest['seconds']:g} s, no load; psutil per process, `aldebaran_lab.deployed_rest`;{own}): "
+    own = (f"; `{rest['command']}` — {rest['machine']['date']}, load average {rest['machine']['load_avg_at_start']:.2f} "
+           f"at start" if rest.get("command") else "")
+    lines = [f"**{title}** ({rest['seconds']:g} s, no load; psutil per process, `aldebaran_lab.deployed_rest`{own}): "
              f"platform {rest['total_cores']:.3f} core, of which the exact auditor {rest['exact_auditor_cores']:.3f}"
              f"{_runs(rest)}; other processes {rest['other_cores']:.3f} core"
              f"{'' if rest['quiet'] else ' (**not quiet**: flagged)'}{_ages(rest.get('age_s'))}.",
