@@ -126,6 +126,8 @@ BENCH_OPTIONS = [
         help="a warm-up segment after the lane starts, left out of the figures (default 10)"),
     opt("--fast-webhook", modes="low-latency", action="store_true",
         help="deliver the lane's alerts to a fast webhook channel and measure trade → recipient"),
+    opt("--fast-webhook-batch", modes="low-latency", type=int, default=100,
+        help="the fast webhook's `batch` extra: alerts per signed POST (1: one POST an alert; default 100)"),
     opt("--variants", modes="lane-tuning", default=None,
         help="comma-separated subset of the variants (default all; `--variants list` names them)"),
     opt("--no-exact", modes="low-latency", action="store_true",

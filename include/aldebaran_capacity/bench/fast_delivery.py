@@ -29,15 +29,15 @@ CHANNEL = "fasthook"
 class FastWebhook:
     """The receiver and the fast dispatcher for the length of one lane run (a context manager)."""
 
-    def __init__(self, kafka: KafkaSettings, fast_topic: str, log_path: Path) -> None:
-        self.kafka, self.fast_topic, self.log_path = kafka, fast_topic, log_path
+    def __init__(self, kafka: KafkaSettings, fast_topic: str, log_path: Path, batch: int = 1) -> None:
+        self.kafka, self.fast_topic, self.log_path, self.batch = kafka, fast_topic, log_path, batch
         self.tag = uuid.uuid4().hex[:8]
         self.receiver = None
         self._proc: subprocess.Popen | None = None
 
     def env(self, secret: str) -> dict[str, str]:
         conn = {"conn_type": "http", "host": self.receiver.url, "password": secret,
-                "extra": {"fast": True, "timeout": 5}}
+                "extra": {"fast": True, "timeout": 5, **({"batch": self.batch} if self.batch > 1 else {})}}
         return {**os.environ, conn_env_var(CHANNEL): json.dumps(conn), "ALDEBARAN_CHANNELS": CHANNEL,
                 "ALDEBARAN_KAFKA_FAST_ALERTS_TOPIC": self.fast_topic,
                 "ALDEBARAN_DELIVERY_GROUP": f"bench-fast-{self.tag}",
