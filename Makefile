@@ -55,7 +55,7 @@ bench: setup-test  ## capacity benchmarks, full size, the lane's tuning A/B, the
 	@$(ALD) bench all
 	@$(ALD) bench lane-tuning --report
 	@$(ALD) services up
-	@$(ALD) bench deployed --start --report
+	@$(ALD) bench deployed --start --rest-runs 3 --report
 
 bench-quick: setup-test  ## every benchmark small (< 5 min), asserts correctness only (report under .run/bench/quick)
 	@$(ALD) bench all --quick

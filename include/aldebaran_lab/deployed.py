@@ -130,6 +130,8 @@ def main(args) -> int:
     capacity_rates = [] if args.no_capacity else _ints(args.capacity_rates, deployed_capacity.DEFAULT_RATES)
     seconds = args.seconds if args.seconds != 20.0 else 30.0  # the bench parser's shared default is e2e's
     rest_s = None if args.no_rest else args.rest_seconds
+    if args.rest_runs < 1:
+        raise DeployedError(f"--rest-runs must be at least 1, not {args.rest_runs}")
     if args.rest_only and (args.no_rest or args.with_lane or args.lane_only):
         raise DeployedError("--rest-only measures the rest right after the demo: not with --no-rest, --with-lane "
                             "or --lane-only")

@@ -116,9 +116,10 @@ def step(ws: Workspace, rate: float, step_s: float, seed: int, producers: int = 
 
 
 def warm_up(ws: Workspace, rate: float, step_s: float = 40.0, seed: int = 1, producers: int = 1) -> dict:
-    """The first rung offered once before the ladder (its own seed, `seed` × 1000, apart from the ladder's and
-    the campaign's): a fresh auditor's first batches. Its figures are recorded, not used to pick the rate."""
-    out = step(ws, rate, step_s, seed * 1000, producers)
+    """The first rung offered once before the ladder (its own seed, `seed` × 1000 + 999, apart from the ladder's
+    `seed` × 1000 + 1… and the campaign's `seed`): a fresh auditor's first batches. Its figures are recorded, not
+    used to pick the rate."""
+    out = step(ws, rate, step_s, seed * 1000 + 999, producers)
     log.info("chaos ha: warm-up at %s/s (not a rung): trade → alert p50 %s ms, p99 %s ms", rate,
              out.get("p50_ms"), out.get("p99_ms"))
     return out
