@@ -105,7 +105,7 @@ def check(parser, argv: list[str]) -> None:
 def test_the_scan_finds_the_documented_commands():
     found = {c for _, c in documented()}
     assert len(found) > 60
-    assert {"services up", "bench all --quick", "bench deployed --start --report", "chaos all"} <= found
+    assert {"services up", "bench all --quick", "bench deployed --start --rest-runs 3 --report", "chaos all"} <= found
     assert "loadgen --rate 1000 --seconds 60 --watch" in found  # README's code block
 
 
