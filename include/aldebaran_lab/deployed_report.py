@@ -109,7 +109,8 @@ def _ages(ages: dict | None) -> str:
 
 
 def _runs(rest: dict) -> str:
-    """' (runs 0.180–0.260), ...' for a rest taken several times (:func:`deployed_rest.combine`), else ''."""
+    """' — the median of N runs, … (platform a–b, exact auditor c–d; …)' for a rest taken several times
+    (:func:`aldebaran_lab.deployed_rest.combine`), else ''."""
     if not rest.get("runs"):
         return ""
     t, e = rest["total_cores_spread"], rest["exact_auditor_cores_spread"]
@@ -313,6 +314,22 @@ def keep_unmeasured(new: dict, earlier: dict) -> dict:
     return out
 
 
+def replace_part(result: dict, earlier: dict, part: str) -> dict:
+    """A run that measured only `part` of ``deployed`` (``rest``: --rest-only, ``with_lane``: --lane-only): the
+    earlier run's ``deployed`` with that part replaced by this run's, carrying its own command and machine; the
+    section's header stays the earlier run's, and an earlier note that `part` was kept from a run before no
+    longer holds."""
+    if not earlier.get("segments"):
+        raise ValueError(f"a run of {part} only needs the segments of an earlier `bench deployed --report` run")
+    new = {**result["deployed"][part], "command": result["command"], "machine": result["machine"]}
+    deployed = {**earlier, part: new}
+    kept = {p: origin for p, origin in (earlier.get("kept") or {}).items() if p != part}
+    deployed.pop("kept", None)
+    if kept:
+        deployed["kept"] = kept
+    return {"deployed": deployed, "command": earlier["command"], "machine": earlier["machine"]}
+
+
 def write(result: dict, docs: Path, lane_only: bool = False, rest_only: bool = False) -> None:
     """The section and the JSON key. `lane_only`: only ``deployed.with_lane`` is new (with its own command and
     machine); the rest of ``deployed`` is the earlier run's, kept as it was, and the section says so.
@@ -322,22 +339,8 @@ def write(result: dict, docs: Path, lane_only: bool = False, rest_only: bool = F
     raw = img / "bench-results.json"
     data = json.loads(raw.read_text()) if raw.exists() else {}
     earlier = data.get("deployed") or {}
-    if rest_only:
-        if not earlier.get("segments"):
-            raise ValueError("--rest-only needs the segments of an earlier `bench deployed --report` run")
-        rest = {**result["deployed"]["rest"], "command": result["command"], "machine": result["machine"]}
-        result = {"deployed": {**earlier, "rest": rest}, "command": earlier["command"], "machine": earlier["machine"]}
-    elif lane_only:
-        if not earlier.get("segments"):
-            raise ValueError("--lane-only needs the exact-lane figures of an earlier `bench deployed --report` run")
-        lane = {**result["deployed"]["with_lane"], "command": result["command"], "machine": result["machine"]}
-        deployed = {**earlier, "with_lane": lane}
-        # The lane's figures are this run's now: an earlier run's note that they were kept no longer holds.
-        kept = {part: origin for part, origin in (earlier.get("kept") or {}).items() if part != "with_lane"}
-        deployed.pop("kept", None)
-        if kept:
-            deployed["kept"] = kept
-        result = {"deployed": deployed, "command": earlier["command"], "machine": earlier["machine"]}
+    if rest_only or lane_only:
+        result = replace_part(result, earlier, "rest" if rest_only else "with_lane")
     else:
         result = {**result, "deployed": keep_unmeasured(result["deployed"], earlier)}
     has_plot = plot(result["deployed"]["segments"], img / PLOT)

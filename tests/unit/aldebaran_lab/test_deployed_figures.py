@@ -167,7 +167,9 @@ def test_a_rest_only_run_replaces_the_rest_and_keeps_every_other_figure(tmp_path
 
     earlier = json.loads((paths.ROOT / "docs" / "img" / "bench-results.json").read_text())["deployed"]
     (tmp_path / "img").mkdir()
-    (tmp_path / "img" / "bench-results.json").write_text(json.dumps({"deployed": earlier}))
+    # an earlier note that the rest was kept from a run before it: this run's rest replaces that too
+    stale = {**earlier, "kept": {**(earlier.get("kept") or {}), "rest": {"command": "an older run", "date": "x"}}}
+    (tmp_path / "img" / "bench-results.json").write_text(json.dumps({"deployed": stale}))
     machine = {"date": "2026-11-30 10:00 UTC", "cores": 2, "memory_gib": 23.5, "load_avg_at_start": 0.7}
     runs = [{**earlier["rest"], "total_cores": t, "exact_auditor_cores": e} for t, e in ((0.21, 0.04), (0.19, 0.06),
                                                                                        (0.33, 0.05))]
@@ -178,7 +180,9 @@ def test_a_rest_only_run_replaces_the_rest_and_keeps_every_other_figure(tmp_path
     assert got["rest"]["command"] == "bench deployed --rest-only --rest-runs 3"
     assert got["segments"] == earlier["segments"] and got["command"] == earlier["command"]
     assert got["capacity_eps"] == earlier["capacity_eps"] and got["with_lane"] == earlier["with_lane"]
+    assert "rest" not in got.get("kept", {}) and got.get("kept", {}) == (earlier.get("kept") or {})
     text = (tmp_path / "benchmarks.md").read_text()
+    assert "*rest: not measured by this run" not in text
     assert "`bench deployed --rest-only --rest-runs 3` — 2026-11-30 10:00 UTC" in text
     assert "the median of 3 runs, each right after its own `aldebaran demo` (platform 0.190–0.330" in text
     assert "the platform at rest ≤ 0.3 core: **met** (0.210 core)" in text
