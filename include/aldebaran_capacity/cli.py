@@ -81,11 +81,12 @@ BENCH_OPTIONS = [
         help="comma-separated subset of webhook,webhook_batch,bus,sms,log,alertmanager,pagerduty,opsgenie,fcm,apns,"
              "fast_markers,fast_log (the fast lane's cross-lane designs on a batched webhook; default all)"),
     opt("--repeats", modes="dispatch,parse-cost,checkpoint-files,lane-tuning,metrics-cost,status-commands,"
-                              "reconcile-cost,lane-rotation,shared-jvm,http-clients",
+                              "reconcile-cost,lane-rotation,shared-jvm,http-clients,low-latency",
         type=int,
         default=3,
         help={"*": "runs; the median is reported (default 3)", "checkpoint-files": "rounds (default 3)",
-              "lane-tuning": "rounds, each variant once per round (default 3)"}),
+              "lane-tuning": "rounds, each variant once per round (default 3)",
+              "low-latency": "runs, each rate once per run, interleaved; medians and the p99s' spread (default 3)"}),
     opt("--steady-rates", modes="dispatch", default="50", help="comma-separated alerts/s for the latency runs (default 50)"),
     opt("--orders", modes="state-designs,parse-cost", default="40000,200000",
         help={"state-designs": "orders preloaded (~5 events each, all open), comma-separated sizes (default 40000,200000)",

@@ -15,7 +15,7 @@ USAGE = """\
     aldebaran chaos kill-auditor|failover|kill-dispatch|kill-scheduler|kill-triggerer|kill-api-server|under-load|outages|fuzz|all
                                                        reliability campaigns (make chaos)
     aldebaran docs config [--check]                    the configuration reference in docs/operations.md
-    aldebaran bench deployed [--rates R,...] [--runs 3] [--with-lane] [--report]
+    aldebaran bench deployed [--rates R,...] [--runs 3] [--with-lane [--fast-webhook]] [--report]
                                                        the platform as `make demo` leaves it: at rest, trade → alert →
                                                        log, webhook, bus beside the hand-rolled loop, its capacity
     aldebaran bench batch-cost [--rates 1000,5000] [--runs 3]  the exact auditor's cost per batch, Spark settings A/B
@@ -159,6 +159,10 @@ def add_bench_modes(bench) -> None:
     dp.add_argument("--lane-only", action="store_true",
                     help="only the figures beside the lane (`deployed.with_lane`): the exact-lane figures already in "
                          "docs/img/bench-results.json are kept, marked with the run they came from")
+    dp.add_argument("--fast-webhook", action="store_true",
+                    help="with the lane: the webhook opts in to the fast lane (\"fast\": true), so its recipient's "
+                         "figures are trade → fast recipient (`with_lane.segments[].fast_delivery_*`); Airflow must "
+                         "run with ALDEBARAN_LANES_ENABLED=true (the dispatch_supervisor then starts the fast dispatcher)")
     dp.add_argument("--exact-nice", default=None,
                     help="with the lane: comma-separated nice levels of the exact auditor (e.g. 0,10), each run measures "
                          "every rate at each in turn (`with_lane.exact_nice_ab`); the headline is the shipped "

@@ -46,7 +46,7 @@ REST_QUIET_S = 60.0  # after the last load, before the steady rest sample: the d
 def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start: bool = False, runs: int = 3,
         rest_s: float | None = 60.0, capacity_rates=None, rung_s: float = 60.0, with_lane: bool = False,
         webhook_batch: int = 1, lane_only: bool = False, exact_nice: list[int] | None = None, rest_runs: int = 1,
-        rest_only: bool = False) -> dict:
+        rest_only: bool = False, fast_webhook: bool = False) -> dict:
     """The whole bench: the platform at rest (before the bench's channels: as `make demo` leaves it), the
     interleaved segments with their hand-rolled anchor, the capacity ladders (`capacity_rates` None: none),
     and with `with_lane` the same again beside the fast lane (aldebaran_lab.deployed_lane). `rest_runs` > 1:
@@ -83,7 +83,7 @@ def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start
             from aldebaran_lab import deployed_lane
 
             out["with_lane"] = deployed_lane.run(api, kafka, log_path, platform.query, rates, runs, seconds, drain_s,
-                                                 rest_s, webhook_batch, exact_nice)
+                                                 rest_s, webhook_batch, exact_nice, fast_webhook)
             return out
         with Channels(api, kafka, webhook_batch) as channels:
             log.info("deployed: waiting for the log, webhook and bus dispatchers")
@@ -107,7 +107,7 @@ def run(rates=DEFAULT_RATES, seconds: float = 30.0, drain_s: float = 60.0, start
             from aldebaran_lab import deployed_lane
 
             out["with_lane"] = deployed_lane.run(api, kafka, log_path, platform.query, rates, runs, seconds, drain_s,
-                                                 rest_s, webhook_batch, exact_nice)
+                                                 rest_s, webhook_batch, exact_nice, fast_webhook)
     return out
 
 
@@ -132,6 +132,8 @@ def main(args) -> int:
     rest_s = None if args.no_rest else args.rest_seconds
     if args.rest_runs < 1:
         raise DeployedError(f"--rest-runs must be at least 1, not {args.rest_runs}")
+    if args.fast_webhook and not (args.with_lane or args.lane_only):
+        raise DeployedError("--fast-webhook measures the fast lane's deliveries: only with --with-lane or --lane-only")
     if args.rest_only and (args.no_rest or args.with_lane or args.lane_only):
         raise DeployedError("--rest-only measures the rest right after the demo: not with --no-rest, --with-lane "
                             "or --lane-only")
@@ -147,13 +149,14 @@ def main(args) -> int:
                     f" --capacity-rates {','.join(map(str, capacity_rates))} --rung-seconds {args.rung_seconds:g}")
         command += (f" --webhook-batch {args.webhook_batch}" + (" --with-lane" if args.with_lane else "")
                     + (" --lane-only" if args.lane_only else "")
+                    + (" --fast-webhook" if args.fast_webhook else "")
                     + (f" --exact-nice {args.exact_nice}" if args.exact_nice else ""))
     result = {"machine": machine.describe(), "command": command}
     result["deployed"] = run(rates, seconds, args.drain_seconds, start=args.start, runs=args.runs, rest_s=rest_s,
                              capacity_rates=capacity_rates, rung_s=args.rung_seconds, with_lane=args.with_lane,
                              webhook_batch=args.webhook_batch, lane_only=args.lane_only,
                              exact_nice=_ints(args.exact_nice, []) or None, rest_runs=args.rest_runs,
-                             rest_only=args.rest_only)
+                             rest_only=args.rest_only, fast_webhook=args.fast_webhook)
     print(json.dumps(result, indent=1, default=str))
     if args.report:
         deployed_report.write(result, paths.ROOT / "docs", lane_only=args.lane_only, rest_only=args.rest_only)

@@ -120,34 +120,47 @@ def renice_exact_auditor(value: int) -> int:
 
 
 def run(api, kafka, log_path, query: str, rates, runs: int, seconds: float, drain_s: float,
-        rest_s: float | None, webhook_batch: int = 1, exact_nice: list[int] | None = None) -> dict:
+        rest_s: float | None, webhook_batch: int = 1, exact_nice: list[int] | None = None,
+        fast_webhook: bool = False) -> dict:
     """``deployed.with_lane``: the rest with the lane (before the bench's channels, like ``deployed.rest``) and
     the interleaved segments with both lanes read. With `exact_nice` (several nice levels), each run measures
     every rate at each level in turn, the exact auditor reniced between them (``with_lane.exact_nice_ab``); the
-    headline segments are the level ALDEBARAN_SUPERVISOR_NICE ships with."""
+    headline segments are the level ALDEBARAN_SUPERVISOR_NICE ships with. With `fast_webhook`, the bench's
+    webhook opts in to the fast lane (``"fast": true``): the supervised fast dispatcher delivers it, and its
+    recipient's figures are trade → fast recipient (``fast_delivery_*`` in each segment)."""
+    from aldebaran.lanes.settings import LaneSettings
+    from aldebaran.settings import load
     from aldebaran_lab import deployed_rest, deployed_runs
     from aldebaran_lab.deployed_parts import WARMUP, Channels, segment
 
-    out: dict = {}
+    if fast_webhook and not load(LaneSettings).enabled:
+        raise DeployedError("--fast-webhook: dispatch_supervisor starts the fast dispatcher only where "
+                            "ALDEBARAN_LANES_ENABLED=true; set it in .env and start the platform again "
+                            "(make down, then make demo) so Airflow runs with it")
+    out: dict = {"fast_webhook": fast_webhook}
     with LaneOn(api):
         time.sleep(SETTLE_S)
         if rest_s:
             out["rest"] = deployed_rest.measure(rest_s, "rest with the lane", kafka=kafka, query=query)
-        with Channels(api, kafka, webhook_batch) as channels:
-            log.info("deployed: with the lane: waiting for the log, webhook and bus dispatchers")
+        with Channels(api, kafka, webhook_batch, fast_webhook=fast_webhook) as channels:
+            log.info("deployed: with the lane: waiting for the log, webhook and bus dispatchers%s",
+                     " and the fast dispatcher" if fast_webhook else "")
             channels.wait_dispatchers()
             ctx = deployed_runs.Context(kafka, channels.receiver, log_path, query, drain_s)
             segment(kafka, channels.receiver, log_path, query, WARMUP[0], WARMUP[1], drain_s)
             topics = {"fast": kafka.fast_alerts_topic}
+            fast_channel = "webhook" if fast_webhook else None
             if not exact_nice:
                 done, peers = deployed_runs.measure_runs(ctx, rates, runs, seconds, topics, "with lane")
-                out["segments"] = [deployed_runs.lane_aggregate(rate, done[rate], peers[rate]) for rate in rates]
+                out["segments"] = [deployed_runs.lane_aggregate(rate, done[rate], peers[rate], fast_channel)
+                                   for rate in rates]
                 return out
-            out.update(_nice_ab(ctx, rates, runs, seconds, topics, exact_nice))
+            out.update(_nice_ab(ctx, rates, runs, seconds, topics, exact_nice, fast_channel))
     return out
 
 
-def _nice_ab(ctx, rates, runs: int, seconds: float, topics: dict, levels: list[int]) -> dict:
+def _nice_ab(ctx, rates, runs: int, seconds: float, topics: dict, levels: list[int],
+             fast_channel: str | None = None) -> dict:
     """Run after run, every level in turn (interleaved, so the box's drift falls on both): the segments per
     level, and the shipped level's as the headline."""
     from aldebaran.platform.settings import SupervisorSettings
@@ -168,7 +181,7 @@ def _nice_ab(ctx, rates, runs: int, seconds: float, topics: dict, levels: list[i
                     peers[v][rate] += p[rate]
     finally:
         renice_exact_auditor(shipped)
-    ab = [{"nice": v, "segments": [deployed_runs.lane_aggregate(rate, done[v][rate], peers[v][rate])
+    ab = [{"nice": v, "segments": [deployed_runs.lane_aggregate(rate, done[v][rate], peers[v][rate], fast_channel)
                                    for rate in rates]} for v in levels]
     head = next((a for a in ab if a["nice"] == shipped), ab[0])
     return {"segments": head["segments"], "exact_nice": head["nice"], "exact_nice_ab": ab}

@@ -144,9 +144,12 @@ def auditor_running(query: str, max_age: float = 60.0) -> bool:
 class Channels:
     """log, webhook and bus on the running platform, configured through Airflow, and taken away after."""
 
-    def __init__(self, api, kafka, webhook_batch: int = 1) -> None:
+    def __init__(self, api, kafka, webhook_batch: int = 1, fast_webhook: bool = False) -> None:
         self.api, self.kafka = api, kafka
         self.webhook_batch = webhook_batch
+        # The webhook opted in to the fast lane ("fast": true): the supervised fast dispatcher delivers the lane's
+        # copy, the exact one finds it held (issue 38's deployed configuration). Needs ALDEBARAN_LANES_ENABLED.
+        self.fast_webhook = fast_webhook
         self.receiver = None
 
     def __enter__(self) -> "Channels":
@@ -162,12 +165,18 @@ class Channels:
         group = load(DeliverySettings).group
         for name in ("webhook", "bus"):
             kadmin.commit_at_end(self.kafka, f"{group}-{name}", self.kafka.alerts_topic)
+        if self.fast_webhook:  # likewise on the fast topic: not the lane's earlier alerts
+            from aldebaran.delivery.fast import GROUP_SUFFIX
+
+            kadmin.commit_at_end(self.kafka, f"{group}-webhook{GROUP_SUFFIX}", self.kafka.fast_alerts_topic)
         secret = secrets.token_urlsafe(24)
         self.receiver = ReceiverProcess("webhook", secret=secret).start()
         kadmin.ensure_topics(self.kafka, [BUS_TOPIC])
         # host with a scheme is the base URL (the HTTP provider's rule, connection.base_url)
+        extra = {**({"batch": self.webhook_batch} if self.webhook_batch > 1 else {}),
+                 **({"fast": True} if self.fast_webhook else {})}
         self.api.set_connection("aldebaran_webhook", "http", host=self.receiver.url, password=secret,
-                                extra={"batch": self.webhook_batch} if self.webhook_batch > 1 else None)
+                                extra=extra or None)
         self.api.set_connection("aldebaran_bus", "kafka", extra={"topic": BUS_TOPIC,
                                                                  "bootstrap.servers": self.kafka.bootstrap_servers})
         self.api.set_variable(CHANNELS_VARIABLE, ",".join(CHANNELS))
@@ -188,12 +197,19 @@ class Channels:
             for conn in ("aldebaran_bus", "aldebaran_webhook"):
                 stack.callback(self.api.delete_connection, conn)
             cfg, store = dispatch_supervisor.settings(), dispatch_supervisor.delivery_store()
-            for name in ("bus", "webhook"):
+            for name in ("bus", "webhook", *self._fast()):
                 stack.callback(dispatch_supervisor.stop, store, name, cfg, "bench deployed: done")
             stack.callback(self.api.delete_variable, CHANNELS_VARIABLE)
 
+    def _fast(self) -> tuple[str, ...]:
+        """The fast dispatcher's name, if the webhook is fast."""
+        from aldebaran.delivery.fast import DISPATCHER_NAME
+
+        return (DISPATCHER_NAME,) if self.fast_webhook else ()
+
     def wait_dispatchers(self, timeout: float = 240.0) -> None:
-        """Trigger dispatch_supervisor until a running dispatcher of each channel owns its partitions."""
+        """Trigger dispatch_supervisor until a running dispatcher of each channel (and with a fast webhook, the
+        fast dispatcher) owns its partitions."""
         from aldebaran.runtime import heartbeat
         from aldebaran.platform import dispatch_supervisor
 
@@ -201,15 +217,17 @@ class Channels:
         deadline, triggered = time.monotonic() + timeout, 0.0
         while True:
             ready = {}
-            for name in CHANNELS:
+            for name in (*CHANNELS, *self._fast()):
                 hb = heartbeat.read(store, heartbeat.DISPATCHER, name) or {}
-                parts = (hb.get("partitions") or {}).get(name) or {}
+                parts = (hb.get("partitions") or {}).get("webhook" if name in self._fast() else name) or {}
                 ready[name] = hb.get("status") == "running" and bool(parts)
             if all(ready.values()):
                 return
             if time.monotonic() > deadline:
+                hint = (" — the fast dispatcher starts only where Airflow runs with ALDEBARAN_LANES_ENABLED=true"
+                        if self.fast_webhook and not ready.get(self._fast()[0]) else "")
                 raise DeployedError(f"dispatchers not running after {timeout:.0f}s: {ready} (dispatch_supervisor's "
-                                    "task log says why)")
+                                    f"task log says why){hint}")
             if time.monotonic() - triggered > 60:
                 self.api.trigger("dispatch_supervisor")
                 triggered = time.monotonic()

@@ -22,6 +22,8 @@ RECIPIENT_SLACK_MS = 500.0
 REST_TOTAL_CORES, REST_EXACT_CORES = 0.3, 0.05  # the platform at rest; the exact auditor at rest
 CAPACITY_EPS, CAPACITY_MIX = 40000, "one-alert"
 FAST_RATE, FAST_P99_MS, FAST_PEER_RATIO, EXACT_BESIDE_LANE_MS = 10000, 250.0, 5.0, 2000.0
+# Issue 38: trade → fast recipient p99 ≤ 300 ms at 10k, and ≤ the lane's own p99 + 100 ms at 1k.
+FAST_RECIPIENT_P99_MS, FAST_RECIPIENT_OVER_LANE_MS = 300.0, 100.0
 
 
 def _n(v, digits: int = 0) -> str:
@@ -98,6 +100,26 @@ def lane_targets(segments: list[dict]) -> list[str]:
     for s in segments:
         lines.append(f"- exact p99 ≤ {EXACT_BESIDE_LANE_MS:,.0f} ms beside the lane at {s['rate']:,}/s: "
                      f"{_met(_le(s['exact_p99_ms'], EXACT_BESIDE_LANE_MS))} ({_n(s['exact_p99_ms'])} ms)")
+    return lines + fast_recipient_targets(segments)
+
+
+def fast_recipient_targets(segments: list[dict]) -> list[str]:
+    """Issue 38's recipient targets, where a fast channel was measured (``--fast-webhook``)."""
+    lines = []
+    for s in segments:
+        got = s.get("fast_delivery_p99_ms")
+        if got is None or s["rate"] not in (1_000, FAST_RATE):
+            continue
+        spread = s.get("fast_delivery_p99_spread_ms")
+        runs = f"; runs {_n(spread[0])}–{_n(spread[1])} ms" if spread else ""
+        if s["rate"] == FAST_RATE:
+            lines.append(f"- trade → fast recipient p99 ≤ {FAST_RECIPIENT_P99_MS:,.0f} ms at {FAST_RATE:,}/s: "
+                         f"{_met(_le(got, FAST_RECIPIENT_P99_MS))} ({_n(got)} ms{runs})")
+        else:
+            limit = s["fast_p99_ms"] + FAST_RECIPIENT_OVER_LANE_MS if s.get("fast_p99_ms") is not None else None
+            lines.append(f"- trade → fast recipient p99 ≤ the lane's p99 + {FAST_RECIPIENT_OVER_LANE_MS:,.0f} ms at "
+                         f"1,000/s: {_met(limit is not None and _le(got, limit))} ({_n(got)} vs "
+                         f"{_n(s.get('fast_p99_ms'))} + {FAST_RECIPIENT_OVER_LANE_MS:,.0f} ms{runs})")
     return lines
 
 
@@ -175,8 +197,11 @@ def _lane_table(w: dict) -> list[str]:
     own = (f" `{w['command']}` — {w['machine']['date']}, load average {w['machine']['load_avg_at_start']:.2f} at "
            "start; the exact-lane figures above are the earlier run's." if w.get("command") else "")
     nice = f" The exact auditor at nice {w['exact_nice']} (ALDEBARAN_SUPERVISOR_NICE)." if "exact_nice" in w else ""
+    hook = (" The webhook opted in to the fast lane (`--fast-webhook`: `\"fast\": true`): the supervised fast "
+            "dispatcher delivers the lane's copy and the exact one finds it held, so its recipient's figures are "
+            "trade → fast recipient." if w.get("fast_webhook") else "")
     lines = ["**Beside the fast lane** (`--with-lane`: `lane_supervisor` unpaused and triggered through Airflow; "
-             f"both topics read by consumers, medians of the runs).{own}{nice}", ""]
+             f"both topics read by consumers, medians of the runs).{own}{nice}{hook}", ""]
     lines += _lane_rows(w.get("segments", []))
     for ab in w.get("exact_nice_ab") or []:
         lines += ["", f"The same run, the exact auditor reniced to **{ab['nice']}** between segments (interleaved: each "
@@ -185,13 +210,20 @@ def _lane_table(w: dict) -> list[str]:
 
 
 def _lane_rows(segments: list[dict]) -> list[str]:
-    lines = ["| rate | runs | fast p50 / p99 ms | fast p99 spread ms | fast delivered | exact p50 / p99 ms | "
-             "exact p99 spread ms | peer p99 ms | fast ÷ peer | quiet |", "|---:|---:|---|---|---|---|---|---:|---:|---|"]
+    recipient = any(s.get("fast_delivery_p99_ms") is not None for s in segments)
+    lines = ["| rate | runs | fast p50 / p99 ms | fast p99 spread ms | fast delivered | "
+             + ("trade → fast recipient p50 / p99 ms (spread) | " if recipient else "")
+             + "exact p50 / p99 ms | exact p99 spread ms | peer p99 ms | fast ÷ peer | quiet |",
+             "|---:|---:|---|---|---|" + ("---|" if recipient else "") + "---|---|---:|---:|---|"]
     for s in segments:
         fs, es = s.get("fast_p99_spread_ms"), s.get("exact_p99_spread_ms")
+        rs = s.get("fast_delivery_p99_spread_ms")
+        hook = (f"{_n(s.get('fast_delivery_p50_ms'))} / {_n(s.get('fast_delivery_p99_ms'))} "
+                f"({f'{_n(rs[0])}–{_n(rs[1])}' if rs else '–'}; {s.get('fast_delivery_delivered', 0):,}/"
+                f"{s.get('fast_delivery_expected', 0):,}) | ") if recipient else ""
         lines.append(f"| {s['rate']:,} | {s['runs']} | {_n(s['fast_p50_ms'])} / {_n(s['fast_p99_ms'])} | "
                      f"{f'{_n(fs[0])}–{_n(fs[1])}' if fs else '–'} | {s['fast_delivered']:,}/{s['fast_expected']:,} | "
-                     f"{_n(s['exact_p50_ms'])} / {_n(s['exact_p99_ms'])} | {f'{_n(es[0])}–{_n(es[1])}' if es else '–'} "
+                     f"{hook}{_n(s['exact_p50_ms'])} / {_n(s['exact_p99_ms'])} | {f'{_n(es[0])}–{_n(es[1])}' if es else '–'} "
                      f"| {_n(s['peer_p99_ms'])} | {_n(s.get('fast_ratio_to_peer'), 1)}× | "
                      f"{'yes' if s.get('quiet') else '**no**'} |")
     return lines

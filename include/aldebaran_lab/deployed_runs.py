@@ -107,11 +107,13 @@ def aggregate(rate: int, runs: list[dict], peers: list[dict]) -> dict:
     }
 
 
-def lane_aggregate(rate: int, runs: list[dict], peers: list[dict]) -> dict:
-    """One rate beside the fast lane: the fast topic's figures (``extra.fast``) and the exact ``alerts``'."""
+def lane_aggregate(rate: int, runs: list[dict], peers: list[dict], fast_channel: str | None = None) -> dict:
+    """One rate beside the fast lane: the fast topic's figures (``extra.fast``) and the exact ``alerts``'; with
+    `fast_channel` (a channel that opted in to the fast lane), its recipient's as trade → fast recipient."""
     fast = [(r.get("extra") or {}).get("fast") or {} for r in runs]
     fast_p99, peer_p99 = _median(f.get("p99_ms") for f in fast), _median(p.get("p99_ms") for p in peers)
-    return {
+    out = {} if fast_channel is None else _fast_delivery(fast_channel, runs)
+    return {**out,
         "rate": rate, "runs": len(runs),
         "fast_p50_ms": _median(f.get("p50_ms") for f in fast), "fast_p99_ms": fast_p99,
         "fast_p99_spread_ms": _spread([f.get("p99_ms") for f in fast]),
@@ -127,6 +129,17 @@ def lane_aggregate(rate: int, runs: list[dict], peers: list[dict]) -> dict:
                      "channels": r.get("channels"), "box": r.get("box"), "peer": p}
                     for f, r, p in zip(fast, runs, peers)],
     }
+
+
+def _fast_delivery(channel: str, runs: list[dict]) -> dict:
+    """Trade → the fast channel's recipient over the runs: medians, the p99s' spread, what arrived."""
+    got = [(r.get("channels") or {}).get(channel) or {} for r in runs]
+    return {"fast_channel": channel,
+            "fast_delivery_p50_ms": _median(g.get("p50_ms") for g in got),
+            "fast_delivery_p99_ms": _median(g.get("p99_ms") for g in got),
+            "fast_delivery_p99_spread_ms": _spread([g.get("p99_ms") for g in got]),
+            "fast_delivery_delivered": sum(g.get("delivered", 0) for g in got),
+            "fast_delivery_expected": sum(g.get("expected", 0) for g in got)}
 
 
 # --- the hand-rolled loop -----------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """`aldebaran bench low-latency`: trade→alert latency of the real-time-mode lane, with the same run's floor and the
 box's state, at paced rates; its agreement with the reference model and with the exact lane.
 
-    aldebaran bench low-latency [--rates 1000,10000] [--seconds 20] [--warmup-seconds 10] [--micro-batch]
-                                [--runtime 4.3|control] [--no-exact] [--checkpoint-interval '5 minutes']
-                                [--conf K=V ...] [--fast-webhook] [--out FILE] [--report]
+    aldebaran bench low-latency [--rates 1000,10000] [--seconds 20] [--repeats 3] [--warmup-seconds 10]
+                                [--micro-batch] [--runtime 4.3|control] [--no-exact]
+                                [--checkpoint-interval '5 minutes'] [--conf K=V ...]
+                                [--fast-webhook [--fast-webhook-batch 100]] [--out FILE] [--report]
 
 ``--report`` writes its section of docs/benchmarks.md and its ``low_latency`` key into
 docs/img/bench-results.json (:mod:`aldebaran_capacity.bench.lane_report`), keeping the rest.
@@ -12,7 +13,9 @@ The lane runs as it does in production: spark-submit of the Spark 4.3 runtime (a
 reading a fresh trades topic and writing a fresh alerts topic on the shared Kafka. Once a probe order's alert
 comes back, a **warm-up** segment (``--warmup-seconds`` at the highest rate, ≤ 10k/s) runs and is reported
 apart, never in the figures: the first seconds of a fresh JVM (class loading, the JIT, RocksDB's first
-writes, the shuffle's connections) are a start-up cost, not the lane's steady latency. Each segment then
+writes, the shuffle's connections) are a start-up cost, not the lane's steady latency. Then ``--repeats`` runs
+(default 3), each measuring every rate in turn; a rate's row in ``segments`` is the median of its runs with the
+spread of their p99s (``runs``, ``p99_spread_ms``, ``per_run``: aldebaran_capacity.bench.lane_runs). Each segment
 produces the original publisher's mix (one request, four purchases per order; loadgen.original_mix) paced at
 its rate by the Java client (bench/paced.py), each trade stamped with the wall clock as it is sent (its Kafka
 timestamp, which the lane takes as the event time). An alert's latency is the time a consumer of the lane's
@@ -25,10 +28,11 @@ With each segment: the **floor** — the same trades read back by a plain Java c
 load, run queue, steal and every process's CPU by role (bench/boxstate.py), ``quiet: false`` when anything
 outside the platform, the lane and the bench took more than 0.2 core; the lane's own CPU; and latency per
 second over the segment (``series``), plotted in docs/img/bench-low-latency.png. With ``--fast-webhook``, the
-1k and 10k rates run once more with a fast channel (a webhook with ``fast: true``) and a fast dispatcher
+1k and 10k rates run once more in each run with a fast channel (a webhook with ``fast: true``) and a fast dispatcher
 delivering the lane's alerts to a webhook receiver: their segments get trade → recipient
 (``fast_delivery_p50_ms`` / ``_p99_ms``) and the lane's figures while the dispatcher shared the box
-(``with_fast``). ``--fast-webhook-batch`` (default 100, as ``bench deployed``'s webhook) is the channel's
+(``with_fast``), and the rate the recipient received them at (``fast_deliveries_eps``, first to last receipt:
+bounded by the alerts the rate makes, not a ceiling; that is ``dispatch.fast``). ``--fast-webhook-batch`` (default 100, as ``bench deployed``'s webhook) is the channel's
 ``batch`` extra: up to that many alerts a signed POST; 1 is one POST an alert, which peaks near 600 deliveries/s
 on 2 cores (2026-11-30 10:17: trade → recipient p99 13.5 s at 10k events/s that way).
 
@@ -270,6 +274,8 @@ def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, second
         "fast_delivered": len(recipient) if fast is not None else None,
         "fast_delivery_p50_ms": _round(_percentile(recipient, 50)) if fast is not None else None,
         "fast_delivery_p99_ms": _round(_percentile(recipient, 99)) if fast is not None else None,
+        # The rate the recipient received them at, first to last receipt (bounded by the alerts the rate makes).
+        "fast_deliveries_eps": receive_rate(list(delivered.values())) if fast is not None else None,
         # CPU the lane's processes used while the segment was produced, in cores (this box has 2).
         "lane_cores": lane_cores,
         "other_cores": state.get("other_cores_mean"), "quiet": state.get("quiet"), "box": state,
@@ -278,6 +284,13 @@ def segment(kafka: KafkaSettings, topic: str, alerts: _Alerts, rate: int, second
         "series": {"lane": series([(triggers[a["alert_id"]], ts - triggers[a["alert_id"]]) for ts, a in got], t0),
                    "floor": series(floor.samples, t0)},
     }
+
+
+def receive_rate(times_ms: list[float]) -> float | None:
+    """Receipts per second from the first receipt to the last (None: fewer than two, or all at once)."""
+    if len(times_ms) < 2 or max(times_ms) == min(times_ms):
+        return None
+    return round((len(times_ms) - 1) / ((max(times_ms) - min(times_ms)) / 1000.0), 1)
 
 
 @contextlib.contextmanager
@@ -300,18 +313,24 @@ def running_lane(lane: Lane, kafka: KafkaSettings, alerts_topic: str, trades: st
 
 def measure(lane: Lane, kafka: KafkaSettings, trades: str, alerts_topic: str, rates, seconds: float,
             warmup_seconds: float, log_path: Path, seed: int = 1_000, fast=None, fast_rates=FAST_RATES,
-            linger_ms: int | None = None) -> dict:
-    """One lane start: idle CPU, the warm-up (reported apart), then each rate's segment. The lane's JVM logs
-    its GC pauses next to its log (``<log>.gc``), which each segment sums. Waits (up to 2 min) for a quiet box
-    first.
+            linger_ms: int | None = None, repeats: int = 1) -> dict:
+    """One lane start: idle CPU, the warm-up (reported apart), then `repeats` runs, each measuring every rate in
+    turn (interleaved, so the box's drift falls on every rate alike); each rate's runs become one row of
+    ``segments`` (aldebaran_capacity.bench.lane_runs.combine: medians, the p99s' spread, ``per_run``). The lane's
+    JVM logs its GC pauses next to its log (``<log>.gc``), which each segment sums. Waits (up to 2 min) for a quiet
+    box first.
 
-    With `fast` (a context manager that starts a fast channel's dispatcher and recipient, bench/fast_delivery.py),
-    the rates in `fast_rates` run once more with it, after the lane's own segments: the lane's figures are
-    taken with only the core services beside it (the targets' condition), and each gets its rate's trade →
-    recipient figures and the lane's latency while the fast dispatcher shared the box (``with_fast``)."""
+    With `fast` (a callable returning a context manager that starts a fast channel's dispatcher and recipient,
+    bench/fast_delivery.py), each run measures the rates in `fast_rates` once more with it, after the lane's own
+    segments: the lane's figures are taken with only the core services beside it (the targets' condition), and
+    each gets its rate's trade → recipient figures and the lane's latency while the fast dispatcher shared the
+    box (``with_fast``)."""
     from aldebaran.runtime import spark as sparkmod
+    from aldebaran_capacity.bench import lane_runs
     from aldebaran_capacity.bench.boxstate import wait_for_quiet
 
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, not {repeats}")
     before = wait_for_quiet(FOREIGN, log=log)
 
     gc_log = log_path.with_suffix(".gc.log")
@@ -328,25 +347,28 @@ def measure(lane: Lane, kafka: KafkaSettings, trades: str, alerts_topic: str, ra
                              gc_log=gc_log, linger_ms=linger_ms)
             log.info("low-latency: warm-up at %d/s: p50 %s / p99 %s ms (left out)", warm_rate, warmup["p50_ms"],
                      warmup["p99_ms"])
-        segments = []
-        for i, rate in enumerate(rates):
-            seg = segment(kafka, trades, alerts, rate, seconds, seed=seed + i, lane_pgid=proc.pid, gc_log=gc_log,
-                          linger_ms=linger_ms)
-            _log_segment(seg)
-            segments.append(seg)
-        if fast is not None:
-            with fast as recipient:
-                for i, seg in enumerate(s for s in segments if s["rate"] in fast_rates):
-                    got = segment(kafka, trades, alerts, seg["rate"], seconds, seed=seed + 100 + i,
+        own: dict[int, list[dict]] = {rate: [] for rate in rates}
+        with_fast: dict[int, list[dict]] = {rate: [] for rate in rates if rate in fast_rates}
+        for run_no in range(repeats):
+            note = f"run {run_no + 1}/{repeats}" if repeats > 1 else ""
+            for i, rate in enumerate(rates):
+                seg = segment(kafka, trades, alerts, rate, seconds, seed=seed + 10 * run_no + i, lane_pgid=proc.pid,
+                              gc_log=gc_log, linger_ms=linger_ms)
+                _log_segment(seg, note)
+                own[rate].append(seg)
+            if fast is None or not with_fast:
+                continue
+            with fast() as recipient:
+                for i, rate in enumerate(with_fast):
+                    got = segment(kafka, trades, alerts, rate, seconds, seed=seed + 100 + 10 * run_no + i,
                                   lane_pgid=proc.pid, fast=recipient, gc_log=gc_log, linger_ms=linger_ms)
-                    _log_segment(got, "with the fast dispatcher")
-                    seg.update({k: got[k] for k in ("fast_delivered", "fast_delivery_p50_ms", "fast_delivery_p99_ms")})
-                    seg["fast_expected"] = got["expected_alerts"]  # its own trades (another seed than the lane's)
-                    seg["with_fast"] = {k: got[k] for k in ("p50_ms", "p99_ms", "floor_p99_ms", "lane_cores",
-                                                            "other_cores", "quiet", "box", "series")}
+                    _log_segment(got, ", ".join(filter(None, [note, "with the fast dispatcher"])))
+                    with_fast[rate].append(got)
         seen = list(alerts.seen)
+    segments = [lane_runs.combine(rate, own[rate], with_fast.get(rate) if fast is not None else None)
+                for rate in rates]
     return {"box_before": before, "started_seconds": round(started, 1), "idle_cores": idle_cores, "warmup": warmup,
-            "segments": segments, "seen": seen}
+            "segments": segments, "seen": seen, "runs": repeats}
 
 
 def _log_segment(seg: dict, note: str = "") -> None:
@@ -403,7 +425,7 @@ def exact_agreement(kafka: KafkaSettings, trades: str, lane_alerts: list[tuple[i
 def run(rates=DEFAULT_RATES, seconds: float = 20.0, micro_batch: bool = False,
         checkpoint_interval: str = "5 minutes", runtime: str | None = "4.3", conf: dict[str, str] | None = None,
         exact: bool = True, warmup_seconds: float = WARMUP_SECONDS, fast_webhook: bool = False,
-        fast_webhook_batch: int = 100) -> dict:
+        fast_webhook_batch: int = 100, repeats: int = 1) -> dict:
     """Start the lane on fresh topics, run each segment, stop the lane. Returns ``{"low_latency": ...}``."""
     from aldebaran.kafka.admin import delete_topics, ensure_topics
 
@@ -421,10 +443,16 @@ def run(rates=DEFAULT_RATES, seconds: float = 20.0, micro_batch: bool = False,
                         conf=dict(conf or {}))
             fast = None
             if fast_webhook:
+                from itertools import count
+
                 from aldebaran_capacity.bench.fast_delivery import FastWebhook
 
-                fast = FastWebhook(kafka, alerts_topic, out_dir / f"fast-{tag}.log", batch=fast_webhook_batch)
-            got = measure(lane, kafka, trades, alerts_topic, rates, seconds, warmup_seconds, log_path, fast=fast)
+                entered = count(1)
+                # a fresh receiver and dispatcher per run (its own log), on this run's lane topic
+                fast = lambda: FastWebhook(kafka, alerts_topic, out_dir / f"fast-{tag}-{next(entered)}.log",  # noqa: E731
+                                           batch=fast_webhook_batch)
+            got = measure(lane, kafka, trades, alerts_topic, rates, seconds, warmup_seconds, log_path, fast=fast,
+                          repeats=repeats)
         # After the lane stopped: the exact lane gets the machine to itself, as the lane had.
         seen = got.pop("seen")
         agreement = exact_agreement(kafka, trades, seen, tag) if exact else None
@@ -450,6 +478,7 @@ def main(args) -> int:
     rates = [int(r) for r in args.rates.split(",") if r] if args.rates else list(DEFAULT_RATES)
     runtime = None if args.runtime == "control" else args.runtime
     command = (f"aldebaran bench low-latency --rates {','.join(map(str, rates))} --seconds {args.seconds:g}"
+               f" --repeats {args.repeats}"
                f" --warmup-seconds {args.warmup_seconds:g} --checkpoint-interval '{args.checkpoint_interval}'"
                f" --runtime {args.runtime}" + (" --no-exact" if args.no_exact else "")
                + (f" --fast-webhook --fast-webhook-batch {args.fast_webhook_batch}" if args.fast_webhook else "")
@@ -458,7 +487,8 @@ def main(args) -> int:
     result = {"machine": machine.describe(), "command": command}
     result.update(run(rates, args.seconds, micro_batch=args.micro_batch, checkpoint_interval=args.checkpoint_interval,
                       runtime=runtime, conf=conf, exact=not args.no_exact, warmup_seconds=args.warmup_seconds,
-                      fast_webhook=args.fast_webhook, fast_webhook_batch=args.fast_webhook_batch))
+                      fast_webhook=args.fast_webhook, fast_webhook_batch=args.fast_webhook_batch,
+                      repeats=args.repeats))
     text = json.dumps(result, indent=2)
     if args.out:
         Path(args.out).write_text(text + "\n")

@@ -57,6 +57,7 @@ class Config:
     # The real-time-mode lane: paced rates of the original mix, seconds each.
     low_latency_rates: list[int] = field(default_factory=lambda: [1_000, 10_000, 50_000])
     low_latency_seconds: float = 20.0
+    low_latency_runs: int = 3  # each rate once per run, interleaved (BRIEF §4: the median of ≥ 3 runs)
     mix: Mix = field(default_factory=lambda: Mix(overfill_fraction=0.5, purchase_first=0.05, duplicate_fraction=0.01,
                                                  malformed_fraction=0.001, open_orders=1000))
     sections: tuple[str, ...] = SECTIONS
@@ -73,7 +74,8 @@ class Config:
         return cls(drain_orders=5_000, drain_repeats=1, plans_orders=5_000, plans_repeats=1, rates=[500, 2_000], latency_seconds=3.0,
                    book_sizes=[2_000, 10_000], churn_orders=3_000, dispatch_alerts=200, dispatch_repeats=1,
                    dispatch_channels=CORE_CHANNELS,
-                   e2e_rates=[500], e2e_seconds=5.0, low_latency_rates=[1_000], low_latency_seconds=5.0, quick=True)
+                   e2e_rates=[500], e2e_seconds=5.0, low_latency_rates=[1_000], low_latency_seconds=5.0, low_latency_runs=1,
+                   quick=True)
 
     def override(self, item: str) -> None:
         """`key=value` from the command line: ints, floats, or comma-separated int lists."""
@@ -83,7 +85,7 @@ class Config:
             raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY one of drain_orders, drain_repeats, "
                              "plans_orders, plans_repeats, rates, "
                              "latency_seconds, book_sizes, churn_orders, dispatch_alerts, dispatch_repeats, dispatch_channels, "
-                             "e2e_rates, e2e_seconds, e2e_webhook_batch, low_latency_rates, low_latency_seconds")
+                             "e2e_rates, e2e_seconds, e2e_webhook_batch, low_latency_rates, low_latency_seconds, low_latency_runs")
         if isinstance(current, list):
             setattr(self, key, [int(v) for v in value.split(",") if v])
         elif isinstance(current, tuple):
@@ -151,7 +153,7 @@ def run(config: Config, spark=None) -> dict:
 
                 out = low_latency.run(config.low_latency_rates, config.low_latency_seconds,
                                       warmup_seconds=0.0 if config.quick else low_latency.WARMUP_SECONDS,
-                                      fast_webhook=not config.quick)["low_latency"]
+                                      fast_webhook=not config.quick, repeats=config.low_latency_runs)["low_latency"]
             else:
                 raise ValueError(f"unknown bench section {section!r}")
             out["seconds"] = time.monotonic() - t0

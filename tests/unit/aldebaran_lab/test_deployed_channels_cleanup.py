@@ -45,3 +45,15 @@ def test_every_cleanup_step_runs_after_a_failing_one_and_the_error_is_raised(mon
     assert calls == [("delete_variable", CHANNELS_VARIABLE), ("stop", "webhook"), ("stop", "bus"),
                      ("delete_connection", "aldebaran_webhook"), ("delete_connection", "aldebaran_bus"),
                      ("receiver", "stop")]
+
+
+def test_a_fast_webhook_stops_the_fast_dispatcher_too(monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(dispatch_supervisor, "settings", lambda: "cfg")
+    monkeypatch.setattr(dispatch_supervisor, "delivery_store", lambda: "store")
+    monkeypatch.setattr(dispatch_supervisor, "stop", lambda store, name, cfg, reason: calls.append(("stop", name)))
+    channels = Channels(TimingOutApiFake(calls), kafka=None, fast_webhook=True)
+    channels.receiver = ReceiverFake(calls)
+    with pytest.raises(AirflowApiError):
+        channels.__exit__(None, None, None)
+    assert ("stop", "fast-lane") in calls and ("stop", "webhook") in calls

@@ -81,6 +81,13 @@ def test_rest_capacity_and_lane_targets_say_met_or_missed():
     assert lane[0].endswith("**met** (240 ms)")
     assert "**MISSED** (240 vs 40 ms: 6.00×)" in lane[1]  # 240 > 5 × 40
     assert lane[2].endswith("**MISSED** (2,500 ms)")
+    recipient = deployed_report.fast_recipient_targets([
+        {"rate": 1000, "fast_p99_ms": 130.0, "fast_delivery_p99_ms": 200.0, "fast_delivery_p99_spread_ms": [150.0, 900.0]},
+        {"rate": 5000, "fast_p99_ms": 400.0, "fast_delivery_p99_ms": 800.0},  # no target at 5k
+        {"rate": 10000, "fast_p99_ms": 900.0, "fast_delivery_p99_ms": 1900.0}])
+    assert recipient == ["- trade → fast recipient p99 ≤ the lane's p99 + 100 ms at 1,000/s: **met** (200 vs 130 + 100 ms"
+                         "; runs 150–900 ms)",
+                         "- trade → fast recipient p99 ≤ 300 ms at 10,000/s: **MISSED** (1,900 ms)"]
 
 
 def test_cpu_per_event_is_each_platform_roles_cores_over_the_events_per_second():

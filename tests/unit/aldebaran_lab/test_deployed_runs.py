@@ -120,3 +120,17 @@ def test_quiesce_gives_up_after_its_bound_and_says_what_was_left():
     probe = BacklogProbeFake([{"auditor": 5}] * 1000)
     waited, left = quiesce(None, max_wait=0.05, probe=probe, step=0.01)
     assert left == {"auditor": 5} and waited > 0.05
+
+
+def test_with_a_fast_webhook_its_recipient_is_trade_to_fast_recipient():
+    runs = [_run(500.0, 1800.0, fast={"p99_ms": 100.0}), _run(700.0, 2500.0, fast={"p99_ms": 120.0}),
+            _run(600.0, 2100.0, fast={"p99_ms": 110.0})]
+    for run, (p50, p99, got) in zip(runs, [(60.0, 400.0, 10), (80.0, 900.0, 10), (70.0, 300.0, 9)]):
+        run["channels"]["webhook"] = {"expected": 10, "delivered": got, "p50_ms": p50, "p99_ms": p99}
+    peers = [{"p99_ms": 40.0}] * 3
+    s = lane_aggregate(1000, runs, peers, fast_channel="webhook")
+    assert s["fast_channel"] == "webhook"
+    assert (s["fast_delivery_p50_ms"], s["fast_delivery_p99_ms"]) == (70.0, 400.0)
+    assert s["fast_delivery_p99_spread_ms"] == [300.0, 900.0]
+    assert (s["fast_delivery_delivered"], s["fast_delivery_expected"]) == (29, 30)
+    assert "fast_delivery_p99_ms" not in lane_aggregate(1000, runs, peers)  # no fast channel: no such figure
