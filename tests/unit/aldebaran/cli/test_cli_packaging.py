@@ -97,7 +97,8 @@ def test_bench_modes_show_only_their_own_options(capsys):
     deployed = {o for a in bench["deployed"]._actions for o in a.option_strings}
     assert deployed == {"-h", "--help", "--rates", "--seconds", "--drain-seconds", "--start", "--report", "--runs",
                         "--rest-seconds", "--no-rest", "--capacity-rates", "--rung-seconds", "--no-capacity",
-                        "--with-lane", "--webhook-batch", "--lane-only", "--exact-nice", "--rest-runs", "--rest-only"}
+                        "--with-lane", "--webhook-batch", "--lane-only", "--exact-nice", "--rest-runs", "--rest-only",
+                        "--fast-webhook"}
     assert "--quick" in {o for a in bench["all"]._actions for o in a.option_strings}
 
 
