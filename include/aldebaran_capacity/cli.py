@@ -87,7 +87,9 @@ BENCH_OPTIONS = [
         help={"*": "runs; the median is reported (default 3)", "checkpoint-files": "rounds (default 3)",
               "lane-tuning": "rounds, each variant once per round (default 3)",
               "low-latency": "runs, each rate once per run, interleaved; medians and the p99s' spread (default 3)"}),
-    opt("--steady-rates", modes="dispatch", default="50", help="comma-separated alerts/s for the latency runs (default 50)"),
+    opt("--steady-rates", modes="dispatch", default="100,1000",
+        help="comma-separated alerts/s: the fast dispatcher's own latency at these paced rates, produced → fast "
+             "recipient (`dispatch.fast.paced`; with a fast design among --channels; '' for none; default 100,1000)"),
     opt("--orders", modes="state-designs,parse-cost", default="40000,200000",
         help={"state-designs": "orders preloaded (~5 events each, all open), comma-separated sizes (default 40000,200000)",
               "parse-cost": "orders (~5 events each; the first of a comma-separated list; default 40000)"}),

@@ -431,7 +431,25 @@ def _dispatch_markdown(dp: dict) -> list[str]:
         "per message (a repeat is never texted twice: see design.md), so its ceiling is the PUT rate.",
         "",
     ]
-    return lines
+    return lines + _fast_paced_markdown(((dp.get("fast") or {}).get("paced")) or [])
+
+
+def _fast_paced_markdown(rows: list[dict]) -> list[str]:
+    """``dispatch.fast.paced``: the fast dispatcher's own latency at paced rates (a breakdown)."""
+    if not rows:
+        return []
+    lines = ["The fast dispatcher alone at paced rates (`--steady-rates`, aldebaran_capacity.bench.fast_paced: a "
+             "fresh fast topic, a webhook with `\"fast\": true` and 100 alerts a POST, no lane; a plain consumer "
+             "of the topic as the tap; the median run by p99, every run's p99 beside it):", "",
+             "| alerts/s | runs | produced → tap p50 / p99 ms | tap → recipient p50 / p99 ms | produced → recipient "
+             "p50 / p99 ms (runs' p99) | alerts a POST | delivered |", "|---:|---:|---|---|---|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {_n(r['rate'])} | {r.get('runs', 1)} | {_n(r['produced_to_tap_p50_ms'])} / "
+                     f"{_n(r['produced_to_tap_p99_ms'])} | {_n(r['tap_to_recipient_p50_ms'])} / "
+                     f"{_n(r['tap_to_recipient_p99_ms'])} | {_n(r['produced_to_recipient_p50_ms'])} / "
+                     f"{_n(r['produced_to_recipient_p99_ms'])} ({', '.join(_n(v) for v in r.get('p99_runs_ms') or [])}) "
+                     f"| {_n(r.get('alerts_per_post'))} | {r['delivered']:,}/{r['alerts']:,} |")
+    return lines + [""]
 
 
 def _e2e_markdown(e: dict, images: dict[str, Path], img_rel: str, cores: int) -> list[str]:

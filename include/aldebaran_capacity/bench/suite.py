@@ -45,6 +45,8 @@ class Config:
     # Empty: every channel the dispatch bench knows. The quick size (the capacity_test DAG, bench-quick) keeps
     # to the core channels, whose recipients need nothing beyond the platform (no Alertmanager binary).
     dispatch_channels: tuple[str, ...] = ()
+    # The fast dispatcher's own latency at these paced alerts/s (dispatch.fast.paced; none in the quick run).
+    dispatch_steady_rates: list[int] = field(default_factory=lambda: [100, 1_000])
     e2e_rates: list[int] = field(default_factory=lambda: [5_000, 10_000, 20_000, 50_000])  # trades/s, ramped
     e2e_seconds: float = 20.0
     # Alerts per webhook POST in the e2e run. One alert per POST tops out at the dispatch section's
@@ -73,7 +75,7 @@ class Config:
 
         return cls(drain_orders=5_000, drain_repeats=1, plans_orders=5_000, plans_repeats=1, rates=[500, 2_000], latency_seconds=3.0,
                    book_sizes=[2_000, 10_000], churn_orders=3_000, dispatch_alerts=200, dispatch_repeats=1,
-                   dispatch_channels=CORE_CHANNELS,
+                   dispatch_channels=CORE_CHANNELS, dispatch_steady_rates=[],
                    e2e_rates=[500], e2e_seconds=5.0, low_latency_rates=[1_000], low_latency_seconds=5.0, low_latency_runs=1,
                    quick=True)
 
@@ -85,6 +87,7 @@ class Config:
             raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY one of drain_orders, drain_repeats, "
                              "plans_orders, plans_repeats, rates, "
                              "latency_seconds, book_sizes, churn_orders, dispatch_alerts, dispatch_repeats, dispatch_channels, "
+                             "dispatch_steady_rates, "
                              "e2e_rates, e2e_seconds, e2e_webhook_batch, low_latency_rates, low_latency_seconds, low_latency_runs")
         if isinstance(current, list):
             setattr(self, key, [int(v) for v in value.split(",") if v])
@@ -141,6 +144,7 @@ def run(config: Config, spark=None) -> dict:
             elif section == "dispatch":
                 out = dispatch.run(alerts=config.dispatch_alerts, repeats=config.dispatch_repeats,
                                    sms_alerts=max(100, config.dispatch_alerts // 100),
+                                   steady_rates=tuple(config.dispatch_steady_rates),
                                    **({"channels": config.dispatch_channels} if config.dispatch_channels else {}))
                 out["correct"] = out["all_correct"]
             elif section == "e2e":

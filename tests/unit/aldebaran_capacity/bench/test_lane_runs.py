@@ -70,3 +70,20 @@ def test_the_targets_name_the_fast_recipient_against_its_limits():
     assert "trade → fast recipient p99 900 ms (runs 250–1,800 ms; target ≤ 300): **missed**" in lines
     # 1k: 200 ≤ the lane's median p99 110 + 100
     assert "trade → fast recipient p99 200 ms (runs 190–250 ms; target ≤ the lane's p99 110 + 100): **met**" in lines
+
+
+def test_the_fast_dispatchers_paced_rows_take_the_median_run_and_render():
+    from aldebaran_capacity.bench import fast_paced, report
+
+    def run(p99):
+        return {"rate": 100, "seconds": 20.0, "alerts": 2_000, "delivered": 2_000, "produced_to_tap_p50_ms": 3.0,
+                "produced_to_tap_p99_ms": 40.0, "tap_to_recipient_p50_ms": 57.0, "tap_to_recipient_p99_ms": p99 - 10,
+                "produced_to_recipient_p50_ms": 60.0, "produced_to_recipient_p99_ms": p99, "posts": 660,
+                "alerts_per_post": 3.0}
+
+    (row,) = fast_paced.rows({100: [run(300.0), run(140.0), run(200.0)]})
+    assert row["produced_to_recipient_p99_ms"] == 200.0 and row["runs"] == 3
+    assert row["p99_runs_ms"] == [300.0, 140.0, 200.0]
+    text = "\n".join(report._fast_paced_markdown([row]))
+    assert "| 100 | 3 | 3 / 40 | 57 / 190 | 60 / 200 (300, 140, 200) | 3 | 2,000/2,000 |" in text
+    assert report._fast_paced_markdown([]) == []
