@@ -220,9 +220,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     unknown = sorted(set(channels) - set(dispatch.CHANNELS))
     if unknown:
         raise SystemExit(f"bench dispatch --channels: unknown {', '.join(unknown)} (one of {', '.join(dispatch.CHANNELS)})")
-    result["dispatch"] = dispatch.run(alerts=args.alerts, concurrency=args.concurrency, repeats=args.repeats,
-                                      channels=channels,
-                                      steady_rates=tuple(float(r) for r in args.steady_rates.split(",") if r))
+    from aldebaran_capacity.bench import fast_paced
+
+    result["dispatch"] = fast_paced.add_to(
+        dispatch.run(alerts=args.alerts, concurrency=args.concurrency, repeats=args.repeats, channels=channels),
+        [float(r) for r in args.steady_rates.split(",") if r], args.repeats)
     print(json.dumps(result, indent=2))
     return 0 if result["dispatch"]["all_correct"] else 1
 

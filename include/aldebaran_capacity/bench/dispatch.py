@@ -314,10 +314,9 @@ def channel_run(kind: str, alerts: int, duplicates: float = 0.1, timeout: float 
 
 
 def run(alerts: int = 50_000, sms_alerts: int = 500, repeats: int = 1, channels: tuple[str, ...] = CHANNELS,
-        steady_rates: tuple[float, ...] = (), **_ignored) -> dict:
-    """Every channel (median of `repeats`), the ledger ceiling at the webhook's run size, in one run; with
-    `steady_rates` (alerts/s) and a fast design among the channels, the fast dispatcher's own latency at those
-    paced rates as well (``dispatch.fast.paced``: aldebaran_capacity.bench.fast_paced, a breakdown)."""
+        **_ignored) -> dict:
+    """Every channel (median of `repeats`), the ledger ceiling at the webhook's run size, in one run. The fast
+    dispatcher's paced latency (``dispatch.fast.paced``) is aldebaran_capacity.bench.fast_paced.add_to's."""
     out: dict = {"alerts": alerts, "sms_alerts": sms_alerts, "repeats": repeats, "channels": {}}
     runs_by_channel: dict[str, list[dict]] = {}
     for _ in range(repeats):  # interleaved: each channel (each fast design) once per round, side by side in time
@@ -331,10 +330,6 @@ def run(alerts: int = 50_000, sms_alerts: int = 500, repeats: int = 1, channels:
     fast = {FAST_KINDS[k]: c for k, c in out["channels"].items() if k in FAST_KINDS}
     if fast:
         out["fast"] = fast_summary(fast)
-        if steady_rates:
-            from aldebaran_capacity.bench import fast_paced
-
-            out["fast"]["paced"] = fast_paced.run(steady_rates, repeats=repeats)
     # The fast designs have their own figure (a candidate's markers must not stand for the platform's writes).
     dedupe = [c for k, c in out["channels"].items() if k not in IN_DOUBT_KINDS and k not in FAST_KINDS]
     out["ledger_writes_per_delivery"] = max((c["ledger_writes_per_delivery"] or 0 for c in dedupe), default=None)

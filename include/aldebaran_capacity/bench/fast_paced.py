@@ -137,3 +137,11 @@ def rows(by_rate: dict[float, list[dict]]) -> list[dict]:
         out.append({**ordered[(len(ordered) - 1) // 2], "runs": len(runs),
                     "p99_runs_ms": [x["produced_to_recipient_p99_ms"] for x in runs]})
     return out
+
+
+def add_to(dispatch: dict, steady_rates, repeats: int = 1) -> dict:
+    """``bench dispatch`` / ``bench all``'s dispatch section: with `steady_rates` (alerts/s) and a fast design
+    measured (``dispatch.fast``), its paced latency as ``dispatch.fast.paced``. Returns `dispatch`."""
+    if steady_rates and dispatch.get("fast"):
+        dispatch["fast"]["paced"] = run(tuple(steady_rates), repeats=repeats)
+    return dispatch

@@ -142,10 +142,13 @@ def run(config: Config, spark=None) -> dict:
             elif section == "churn":
                 out = harness.churn(spark, config.churn_orders)
             elif section == "dispatch":
-                out = dispatch.run(alerts=config.dispatch_alerts, repeats=config.dispatch_repeats,
-                                   sms_alerts=max(100, config.dispatch_alerts // 100),
-                                   steady_rates=tuple(config.dispatch_steady_rates),
-                                   **({"channels": config.dispatch_channels} if config.dispatch_channels else {}))
+                from aldebaran_capacity.bench import fast_paced
+
+                out = fast_paced.add_to(dispatch.run(
+                    alerts=config.dispatch_alerts, repeats=config.dispatch_repeats,
+                    sms_alerts=max(100, config.dispatch_alerts // 100),
+                    **({"channels": config.dispatch_channels} if config.dispatch_channels else {})),
+                    config.dispatch_steady_rates, config.dispatch_repeats)
                 out["correct"] = out["all_correct"]
             elif section == "e2e":
                 out = e2e.run(spark, config.e2e_rates, config.e2e_seconds, webhook_batch=config.e2e_webhook_batch,

@@ -88,6 +88,9 @@ def test_rest_capacity_and_lane_targets_say_met_or_missed():
     assert recipient == ["- trade → fast recipient p99 ≤ the lane's p99 + 100 ms at 1,000/s: **met** (200 vs 130 + 100 ms"
                          "; runs 150–900 ms)",
                          "- trade → fast recipient p99 ≤ 300 ms at 10,000/s: **MISSED** (1,900 ms)"]
+    slow_lane = deployed_report.fast_recipient_targets([{"rate": 1000, "fast_p99_ms": 4880.0,
+                                                         "fast_delivery_p99_ms": 3829.0}])
+    assert "**met** (3,829 vs 4,880 + 100 ms) — only because the lane's own p99" in slow_lane[0]
 
 
 def test_cpu_per_event_is_each_platform_roles_cores_over_the_events_per_second():
