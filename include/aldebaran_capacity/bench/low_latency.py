@@ -157,10 +157,12 @@ def group_cpu_seconds(pgid: int) -> float:
     return total / tick
 
 
-def _probe(kafka: KafkaSettings, topic: str, alerts: _Alerts, timeout: float) -> float:
-    """Send an overfilled order every few seconds until one's alert comes back: the lane is up (it starts at
-    the topic's latest offsets, so probes sent before its query runs are never read). Returns seconds waited."""
-    t0 = time.monotonic()
+def _probe(kafka: KafkaSettings, topic: str, alerts: _Alerts, timeout: float, every: float = 1.0) -> float:
+    """Send an overfilled order about every `every` seconds until one's alert comes back: the lane is up (it starts
+    at the topic's latest offsets, so probes sent before its query runs are never read). Returns the seconds from
+    the call to the first probe alert's receipt (its receive stamp, not when this loop looked: a 5 s look had
+    added up to 5 s to the lane's start; the cadence still adds up to `every` plus a send)."""
+    t0, wall0 = time.monotonic(), time.time() * 1000
     probes: set[str] = set()
     while time.monotonic() - t0 < timeout:
         order = f"{PROBE}{uuid.uuid4().hex[:8]}"
@@ -169,9 +171,12 @@ def _probe(kafka: KafkaSettings, topic: str, alerts: _Alerts, timeout: float) ->
             {"id": order, "#shares": 1, "client": "probe", "stock": "P"},
             {"id": order + "-p", "initial_order_id": order, "#shares": 2, "client": "probe", "stock": "P"}])
         loadgen.send(list(recs), topic, stamp_now=True, progress_every=0, settings=kafka)
-        alerts.poll(5.0)
-        if any(a.get("order_id") in probes for _, a in alerts.seen):
-            return time.monotonic() - t0
+        next_probe = time.monotonic() + every
+        while time.monotonic() < next_probe:
+            got = [ts for ts, a in list(alerts.seen) if a.get("order_id") in probes]
+            if got:
+                return (min(got) - wall0) / 1000
+            time.sleep(0.05)
     raise TimeoutError(f"the lane sent no alert for its probe orders within {timeout:.0f}s")
 
 

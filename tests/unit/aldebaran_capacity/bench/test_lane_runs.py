@@ -87,3 +87,26 @@ def test_the_fast_dispatchers_paced_rows_take_the_median_run_and_render():
     text = "\n".join(report._fast_paced_markdown([row]))
     assert "| 100 | 3 | 3 / 40 | 57 / 190 | 60 / 200 (300, 140, 200) | 3 | 2,000/2,000 |" in text
     assert report._fast_paced_markdown([]) == []
+
+
+def test_the_lanes_start_is_its_first_probe_alerts_receipt_not_when_the_probe_loop_looks(monkeypatch):
+    """The lane answers the third probe; the start is that alert's receive stamp (the loop used to look only every
+    5 s). The Kafka send and the alerts reader are fakes: what is checked is the arithmetic on the stamps."""
+    import time as _time
+
+    class AlertsFake:
+        seen: list = []
+
+    sent: list[str] = []
+
+    def send_fake(recs, topic, **_kw):
+        order = recs[0].key.decode()
+        sent.append(order)
+        if len(sent) == 3:  # the lane is up: this probe's alert arrives 20 ms after it was sent
+            AlertsFake.seen.append((int(_time.time() * 1000) + 20, {"order_id": order}))
+
+    monkeypatch.setattr(low_latency.loadgen, "send", send_fake)
+    t0 = _time.time()
+    started = low_latency._probe(None, "trades", AlertsFake, timeout=30, every=0.1)
+    assert len(sent) == 3
+    assert 0.2 <= started <= (_time.time() - t0) + 0.05  # two cadences before it, not a 5 s look
