@@ -7,11 +7,8 @@ the wall clock as it is sent; a webhook with ``"fast": true`` and 100 alerts a P
 plain consumer of the topic (the tap) receives them too. Per rate: produced → tap (the bus), tap → recipient (the
 dispatcher: fetch, its run's claim, the claim log, the POST, and the wait for the run before it) and produced →
 recipient, p50/p99 ms; and the runs and POSTs the dispatcher made (alerts per run is what its group commit
-buys at that rate).
-
-Where the dispatcher's time went on 2026-11-30 (100 alerts/s, idle box, py-spy over 15 s): per run and
-partition ~35 ms — the run's conditional create ~8, the claim log's If-Match write ~9, the POST ~8.5, the
-run's record ~9 — and an alert waits for the run in flight before its own (docs/design.md, "Fast delivery").
+buys at that rate). What the figures were, and where the dispatcher's time goes: docs/design.md, "The
+low-latency lane".
 """
 
 from __future__ import annotations
@@ -30,10 +27,9 @@ WARM_ALERTS = 20  # through the dispatcher before the clock starts: its consumer
 
 
 def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))], 1)
+    from aldebaran_capacity.bench.dispatch import percentile
+
+    return round(percentile(values, q), 1) if values else None
 
 
 class _Tap(threading.Thread):
