@@ -51,16 +51,17 @@ test: setup-test  ## the whole suite against real services (started, then stoppe
 test-unit: setup  ## only the fast tests: unit and DAG integrity (no services needed)
 	@$(VENV)/bin/pytest tests/unit tests/dags -q $(PYTEST_ARGS)
 
-# The deployed bench measures a fast webhook beside both lanes: Airflow must run with the lane enabled (its
-# dispatch_supervisor then starts the fast dispatcher). Services already up without it: `make down` first.
-bench: export ALDEBARAN_LANES_ENABLED = true
+# The deployed path twice: as `make demo` leaves it (the rest's target has no lane), with a lane rotation beside
+# it; then with the lane enabled (its Airflow starts the fast dispatcher, its demo the lane) and a fast webhook.
 bench: setup-test  ## capacity benchmarks, full size, the lane's tuning A/B, then the deployed path (the platform as `make demo` leaves it; tables + plots into docs/benchmarks.md, docs/img/)
 	@$(ALD) bench all
 	@$(ALD) bench lane-tuning --report
 	@$(ALD) services up
 	@$(ALD) bench deployed --start --rest-runs 3 --report
-	@$(ALD) bench deployed --rates 1000,10000 --runs 3 --rest-seconds 30 --no-capacity --webhook-batch 100 --with-lane --lane-only --fast-webhook --report
 	@$(ALD) bench lane-rotation --rates 1000 --repeats 3 --report
+	@$(ALD) services down
+	@ALDEBARAN_LANES_ENABLED=true $(ALD) services up
+	@ALDEBARAN_LANES_ENABLED=true $(ALD) bench deployed --start --rates 1000,10000 --runs 3 --rest-seconds 30 --no-capacity --webhook-batch 100 --with-lane --lane-only --fast-webhook --report
 
 bench-quick: setup-test  ## every benchmark small (< 5 min), asserts correctness only (report under .run/bench/quick)
 	@$(ALD) bench all --quick

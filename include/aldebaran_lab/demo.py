@@ -9,7 +9,9 @@
    spark-submit, its checkpoint in MinIO; the demo waits for its alerts;
 4. ``alert_dispatch`` delivers them to every configured channel (``log`` by default) through the
    delivery ledger in MinIO (``deliveries/``, what Browse → Deliveries reads);
-5. ``dispatch_supervisor`` starts the streaming dispatchers, and ``platform_health`` checks it all;
+5. ``dispatch_supervisor`` starts the streaming dispatchers; with ``ALDEBARAN_LANES_ENABLED=true``
+   ``lane_supervisor`` starts the low-latency lane (the demo waits until it runs); ``platform_health`` checks
+   it all;
 6. alerts, DLQ reasons and deliveries, checked against the reference model.
 
 The DAGs stay unpaused and the auditor and dispatchers keep running, as in production: produce more
@@ -32,8 +34,8 @@ from aldebaran.kafka import io as kio
 from aldebaran_capacity import loadgen
 from aldebaran_lab import demo_platform
 from aldebaran_lab.airflow_api import AirflowApi
-from aldebaran_lab.demo_platform import (DAGS, DISPATCH, DISPATCH_SUPERVISOR, HEALTH, SUPERVISOR, DemoError, Platform,
-                                         api_from_env)
+from aldebaran_lab.demo_platform import (DAGS, DISPATCH, DISPATCH_SUPERVISOR, HEALTH, LANE_SUPERVISOR, SUPERVISOR,
+                                         DemoError, Platform, api_from_env)
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +55,28 @@ def main(args: argparse.Namespace) -> int:
 
 
 def stop(api: AirflowApi) -> int:
-    for dag_id in DAGS:
-        api.set_paused(dag_id, True)
+    paused = _pause_all(api)
     stopped = demo_platform.stop(reason="aldebaran demo --stop")
-    print(f"paused {', '.join(DAGS)}; stopped {', '.join(stopped) or 'nothing (none running)'}")
+    print(f"paused {', '.join(paused)}; stopped {', '.join(stopped) or 'nothing (none running)'}")
     return 0
+
+
+def _pause_all(api: AirflowApi) -> list[str]:
+    """Pause the demo's DAGs, and lane_supervisor too if it runs (the demo unpauses it when the lane is
+    enabled; its next run would start the lane again)."""
+    lane = api.dag(LANE_SUPERVISOR)
+    paused = [*DAGS, *([LANE_SUPERVISOR] if lane is not None and not lane.get("is_paused") else [])]
+    for dag_id in paused:
+        api.set_paused(dag_id, True)
+    return paused
+
+
+def lane_enabled() -> bool:
+    """ALDEBARAN_LANES_ENABLED: the low-latency lane is part of this platform (platform_health checks it)."""
+    from aldebaran.lanes.settings import LaneSettings
+    from aldebaran.settings import load
+
+    return load(LaneSettings).enabled
 
 
 class Demo:
@@ -75,8 +94,7 @@ class Demo:
 
         self.step("1. reset the local platform (its DAGs paused, its processes stopped, fresh topics and state)")
         self.api.wait_registered(list(DAGS), timeout=self.args.timeout)
-        for dag_id in DAGS:
-            self.api.set_paused(dag_id, True)
+        _pause_all(self.api)
         stopped = demo_platform.stop(self.platform)
         reset = demo_platform.reset(self.platform)
         channels = self._channels()
@@ -106,8 +124,14 @@ class Demo:
         self.step(f"4. {DISPATCH}: delivers the alerts to {', '.join(channels)} (ledger under "
                   f"{self.platform.ledger_prefix}/)")
         self.dag_run(DISPATCH)
-        self.step(f"5. {DISPATCH_SUPERVISOR} starts the streaming dispatchers; {HEALTH} checks the platform")
+        lane = lane_enabled()
+        self.step(f"5. {DISPATCH_SUPERVISOR} starts the streaming dispatchers; "
+                  + (f"{LANE_SUPERVISOR} the low-latency lane (ALDEBARAN_LANES_ENABLED); " if lane else "")
+                  + f"{HEALTH} checks the platform")
         self.dag_run(DISPATCH_SUPERVISOR)
+        if lane:  # platform_health checks the lane where it is enabled: it must run first
+            self.dag_run(LANE_SUPERVISOR)
+            demo_platform.wait_lane_running(self.args.timeout, say=lambda msg, *a: print("   " + msg % a, flush=True))
         self.dag_run(HEALTH, must_succeed=False)
         return self.report(alerts, expected, messages, zero_share, channels)
 

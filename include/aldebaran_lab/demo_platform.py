@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 SUPERVISOR, DISPATCH, DISPATCH_SUPERVISOR, HEALTH = (
     "auditor_supervisor", "alert_dispatch", "dispatch_supervisor", "platform_health")
 DAGS = (SUPERVISOR, DISPATCH, DISPATCH_SUPERVISOR, HEALTH)
-LANE_SUPERVISOR = "lane_supervisor"  # not part of the demo; paused with the rest at `services down`
+LANE_SUPERVISOR = "lane_supervisor"  # part of the demo only with ALDEBARAN_LANES_ENABLED; paused at `services down`
+LANE_HEARTBEAT_MAX_AGE_S = 30.0
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
@@ -124,6 +125,37 @@ def stop(platform: Platform | None = None, reason: str = "demo reset") -> list[s
     if lane_supervisor.stop(reason):  # the low-latency lane's keeper, if this host runs one
         stopped.append(f"lane {lane_supervisor.settings().name}")
     return stopped
+
+
+def lane_running(fast: dict, max_age: float = LANE_HEARTBEAT_MAX_AGE_S) -> bool:
+    """Whether the fast lane's state (aldebaran.lanes.status.collect()["fast"]) says it runs now: the keeper beats
+    ``running`` once its driver reports an active query."""
+    age = fast.get("age_seconds")
+    return bool(fast.get("heartbeat")) and fast.get("status") == "running" and \
+        (age if age is not None else max_age + 1) <= max_age
+
+
+def wait_lane_running(timeout: float, say=log.info) -> float:
+    """Wait until the lane keeper's heartbeat says ``running`` (after ``lane_supervisor`` was triggered);
+    the seconds waited. DemoError after `timeout`, with the keeper's status and error."""
+    from aldebaran.lanes import status
+
+    t0, said = time.monotonic(), 0.0
+    while True:
+        fast = status.collect()["fast"]
+        waited = time.monotonic() - t0
+        if lane_running(fast):
+            say("the lane is running after %.0f s", waited)
+            return waited
+        if waited > timeout:
+            raise DemoError(f"the lane is not running {timeout:.0f} s after {LANE_SUPERVISOR} was triggered (status "
+                            f"{fast.get('status')!r}, error {str(fast.get('error'))[:300]!r}; `aldebaran lanes "
+                            "status` and the DAG's task log say why)")
+        if waited - said >= 15:
+            said = waited
+            say("waiting for the lane: %.0f s, heartbeat %s, status %s", waited, fast.get("heartbeat"),
+                fast.get("status"))
+        time.sleep(2.0)
 
 
 def shut_down() -> None:

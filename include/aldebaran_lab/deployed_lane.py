@@ -15,26 +15,13 @@ from __future__ import annotations
 import logging
 import time
 
+from aldebaran_lab.demo_platform import LANE_SUPERVISOR, lane_running, wait_lane_running
 from aldebaran_lab.deployed_parts import DeployedError
 
 log = logging.getLogger(__name__)
 
-LANE_SUPERVISOR = "lane_supervisor"
 START_TIMEOUT_S = 360.0
-HEARTBEAT_MAX_AGE_S = 30.0
 SETTLE_S = 20.0  # after `running`: the lane's start (JIT, first fetches) is not its resting cost
-
-
-def lane_running(fast: dict, max_age: float = HEARTBEAT_MAX_AGE_S) -> bool:
-    """Whether the fast lane's state (aldebaran.lanes.status.collect()["fast"]) says it runs now."""
-    return bool(fast.get("heartbeat")) and fast.get("status") == "running" and \
-        (fast.get("age_seconds") if fast.get("age_seconds") is not None else max_age + 1) <= max_age
-
-
-def _fast_state() -> dict:
-    from aldebaran.lanes import status
-
-    return status.collect()["fast"]
 
 
 class LaneOn:
@@ -46,42 +33,25 @@ class LaneOn:
         self.was_paused = True
 
     def __enter__(self) -> "LaneOn":
+        from aldebaran.lanes import status
+
         dag = self.api.dag(LANE_SUPERVISOR)
         if dag is None:
             raise DeployedError(f"the {LANE_SUPERVISOR} DAG is not registered in Airflow")
         self.was_paused = bool(dag.get("is_paused"))
-        self.was_running = lane_running(_fast_state())
+        self.was_running = lane_running(status.collect()["fast"])
         log.info("deployed: switching the lane on: unpause and trigger %s (lane running before: %s)", LANE_SUPERVISOR,
                  self.was_running)
         started = False
         try:
             self.api.set_paused(LANE_SUPERVISOR, False)
             self.api.trigger(LANE_SUPERVISOR)
-            self._wait()
+            wait_lane_running(self.timeout, say=lambda msg, *a: log.info("deployed: " + msg, *a))
             started = True
         finally:
             if not started:  # a `with` whose __enter__ fails never calls __exit__: put things back here
                 self.__exit__()
         return self
-
-    def _wait(self) -> None:
-        t0 = time.monotonic()
-        said = 0.0
-        while True:
-            fast = _fast_state()
-            if lane_running(fast):
-                log.info("deployed: the lane is running after %.0f s", time.monotonic() - t0)
-                return
-            waited = time.monotonic() - t0
-            if waited > self.timeout:
-                raise DeployedError(f"the lane is not running {self.timeout:.0f} s after {LANE_SUPERVISOR} was "
-                                    f"triggered (status {fast.get('status')!r}, error {str(fast.get('error'))[:300]!r}; "
-                                    "`aldebaran lanes status` and the DAG's task log say why)")
-            if waited - said >= 15:
-                said = waited
-                log.info("deployed: waiting for the lane: %.0f s, heartbeat %s, status %s", waited,
-                         fast.get("heartbeat"), fast.get("status"))
-            time.sleep(2.0)
 
     def __exit__(self, *exc) -> None:
         from aldebaran.platform import lane_supervisor
